@@ -1,0 +1,1 @@
+"""Spotline: priority-based, checkpoint-aware scheduling of training jobs on elastic GPUs."""

@@ -1,0 +1,83 @@
+"""Every tunable of the scheduling core, in one place, with its meaning.
+
+The same `SchedulerConfig` drives the Lambda scheduler, the local runtime and the simulator.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from spotline.domain.models import Priority
+
+
+class VictimStrategy(StrEnum):
+    """How preemption orders the candidates it may stop (see `preemption.py`)."""
+
+    RANDOM = "random"
+    LEAST_REMAINING_TIME = "least-remaining-time"
+    LOWEST_UTILIZATION = "lowest-utilization"
+    LEAST_LOST_WORK = "least-lost-work"
+
+
+class PriorityWeights(BaseModel):
+    """Weights of the multifactor effective priority (Slurm's multifactor plugin, adapted).
+
+    effective = class_step * rank(class)             # QOS: low 0, normal 1, high 2, critical 3
+              + age * min(wait / max_age_s, 1)       # waiting time, capped (PriorityMaxAge)
+              + deadline * urgency                   # 1 - slack / deadline_horizon_s, in [0, 1]
+              + size * (gpus / size_norm_gpus)       # bigger jobs first (PriorityFavorSmall=NO)
+              + fairshare * 2 ** (-usage / share)    # Slurm's classic fair-share factor
+              + history * min(disruptions, history_cap) / history_cap
+
+    With the defaults, a class step (1000) outweighs a full day of waiting (900), so aging lets a
+    job overtake younger jobs of its own class and, after most of a day, the fresh jobs of the
+    class below... never a fresh job of the class above; a job that suffered `history_cap`
+    disruptions gains 600, most of a class step.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    class_step: float = 1000.0
+    age: float = 900.0
+    max_age_s: float = 24 * 3600.0
+    deadline: float = 1500.0
+    deadline_horizon_s: float = 6 * 3600.0
+    size: float = 100.0
+    size_norm_gpus: int = Field(default=64, gt=0)
+    fairshare: float = 400.0
+    history: float = 600.0
+    history_cap: int = Field(default=3, gt=0)
+
+
+class SchedulerConfig(BaseModel):
+    """Policy of one Spotline deployment."""
+
+    model_config = ConfigDict(frozen=True)
+
+    weights: PriorityWeights = PriorityWeights()
+    strategy: VictimStrategy = VictimStrategy.LEAST_LOST_WORK
+    # A job cannot be preempted within this many seconds of its last start.
+    protection_period_s: float = Field(default=600.0, ge=0)
+    # A job preempted this many times is not preempted again.
+    max_preemptions_per_job: int = Field(default=3, ge=0)
+    # A victim must be below the preemptor by at least this much effective priority; it keeps
+    # aging inside one class from preempting (and thrashing) jobs of the same class.
+    preemption_margin: float = Field(default=500.0, ge=0)
+    # Seconds to restart a job (scheduling, image pull, loading the checkpoint): part of the
+    # lost-work cost of a preemption.
+    restart_cost_s: float = Field(default=120.0, ge=0)
+    # Candidates examined per priority class in one pass (the head of each class's queue).
+    window_per_class: int = Field(default=64, gt=0)
+    # Preemptions started in one pass, at most.
+    max_preemptions_per_pass: int = Field(default=16, ge=0)
+    # Classes that go to On-Demand when their spot setting is `auto`.
+    on_demand_classes: frozenset[Priority] = frozenset({Priority.CRITICAL})
+    # After this many interruptions, a job with spot `auto` runs On-Demand.
+    max_interruptions_on_spot: int = Field(default=2, ge=0)
+    # A job with a deadline runs on Spot only if its slack covers this many times the expected
+    # delay from interruptions (rate x remaining time x cost of one interruption).
+    spot_slack_factor: float = Field(default=2.0, ge=0)
+    # Run time assumed for a job that declares none and reports no progress.
+    default_runtime_s: float = Field(default=3600.0, gt=0)

@@ -1,0 +1,353 @@
+"""The scheduling core's data: jobs, pools, team quotas and a snapshot of the cluster.
+
+Times are seconds since the epoch (floats). The core never reads a clock: every function that
+needs the current time takes `now`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+
+
+class Priority(StrEnum):
+    """Priority classes, highest first."""
+
+    CRITICAL = "critical"
+    HIGH = "high"
+    NORMAL = "normal"
+    LOW = "low"
+
+    @property
+    def rank(self) -> int:
+        """0 for low ... 3 for critical: larger is more important."""
+        return _PRIORITY_RANK[self]
+
+
+_PRIORITY_RANK = {Priority.LOW: 0, Priority.NORMAL: 1, Priority.HIGH: 2, Priority.CRITICAL: 3}
+PRIORITIES_HIGH_FIRST: tuple[Priority, ...] = (
+    Priority.CRITICAL,
+    Priority.HIGH,
+    Priority.NORMAL,
+    Priority.LOW,
+)
+
+
+class SpotPreference(StrEnum):
+    AUTO = "auto"
+    REQUIRED = "required"
+    NEVER = "never"
+
+
+class Purchase(StrEnum):
+    SPOT = "spot"
+    ON_DEMAND = "on-demand"
+
+
+class JobState(StrEnum):
+    """The job lifecycle (architecture.md: these names are a contract)."""
+
+    PENDING = "PENDING"
+    ADMITTED = "ADMITTED"
+    RUNNING = "RUNNING"
+    CHECKPOINTING = "CHECKPOINTING"
+    PREEMPTED = "PREEMPTED"
+    INTERRUPTED = "INTERRUPTED"
+    SUCCEEDED = "SUCCEEDED"
+    FAILED = "FAILED"
+    CANCELLED = "CANCELLED"
+
+
+TERMINAL_STATES = frozenset({JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED})
+
+# Allowed transitions: every state change is checked against this table before it is written.
+TRANSITIONS: Mapping[JobState, frozenset[JobState]] = {
+    JobState.PENDING: frozenset({JobState.ADMITTED, JobState.CANCELLED}),
+    JobState.ADMITTED: frozenset(
+        {JobState.RUNNING, JobState.PENDING, JobState.FAILED, JobState.CANCELLED, JobState.INTERRUPTED}
+    ),
+    JobState.RUNNING: frozenset(
+        {
+            JobState.CHECKPOINTING,
+            JobState.INTERRUPTED,
+            JobState.SUCCEEDED,
+            JobState.FAILED,
+            JobState.CANCELLED,
+        }
+    ),
+    JobState.CHECKPOINTING: frozenset(
+        {
+            JobState.PREEMPTED,
+            JobState.INTERRUPTED,
+            JobState.RUNNING,
+            JobState.SUCCEEDED,
+            JobState.FAILED,
+            JobState.CANCELLED,
+        }
+    ),
+    JobState.PREEMPTED: frozenset({JobState.PENDING, JobState.CANCELLED}),
+    JobState.INTERRUPTED: frozenset({JobState.PENDING, JobState.CANCELLED, JobState.FAILED}),
+    JobState.SUCCEEDED: frozenset(),
+    JobState.FAILED: frozenset(),
+    JobState.CANCELLED: frozenset(),
+}
+
+
+def can_transition(source: JobState, target: JobState) -> bool:
+    """True when the lifecycle allows moving a job from `source` to `target`."""
+    return target in TRANSITIONS[source]
+
+
+class JobSpec(BaseModel):
+    """What a team submits (the body of `POST /jobs`, or the file `spotline submit` reads).
+
+    Validation that depends on the time (a deadline in the past) or on the cluster (an unknown
+    GPU type) reads `now` and `gpu_types` from the validation context, so the model stays pure:
+    `JobSpec.model_validate(body, context={"now": now, "gpu_types": {"a100", ...}})`.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = Field(min_length=1, max_length=128)
+    priority: Priority = Priority.NORMAL
+    gpus: int = Field(gt=0, le=4096)
+    image: str = Field(min_length=1, max_length=512)
+    command: list[str] = Field(min_length=1)
+    gpu_type: str | None = None
+    nodes: int = Field(default=1, gt=0, le=512)
+    deadline: datetime | None = None
+    spot: SpotPreference = SpotPreference.AUTO
+    checkpoint_interval_s: float = Field(default=1800.0, gt=0)
+    expected_runtime_s: float | None = Field(default=None, gt=0)
+    max_runtime_s: float | None = Field(default=None, gt=0)
+
+    @field_validator("deadline")
+    @classmethod
+    def _deadline_in_future(cls, value: datetime | None, info: ValidationInfo) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError("deadline must carry a time zone (ISO-8601 with Z or an offset)")
+        now = (info.context or {}).get("now")
+        if now is not None and value.timestamp() <= float(now):
+            raise ValueError("deadline is in the past")
+        return value
+
+    @field_validator("gpu_type")
+    @classmethod
+    def _known_gpu_type(cls, value: str | None, info: ValidationInfo) -> str | None:
+        known = (info.context or {}).get("gpu_types")
+        if value is not None and known is not None and value not in known:
+            raise ValueError(f"unknown GPU type {value!r}; known: {', '.join(sorted(known))}")
+        return value
+
+    @model_validator(mode="after")
+    def _gang_divides_gpus(self) -> JobSpec:
+        if self.gpus % self.nodes != 0:
+            raise ValueError(f"nodes: gang size {self.nodes} does not divide gpus={self.gpus}")
+        if (
+            self.max_runtime_s is not None
+            and self.expected_runtime_s is not None
+            and self.expected_runtime_s > self.max_runtime_s
+        ):
+            raise ValueError("expected_runtime_s: larger than max_runtime_s")
+        return self
+
+    @property
+    def gpus_per_node(self) -> int:
+        return self.gpus // self.nodes
+
+    @property
+    def deadline_at(self) -> float | None:
+        return None if self.deadline is None else self.deadline.timestamp()
+
+
+class Job(BaseModel):
+    """A job with its spec and what the control plane knows about its progress."""
+
+    model_config = ConfigDict(frozen=True)
+
+    id: str
+    team: str
+    spec: JobSpec
+    state: JobState = JobState.PENDING
+    version: int = 0
+    submitted_at: float
+    # When the job last entered the queue: its submission, or its last requeue.
+    enqueued_at: float
+    # When the job last started running (None while it has never run since its last requeue).
+    started_at: float | None = None
+    # Work done in earlier runs that survived (up to the last durable checkpoint), in seconds.
+    runtime_s: float = 0.0
+    last_checkpoint_at: float | None = None
+    last_checkpoint_step: int | None = None
+    last_checkpoint_uri: str | None = None
+    progress: float | None = Field(default=None, ge=0.0, le=1.0)
+    utilization: float | None = Field(default=None, ge=0.0, le=1.0)
+    preemptions: int = 0
+    interruptions: int = 0
+    lost_work_s: float = 0.0
+    pool: str | None = None
+
+    # Conveniences that read like the domain.
+    @property
+    def priority(self) -> Priority:
+        return self.spec.priority
+
+    @property
+    def gpus(self) -> int:
+        return self.spec.gpus
+
+    @property
+    def nodes(self) -> int:
+        return self.spec.nodes
+
+    @property
+    def disruptions(self) -> int:
+        """Preemptions plus interruptions this job has suffered."""
+        return self.preemptions + self.interruptions
+
+    def elapsed_s(self, now: float) -> float:
+        """Work done so far, counting the current run up to `now`."""
+        current = 0.0 if self.started_at is None else max(0.0, now - self.started_at)
+        return self.runtime_s + current
+
+    def remaining_s(self, now: float) -> float | None:
+        """Estimated run time left: from reported progress when there is some, else from the
+        declared `expected_runtime_s`; None when neither is known."""
+        elapsed = self.elapsed_s(now)
+        if self.progress is not None and self.progress > 0.0 and elapsed > 0.0:
+            return max(0.0, elapsed * (1.0 - self.progress) / self.progress)
+        expected = self.spec.expected_runtime_s
+        if expected is not None:
+            return max(0.0, expected - elapsed)
+        return None
+
+    def unsaved_work_s(self, now: float) -> float:
+        """Seconds of the current run that a stop now would lose (since the last durable
+        checkpoint of this run, or since the run started)."""
+        if self.started_at is None:
+            return 0.0
+        since = self.started_at
+        if self.last_checkpoint_at is not None and self.last_checkpoint_at > since:
+            since = self.last_checkpoint_at
+        return max(0.0, now - since)
+
+    def with_changes(self, **changes: Any) -> Job:
+        """A copy with some fields changed (the model is immutable)."""
+        return self.model_copy(update=changes)
+
+
+class Pool(BaseModel):
+    """Capacity of one GPU type bought one way (one Batch compute environment and job queue)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    gpu_type: str
+    purchase: Purchase
+    capacity_gpus: int = Field(ge=0)
+    gpus_per_node: int = Field(default=8, gt=0)
+    # Price of a GPU-hour relative to On-Demand (1.0 for On-Demand, 1 - savings for Spot).
+    price: float = Field(default=1.0, gt=0)
+    # Expected reclaims per instance-hour (0 for On-Demand).
+    interruption_rate_per_hour: float = Field(default=0.0, ge=0)
+
+    @property
+    def is_spot(self) -> bool:
+        return self.purchase is Purchase.SPOT
+
+    def demand_gpus(self, job: Job) -> int:
+        """GPUs a job takes in this pool: a gang job (nodes > 1) takes whole nodes."""
+        if job.nodes > 1:
+            return job.nodes * self.gpus_per_node
+        return job.gpus
+
+    def can_host(self, job: Job) -> bool:
+        """GPU type and node shape allow the job here (capacity aside)."""
+        if job.spec.gpu_type is not None and job.spec.gpu_type != self.gpu_type:
+            return False
+        return job.spec.gpus_per_node <= self.gpus_per_node and self.demand_gpus(job) <= self.capacity_gpus
+
+
+class TeamQuota(BaseModel):
+    """A team's share of the cohort, in Kueue's sense.
+
+    `nominal_gpus` is the team's own quota; it may use up to `borrowing_limit_gpus` more of
+    other teams' idle quota (None: no limit), and lend at most `lending_limit_gpus` of its own
+    idle quota (None: all of it). `weight` is its fair-share.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    team: str
+    nominal_gpus: int = Field(ge=0)
+    borrowing_limit_gpus: int | None = Field(default=None, ge=0)
+    lending_limit_gpus: int | None = Field(default=None, ge=0)
+    weight: float = Field(default=1.0, gt=0)
+
+
+class Allocation(BaseModel):
+    """A job holding GPUs in a pool: running, or checkpointing before it leaves."""
+
+    model_config = ConfigDict(frozen=True)
+
+    job: Job
+    pool: str
+    gpus: int = Field(gt=0)
+    # Set while the job checkpoints to make room for this preemptor (it cannot be picked again).
+    draining_for: str | None = None
+
+
+class ClusterSnapshot(BaseModel):
+    """What one scheduling pass sees: pools, who holds what, quotas and fair-share usage.
+
+    `usage_gpu_hours` is each team's decayed past usage (Slurm's fair-share input), kept by the
+    adapter that owns the history.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    pools: dict[str, Pool]
+    allocations: tuple[Allocation, ...] = ()
+    quotas: dict[str, TeamQuota] = Field(default_factory=dict)
+    usage_gpu_hours: dict[str, float] = Field(default_factory=dict)
+
+    @classmethod
+    def build(
+        cls,
+        pools: Iterable[Pool],
+        allocations: Iterable[Allocation] = (),
+        quotas: Iterable[TeamQuota] = (),
+        usage_gpu_hours: Mapping[str, float] | None = None,
+    ) -> ClusterSnapshot:
+        return cls(
+            pools={p.name: p for p in pools},
+            allocations=tuple(allocations),
+            quotas={q.team: q for q in quotas},
+            usage_gpu_hours=dict(usage_gpu_hours or {}),
+        )
+
+    def used_gpus(self, pool: str) -> int:
+        return sum(a.gpus for a in self.allocations if a.pool == pool)
+
+    def free_gpus(self, pool: str) -> int:
+        return self.pools[pool].capacity_gpus - self.used_gpus(pool)
+
+    def team_usage(self) -> dict[str, int]:
+        usage: dict[str, int] = {}
+        for a in self.allocations:
+            usage[a.job.team] = usage.get(a.job.team, 0) + a.gpus
+        return usage
+
+    @property
+    def gpu_types(self) -> frozenset[str]:
+        return frozenset(p.gpu_type for p in self.pools.values())
+
+    @property
+    def total_gpus(self) -> int:
+        return sum(p.capacity_gpus for p in self.pools.values())

@@ -1,0 +1,301 @@
+"""One scheduling pass: `plan(snapshot, queue, now, config, rng)` -> ordered decisions.
+
+The pass reads a bounded window of the queue (the head of each priority class, plus the jobs
+with the nearest deadlines), ranks that window by effective priority, and for each job in turn
+decides: admit it to a pool, preempt victims to make room for it, or let it wait, saying why.
+A working ledger is updated after each decision, so one plan never over-commits a pool or a
+quota.
+"""
+
+from __future__ import annotations
+
+import bisect
+import random
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from spotline.domain.config import SchedulerConfig
+from spotline.domain.models import PRIORITIES_HIGH_FIRST, ClusterSnapshot, Job, Pool, Priority
+from spotline.domain.placement import candidate_pools
+from spotline.domain.preemption import Candidate, lost_work_gpu_s, select_victims
+from spotline.domain.priority import effective_priority, fairshare_factor
+from spotline.domain.quota import Ledger
+
+# --- the queue a pass reads ---------------------------------------------------------------
+
+
+class PendingQueue(Protocol):
+    """The pending jobs as an index serves them: never read whole.
+
+    On AWS these are DynamoDB Query calls with `Limit`; locally and in the simulator it is
+    `SortedQueue`.
+    """
+
+    def head(self, priority: Priority, limit: int) -> Sequence[Job]:
+        """The first `limit` pending jobs of one class, oldest submission first."""
+        ...
+
+    def urgent(self, limit: int) -> Sequence[Job]:
+        """The first `limit` pending jobs that have a deadline, nearest deadline first."""
+        ...
+
+
+def queue_key(job: Job) -> tuple[float, str]:
+    """Order within a class: original submission time (a requeued job keeps its place), id."""
+    return (job.submitted_at, job.id)
+
+
+def deadline_key(job: Job) -> tuple[float, str]:
+    deadline = job.spec.deadline_at
+    return (float("inf") if deadline is None else deadline, job.id)
+
+
+@dataclass
+class SortedQueue:
+    """An in-memory `PendingQueue`: one sorted list per class and one by deadline.
+    Insertion and removal are O(log n) searches (plus the list shift)."""
+
+    by_class: dict[Priority, list[tuple[tuple[float, str], Job]]] = field(
+        default_factory=lambda: {p: [] for p in PRIORITIES_HIGH_FIRST}
+    )
+    by_deadline: list[tuple[tuple[float, str], Job]] = field(default_factory=list)
+
+    @classmethod
+    def of(cls, jobs: Iterable[Job]) -> SortedQueue:
+        queue = cls()
+        for job in jobs:
+            queue.by_class[job.priority].append((queue_key(job), job))
+            if job.spec.deadline_at is not None:
+                queue.by_deadline.append((deadline_key(job), job))
+        for entries in queue.by_class.values():
+            entries.sort(key=lambda e: e[0])
+        queue.by_deadline.sort(key=lambda e: e[0])
+        return queue
+
+    def __len__(self) -> int:
+        return sum(len(v) for v in self.by_class.values())
+
+    def add(self, job: Job) -> None:
+        entries = self.by_class[job.priority]
+        entries.insert(bisect.bisect_left(entries, queue_key(job), key=lambda e: e[0]), (queue_key(job), job))
+        if job.spec.deadline_at is not None:
+            key = deadline_key(job)
+            self.by_deadline.insert(bisect.bisect_left(self.by_deadline, key, key=lambda e: e[0]), (key, job))
+
+    def remove(self, job: Job) -> None:
+        """Remove `job` (found by its queue key, so pass the job as it was added)."""
+        _remove(self.by_class[job.priority], queue_key(job))
+        if job.spec.deadline_at is not None:
+            _remove(self.by_deadline, deadline_key(job))
+
+    def head(self, priority: Priority, limit: int) -> Sequence[Job]:
+        return [job for _, job in self.by_class[priority][:limit]]
+
+    def urgent(self, limit: int) -> Sequence[Job]:
+        return [job for _, job in self.by_deadline[:limit]]
+
+
+def _remove(entries: list[tuple[tuple[float, str], Job]], key: tuple[float, str]) -> None:
+    index = bisect.bisect_left(entries, key, key=lambda e: e[0])
+    if index < len(entries) and entries[index][0] == key:
+        del entries[index]
+    else:
+        raise KeyError(key[1])
+
+
+# --- decisions ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Admit:
+    job: Job
+    pool: str
+    effective_priority: float
+    reason: str
+    action: str = "admit"
+
+
+@dataclass(frozen=True)
+class Preempt:
+    """Checkpoint and stop `victims` in `pool`; `job` is admitted once they have left."""
+
+    job: Job
+    pool: str
+    victims: tuple[str, ...]
+    effective_priority: float
+    reason: str
+    action: str = "preempt"
+
+
+@dataclass(frozen=True)
+class Wait:
+    job: Job
+    effective_priority: float
+    reason: str
+    action: str = "wait"
+
+
+Decision = Admit | Preempt | Wait
+
+
+@dataclass(frozen=True)
+class PlanStats:
+    """What one pass looked at (the benchmark reports it)."""
+
+    candidates_examined: int
+    running_considered: int
+
+
+# --- the pass -----------------------------------------------------------------------------
+
+
+def read_window(queue: PendingQueue, limit: int) -> list[Job]:
+    """The head of each class plus the most urgent deadlines, each job once."""
+    seen: dict[str, Job] = {}
+    for priority in PRIORITIES_HIGH_FIRST:
+        for job in queue.head(priority, limit):
+            seen.setdefault(job.id, job)
+    for job in queue.urgent(limit):
+        seen.setdefault(job.id, job)
+    return list(seen.values())
+
+
+def estimated_remaining_s(job: Job, now: float, config: SchedulerConfig) -> float:
+    remaining = job.remaining_s(now)
+    return config.default_runtime_s if remaining is None else remaining
+
+
+def plan(
+    snapshot: ClusterSnapshot,
+    queue: PendingQueue,
+    now: float,
+    config: SchedulerConfig,
+    rng: random.Random,
+) -> list[Decision]:
+    """Decide what to do with the top of the queue now. See `plan_with_stats`."""
+    return plan_with_stats(snapshot, queue, now, config, rng)[0]
+
+
+def plan_with_stats(
+    snapshot: ClusterSnapshot,
+    queue: PendingQueue,
+    now: float,
+    config: SchedulerConfig,
+    rng: random.Random,
+) -> tuple[list[Decision], PlanStats]:
+    """Ordered decisions for the window of the queue, and what the pass examined.
+
+    1. Read at most `window_per_class` jobs of each class and as many of the nearest
+       deadlines; rank them by effective priority (then submission time, then id).
+    2. For each, in that order: wait if victims are still checkpointing for it; else admit it
+       to the first candidate pool where it fits (capacity and quota); else, within the
+       per-pass preemption budget, preempt the fewest eligible victims in one pool (the pool
+       needing the fewest, in preference order); else wait, with the reason.
+    """
+    fairshare = {
+        team: fairshare_factor(team, snapshot.quotas, snapshot.usage_gpu_hours)
+        for team in {*snapshot.usage_gpu_hours, *snapshot.quotas}
+    }
+
+    def score(job: Job) -> tuple[float, float]:
+        remaining = estimated_remaining_s(job, now, config)
+        priority = effective_priority(
+            job, now, config.weights, remaining_s=remaining, fairshare=fairshare.get(job.team, 1.0)
+        )
+        return priority, remaining
+
+    window = read_window(queue, config.window_per_class)
+    ranked = sorted(
+        ((*score(job), job) for job in window),
+        key=lambda e: (-e[0], e[2].submitted_at, e[2].id),
+    )
+
+    ledger = Ledger.of(snapshot)
+    running: list[Candidate] = []
+    draining: dict[str, list[str]] = {}
+    for alloc in snapshot.allocations:
+        if alloc.draining_for is not None:
+            draining.setdefault(alloc.draining_for, []).append(alloc.job.id)
+        priority, remaining = score(alloc.job)
+        running.append(
+            Candidate(
+                allocation=alloc,
+                effective_priority=priority,
+                remaining_s=remaining,
+                lost_work_gpu_s=lost_work_gpu_s(alloc.job, alloc.gpus, now, config),
+            )
+        )
+
+    decisions: list[Decision] = []
+    taken: set[str] = set()
+    preemptions_left = config.max_preemptions_per_pass
+    for priority, remaining, job in ranked:
+        if job.id in draining:
+            count = len(draining[job.id])
+            decisions.append(Wait(job, priority, f"waiting for {count} preempted job(s) to checkpoint and leave"))
+            continue
+        pools = candidate_pools(job, snapshot.pools.values(), now, remaining, config)
+        if not pools:
+            decisions.append(Wait(job, priority, _no_pool_reason(job, snapshot)))
+            continue
+        admitted = False
+        first_shortfall = ""
+        for pool in pools:
+            shortfall = ledger.shortfall(job, pool)
+            if shortfall is None:
+                demand = pool.demand_gpus(job)
+                free = ledger.free(pool.name)
+                ledger.take(job.team, pool.name, demand)
+                decisions.append(
+                    Admit(job, pool.name, priority, f"admitted to {pool.name}: {demand} of {free} free GPUs")
+                )
+                admitted = True
+                break
+            first_shortfall = first_shortfall or shortfall
+        if admitted:
+            continue
+        if preemptions_left <= 0:
+            decisions.append(Wait(job, priority, f"waiting: {first_shortfall}; preemption budget of this pass spent"))
+            continue
+        available = [c for c in running if c.job_id not in taken]
+        best: tuple[Pool, list[Candidate]] | None = None
+        for pool in pools:
+            victims = select_victims(job, priority, pool, available, ledger, now, config, rng)
+            if victims and (best is None or len(victims) < len(best[1])):
+                best = (pool, victims)
+        if best is None:
+            names = ", ".join(p.name for p in pools)
+            decisions.append(
+                Wait(job, priority, f"waiting: {first_shortfall}, and nothing lower-priority to preempt in pool {names}")
+            )
+            continue
+        pool, victims = best
+        taken.update(v.job_id for v in victims)
+        preemptions_left -= 1
+        # Victims keep their pool GPUs until they have checkpointed and left, so the pool stays
+        # charged for them (nothing else may start there meanwhile); quotas move at once.
+        for victim in victims:
+            ledger.team_used[victim.job.team] -= victim.allocation.gpus
+        ledger.team_used[job.team] = ledger.team_used.get(job.team, 0) + pool.demand_gpus(job)
+        ids = tuple(v.job_id for v in victims)
+        decisions.append(
+            Preempt(
+                job,
+                pool.name,
+                ids,
+                priority,
+                f"preempting {len(ids)} job(s) in {pool.name} by {config.strategy.value}: {first_shortfall}",
+            )
+        )
+    return decisions, PlanStats(candidates_examined=len(window), running_considered=len(running))
+
+
+def _no_pool_reason(job: Job, snapshot: ClusterSnapshot) -> str:
+    gpu_type = job.spec.gpu_type
+    if gpu_type is not None and gpu_type not in snapshot.gpu_types:
+        return f"waiting: no pool has GPU type {gpu_type}"
+    return (
+        f"waiting: no pool can host {job.gpus} GPUs on {job.nodes} node(s) with spot={job.spec.spot.value}"
+        f" for a {job.priority.value} job"
+    )

@@ -1,0 +1,177 @@
+"""Which running jobs to stop so that a higher-priority job fits: `select_victims`.
+
+Modelled on Kueue's preemption package: deciding (this module) is separate from acting (the
+checkpoint-then-preempt workflow), candidates are filtered by one small predicate
+(`eligibility`), ordered by one function per strategy, taken greedily until the preemptor fits,
+and then a reverse pass puts back every victim that turned out not to be needed.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+from spotline.domain.config import SchedulerConfig, VictimStrategy
+from spotline.domain.models import Allocation, Job, Pool
+from spotline.domain.quota import Ledger, borrowed_gpus
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A running job that preemption may stop, with what the ordering functions need."""
+
+    allocation: Allocation
+    effective_priority: float
+    remaining_s: float
+    lost_work_gpu_s: float
+
+    @property
+    def job(self) -> Job:
+        return self.allocation.job
+
+    @property
+    def job_id(self) -> str:
+        return self.allocation.job.id
+
+
+def lost_work_gpu_s(job: Job, gpus: int, now: float, config: SchedulerConfig) -> float:
+    """GPU-seconds a preemption of `job` now would waste: work since its last durable
+    checkpoint, plus the restart cost, on all of its GPUs."""
+    return gpus * (job.unsaved_work_s(now) + config.restart_cost_s)
+
+
+def eligibility(
+    candidate: Candidate,
+    preemptor: Job,
+    preemptor_priority: float,
+    now: float,
+    config: SchedulerConfig,
+    usage: Mapping[str, int],
+    ledger: Ledger,
+) -> str | None:
+    """None when `candidate` may be preempted for `preemptor`; otherwise why not.
+
+    1. Never a job that is already checkpointing for another preemptor, or the preemptor itself.
+    2. Never inside its protection period (since its last start).
+    3. Never once it reached the per-job preemption cap.
+    4. Then: its effective priority is below the preemptor's by at least the margin, or it
+       runs on borrowed capacity that the preemptor's team may reclaim (the candidate's team
+       is over its nominal quota and the preemptor's team stays within its own nominal).
+    """
+    job = candidate.job
+    if candidate.allocation.draining_for is not None or job.id == preemptor.id:
+        return "already leaving"
+    if job.started_at is not None and now - job.started_at < config.protection_period_s:
+        return "inside its protection period"
+    if job.preemptions >= config.max_preemptions_per_job:
+        return "reached the preemption cap"
+    if candidate.effective_priority < preemptor_priority - config.preemption_margin:
+        return None
+    if job.team != preemptor.team and _may_reclaim(preemptor, usage, ledger):
+        if borrowed_gpus(job.team, usage, ledger.quotas) > 0:
+            return None
+    return "not lower priority"
+
+
+def _may_reclaim(preemptor: Job, usage: Mapping[str, int], ledger: Ledger) -> bool:
+    quota = ledger.quotas.get(preemptor.team)
+    if quota is None:
+        return False
+    return usage.get(preemptor.team, 0) + preemptor.gpus <= quota.nominal_gpus
+
+
+# --- ordering: one function per strategy; the first candidate is the first victim ----------
+
+
+def order_least_lost_work(candidates: Sequence[Candidate], rng: random.Random) -> list[Candidate]:
+    """Spotline's default.
+
+    1. Least lost work: GPU-seconds since the last durable checkpoint, plus restart cost.
+    2. Lower effective priority.
+    3. Job id (deterministic tie-break).
+    """
+    return sorted(candidates, key=lambda c: (c.lost_work_gpu_s, c.effective_priority, c.job_id))
+
+
+def order_least_remaining_time(candidates: Sequence[Candidate], rng: random.Random) -> list[Candidate]:
+    """1. Least estimated remaining run time.
+    2. Lower effective priority.
+    3. Job id (deterministic tie-break).
+    """
+    return sorted(candidates, key=lambda c: (c.remaining_s, c.effective_priority, c.job_id))
+
+
+def order_lowest_utilization(candidates: Sequence[Candidate], rng: random.Random) -> list[Candidate]:
+    """1. Lowest agent-reported GPU utilization (a job that reported none counts as fully used).
+    2. Lower effective priority.
+    3. Job id (deterministic tie-break).
+    """
+
+    def utilization(c: Candidate) -> float:
+        return 1.0 if c.job.utilization is None else c.job.utilization
+
+    return sorted(candidates, key=lambda c: (utilization(c), c.effective_priority, c.job_id))
+
+
+def order_random(candidates: Sequence[Candidate], rng: random.Random) -> list[Candidate]:
+    """1. A random order drawn from the seeded `rng` passed in.
+    The input is first sorted by job id, so the same seed gives the same order.
+    """
+    ordered = sorted(candidates, key=lambda c: c.job_id)
+    rng.shuffle(ordered)
+    return ordered
+
+
+ORDERINGS: Mapping[VictimStrategy, Callable[[Sequence[Candidate], random.Random], list[Candidate]]] = {
+    VictimStrategy.LEAST_LOST_WORK: order_least_lost_work,
+    VictimStrategy.LEAST_REMAINING_TIME: order_least_remaining_time,
+    VictimStrategy.LOWEST_UTILIZATION: order_lowest_utilization,
+    VictimStrategy.RANDOM: order_random,
+}
+
+
+def select_victims(
+    preemptor: Job,
+    preemptor_priority: float,
+    pool: Pool,
+    candidates: Sequence[Candidate],
+    ledger: Ledger,
+    now: float,
+    config: SchedulerConfig,
+    rng: random.Random,
+    strategy: VictimStrategy | None = None,
+) -> list[Candidate] | None:
+    """The victims in `pool` whose departure lets `preemptor` fit, or None.
+
+    Greedy: take eligible candidates in the strategy's order until the preemptor fits (pool
+    capacity and its team's quota); then a reverse pass puts back each victim without which it
+    still fits, so no victim is unnecessary. The ledger is not changed.
+    """
+    if not pool.can_host(preemptor):
+        return None
+    if ledger.fits_without(preemptor, pool, []):
+        return []
+    usage = ledger.team_used
+    eligible = [
+        c
+        for c in candidates
+        if c.allocation.pool == pool.name
+        and eligibility(c, preemptor, preemptor_priority, now, config, usage, ledger) is None
+    ]
+    if not eligible:
+        return None
+    order = ORDERINGS[strategy or config.strategy]
+    victims: list[Candidate] = []
+    for candidate in order(eligible, rng):
+        victims.append(candidate)
+        if ledger.fits_without(preemptor, pool, [v.allocation for v in victims]):
+            break
+    else:
+        return None
+    for candidate in reversed(victims[:-1]):
+        trial = [v for v in victims if v is not candidate]
+        if ledger.fits_without(preemptor, pool, [v.allocation for v in trial]):
+            victims = trial
+    return victims
+

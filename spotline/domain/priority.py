@@ -1,0 +1,70 @@
+"""Effective priority: one number that orders the queue and decides who may preempt whom."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from spotline.domain.config import PriorityWeights
+from spotline.domain.models import Job, TeamQuota
+
+
+def wait_s(job: Job, now: float) -> float:
+    """Time the job has waited in the queue since it was last enqueued. A running job keeps
+    the wait it had when it started, so starting never changes its standing."""
+    end = now if job.started_at is None else job.started_at
+    return max(0.0, end - job.enqueued_at)
+
+
+def deadline_urgency(job: Job, now: float, weights: PriorityWeights, remaining_s: float) -> float:
+    """0 without a deadline; otherwise 1 - slack / horizon clamped to [0, 1], where
+    slack = deadline - now - remaining work. A closer deadline never lowers it."""
+    deadline = job.spec.deadline_at
+    if deadline is None:
+        return 0.0
+    slack = deadline - now - remaining_s
+    return min(1.0, max(0.0, 1.0 - slack / weights.deadline_horizon_s))
+
+
+def fairshare_factor(team: str, quotas: Mapping[str, TeamQuota], usage_gpu_hours: Mapping[str, float]) -> float:
+    """Slurm's classic fair-share factor 2^(-U/S): U is the team's share of decayed usage,
+    S its share of the weights. 1.0 for an idle team, 0.5 for a team at exactly its share."""
+    total_usage = sum(usage_gpu_hours.values())
+    if total_usage <= 0.0:
+        return 1.0
+    total_weight = sum(q.weight for q in quotas.values())
+    quota = quotas.get(team)
+    if quota is None or total_weight <= 0.0:
+        share = 1.0 / max(1, len(usage_gpu_hours))
+    else:
+        share = quota.weight / total_weight
+    usage = usage_gpu_hours.get(team, 0.0) / total_usage
+    return float(2.0 ** (-usage / share))
+
+
+def effective_priority(
+    job: Job,
+    now: float,
+    weights: PriorityWeights,
+    *,
+    remaining_s: float,
+    fairshare: float = 1.0,
+) -> float:
+    """The multifactor priority of `job` at `now` (see `PriorityWeights` for the formula).
+
+    `remaining_s` is the job's estimated remaining run time and `fairshare` its team's
+    fair-share factor in [0, 1]; both are computed once per pass by the caller.
+
+    Properties (tested): waiting longer, a closer deadline and more disruptions suffered each
+    never lower it.
+    """
+    age = min(1.0, wait_s(job, now) / weights.max_age_s)
+    history = min(job.disruptions, weights.history_cap) / weights.history_cap
+    size = min(1.0, job.gpus / weights.size_norm_gpus)
+    return (
+        weights.class_step * job.priority.rank
+        + weights.age * age
+        + weights.deadline * deadline_urgency(job, now, weights, remaining_s)
+        + weights.size * size
+        + weights.fairshare * fairshare
+        + weights.history * history
+    )

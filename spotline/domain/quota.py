@@ -1,0 +1,110 @@
+"""Capacity and team quotas with borrowing, in Kueue's cohort sense.
+
+All teams with a quota form one cohort. A team uses its nominal quota first; beyond it, it may
+borrow the idle quota that other teams lend (each lends at most its lending limit), up to its
+own borrowing limit. Capacity a team uses beyond its nominal quota is *borrowed*, and the
+owners may reclaim it by preemption. Teams without a quota entry are not quota-limited (only
+pool capacity limits them).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from spotline.domain.models import Allocation, ClusterSnapshot, Job, Pool, TeamQuota
+
+
+def borrowed_gpus(team: str, usage: Mapping[str, int], quotas: Mapping[str, TeamQuota]) -> int:
+    """GPUs `team` uses beyond its nominal quota (0 when it has no quota)."""
+    quota = quotas.get(team)
+    if quota is None:
+        return 0
+    return max(0, usage.get(team, 0) - quota.nominal_gpus)
+
+
+def lendable_gpus(team: str, usage: Mapping[str, int], quotas: Mapping[str, TeamQuota]) -> int:
+    """Idle quota of the other teams still free to lend to `team`: what they lend, minus
+    what other borrowers already took."""
+    lent = 0
+    taken = 0
+    for other, quota in quotas.items():
+        if other == team:
+            continue
+        used = usage.get(other, 0)
+        idle = max(0, quota.nominal_gpus - used)
+        lent += idle if quota.lending_limit_gpus is None else min(idle, quota.lending_limit_gpus)
+        taken += max(0, used - quota.nominal_gpus)
+    return max(0, lent - taken)
+
+
+def quota_shortfall(
+    team: str, extra_gpus: int, usage: Mapping[str, int], quotas: Mapping[str, TeamQuota]
+) -> str | None:
+    """None when `team` may take `extra_gpus` more; otherwise why not, in a user's words."""
+    quota = quotas.get(team)
+    if quota is None:
+        return None
+    after = usage.get(team, 0) + extra_gpus
+    need = after - quota.nominal_gpus
+    if need <= 0:
+        return None
+    already = max(0, usage.get(team, 0) - quota.nominal_gpus)
+    if quota.borrowing_limit_gpus is not None and need > quota.borrowing_limit_gpus:
+        return (
+            f"team quota exhausted: {team} would use {after} GPUs, nominal {quota.nominal_gpus}"
+            f" + borrowing limit {quota.borrowing_limit_gpus}"
+        )
+    if need - already > lendable_gpus(team, usage, quotas):
+        return f"team quota exhausted: {team} is at its nominal {quota.nominal_gpus} GPUs and no idle quota to borrow"
+    return None
+
+
+@dataclass
+class Ledger:
+    """A working copy of pool usage and team usage that a pass updates as it decides, so one
+    plan never over-commits a pool or a quota."""
+
+    pools: Mapping[str, Pool]
+    quotas: Mapping[str, TeamQuota]
+    pool_used: dict[str, int] = field(default_factory=dict)
+    team_used: dict[str, int] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, snapshot: ClusterSnapshot) -> Ledger:
+        ledger = cls(pools=snapshot.pools, quotas=snapshot.quotas)
+        for alloc in snapshot.allocations:
+            ledger.take(alloc.job.team, alloc.pool, alloc.gpus)
+        return ledger
+
+    def free(self, pool: str) -> int:
+        return self.pools[pool].capacity_gpus - self.pool_used.get(pool, 0)
+
+    def take(self, team: str, pool: str, gpus: int) -> None:
+        self.pool_used[pool] = self.pool_used.get(pool, 0) + gpus
+        self.team_used[team] = self.team_used.get(team, 0) + gpus
+
+    def give_back(self, team: str, pool: str, gpus: int) -> None:
+        self.pool_used[pool] = self.pool_used.get(pool, 0) - gpus
+        self.team_used[team] = self.team_used.get(team, 0) - gpus
+
+    def shortfall(self, job: Job, pool: Pool) -> str | None:
+        """None when `job` fits in `pool` now; otherwise the reason it does not."""
+        demand = pool.demand_gpus(job)
+        free = self.free(pool.name)
+        if demand > free:
+            return f"pool {pool.name} has {free} free GPUs of the {demand} needed"
+        return quota_shortfall(job.team, demand, self.team_used, self.quotas)
+
+    def fits_without(self, job: Job, pool: Pool, victims: list[Allocation]) -> bool:
+        """Would `job` fit in `pool` if `victims` left? (Leaves the ledger unchanged.)"""
+        freed_in_pool = sum(v.gpus for v in victims if v.pool == pool.name)
+        demand = pool.demand_gpus(job)
+        if demand > self.free(pool.name) + freed_in_pool:
+            return False
+        if job.team not in self.quotas:
+            return True
+        usage = dict(self.team_used)
+        for v in victims:
+            usage[v.job.team] = usage.get(v.job.team, 0) - v.gpus
+        return quota_shortfall(job.team, demand, usage, self.quotas) is None
