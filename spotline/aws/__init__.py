@@ -1,0 +1,1 @@
+"""Adapters from the scheduling core to AWS (DynamoDB, EventBridge, Step Functions, Batch)."""

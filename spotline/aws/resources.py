@@ -1,0 +1,208 @@
+"""The one description of Spotline's AWS resources: tables and their keys, queues, event rules,
+functions and workflows, and the environment variables that connect them.
+
+The CDK stack (`stacks/`) and the local runtime (`spotline.local`) both build from this module,
+so a key, an index, an event pattern or an ASL substitution is written once. Pure data: no
+boto3 here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+# --- environment variables every function reads (spotline.aws.settings parses them) ------
+
+ENV_JOBS_TABLE = "SPOTLINE_JOBS_TABLE"
+ENV_TIMELINE_TABLE = "SPOTLINE_TIMELINE_TABLE"
+ENV_LEDGER_TABLE = "SPOTLINE_LEDGER_TABLE"
+ENV_INSTANCES_TABLE = "SPOTLINE_INSTANCES_TABLE"
+ENV_IDEMPOTENCY_TABLE = "SPOTLINE_IDEMPOTENCY_TABLE"
+ENV_EVENT_BUS = "SPOTLINE_EVENT_BUS"
+ENV_SCHEDULER_QUEUE_URL = "SPOTLINE_SCHEDULER_QUEUE_URL"
+ENV_PREEMPT_STATE_MACHINE_ARN = "SPOTLINE_PREEMPT_STATE_MACHINE_ARN"
+ENV_LAUNCH_STATE_MACHINE_ARN = "SPOTLINE_LAUNCH_STATE_MACHINE_ARN"
+ENV_CHECKPOINT_BUCKET = "SPOTLINE_CHECKPOINT_BUCKET"
+# JSON: {"pools": [...], "teams": [...], "identities": {...}, "scheduler": {...}} (spotline.aws.settings)
+ENV_CONFIG = "SPOTLINE_CONFIG"
+
+# Environment of a training container (the agent reads these; the job definition and the local
+# fleet set them).
+AGENT_ENV_JOB_ID = "SPOTLINE_JOB_ID"
+AGENT_ENV_JOBS_TABLE = ENV_JOBS_TABLE
+AGENT_ENV_EVENT_BUS = ENV_EVENT_BUS
+AGENT_ENV_CHECKPOINT_URI = "SPOTLINE_CHECKPOINT_URI"  # s3://bucket/checkpoints/<team>/<job_id>/ or file:///dir/
+AGENT_ENV_INSTANCE_ID = "SPOTLINE_INSTANCE_ID"  # locally; on AWS the agent reads instance metadata
+AGENT_ENV_CHECKPOINT_INTERVAL_S = "SPOTLINE_CHECKPOINT_INTERVAL_S"
+AGENT_ENV_POLL_S = "SPOTLINE_AGENT_POLL_S"  # how often the agent reads its job record (default 5)
+
+# --- DynamoDB --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Index:
+    name: str
+    partition_key: str
+    sort_key: str | None = None
+    # Attributes projected besides the keys (None: ALL).
+    projection: tuple[str, ...] | None = None
+
+
+@dataclass(frozen=True)
+class Table:
+    logical_id: str
+    env: str
+    partition_key: str
+    sort_key: str | None = None
+    indexes: tuple[Index, ...] = ()
+    ttl_attribute: str | None = None
+    # Number keys (all others are strings).
+    number_keys: tuple[str, ...] = ()
+
+
+# Jobs: one item per job. Index attributes are written only while they apply (sparse indexes):
+#   queue_pk    = "Q#<priority>"  while PENDING            queue_sk    = "<submitted_at:017.3f>#<job_id>"
+#   deadline_pk = "D"             while PENDING with one   deadline_sk = "<deadline:017.3f>#<job_id>"
+#   active_pk   = "A"             while holding GPUs (ADMITTED, RUNNING, CHECKPOINTING)
+#   team, team_sk = "<submitted_at:017.3f>#<job_id>"      always
+# The agent polls `checkpoint_requested_at` (number) on its own item to learn of a requested checkpoint.
+JOBS = Table(
+    logical_id="Jobs",
+    env=ENV_JOBS_TABLE,
+    partition_key="job_id",
+    indexes=(
+        Index("queue", "queue_pk", "queue_sk"),
+        Index("deadline", "deadline_pk", "deadline_sk"),
+        Index("active", "active_pk", "job_id"),
+        Index("team", "team", "team_sk"),
+    ),
+)
+
+# Timeline: every transition of a job, in order.
+TIMELINE = Table(logical_id="Timeline", env=ENV_TIMELINE_TABLE, partition_key="job_id", sort_key="seq",
+                 number_keys=("seq",))
+
+# Capacity and quota ledger: "POOL#<name>" and "TEAM#<team>" items with `used_gpus`, updated in
+# the same transaction as each admission or release (condition: used + gpus <= capacity).
+LEDGER = Table(logical_id="Ledger", env=ENV_LEDGER_TABLE, partition_key="pk")
+
+# Instance id -> the jobs running on it (a Spot warning names an instance, not a job).
+INSTANCES = Table(logical_id="Instances", env=ENV_INSTANCES_TABLE, partition_key="instance_id",
+                  ttl_attribute="expires_at")
+
+# Powertools idempotency records (its DynamoDBPersistenceLayer defaults: key "id", ttl "expiration").
+IDEMPOTENCY = Table(logical_id="Idempotency", env=ENV_IDEMPOTENCY_TABLE, partition_key="id",
+                    ttl_attribute="expiration")
+
+TABLES: tuple[Table, ...] = (JOBS, TIMELINE, LEDGER, INSTANCES, IDEMPOTENCY)
+
+# --- events ------------------------------------------------------------------------------
+
+SOURCE_API = "spotline.api"
+SOURCE_AGENT = "spotline.agent"
+SOURCE_SCHEDULER = "spotline.scheduler"
+
+DETAIL_JOB_SUBMITTED = "Job Submitted"
+DETAIL_CHECKPOINT_COMPLETED = "Checkpoint Completed"
+DETAIL_JOB_HEARTBEAT = "Job Heartbeat"
+DETAIL_JOB_STATE_CHANGED = "Job State Changed"
+DETAIL_SPOT_WARNING = "EC2 Spot Instance Interruption Warning"
+DETAIL_REBALANCE = "EC2 Instance Rebalance Recommendation"
+DETAIL_BATCH_STATE_CHANGE = "Batch Job State Change"
+
+PROJECT_BUS = "project"  # the stack's own bus (named spotline-<stage> when deployed)
+DEFAULT_BUS = "default"
+
+# The scheduler runs one pass at a time behind this FIFO queue (one message group).
+SCHEDULER_QUEUE = "SchedulerTriggers"  # logical id; a .fifo queue
+SCHEDULER_MESSAGE_GROUP = "scheduling-pass"
+
+
+@dataclass(frozen=True)
+class Rule:
+    """An EventBridge rule: on `bus`, `pattern` routes to `target` (a function name from
+    FUNCTIONS, or SCHEDULER_QUEUE)."""
+
+    name: str
+    bus: str
+    pattern: dict[str, Any]
+    target: str
+
+
+RULES: tuple[Rule, ...] = (
+    Rule("JobSubmitted", PROJECT_BUS,
+         {"source": [SOURCE_API], "detail-type": [DETAIL_JOB_SUBMITTED]}, SCHEDULER_QUEUE),
+    Rule("CapacityFreed", PROJECT_BUS,
+         {"source": [SOURCE_SCHEDULER], "detail-type": [DETAIL_JOB_STATE_CHANGED],
+          "detail": {"to": ["SUCCEEDED", "FAILED", "CANCELLED", "PENDING"]}}, SCHEDULER_QUEUE),
+    Rule("CheckpointCompleted", PROJECT_BUS,
+         {"source": [SOURCE_AGENT], "detail-type": [DETAIL_CHECKPOINT_COMPLETED]}, "checkpoint_completed"),
+    Rule("JobHeartbeat", PROJECT_BUS,
+         {"source": [SOURCE_AGENT], "detail-type": [DETAIL_JOB_HEARTBEAT]}, "heartbeat"),
+    Rule("SpotInterruptionWarning", DEFAULT_BUS,
+         {"source": ["aws.ec2"], "detail-type": [DETAIL_SPOT_WARNING]}, "spot_interruption"),
+    Rule("RebalanceRecommendation", DEFAULT_BUS,
+         {"source": ["aws.ec2"], "detail-type": [DETAIL_REBALANCE]}, "rebalance"),
+    Rule("BatchJobStateChange", DEFAULT_BUS,
+         {"source": ["aws.batch"], "detail-type": [DETAIL_BATCH_STATE_CHANGE],
+          "detail": {"jobName": [{"prefix": "spotline-"}]}}, "batch_state_change"),
+)
+
+# --- functions and workflows -----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Function:
+    """A Lambda function: `functions/<module>.py`, entry point `handler`."""
+
+    name: str
+    module: str
+    timeout_s: int = 30
+    memory_mb: int = 512
+    # Tables it reads / writes, by logical id (the stack grants exactly these).
+    reads: tuple[str, ...] = ()
+    writes: tuple[str, ...] = ()
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+FUNCTIONS: tuple[Function, ...] = (
+    Function("api", "api", reads=("Jobs", "Timeline"), writes=("Jobs", "Timeline", "Idempotency")),
+    Function("scheduler", "scheduler", timeout_s=60,
+             reads=("Jobs", "Ledger"), writes=("Jobs", "Timeline", "Ledger")),
+    Function("spot_interruption", "spot_interruption",
+             reads=("Jobs", "Instances"), writes=("Jobs", "Timeline", "Idempotency")),
+    Function("rebalance", "rebalance", reads=("Jobs", "Instances"), writes=("Jobs", "Idempotency")),
+    Function("checkpoint_completed", "checkpoint_completed", reads=("Jobs",),
+             writes=("Jobs", "Timeline", "Idempotency")),
+    Function("heartbeat", "heartbeat", reads=("Jobs",), writes=("Jobs",)),
+    Function("batch_state_change", "batch_state_change",
+             reads=("Jobs", "Ledger"), writes=("Jobs", "Timeline", "Ledger", "Instances", "Idempotency")),
+    Function("reconciler", "reconciler", timeout_s=120,
+             reads=("Jobs", "Ledger"), writes=("Jobs", "Timeline", "Ledger")),
+    # Lambda tasks of the workflows: one entry point, dispatched on the input's "task" field.
+    Function("workflow_tasks", "workflow_tasks", timeout_s=60,
+             reads=("Jobs", "Ledger", "Instances"), writes=("Jobs", "Timeline", "Ledger", "Instances")),
+)
+
+
+@dataclass(frozen=True)
+class StateMachine:
+    """A Step Functions Standard workflow from `statemachines/<file>`; `substitutions` maps each
+    ${Name} in the ASL to a function name in FUNCTIONS (its ARN is substituted)."""
+
+    name: str
+    file: str
+    env: str
+    substitutions: dict[str, str]
+
+
+STATE_MACHINES: tuple[StateMachine, ...] = (
+    StateMachine("preempt", "preempt.asl.json", ENV_PREEMPT_STATE_MACHINE_ARN,
+                 {"WorkflowTasksFunctionArn": "workflow_tasks"}),
+    StateMachine("launch", "launch.asl.json", ENV_LAUNCH_STATE_MACHINE_ARN,
+                 {"WorkflowTasksFunctionArn": "workflow_tasks"}),
+)
+
+# Periodic triggers: the scheduler's tick (aging, deadlines) and the reconciler.
+SCHEDULER_TICK_RATE_MINUTES = 1
+RECONCILER_RATE_MINUTES = 5
