@@ -1,0 +1,115 @@
+"""The agent's two events on the project bus (architecture.md, Events: MUST)."""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import TYPE_CHECKING, Any, Protocol
+
+from spotline.aws.resources import DETAIL_CHECKPOINT_COMPLETED, DETAIL_JOB_HEARTBEAT, SOURCE_AGENT
+
+if TYPE_CHECKING:
+    from mypy_boto3_events import EventBridgeClient
+    from mypy_boto3_events.type_defs import PutEventsRequestEntryTypeDef
+
+    from spotline.agent.store import CheckpointRecord
+
+log = logging.getLogger(__name__)
+
+
+class EventPublisher(Protocol):
+    def publish(self, detail_type: str, detail: dict[str, Any]) -> bool:
+        """Send one event; True if it was accepted. Must not raise: training goes on regardless."""
+        ...
+
+
+class EventBridgePublisher:
+    """PutEvents to the project bus with source `spotline.agent`."""
+
+    def __init__(self, client: EventBridgeClient, bus_name: str, *, attempts: int = 3) -> None:
+        self.client = client
+        self.bus_name = bus_name
+        self.attempts = attempts
+
+    def publish(self, detail_type: str, detail: dict[str, Any]) -> bool:
+        entry: PutEventsRequestEntryTypeDef = {
+            "Source": SOURCE_AGENT, "DetailType": detail_type, "Detail": json.dumps(detail),
+            "EventBusName": self.bus_name,
+        }
+        # botocore retries throttling and 5xx; PutEvents can also fail per entry (FailedEntryCount)
+        # with a 200, which only we can retry.
+        for attempt in range(1, self.attempts + 1):
+            try:
+                response = self.client.put_events(Entries=[entry])
+            except Exception as exc:  # a lost event must never stop training
+                log.warning("%s not sent (attempt %d): %s", detail_type, attempt, exc)
+                continue
+            if response.get("FailedEntryCount", 0) == 0:
+                return True
+            log.warning("%s rejected (attempt %d): %s", detail_type, attempt, response.get("Entries"))
+        return False
+
+
+class LogPublisher:
+    """Used when no bus is configured (a standalone run): the events go to the log."""
+
+    def publish(self, detail_type: str, detail: dict[str, Any]) -> bool:
+        log.info("%s %s", detail_type, json.dumps(detail, sort_keys=True))
+        return True
+
+
+class RecordingPublisher:
+    """Keeps what it is given; for tests and for callers that forward events themselves."""
+
+    def __init__(self) -> None:
+        self.events: list[tuple[str, dict[str, Any]]] = []
+
+    def publish(self, detail_type: str, detail: dict[str, Any]) -> bool:
+        self.events.append((detail_type, detail))
+        return True
+
+
+def checkpoint_completed_detail(
+    record: CheckpointRecord, *, instance_id: str | None, requested_at: float | None
+) -> dict[str, Any]:
+    """job_id, checkpoint_uri, step, progress (the contract), plus what the control plane can use
+    to match the event to its request and to measure lost work."""
+    return {
+        "job_id": record.job_id,
+        "checkpoint_uri": record.uri,
+        "step": record.step,
+        "progress": record.progress,
+        "reason": record.reason,
+        "final": record.final,
+        "instance_id": instance_id,
+        "created_at": record.created_at,
+        # The request this checkpoint answers (None for periodic ones): a checkpoint whose state
+        # was captured at or after `checkpoint_requested_at` satisfies that request.
+        "requested_at": requested_at,
+    }
+
+
+def heartbeat_detail(
+    *, job_id: str, instance_id: str | None, step: int, progress: float | None,
+    utilization: float | None, last_checkpoint_step: int | None,
+) -> dict[str, Any]:
+    return {
+        "job_id": job_id,
+        "instance_id": instance_id,
+        "step": step,
+        "progress": progress,
+        "utilization": utilization,
+        "last_checkpoint_step": last_checkpoint_step,
+    }
+
+
+__all__ = [
+    "DETAIL_CHECKPOINT_COMPLETED",
+    "DETAIL_JOB_HEARTBEAT",
+    "EventBridgePublisher",
+    "EventPublisher",
+    "LogPublisher",
+    "RecordingPublisher",
+    "checkpoint_completed_detail",
+    "heartbeat_detail",
+]

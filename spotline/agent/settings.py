@@ -1,0 +1,117 @@
+"""The agent's configuration, read once from the environment a training container gets.
+
+The variable names come from `spotline.aws.resources` (the one place the job definition and the
+local fleet take them from); the few that only the agent reads are defined here.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from spotline.aws.resources import (
+    AGENT_ENV_CHECKPOINT_INTERVAL_S,
+    AGENT_ENV_CHECKPOINT_URI,
+    AGENT_ENV_EVENT_BUS,
+    AGENT_ENV_INSTANCE_ID,
+    AGENT_ENV_JOB_ID,
+    AGENT_ENV_JOBS_TABLE,
+    AGENT_ENV_POLL_S,
+)
+
+# Agent-only knobs (not part of the job definition contract yet).
+AGENT_ENV_HEARTBEAT_S = "SPOTLINE_HEARTBEAT_S"
+# Set by the command wrapper for its child: a library-using child writes its step / progress there
+# so that the wrapper's heartbeats carry them and the child does not send heartbeats of its own.
+AGENT_ENV_STATUS_FILE = "SPOTLINE_AGENT_STATUS_FILE"
+
+# Standard AWS SDK variables for instance metadata, honoured the way botocore honours them.
+ENV_IMDS_ENDPOINT = "AWS_EC2_METADATA_SERVICE_ENDPOINT"
+ENV_IMDS_DISABLED = "AWS_EC2_METADATA_DISABLED"
+IMDS_DEFAULT_ENDPOINT = "http://169.254.169.254"
+# Present inside an AWS Batch / ECS container: the only places where the agent talks to IMDS
+# without being told to (a laptop has no IMDS, and probing 169.254.169.254 there only costs time).
+_ON_AWS_MARKERS = ("AWS_BATCH_JOB_ID", "ECS_CONTAINER_METADATA_URI_V4", "ECS_CONTAINER_METADATA_URI")
+
+DEFAULT_JOB_ID = "local"
+DEFAULT_CHECKPOINT_INTERVAL_S = 600.0
+DEFAULT_POLL_S = 5.0
+DEFAULT_HEARTBEAT_S = 30.0
+# AWS publishes the Spot instance-action two minutes ahead and recommends polling every 5 s.
+SPOT_POLL_S = 5.0
+
+
+@dataclass(frozen=True)
+class AgentSettings:
+    """Everything the agent needs to know about its job and its surroundings.
+
+    A `None` disables the matching feature: no checkpoint store, no polling of the jobs table,
+    no events (logged instead), no instance metadata.
+    """
+
+    job_id: str = DEFAULT_JOB_ID
+    checkpoint_uri: str | None = None
+    jobs_table: str | None = None
+    event_bus: str | None = None
+    instance_id: str | None = None
+    # <= 0 disables periodic checkpoints (checkpoints on request, Spot notice and SIGTERM remain).
+    checkpoint_interval_s: float = DEFAULT_CHECKPOINT_INTERVAL_S
+    poll_s: float = DEFAULT_POLL_S
+    heartbeat_s: float = DEFAULT_HEARTBEAT_S
+    spot_poll_s: float = SPOT_POLL_S
+    imds_endpoint: str | None = None
+    status_file: str | None = None
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> AgentSettings:
+        """Parse the training container's environment (os.environ by default)."""
+        env = os.environ if env is None else env
+        return cls(
+            job_id=_text(env, AGENT_ENV_JOB_ID) or DEFAULT_JOB_ID,
+            checkpoint_uri=_text(env, AGENT_ENV_CHECKPOINT_URI),
+            jobs_table=_text(env, AGENT_ENV_JOBS_TABLE),
+            event_bus=_text(env, AGENT_ENV_EVENT_BUS),
+            instance_id=_text(env, AGENT_ENV_INSTANCE_ID),
+            checkpoint_interval_s=_seconds(
+                env, AGENT_ENV_CHECKPOINT_INTERVAL_S, DEFAULT_CHECKPOINT_INTERVAL_S
+            ),
+            poll_s=_seconds(env, AGENT_ENV_POLL_S, DEFAULT_POLL_S),
+            heartbeat_s=_seconds(env, AGENT_ENV_HEARTBEAT_S, DEFAULT_HEARTBEAT_S),
+            imds_endpoint=imds_endpoint_from_env(env),
+            status_file=_text(env, AGENT_ENV_STATUS_FILE),
+        )
+
+
+def imds_endpoint_from_env(env: Mapping[str, str]) -> str | None:
+    """The instance metadata endpoint to use, or None where there is none to ask.
+
+    An explicit AWS_EC2_METADATA_SERVICE_ENDPOINT always wins (tests point it at a local server);
+    otherwise IMDS is used only inside a Batch / ECS container, and not under the local runtime,
+    which names the instance itself (SPOTLINE_INSTANCE_ID) and sets AWS_BATCH_JOB_ID as Batch does.
+    """
+    if (_text(env, ENV_IMDS_DISABLED) or "").lower() == "true":
+        return None
+    explicit = _text(env, ENV_IMDS_ENDPOINT)
+    if explicit:
+        return explicit.rstrip("/")
+    if _text(env, AGENT_ENV_INSTANCE_ID):
+        return None
+    if any(_text(env, marker) for marker in _ON_AWS_MARKERS):
+        return IMDS_DEFAULT_ENDPOINT
+    return None
+
+
+def _text(env: Mapping[str, str], name: str) -> str | None:
+    value = env.get(name, "").strip()
+    return value or None
+
+
+def _seconds(env: Mapping[str, str], name: str, default: float) -> float:
+    raw = _text(env, name)
+    if raw is None:
+        return default
+    try:
+        return float(raw)
+    except ValueError as exc:
+        raise ValueError(f"{name} must be a number of seconds, got {raw!r}") from exc

@@ -1,0 +1,141 @@
+"""How a checkpoint request reaches the agent: its job's record and, on AWS, instance metadata.
+
+On AWS nothing can signal a Batch container except stopping it, so the control plane writes
+`checkpoint_requested_at` on the job's item and the agent polls it (architecture.md, "The agent's
+side of a preemption"); a Spot reclaim shows up in instance metadata two minutes ahead.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from spotline.aws.resources import JOBS
+
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb import DynamoDBClient
+
+log = logging.getLogger(__name__)
+
+REQUEST_ATTRIBUTE = "checkpoint_requested_at"
+
+
+class JobRecordPoller:
+    """Reads `checkpoint_requested_at` (epoch seconds) from the job's own item.
+
+    One consistent GetItem that projects the single attribute: about 1 read unit per poll,
+    whatever the size of the job's item.
+    """
+
+    def __init__(self, client: DynamoDBClient, table: str, job_id: str) -> None:
+        self.client = client
+        self.table = table
+        self.job_id = job_id
+
+    def checkpoint_requested_at(self) -> float | None:
+        response = self.client.get_item(
+            TableName=self.table,
+            Key={JOBS.partition_key: {"S": self.job_id}},
+            ProjectionExpression="#requested",
+            ExpressionAttributeNames={"#requested": REQUEST_ATTRIBUTE},
+            ConsistentRead=True,
+        )
+        value = response.get("Item", {}).get(REQUEST_ATTRIBUTE)
+        if value is None:
+            return None
+        if "N" in value:
+            return float(value["N"])
+        if "S" in value:  # tolerate a string-typed timestamp from a hand-written item
+            return float(value["S"])
+        return None
+
+
+@dataclass(frozen=True)
+class SpotInstanceAction:
+    """The body of /latest/meta-data/spot/instance-action: {"action": "terminate", "time": ...}."""
+
+    action: str
+    time: str
+
+
+# urlopen-compatible: (request, timeout) -> response with .read() / .status
+Opener = Callable[..., Any]
+
+
+class InstanceMetadata:
+    """A minimal IMDSv2 client (token PUT, then GETs with the token). Standard library only."""
+
+    TOKEN_TTL_S = 21600
+
+    def __init__(
+        self,
+        endpoint: str,
+        *,
+        timeout_s: float = 1.0,
+        opener: Opener = urllib.request.urlopen,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.endpoint = endpoint.rstrip("/")
+        self.timeout_s = timeout_s
+        self._open = opener
+        self._clock = clock
+        self._token: str | None = None
+        self._token_expires = 0.0
+        self._lock = threading.Lock()  # the poller thread and the main thread share the token
+
+    def _fetch_token(self) -> str:
+        request = urllib.request.Request(
+            f"{self.endpoint}/latest/api/token", method="PUT",
+            headers={"X-aws-ec2-metadata-token-ttl-seconds": str(self.TOKEN_TTL_S)},
+        )
+        with self._open(request, timeout=self.timeout_s) as response:
+            token: str = response.read().decode()
+        return token
+
+    def _token_now(self, refresh: bool = False) -> str:
+        with self._lock:
+            # Renew a minute early so a token never expires between fetching and using it.
+            if refresh or self._token is None or self._clock() >= self._token_expires - 60:
+                self._token = self._fetch_token()
+                self._token_expires = self._clock() + self.TOKEN_TTL_S
+            return self._token
+
+    def get(self, path: str) -> str | None:
+        """GET /latest/meta-data/<path>: its text, or None on 404."""
+        for attempt in range(2):
+            request = urllib.request.Request(
+                f"{self.endpoint}/latest/meta-data/{path.lstrip('/')}",
+                headers={"X-aws-ec2-metadata-token": self._token_now(refresh=attempt > 0)},
+            )
+            try:
+                with self._open(request, timeout=self.timeout_s) as response:
+                    text: str = response.read().decode()
+                    return text
+            except urllib.error.HTTPError as exc:
+                if exc.code == 404:
+                    return None
+                if exc.code == 401 and attempt == 0:
+                    continue  # the token expired or the instance was restored: get a new one
+                raise
+        return None  # pragma: no cover - the loop always returns or raises
+
+    def spot_instance_action(self) -> SpotInstanceAction | None:
+        """The pending Spot interruption, or None (IMDS answers 404 until there is one)."""
+        body = self.get("spot/instance-action")
+        if body is None:
+            return None
+        parsed = json.loads(body)
+        return SpotInstanceAction(action=str(parsed.get("action", "")), time=str(parsed.get("time", "")))
+
+    def instance_id(self) -> str | None:
+        return self.get("instance-id")
+
+    def region(self) -> str | None:
+        return self.get("placement/region")

@@ -1,0 +1,1 @@
+"""Example workloads that run under Spotline (usable as a job's `command`)."""

@@ -1,0 +1,265 @@
+"""When the agent checkpoints: periodically, on request from the jobs table, on SIGTERM."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+from moto import mock_aws
+
+from spotline.agent import (
+    Agent,
+    AgentSettings,
+    CheckpointReason,
+    JobRecordPoller,
+    LocalCheckpointStore,
+    RecordingPublisher,
+)
+from spotline.aws.resources import DETAIL_CHECKPOINT_COMPLETED, DETAIL_JOB_HEARTBEAT
+
+from .fakes import FakeClock
+
+JOB = "job-7"
+TABLE = "spotline-jobs"
+
+
+def make_agent(tmp_path: Path, clock: FakeClock, publisher: RecordingPublisher, *,
+               inject: dict[str, Any] | None = None, **settings: Any) -> Agent:
+    defaults: dict[str, Any] = {"job_id": JOB, "instance_id": "local-0", "checkpoint_interval_s": 60.0,
+                                "heartbeat_s": 0.0}
+    return Agent(AgentSettings(**{**defaults, **settings}), store=LocalCheckpointStore(tmp_path / "ckpt"),
+                 publisher=publisher, clock=clock, sleep=clock.sleep, **(inject or {}))
+
+
+def completed(publisher: RecordingPublisher) -> list[dict[str, Any]]:
+    return [detail for kind, detail in publisher.events if kind == DETAIL_CHECKPOINT_COMPLETED]
+
+
+def test_periodic_checkpoint_after_the_interval(tmp_path: Path, clock: FakeClock) -> None:
+    publisher = RecordingPublisher()
+    agent = make_agent(tmp_path, clock, publisher, checkpoint_interval_s=60.0)
+    calls: list[int] = []
+
+    def state() -> dict[str, int]:
+        calls.append(1)
+        return {"w": 1}
+
+    clock.advance(59)
+    assert agent.step(1, 0.1, state) is True
+    assert calls == [] and completed(publisher) == []  # no state is built when nothing is due
+
+    clock.advance(1)
+    assert agent.step(2, 0.2, state) is True
+    clock.advance(30)
+    agent.step(3, 0.3, state)
+
+    [event] = completed(publisher)
+    assert event["reason"] == "periodic" and event["step"] == 2 and event["progress"] == 0.2
+    assert event["job_id"] == JOB and event["checkpoint_uri"].endswith("manifest-000000000002.json")
+    assert event["requested_at"] is None
+    restored = make_agent(tmp_path, clock, RecordingPublisher()).restore()
+    assert restored is not None and restored.step == 2 and restored.state == {"w": 1}
+
+
+def test_interval_zero_disables_periodic_checkpoints(tmp_path: Path, clock: FakeClock) -> None:
+    agent = make_agent(tmp_path, clock, RecordingPublisher(), checkpoint_interval_s=0)
+    clock.advance(10_000)
+    assert agent.checkpoint_reason() is None
+
+
+@pytest.fixture
+def jobs_table() -> Iterator[Any]:
+    with mock_aws():
+        client = boto3.client("dynamodb", region_name="us-east-1")
+        client.create_table(
+            TableName=TABLE, BillingMode="PAY_PER_REQUEST",
+            KeySchema=[{"AttributeName": "job_id", "KeyType": "HASH"}],
+            AttributeDefinitions=[{"AttributeName": "job_id", "AttributeType": "S"}],
+        )
+        client.put_item(TableName=TABLE, Item={"job_id": {"S": JOB}, "state": {"S": "RUNNING"},
+                                               "spec": {"S": "x" * 10_000}})
+        yield client
+
+
+def request_checkpoint(client: Any, at: float) -> None:
+    """What the control plane's checkpoint-then-preempt workflow does."""
+    client.update_item(TableName=TABLE, Key={"job_id": {"S": JOB}},
+                       UpdateExpression="SET checkpoint_requested_at = :t",
+                       ExpressionAttributeValues={":t": {"N": repr(at)}})
+
+
+def test_checkpoint_on_request_from_the_jobs_table(tmp_path: Path, clock: FakeClock, jobs_table: Any) -> None:
+    calls: list[dict[str, Any]] = []
+
+    class SpyClient:  # records what the agent asks DynamoDB for
+        def get_item(self, **kwargs: Any) -> Any:
+            calls.append(kwargs)
+            return jobs_table.get_item(**kwargs)
+
+    publisher = RecordingPublisher()
+    poller = JobRecordPoller(SpyClient(), TABLE, JOB)  # type: ignore[arg-type]
+    agent = make_agent(tmp_path, clock, publisher, poll_s=5.0, checkpoint_interval_s=0,
+                       inject={"job_poller": poller})
+
+    # A request left over from an earlier run of the job (before this process started) is stale.
+    request_checkpoint(jobs_table, clock.now - 30)
+    clock.advance(5)
+    agent.poll_once()
+    assert agent.checkpoint_reason() is None
+
+    requested_at = clock.now + 1
+    request_checkpoint(jobs_table, requested_at)
+    clock.advance(2)
+    agent.poll_once()  # within the poll interval: not read yet
+    assert agent.checkpoint_reason() is None
+    clock.advance(3)
+    assert agent.poll_once() == pytest.approx(5.0)  # next poll due in poll_s
+    assert agent.checkpoint_reason() is CheckpointReason.REQUESTED
+
+    assert agent.step(40, 0.4, lambda: {"w": 2}) is True
+
+    [event] = completed(publisher)
+    assert event["reason"] == "requested" and event["step"] == 40
+    assert event["requested_at"] == requested_at
+    # Answered: the same request does not trigger a second checkpoint.
+    clock.advance(5)
+    agent.poll_once()
+    assert agent.checkpoint_reason() is None
+    # One cheap read: the single attribute, consistently, by key.
+    assert calls[0]["Key"] == {"job_id": {"S": JOB}}
+    assert calls[0]["ConsistentRead"] is True
+    assert calls[0]["ProjectionExpression"] == "#requested"
+    assert calls[0]["ExpressionAttributeNames"] == {"#requested": "checkpoint_requested_at"}
+
+
+def test_a_request_made_while_writing_is_answered_by_the_next_checkpoint(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    class Poller:
+        requested_at: float | None = None
+
+        def checkpoint_requested_at(self) -> float | None:
+            return self.requested_at
+
+    poller = Poller()
+    publisher = RecordingPublisher()
+    agent = make_agent(tmp_path, clock, publisher, poll_s=1.0, checkpoint_interval_s=0,
+                       inject={"job_poller": poller})
+    clock.advance(1)
+    poller.requested_at = clock.now
+    agent.poll_once()
+
+    def state_that_sees_a_new_request() -> dict[str, int]:
+        poller.requested_at = clock.now + 0.5  # arrives after the state was captured
+        clock.advance(1)
+        agent.poll_once()
+        return {"w": 3}
+
+    agent.step(1, None, state_that_sees_a_new_request)
+
+    assert agent.checkpoint_reason() is CheckpointReason.REQUESTED
+    agent.step(2, None, lambda: {"w": 4})
+    assert [e["step"] for e in completed(publisher)] == [1, 2]
+    assert agent.checkpoint_reason() is None
+
+
+def test_sigterm_checkpoints_at_the_next_step_then_stops(tmp_path: Path, clock: FakeClock) -> None:
+    publisher = RecordingPublisher()
+    agent = make_agent(tmp_path, clock, publisher, checkpoint_interval_s=0)
+    previous = signal.getsignal(signal.SIGTERM)
+    with agent:
+        # Never send SIGTERM to the test runner unless the agent's handler is the one installed.
+        assert signal.getsignal(signal.SIGTERM) == agent._on_sigterm
+        os.kill(os.getpid(), signal.SIGTERM)
+        assert agent.stop_requested
+        assert agent.step(17, 0.17, lambda: {"w": 17}) is False
+    assert signal.getsignal(signal.SIGTERM) == previous
+
+    [event] = completed(publisher)
+    assert event["reason"] == "sigterm" and event["step"] == 17
+    assert agent.checkpoint_reason() is None  # one checkpoint for one SIGTERM
+
+
+def test_pause_wakes_early_for_a_request_but_not_for_a_periodic_checkpoint(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    agent = make_agent(tmp_path, clock, RecordingPublisher(), checkpoint_interval_s=1.0)
+    start = clock.now
+    assert agent.pause(5.0) is True and clock.now - start == pytest.approx(5.0)
+
+    agent.request_stop()
+    start = clock.now
+    assert agent.pause(5.0) is False and clock.now == start
+
+
+def test_failed_periodic_checkpoint_is_retried_an_interval_later(tmp_path: Path, clock: FakeClock) -> None:
+    publisher = RecordingPublisher()
+    agent = make_agent(tmp_path, clock, publisher, checkpoint_interval_s=10.0)
+
+    def broken() -> object:
+        raise OSError("disk full")
+
+    clock.advance(10)
+    assert agent.step(1, None, broken) is True  # training goes on
+    assert agent.checkpoint_reason() is None
+    clock.advance(10)
+    assert agent.checkpoint_reason() is CheckpointReason.PERIODIC
+    assert completed(publisher) == []
+
+
+def test_without_a_store_nothing_is_restored_or_written(clock: FakeClock) -> None:
+    publisher = RecordingPublisher()
+    agent = Agent(AgentSettings(job_id=JOB, heartbeat_s=0), publisher=publisher, clock=clock)
+
+    assert agent.restore() is None
+    assert agent.checkpoint(3, {"w": 1}) is None
+    assert publisher.events == []
+
+
+def test_heartbeats_carry_the_last_reported_step(tmp_path: Path, clock: FakeClock) -> None:
+    publisher = RecordingPublisher()
+    agent = make_agent(tmp_path, clock, publisher, heartbeat_s=30.0, checkpoint_interval_s=0)
+
+    agent.poll_once()  # one at start: the job is alive
+    agent.report(12, 0.12, utilization=0.9)
+    clock.advance(29)
+    agent.poll_once()
+    clock.advance(1)
+    agent.poll_once()
+
+    beats = [d for kind, d in publisher.events if kind == DETAIL_JOB_HEARTBEAT]
+    assert len(beats) == 2
+    assert beats[1] == {"job_id": JOB, "instance_id": "local-0", "step": 12, "progress": 0.12,
+                        "utilization": 0.9, "last_checkpoint_step": None}
+
+
+def test_under_the_wrapper_heartbeats_go_to_the_status_file(tmp_path: Path, clock: FakeClock) -> None:
+    publisher = RecordingPublisher()
+    status = tmp_path / "status.json"
+    agent = make_agent(tmp_path, clock, publisher, heartbeat_s=1.0, status_file=str(status))
+    agent.report(5, 0.5)
+
+    agent.poll_once()
+
+    assert publisher.events == []
+    assert json.loads(status.read_text())["step"] == 5
+
+
+def test_settings_from_env() -> None:
+    env = {"SPOTLINE_JOB_ID": "j1", "SPOTLINE_CHECKPOINT_URI": "s3://b/p/", "SPOTLINE_JOBS_TABLE": "t",
+           "SPOTLINE_EVENT_BUS": "bus", "SPOTLINE_INSTANCE_ID": "local-3",
+           "SPOTLINE_CHECKPOINT_INTERVAL_S": "2.5", "SPOTLINE_AGENT_POLL_S": "0.5"}
+    settings = AgentSettings.from_env(env)
+    assert (settings.job_id, settings.checkpoint_uri, settings.jobs_table, settings.event_bus) == (
+        "j1", "s3://b/p/", "t", "bus")
+    assert (settings.instance_id, settings.checkpoint_interval_s, settings.poll_s) == ("local-3", 2.5, 0.5)
+    assert settings.imds_endpoint is None  # not on AWS: no instance metadata probing
+    assert AgentSettings.from_env({}).job_id == "local"
+    with pytest.raises(ValueError, match="SPOTLINE_AGENT_POLL_S"):
+        AgentSettings.from_env({"SPOTLINE_AGENT_POLL_S": "soon"})
