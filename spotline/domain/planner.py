@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from spotline.domain.config import SchedulerConfig
-from spotline.domain.models import PRIORITIES_HIGH_FIRST, ClusterSnapshot, Job, Pool, Priority
+from spotline.domain.models import PRIORITIES_HIGH_FIRST, Allocation, ClusterSnapshot, Job, Pool, Priority
 from spotline.domain.placement import candidate_pools
 from spotline.domain.preemption import Candidate, lost_work_gpu_s, select_victims
 from spotline.domain.priority import effective_priority, fairshare_factor
@@ -188,7 +188,8 @@ def plan_with_stats(
 
     1. Read at most `window_per_class` jobs of each class and as many of the nearest
        deadlines; rank them by effective priority (then submission time, then id).
-    2. For each, in that order: wait if victims are still checkpointing for it; else admit it
+    2. For each, in that order: wait if victims are still checkpointing for it (what it needs
+       stays reserved for it meanwhile); else admit it
        to the first candidate pool where it fits (capacity and quota); else, within the
        per-pass preemption budget, preempt the fewest eligible victims in one pool (the pool
        needing the fewest, in preference order); else wait, with the reason.
@@ -213,10 +214,10 @@ def plan_with_stats(
 
     ledger = Ledger.of(snapshot)
     running: list[Candidate] = []
-    draining: dict[str, list[str]] = {}
+    draining: dict[str, list[Allocation]] = {}
     for alloc in snapshot.allocations:
         if alloc.draining_for is not None:
-            draining.setdefault(alloc.draining_for, []).append(alloc.job.id)
+            draining.setdefault(alloc.draining_for, []).append(alloc)
         priority, remaining = score(alloc.job)
         running.append(
             Candidate(
@@ -227,13 +228,21 @@ def plan_with_stats(
             )
         )
 
+    # A preemptor whose victims are still checkpointing keeps what the pass that chose them
+    # reserved for it, so no job of this pass takes the capacity it waits for.
+    for _, _, job in ranked:
+        leaving = draining.get(job.id)
+        if leaving and leaving[0].pool in snapshot.pools:
+            _reserve_for_preemptor(ledger, job, snapshot.pools[leaving[0].pool], leaving)
+
     decisions: list[Decision] = []
     taken: set[str] = set()
     preemptions_left = config.max_preemptions_per_pass
     for priority, remaining, job in ranked:
         if job.id in draining:
             count = len(draining[job.id])
-            decisions.append(Wait(job, priority, f"waiting for {count} preempted job(s) to checkpoint and leave"))
+            reason = f"waiting for {count} preempted job(s) to checkpoint and leave"
+            decisions.append(Wait(job, priority, reason))
             continue
         pools = candidate_pools(job, snapshot.pools.values(), now, remaining, config)
         if not pools:
@@ -256,7 +265,8 @@ def plan_with_stats(
         if admitted:
             continue
         if preemptions_left <= 0:
-            decisions.append(Wait(job, priority, f"waiting: {first_shortfall}; preemption budget of this pass spent"))
+            reason = f"waiting: {first_shortfall}; preemption budget of this pass spent"
+            decisions.append(Wait(job, priority, reason))
             continue
         available = [c for c in running if c.job_id not in taken]
         best: tuple[Pool, list[Candidate]] | None = None
@@ -266,18 +276,13 @@ def plan_with_stats(
                 best = (pool, victims)
         if best is None:
             names = ", ".join(p.name for p in pools)
-            decisions.append(
-                Wait(job, priority, f"waiting: {first_shortfall}, and nothing lower-priority to preempt in pool {names}")
-            )
+            reason = f"waiting: {first_shortfall}, and nothing lower-priority to preempt in pool {names}"
+            decisions.append(Wait(job, priority, reason))
             continue
         pool, victims = best
         taken.update(v.job_id for v in victims)
         preemptions_left -= 1
-        # Victims keep their pool GPUs until they have checkpointed and left, so the pool stays
-        # charged for them (nothing else may start there meanwhile); quotas move at once.
-        for victim in victims:
-            ledger.team_used[victim.job.team] -= victim.allocation.gpus
-        ledger.team_used[job.team] = ledger.team_used.get(job.team, 0) + pool.demand_gpus(job)
+        _reserve_for_preemptor(ledger, job, pool, [v.allocation for v in victims])
         ids = tuple(v.job_id for v in victims)
         decisions.append(
             Preempt(
@@ -289,6 +294,22 @@ def plan_with_stats(
             )
         )
     return decisions, PlanStats(candidates_examined=len(window), running_considered=len(running))
+
+
+def _reserve_for_preemptor(ledger: Ledger, job: Job, pool: Pool, victims: Sequence[Allocation]) -> None:
+    """Charge the ledger for `job` running in `pool` once `victims` have left.
+
+    Victims keep their pool GPUs until they have checkpointed and left, so the pool stays
+    charged for them (nothing else may start there meanwhile); the part of the job's demand
+    that they do not free comes from the pool's free GPUs and is reserved now, or a later job
+    could take the same free GPUs and over-commit the pool. Quotas move at once.
+    """
+    demand = pool.demand_gpus(job)
+    freed = sum(v.gpus for v in victims if v.pool == pool.name)
+    ledger.pool_used[pool.name] = ledger.pool_used.get(pool.name, 0) + max(0, demand - freed)
+    for victim in victims:
+        ledger.team_used[victim.job.team] = ledger.team_used.get(victim.job.team, 0) - victim.gpus
+    ledger.team_used[job.team] = ledger.team_used.get(job.team, 0) + demand
 
 
 def _no_pool_reason(job: Job, snapshot: ClusterSnapshot) -> str:

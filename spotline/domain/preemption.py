@@ -66,19 +66,29 @@ def eligibility(
         return "inside its protection period"
     if job.preemptions >= config.max_preemptions_per_job:
         return "reached the preemption cap"
-    if candidate.effective_priority < preemptor_priority - config.preemption_margin:
+    if _is_lower(candidate, preemptor_priority, config):
         return None
-    if job.team != preemptor.team and _may_reclaim(preemptor, usage, ledger):
-        if borrowed_gpus(job.team, usage, ledger.quotas) > 0:
-            return None
+    if (
+        job.team != preemptor.team
+        and _may_reclaim(preemptor, usage, ledger, candidate.allocation.pool)
+        and borrowed_gpus(job.team, usage, ledger.quotas) > 0
+    ):
+        return None
     return "not lower priority"
 
 
-def _may_reclaim(preemptor: Job, usage: Mapping[str, int], ledger: Ledger) -> bool:
+def _is_lower(candidate: Candidate, preemptor_priority: float, config: SchedulerConfig) -> bool:
+    return candidate.effective_priority < preemptor_priority - config.preemption_margin
+
+
+def _may_reclaim(preemptor: Job, usage: Mapping[str, int], ledger: Ledger, pool_name: str) -> bool:
     quota = ledger.quotas.get(preemptor.team)
     if quota is None:
         return False
-    return usage.get(preemptor.team, 0) + preemptor.gpus <= quota.nominal_gpus
+    # What the preemptor takes in the candidate's pool: a gang job takes whole nodes.
+    pool = ledger.pools.get(pool_name)
+    demand = preemptor.gpus if pool is None else pool.demand_gpus(preemptor)
+    return usage.get(preemptor.team, 0) + demand <= quota.nominal_gpus
 
 
 # --- ordering: one function per strategy; the first candidate is the first victim ----------
@@ -145,8 +155,9 @@ def select_victims(
     """The victims in `pool` whose departure lets `preemptor` fit, or None.
 
     Greedy: take eligible candidates in the strategy's order until the preemptor fits (pool
-    capacity and its team's quota); then a reverse pass puts back each victim without which it
-    still fits, so no victim is unnecessary. The ledger is not changed.
+    capacity and its team's quota), skipping a candidate that is eligible only as borrowed
+    capacity once its team is back within its nominal quota; then a reverse pass puts back each
+    victim without which it still fits, so no victim is unnecessary. The ledger is not changed.
     """
     if not pool.can_host(preemptor):
         return None
@@ -163,7 +174,16 @@ def select_victims(
         return None
     order = ORDERINGS[strategy or config.strategy]
     victims: list[Candidate] = []
+    usage_left = dict(usage)
     for candidate in order(eligible, rng):
+        team = candidate.job.team
+        reclaim_only = not _is_lower(candidate, preemptor_priority, config)
+        if reclaim_only and borrowed_gpus(team, usage_left, ledger.quotas) <= 0:
+            # Eligible only to reclaim borrowed capacity, and its team borrows nothing more once
+            # the victims before it leave: reclaim stops at the team's nominal quota (Kueue
+            # re-checks this for every candidate too).
+            continue
+        usage_left[team] = usage_left.get(team, 0) - candidate.allocation.gpus
         victims.append(candidate)
         if ledger.fits_without(preemptor, pool, [v.allocation for v in victims]):
             break

@@ -25,7 +25,9 @@ def deadline_urgency(job: Job, now: float, weights: PriorityWeights, remaining_s
     return min(1.0, max(0.0, 1.0 - slack / weights.deadline_horizon_s))
 
 
-def fairshare_factor(team: str, quotas: Mapping[str, TeamQuota], usage_gpu_hours: Mapping[str, float]) -> float:
+def fairshare_factor(
+    team: str, quotas: Mapping[str, TeamQuota], usage_gpu_hours: Mapping[str, float]
+) -> float:
     """Slurm's classic fair-share factor 2^(-U/S): U is the team's share of decayed usage,
     S its share of the weights. 1.0 for an idle team, 0.5 for a team at exactly its share."""
     total_usage = sum(usage_gpu_hours.values())

@@ -49,14 +49,18 @@ def quota_shortfall(
     need = after - quota.nominal_gpus
     if need <= 0:
         return None
-    already = max(0, usage.get(team, 0) - quota.nominal_gpus)
     if quota.borrowing_limit_gpus is not None and need > quota.borrowing_limit_gpus:
         return (
             f"team quota exhausted: {team} would use {after} GPUs, nominal {quota.nominal_gpus}"
             f" + borrowing limit {quota.borrowing_limit_gpus}"
         )
-    if need - already > lendable_gpus(team, usage, quotas):
-        return f"team quota exhausted: {team} is at its nominal {quota.nominal_gpus} GPUs and no idle quota to borrow"
+    # `need` is all the team would borrow, including what it borrows already: `lendable_gpus`
+    # does not subtract the team's own borrowing, so compare the total, not the increment.
+    if need > lendable_gpus(team, usage, quotas):
+        return (
+            f"team quota exhausted: {team} is at its nominal {quota.nominal_gpus} GPUs"
+            " and no idle quota to borrow"
+        )
     return None
 
 

@@ -1,0 +1,1 @@
+"""Benchmarks: `python -m bench` (what `make bench` runs)."""

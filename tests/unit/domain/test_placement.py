@@ -1,0 +1,117 @@
+"""Placement: which pools a job may use, cheapest acceptable Spot first."""
+
+from __future__ import annotations
+
+import pytest
+
+from spotline.domain import Job, Pool, Priority, SchedulerConfig, candidate_pools, spot_refusal
+from spotline.domain.placement import expected_interruption_delay_s
+
+from .builders import HOUR, NOW, config, job, pool
+
+SPOT = pool("spot-a100", purchase="spot", capacity=64, rate=0.5)
+OD = pool("od-a100", capacity=64)
+SPOT_H100 = pool("spot-h100", purchase="spot", capacity=64, gpu_type="h100", rate=0.5)
+OD_H100 = pool("od-h100", capacity=64, gpu_type="h100")
+A100 = [OD, SPOT]
+
+# The deadline cases: remaining 1h, checkpoint every 1800s, restart 120s, 0.5 reclaims/hour on
+# one node -> 0.5 expected interruptions x (900 + 120) s = 510 s of delay; x2 (spot_slack_factor)
+# = 1020 s of slack needed.
+DEADLINE_JOB = job("d").gpus(8).expected_runtime(HOUR).checkpoint_interval(1800)
+
+
+@pytest.mark.parametrize(
+    ("subject", "pools", "policy", "expected"),
+    [
+        (job("j").build(), A100, config(), ["spot-a100", "od-a100"]),
+        (job("j").spot("never").build(), A100, config(), ["od-a100"]),
+        (job("j").spot("required").build(), A100, config(), ["spot-a100"]),
+        (job("j").spot("required").build(), [OD], config(), []),
+        (job("j").critical().build(), A100, config(), ["od-a100"]),
+        (job("j").critical().spot("required").build(), A100, config(), ["spot-a100"]),
+        (job("j").high().build(), A100, config(on_demand_classes=frozenset({Priority.HIGH})), ["od-a100"]),
+        (job("j").critical().build(), A100, config(on_demand_classes=frozenset()), ["spot-a100", "od-a100"]),
+        (job("j").interruptions(1).build(), A100, config(), ["spot-a100", "od-a100"]),
+        (job("j").interruptions(2).build(), A100, config(), ["od-a100"]),
+        (job("j").interruptions(5).spot("required").build(), A100, config(), ["spot-a100"]),
+        (DEADLINE_JOB.deadline(NOW + HOUR + 1000).build(), A100, config(), ["od-a100"]),
+        (DEADLINE_JOB.deadline(NOW + HOUR + 1100).build(), A100, config(), ["spot-a100", "od-a100"]),
+        (DEADLINE_JOB.deadline(NOW + HOUR + 1100).nodes(2).build(), A100, config(), ["od-a100"]),
+        (
+            DEADLINE_JOB.deadline(NOW + HOUR + 1100).build(),
+            A100,
+            config(spot_slack_factor=0.0),
+            ["spot-a100", "od-a100"],
+        ),
+        (
+            job("j").build(),
+            [
+                pool("od-b", price=0.9),
+                pool("od-a", price=1.0),
+                pool("spot-dear", purchase="spot", price=0.4),
+                pool("spot-cheap-risky", purchase="spot", price=0.3, rate=0.2),
+                pool("spot-cheap-calm", purchase="spot", price=0.3, rate=0.1),
+                pool("spot-cheap-calm-2", purchase="spot", price=0.3, rate=0.1),
+            ],
+            config(),
+            ["spot-cheap-calm", "spot-cheap-calm-2", "spot-cheap-risky", "spot-dear", "od-b", "od-a"],
+        ),
+        (
+            job("j").gpu_type("h100").build(),
+            [OD, SPOT, OD_H100, SPOT_H100],
+            config(),
+            ["spot-h100", "od-h100"],
+        ),
+        (job("j").gpus(8).build(), [pool("tiny", capacity=4, per_node=4), OD], config(), ["od-a100"]),
+    ],
+    ids=[
+        "auto-prefers-spot",
+        "never-on-demand-only",
+        "required-spot-only",
+        "required-without-spot-pool",
+        "on-demand-class",
+        "required-beats-on-demand-class",
+        "configured-on-demand-class",
+        "no-on-demand-classes",
+        "interruptions-below-cap",
+        "interruptions-at-cap-go-on-demand",
+        "required-ignores-interruption-cap",
+        "deadline-slack-below-expected-interruptions",
+        "deadline-slack-covers-expected-interruptions",
+        "gang-doubles-expected-interruptions",
+        "slack-factor-zero",
+        "price-then-rate-then-name",
+        "gpu-type",
+        "pool-too-small",
+    ],
+)
+def test_candidate_pools(
+    subject: Job, pools: list[Pool], policy: SchedulerConfig, expected: list[str]
+) -> None:
+    remaining = subject.remaining_s(NOW) or policy.default_runtime_s
+    assert [p.name for p in candidate_pools(subject, pools, NOW, remaining, policy)] == expected
+
+
+@pytest.mark.parametrize(
+    ("subject", "reason"),
+    [
+        (job("j").build(), None),
+        (job("j").spot("never").build(), "job asks for On-Demand only"),
+        (job("j").critical().build(), "critical jobs run On-Demand"),
+        (job("j").interruptions(3).build(), "interrupted 3 times on Spot"),
+        (
+            DEADLINE_JOB.deadline(NOW + HOUR + 1000).build(),
+            "deadline slack 1000s below the 1020s that Spot interruptions may cost",
+        ),
+    ],
+    ids=["allowed", "never", "on-demand-class", "interrupted-too-often", "deadline-slack"],
+)
+def test_spot_refusal_reason(subject: Job, reason: str | None) -> None:
+    assert spot_refusal(subject, SPOT, NOW, HOUR, config()) == reason
+
+
+def test_expected_interruption_delay_hand_computed() -> None:
+    gang = DEADLINE_JOB.nodes(2).build()
+    # 0.5/h x 2h x 2 nodes = 2 interruptions x (1800/2 + 120) s
+    assert expected_interruption_delay_s(gang, SPOT, 2 * HOUR, config()) == pytest.approx(2040.0)

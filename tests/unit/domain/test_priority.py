@@ -1,0 +1,137 @@
+"""Effective priority, factor by factor (each case isolates one weight), and fair-share."""
+
+from __future__ import annotations
+
+import pytest
+
+from spotline.domain import Job, PriorityWeights, TeamQuota, effective_priority, fairshare_factor
+
+from .builders import DAY, HOUR, NOW, job, quota
+
+NONE = {"class_step": 0.0, "age": 0.0, "deadline": 0.0, "size": 0.0, "fairshare": 0.0, "history": 0.0}
+
+
+def only(**weights: float) -> PriorityWeights:
+    """Weights where every factor but the given ones counts zero."""
+    return PriorityWeights(**{**NONE, **weights})
+
+
+@pytest.mark.parametrize(
+    ("weights", "subject", "remaining", "fairshare", "expected"),
+    [
+        # class order: low 0, normal 1, high 2, critical 3 class steps
+        (only(class_step=1000), job("j").low().build(), 0.0, 1.0, 0.0),
+        (only(class_step=1000), job("j").normal().build(), 0.0, 1.0, 1000.0),
+        (only(class_step=1000), job("j").high().build(), 0.0, 1.0, 2000.0),
+        (only(class_step=1000), job("j").critical().build(), 0.0, 1.0, 3000.0),
+        # aging: linear up to max_age_s, then capped; counted from the last enqueue
+        (only(age=900), job("j").submitted(NOW).build(), 0.0, 1.0, 0.0),
+        (only(age=900), job("j").submitted(NOW - 12 * HOUR).build(), 0.0, 1.0, 450.0),
+        (only(age=900), job("j").submitted(NOW - 3 * DAY).build(), 0.0, 1.0, 900.0),
+        (only(age=900), job("j").submitted(NOW - 2 * DAY).enqueued(NOW - 6 * HOUR).build(), 0.0, 1.0, 225.0),
+        (
+            only(age=900),
+            job("j").submitted(NOW - 10 * HOUR).running_since(NOW - 4 * HOUR).build(),
+            0.0,
+            1.0,
+            225.0,
+        ),
+        # deadline urgency: 1 - slack / 6h, clamped; slack = deadline - now - remaining
+        (only(deadline=1500), job("j").build(), HOUR, 1.0, 0.0),
+        (only(deadline=1500), job("j").deadline(NOW + 10 * HOUR).build(), HOUR, 1.0, 0.0),
+        (only(deadline=1500), job("j").deadline(NOW + 7 * HOUR).build(), HOUR, 1.0, 0.0),
+        (only(deadline=1500), job("j").deadline(NOW + 4 * HOUR).build(), HOUR, 1.0, 750.0),
+        (only(deadline=1500), job("j").deadline(NOW + 4 * HOUR).build(), 2.5 * HOUR, 1.0, 1125.0),
+        (only(deadline=1500), job("j").deadline(NOW + HOUR).build(), 2 * HOUR, 1.0, 1500.0),
+        # size: gpus / 64, capped
+        (only(size=100), job("j").gpus(8).build(), 0.0, 1.0, 12.5),
+        (only(size=100), job("j").gpus(128).nodes(16).build(), 0.0, 1.0, 100.0),
+        # fair-share: weight x factor
+        (only(fairshare=400), job("j").build(), 0.0, 1.0, 400.0),
+        (only(fairshare=400), job("j").build(), 0.0, 0.25, 100.0),
+        # history: disruptions suffered / cap, capped
+        (only(history=600), job("j").preemptions(1).build(), 0.0, 1.0, 200.0),
+        (only(history=600), job("j").preemptions(1).interruptions(1).build(), 0.0, 1.0, 400.0),
+        (only(history=600), job("j").preemptions(2).interruptions(4).build(), 0.0, 1.0, 600.0),
+        # all factors with the default weights:
+        # 1000 (normal) + 450 (12h) + 750 (slack 3h) + 12.5 (8 GPUs) + 200 (fs 0.5) + 200 (1 preemption)
+        (
+            PriorityWeights(),
+            job("j").gpus(8).submitted(NOW - 12 * HOUR).deadline(NOW + 4 * HOUR).preemptions(1).build(),
+            HOUR,
+            0.5,
+            2612.5,
+        ),
+    ],
+    ids=[
+        "class-low",
+        "class-normal",
+        "class-high",
+        "class-critical",
+        "age-fresh",
+        "age-half-day",
+        "age-capped-at-max-age",
+        "age-since-requeue-not-submission",
+        "age-frozen-at-start-while-running",
+        "deadline-none",
+        "deadline-far",
+        "deadline-slack-exactly-horizon",
+        "deadline-slack-half-horizon",
+        "deadline-longer-remaining-is-more-urgent",
+        "deadline-already-unreachable",
+        "size-eighth",
+        "size-capped",
+        "fairshare-idle-team",
+        "fairshare-heavy-user",
+        "history-one-preemption",
+        "history-preemption-plus-interruption",
+        "history-capped",
+        "all-factors-default-weights",
+    ],
+)
+def test_effective_priority(
+    weights: PriorityWeights, subject: Job, remaining: float, fairshare: float, expected: float
+) -> None:
+    assert effective_priority(
+        subject, NOW, weights, remaining_s=remaining, fairshare=fairshare
+    ) == pytest.approx(expected)
+
+
+def test_fully_aged_job_never_passes_a_fresh_job_of_the_class_above() -> None:
+    weights = PriorityWeights()
+    old_low = job("old").low().gpus(8).submitted(NOW - 30 * DAY).build()
+    fresh_normal = job("new").normal().gpus(8).submitted(NOW).build()
+    old = effective_priority(old_low, NOW, weights, remaining_s=HOUR)
+    fresh = effective_priority(fresh_normal, NOW, weights, remaining_s=HOUR)
+    # 900 (a full day of age) + 12.5 + 400 against 1000 (one class step) + 12.5 + 400
+    assert old == pytest.approx(1312.5)
+    assert fresh == pytest.approx(1412.5)
+
+
+@pytest.mark.parametrize(
+    ("team", "quotas", "usage", "expected"),
+    [
+        ("a", [quota("a", 8), quota("b", 8)], {}, 1.0),
+        ("a", [quota("a", 8), quota("b", 8)], {"a": 0.0, "b": 0.0}, 1.0),
+        ("a", [quota("a", 8), quota("b", 8)], {"a": 50.0, "b": 50.0}, 0.5),
+        ("a", [quota("a", 8), quota("b", 8)], {"a": 100.0}, 0.25),
+        ("b", [quota("a", 8), quota("b", 8)], {"a": 100.0}, 1.0),
+        ("a", [quota("a", 8, weight=3), quota("b", 8)], {"a": 75.0, "b": 25.0}, 0.5),
+        ("b", [quota("a", 8, weight=3), quota("b", 8)], {"a": 75.0, "b": 25.0}, 0.5),
+        ("c", [quota("a", 8)], {"a": 50.0, "c": 50.0}, 0.5),
+    ],
+    ids=[
+        "no-history",
+        "zero-usage",
+        "exactly-at-share",
+        "all-the-usage",
+        "idle-team",
+        "weighted-heavy-team-at-share",
+        "weighted-light-team-at-share",
+        "team-without-quota-shares-by-head-count",
+    ],
+)
+def test_fairshare_factor(
+    team: str, quotas: list[TeamQuota], usage: dict[str, float], expected: float
+) -> None:
+    assert fairshare_factor(team, {q.team: q for q in quotas}, usage) == pytest.approx(expected)

@@ -1,0 +1,428 @@
+"""Properties of the scheduling core, checked on generated clusters (Hypothesis).
+
+Each check recomputes what it asserts with a small, independent model of the rules (pool
+capacity, Kueue-style borrowing) instead of trusting the planner's own ledger.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import random
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from hypothesis import event, given, settings
+from hypothesis import strategies as st
+
+from spotline.domain import (
+    Admit,
+    Allocation,
+    ClusterSnapshot,
+    Decision,
+    Job,
+    Ledger,
+    Pool,
+    Preempt,
+    Priority,
+    PriorityWeights,
+    SchedulerConfig,
+    SortedQueue,
+    TeamQuota,
+    VictimStrategy,
+    effective_priority,
+    fairshare_factor,
+    plan,
+    select_victims,
+)
+from spotline.domain.planner import estimated_remaining_s
+
+from .builders import DAY, HOUR, NOW, JobBuilder, candidate, cluster, job, pool, quota
+
+PROPERTY = settings(max_examples=150, deadline=None)
+TEAMS = ("a", "b", "c")
+
+# --- an independent model of the capacity rules -------------------------------------------
+
+
+def quota_allows(
+    team: str, new_usage: int, usage: Mapping[str, int], quotas: Mapping[str, TeamQuota]
+) -> bool:
+    """May `team` use `new_usage` GPUs, the others using `usage`? Within nominal always; beyond
+    it, up to its borrowing limit and to what the other teams lend minus what they borrow."""
+    own = quotas.get(team)
+    if own is None:
+        return True
+    borrowed = new_usage - own.nominal_gpus
+    if borrowed <= 0:
+        return True
+    if own.borrowing_limit_gpus is not None and borrowed > own.borrowing_limit_gpus:
+        return False
+    others = [q for q in quotas.values() if q.team != team]
+    lent = sum(
+        min(
+            max(0, q.nominal_gpus - usage.get(q.team, 0)),
+            math.inf if q.lending_limit_gpus is None else q.lending_limit_gpus,
+        )
+        for q in others
+    )
+    borrowed_by_others = sum(max(0, usage.get(q.team, 0) - q.nominal_gpus) for q in others)
+    return borrowed <= lent - borrowed_by_others
+
+
+def usage_of(allocations: Sequence[Allocation]) -> tuple[dict[str, int], dict[str, int]]:
+    pools: dict[str, int] = {}
+    teams: dict[str, int] = {}
+    for a in allocations:
+        pools[a.pool] = pools.get(a.pool, 0) + a.gpus
+        teams[a.job.team] = teams.get(a.job.team, 0) + a.gpus
+    return pools, teams
+
+
+# --- generators ---------------------------------------------------------------------------
+
+
+@st.composite
+def pools(draw: st.DrawFn) -> list[Pool]:
+    count = draw(st.integers(1, 3))
+    result = []
+    for i in range(count):
+        per_node = draw(st.sampled_from([8, 8, 4]))
+        spot = draw(st.booleans())
+        result.append(
+            pool(
+                f"p{i}",
+                capacity=per_node * draw(st.integers(1, 6)),
+                per_node=per_node,
+                purchase="spot" if spot else "on-demand",
+                gpu_type=draw(st.sampled_from(["a100", "a100", "a100", "h100"])),
+                price=draw(st.sampled_from([0.3, 0.5])) if spot else 1.0,
+                rate=draw(st.sampled_from([0.0, 0.1, 1.0])) if spot else 0.0,
+            )
+        )
+    return result
+
+
+@st.composite
+def quotas(draw: st.DrawFn) -> list[TeamQuota]:
+    result = []
+    for team in TEAMS:
+        if draw(st.integers(0, 3)) == 0:
+            continue  # a team without a quota
+        result.append(
+            quota(
+                team,
+                draw(st.integers(0, 24)),
+                borrow=draw(st.none() | st.integers(0, 16)),
+                lend=draw(st.none() | st.integers(0, 16)),
+                weight=draw(st.sampled_from([1.0, 2.0])),
+            )
+        )
+    return result
+
+
+@st.composite
+def job_shapes(draw: st.DrawFn, job_id: str, classes: Sequence[Priority] = tuple(Priority)) -> JobBuilder:
+    nodes = draw(st.sampled_from([1, 1, 1, 2]))
+    builder = (
+        job(job_id)
+        .priority(draw(st.sampled_from(classes)))
+        .team(draw(st.sampled_from(TEAMS)))
+        .nodes(nodes)
+        .gpus(nodes * draw(st.sampled_from([1, 2, 4, 4, 8])))
+        .preemptions(draw(st.sampled_from([0, 0, 1, 2, 4])))
+        .interruptions(draw(st.integers(0, 3)))
+    )
+    if draw(st.booleans()):
+        builder = builder.expected_runtime(draw(st.floats(60, 2 * DAY)))
+    return builder
+
+
+@st.composite
+def running(draw: st.DrawFn, job_id: str) -> JobBuilder:
+    # Mostly the lower classes run, so that pending jobs have someone to preempt.
+    builder = draw(job_shapes(job_id, (Priority.LOW, Priority.LOW, Priority.NORMAL, Priority.HIGH)))
+    started = NOW - draw(st.floats(0, 2 * DAY))
+    builder = builder.submitted(started - draw(st.floats(0, DAY))).running_since(started)
+    if draw(st.booleans()):
+        builder = builder.checkpointed(NOW - draw(st.floats(0, 2 * HOUR)))
+    if draw(st.booleans()):
+        builder = builder.progress(draw(st.floats(0.0, 1.0)))
+    if draw(st.booleans()):
+        builder = builder.utilization(draw(st.floats(0.0, 1.0)))
+    return builder
+
+
+@st.composite
+def pending(draw: st.DrawFn, job_id: str) -> Job:
+    builder = draw(job_shapes(job_id)).submitted(NOW - draw(st.floats(0, 2 * DAY)))
+    builder = builder.spot(draw(st.sampled_from(["auto", "auto", "auto", "never", "required"])))
+    if draw(st.integers(0, 5)) == 0:
+        builder = builder.gpu_type(draw(st.sampled_from(["a100", "h100"])))
+    if draw(st.booleans()):
+        builder = builder.deadline(NOW + draw(st.floats(60, 2 * DAY)))
+    return builder.build()
+
+
+@st.composite
+def snapshots(draw: st.DrawFn, max_running: int = 16) -> ClusterSnapshot:
+    """A cluster in a valid state: pools within capacity, every team's usage admissible."""
+    the_pools = draw(pools())
+    the_quotas = {q.team: q for q in draw(quotas())}
+    allocations: list[Allocation] = []
+    for i in range(draw(st.integers(0, max_running))):  # tries: the ones that do not fit are dropped
+        target = draw(st.sampled_from(the_pools))
+        builder = draw(running(f"r{i:02d}"))
+        subject = builder.build()
+        if not target.can_host(subject):
+            continue
+        demand = target.demand_gpus(subject)
+        pool_used, team_used = usage_of(allocations)
+        if pool_used.get(target.name, 0) + demand > target.capacity_gpus:
+            continue
+        if not quota_allows(subject.team, team_used.get(subject.team, 0) + demand, team_used, the_quotas):
+            continue
+        draining = "elsewhere" if draw(st.integers(0, 7)) == 0 else None
+        allocations.append(builder.on(target.name, gpus=demand, draining_for=draining))
+    usage = {t: draw(st.floats(0, 1000)) for t in TEAMS if draw(st.booleans())}
+    return cluster(the_pools, allocations, the_quotas.values(), usage)
+
+
+@st.composite
+def policies(draw: st.DrawFn) -> SchedulerConfig:
+    return SchedulerConfig(
+        strategy=draw(st.sampled_from(list(VictimStrategy))),
+        protection_period_s=draw(st.sampled_from([0.0, 0.0, 600.0, 4 * HOUR])),
+        max_preemptions_per_job=draw(st.sampled_from([3, 3, 0, 1])),
+        preemption_margin=draw(st.sampled_from([0.0, 100.0, 500.0])),
+        window_per_class=draw(st.integers(1, 4)),
+        max_preemptions_per_pass=draw(st.sampled_from([16, 4, 2, 1, 0])),
+        on_demand_classes=frozenset(draw(st.sets(st.sampled_from(list(Priority))))),
+    )
+
+
+@st.composite
+def scenarios(draw: st.DrawFn) -> tuple[ClusterSnapshot, list[Job], SchedulerConfig, int]:
+    snapshot = draw(snapshots())
+    queue = [draw(pending(f"q{i:02d}")) for i in range(draw(st.integers(0, 12)))]
+    return snapshot, queue, draw(policies()), draw(st.integers(0, 2**16))
+
+
+def run(snapshot: ClusterSnapshot, queue: list[Job], policy: SchedulerConfig, seed: int) -> list[Decision]:
+    return plan(snapshot, SortedQueue.of(queue), NOW, policy, random.Random(seed))
+
+
+def outcome(decisions: list[Decision]) -> list[tuple[object, ...]]:
+    """Everything a decision says, comparable."""
+    rows: list[tuple[object, ...]] = []
+    for d in decisions:
+        pool_name = d.pool if isinstance(d, Admit | Preempt) else None
+        victims = d.victims if isinstance(d, Preempt) else ()
+        rows.append((d.action, d.job.id, pool_name, victims, d.effective_priority, d.reason))
+    return rows
+
+
+# --- plan(): capacity, eligibility, minimality --------------------------------------------
+
+
+@dataclass
+class Replay:
+    """Applies a plan's decisions, in order, to an independent model of the cluster."""
+
+    snapshot: ClusterSnapshot
+    policy: SchedulerConfig
+
+    def __post_init__(self) -> None:
+        self.present, self.team_used = usage_of(self.snapshot.allocations)  # victims still there
+        self.after = dict(self.present)  # once every victim has left and every preemptor runs
+        self.reserved: dict[str, int] = {}  # what the planner holds back for preemptors
+        self.gone: set[str] = set()
+        self.by_id = {a.job.id: a for a in self.snapshot.allocations}
+        self.fairshare = {
+            t: fairshare_factor(t, self.snapshot.quotas, self.snapshot.usage_gpu_hours) for t in TEAMS
+        }
+
+    def priority(self, subject: Job) -> float:
+        remaining = estimated_remaining_s(subject, NOW, self.policy)
+        return effective_priority(
+            subject, NOW, self.policy.weights, remaining_s=remaining, fairshare=self.fairshare[subject.team]
+        )
+
+    def check_capacity(self, name: str) -> None:
+        capacity = self.snapshot.pools[name].capacity_gpus
+        assert self.present.get(name, 0) <= capacity, f"{name} over-committed while victims leave"
+        assert self.after.get(name, 0) <= capacity, f"{name} over-committed once they have left"
+
+    def admit(self, d: Admit) -> None:
+        demand = self.snapshot.pools[d.pool].demand_gpus(d.job)
+        team = d.job.team
+        new_usage = self.team_used.get(team, 0) + demand
+        assert quota_allows(team, new_usage, self.team_used, self.snapshot.quotas), f"{d.job.id} over quota"
+        self.team_used[team] = new_usage
+        self.present[d.pool] = self.present.get(d.pool, 0) + demand
+        self.after[d.pool] = self.after.get(d.pool, 0) + demand
+        self.check_capacity(d.pool)
+
+    def preempt(self, d: Preempt) -> None:
+        victims = [self.by_id[v] for v in d.victims]
+        target = self.snapshot.pools[d.pool]
+        demand = target.demand_gpus(d.job)
+        assert victims, "a preemption names its victims"
+        assert len(set(d.victims)) == len(d.victims)
+        assert d.effective_priority == self.priority(d.job)
+        self.check_victims_eligible(d, victims, demand)
+        self.check_minimal(d, victims, target)
+        freed = sum(v.gpus for v in victims)
+        for v in victims:
+            self.team_used[v.job.team] -= v.gpus
+            self.gone.add(v.job.id)
+        team = d.job.team
+        new_usage = self.team_used.get(team, 0) + demand
+        assert quota_allows(team, new_usage, self.team_used, self.snapshot.quotas), f"{d.job.id} over quota"
+        self.team_used[team] = new_usage
+        self.after[d.pool] = self.after.get(d.pool, 0) - freed + demand
+        self.reserved[d.pool] = self.reserved.get(d.pool, 0) + max(0, demand - freed)
+        self.check_capacity(d.pool)
+
+    def check_victims_eligible(self, d: Preempt, victims: list[Allocation], demand: int) -> None:
+        policy = self.policy
+        own = self.snapshot.quotas.get(d.job.team)
+        may_reclaim = own is not None and self.team_used.get(d.job.team, 0) + demand <= own.nominal_gpus
+        for v in victims:
+            assert v.pool == d.pool
+            assert v.draining_for is None and v.job.id not in self.gone
+            assert v.job.started_at is not None and NOW - v.job.started_at >= policy.protection_period_s
+            assert v.job.preemptions < policy.max_preemptions_per_job
+            lower = self.priority(v.job) < d.effective_priority - policy.preemption_margin
+            theirs = self.snapshot.quotas.get(v.job.team)
+            borrowing = theirs is not None and self.team_used.get(v.job.team, 0) > theirs.nominal_gpus
+            assert lower or (may_reclaim and v.job.team != d.job.team and borrowing), (
+                f"{v.job.id} not eligible"
+            )
+
+    def check_minimal(self, d: Preempt, victims: list[Allocation], target: Pool) -> None:
+        """The victims free enough, and no proper subset of them does (by brute force)."""
+        pool_used = {n: self.present.get(n, 0) + self.reserved.get(n, 0) for n in self.snapshot.pools}
+        ledger = Ledger(self.snapshot.pools, self.snapshot.quotas, pool_used, dict(self.team_used))
+        assert ledger.fits_without(d.job, target, victims)
+        for size in range(len(victims)):
+            for subset in itertools.combinations(victims, size):
+                assert not ledger.fits_without(d.job, target, list(subset)), (
+                    f"{d.job.id}: victims not minimal"
+                )
+
+
+@PROPERTY
+@given(scenarios())
+def test_plan_never_over_commits_and_preempts_only_eligible_minimal_sets(
+    scenario: tuple[ClusterSnapshot, list[Job], SchedulerConfig, int],
+) -> None:
+    snapshot, queue, policy, seed = scenario
+    replay = Replay(snapshot, policy)
+    decisions = run(snapshot, queue, policy, seed)
+    assert len({d.job.id for d in decisions}) == len(decisions)
+    assert sum(isinstance(d, Preempt) for d in decisions) <= policy.max_preemptions_per_pass
+    event(f"preemptions: {min(2, sum(isinstance(d, Preempt) for d in decisions))}")
+    event(f"admits: {min(3, sum(isinstance(d, Admit) for d in decisions))}")
+    for d in decisions:
+        if isinstance(d, Admit):
+            replay.admit(d)
+        elif isinstance(d, Preempt):
+            replay.preempt(d)
+        else:
+            assert d.reason
+
+
+@PROPERTY
+@given(scenarios())
+def test_plan_is_deterministic_and_leaves_the_snapshot_unchanged(
+    scenario: tuple[ClusterSnapshot, list[Job], SchedulerConfig, int],
+) -> None:
+    snapshot, queue, policy, seed = scenario
+    before = snapshot.model_dump()
+    ledger_before = Ledger.of(snapshot)
+    first = outcome(run(snapshot, queue, policy, seed))
+    assert snapshot.model_dump() == before
+    assert Ledger.of(snapshot) == ledger_before
+    # Same seed, same decisions, whatever order the snapshot and the queue list things in.
+    shuffled = snapshot.model_copy(update={"allocations": tuple(reversed(snapshot.allocations))})
+    second = outcome(run(shuffled, list(reversed(queue)), policy, seed))
+    assert first == second
+
+
+# --- select_victims: minimal and eligible, on small clusters ------------------------------
+
+
+@PROPERTY
+@given(snapshots(max_running=8), st.data())
+def test_select_victims_returns_a_minimal_set_of_eligible_victims(
+    snapshot: ClusterSnapshot, data: st.DataObject
+) -> None:
+    policy = data.draw(policies())
+    preemptor = data.draw(pending("pre"))
+    target = data.draw(st.sampled_from(list(snapshot.pools.values())))
+    priority = data.draw(st.floats(0.0, 6000.0))
+    candidates = [candidate(a, policy=policy) for a in snapshot.allocations]
+    ledger = Ledger.of(snapshot)
+    chosen = select_victims(preemptor, priority, target, candidates, ledger, NOW, policy, random.Random(0))
+    assert ledger == Ledger.of(snapshot)
+    if chosen is None:
+        return
+    victims = [c.allocation for c in chosen]
+    assert ledger.fits_without(preemptor, target, victims)
+    for size in range(len(victims)):
+        for subset in itertools.combinations(victims, size):
+            assert not ledger.fits_without(preemptor, target, list(subset))
+    own = snapshot.quotas.get(preemptor.team)
+    used = ledger.team_used
+    may_reclaim = (
+        own is not None and used.get(preemptor.team, 0) + target.demand_gpus(preemptor) <= own.nominal_gpus
+    )
+    for c in chosen:
+        assert c.allocation.pool == target.name and c.allocation.draining_for is None
+        assert c.job.started_at is not None and NOW - c.job.started_at >= policy.protection_period_s
+        assert c.job.preemptions < policy.max_preemptions_per_job
+        theirs = snapshot.quotas.get(c.job.team)
+        borrowing = theirs is not None and used.get(c.job.team, 0) > theirs.nominal_gpus
+        lower = c.effective_priority < priority - policy.preemption_margin
+        assert lower or (may_reclaim and borrowing and c.job.team != preemptor.team)
+
+
+# --- effective priority is monotone -------------------------------------------------------
+
+WEIGHTS = PriorityWeights()
+
+
+def score(subject: Job, now: float) -> float:
+    remaining = subject.remaining_s(now)
+    return effective_priority(subject, now, WEIGHTS, remaining_s=3600.0 if remaining is None else remaining)
+
+
+@PROPERTY
+@given(st.data(), st.floats(0, 3 * DAY))
+def test_waiting_longer_never_lowers_effective_priority(data: st.DataObject, later: float) -> None:
+    subject = data.draw(pending("j") | running("j").map(lambda b: b.build()))
+    assert score(subject, NOW + later) >= score(subject, NOW)
+
+
+@PROPERTY
+@given(st.data(), st.floats(60, 2 * DAY), st.floats(0, 2 * DAY))
+def test_closer_deadline_never_lowers_effective_priority(
+    data: st.DataObject, due: float, sooner: float
+) -> None:
+    builder = data.draw(job_shapes("j")).submitted(NOW - data.draw(st.floats(0, DAY)))
+    far = builder.deadline(NOW + due + sooner).build()
+    near = builder.deadline(NOW + due).build()
+    none = builder.build()
+    assert score(near, NOW) >= score(far, NOW) >= score(none, NOW)
+
+
+@PROPERTY
+@given(st.data(), st.integers(0, 5), st.integers(0, 5))
+def test_more_disruptions_never_lower_effective_priority(
+    data: st.DataObject, preempted: int, interrupted: int
+) -> None:
+    base = data.draw(job_shapes("j")).preemptions(0).interruptions(0)
+    fewer = base.preemptions(preempted // 2).interruptions(interrupted // 2).build()
+    more = base.preemptions(preempted).interruptions(interrupted).build()
+    assert score(more, NOW) >= score(fewer, NOW)
