@@ -166,23 +166,67 @@ class Function:
 
 
 FUNCTIONS: tuple[Function, ...] = (
-    Function("api", "api", reads=("Jobs", "Timeline"), writes=("Jobs", "Timeline", "Idempotency")),
+    # Cancelling a running job releases its GPUs (Ledger) and its instance entries (Instances).
+    Function("api", "api", reads=("Jobs", "Timeline"),
+             writes=("Jobs", "Timeline", "Idempotency", "Ledger", "Instances")),
     Function("scheduler", "scheduler", timeout_s=60,
-             reads=("Jobs", "Ledger"), writes=("Jobs", "Timeline", "Ledger")),
+             reads=("Jobs", "Ledger"), writes=("Jobs", "Timeline", "Ledger", "Instances")),
     Function("spot_interruption", "spot_interruption",
              reads=("Jobs", "Instances"), writes=("Jobs", "Timeline", "Idempotency")),
     Function("rebalance", "rebalance", reads=("Jobs", "Instances"), writes=("Jobs", "Idempotency")),
     Function("checkpoint_completed", "checkpoint_completed", reads=("Jobs",),
              writes=("Jobs", "Timeline", "Idempotency")),
-    Function("heartbeat", "heartbeat", reads=("Jobs",), writes=("Jobs",)),
+    # A heartbeat names the EC2 instance the job runs on (Instances: for Spot warnings).
+    Function("heartbeat", "heartbeat", reads=("Jobs",), writes=("Jobs", "Instances")),
     Function("batch_state_change", "batch_state_change",
              reads=("Jobs", "Ledger"), writes=("Jobs", "Timeline", "Ledger", "Instances", "Idempotency")),
     Function("reconciler", "reconciler", timeout_s=120,
-             reads=("Jobs", "Ledger"), writes=("Jobs", "Timeline", "Ledger")),
+             reads=("Jobs", "Ledger"), writes=("Jobs", "Timeline", "Ledger", "Instances")),
     # Lambda tasks of the workflows: one entry point, dispatched on the input's "task" field.
     Function("workflow_tasks", "workflow_tasks", timeout_s=60,
              reads=("Jobs", "Ledger", "Instances"), writes=("Jobs", "Timeline", "Ledger", "Instances")),
 )
+
+
+# AWS actions each function's code calls besides its tables (above) and events:PutEvents on the
+# project bus (spotline.control and spotline.aws; the stack grants exactly these). Keys are
+# function names; "<resource>" hints say what the action is scoped to.
+FUNCTION_ACTIONS: dict[str, dict[str, str]] = {
+    # Cancelling a running job stops its Batch job.
+    "api": {"batch:TerminateJob": "Spotline's Batch jobs"},
+    # Admissions start the launch workflow; preemptions the preempt workflow; a victim that was
+    # admitted but not started is stopped directly.
+    "scheduler": {
+        "states:StartExecution": "the preempt and launch state machines",
+        "batch:TerminateJob": "Spotline's Batch jobs",
+    },
+    "spot_interruption": {"states:StartExecution": "the preempt state machine"},
+    # Only this function answers a workflow's task token.
+    "checkpoint_completed": {"states:SendTaskSuccess": "the preempt state machine"},
+    # Batch names the ECS container instance; the Spot warning names the EC2 instance.
+    "batch_state_change": {"ecs:DescribeContainerInstances": "the pools' ECS clusters"},
+    "reconciler": {
+        "batch:TerminateJob": "Spotline's Batch jobs",
+        "sqs:SendMessage": "the scheduler queue",
+    },
+    "workflow_tasks": {
+        "batch:SubmitJob": "the pools' job queues and Spotline's job definitions",
+        "batch:TagResource": "Spotline's Batch jobs (SubmitJob with tags)",
+        "batch:TerminateJob": "Spotline's Batch jobs",
+        # A job whose image differs from the job definition's runs under a derived definition
+        # (Batch cannot override an image per job), registered once per image.
+        "batch:DescribeJobDefinitions": "*",
+        "batch:RegisterJobDefinition": "Spotline's job definitions",
+        "iam:PassRole": "the training job's role (passed on by RegisterJobDefinition)",
+        "sqs:SendMessage": "the scheduler queue",
+    },
+}
+
+# Job item attributes read outside the control plane (the agent polls its own item):
+#   state, version, checkpoint_requested_at (number, epoch s, control plane clock: a checkpoint
+#   is wanted when it is later than the agent's last one), checkpoint_deadline_at (number),
+#   last_checkpoint_uri / last_checkpoint_step / last_checkpoint_at (where to resume from),
+#   spec (JSON string of the JobSpec), instance_ids (string set), batch_job_id.
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,7 @@ def main() -> None:
 
 COMMAND_MODULES = [
     "spotline.cli.demo",
+    "spotline.cli.local",
 ]
 
 for _name in COMMAND_MODULES:

@@ -1,14 +1,11 @@
-"""`spotline demo`: a scripted scheduling scenario run through the real scheduling core.
-
-Until the local control plane exists, the demo drives `spotline.domain.plan` directly through a
-short scripted story (low-priority jobs fill the cluster, a critical job arrives and preempts,
-a Spot reclaim hits a job) and prints every decision the core makes.
-"""
+"""`spotline demo` (what `make demo` runs): the whole control plane locally, end to end."""
 
 from __future__ import annotations
 
 import json
-import random
+import logging
+import resource
+import time
 from pathlib import Path
 from typing import Annotated
 
@@ -16,7 +13,19 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from spotline.scenario import ScenarioResult, run_scripted_scenario
+from spotline.local.demo import DEFAULT_SCENARIO, DemoResult, TimelineEntry, run_demo
+
+_COLOURS = {
+    "PENDING": "yellow",
+    "ADMITTED": "cyan",
+    "RUNNING": "green",
+    "CHECKPOINTING": "magenta",
+    "PREEMPTED": "red",
+    "INTERRUPTED": "red",
+    "SUCCEEDED": "bold green",
+    "FAILED": "bold red",
+    "CANCELLED": "dim",
+}
 
 
 def register(app: typer.Typer) -> None:
@@ -24,36 +33,63 @@ def register(app: typer.Typer) -> None:
 
 
 def demo(
-    json_out: Annotated[Path | None, typer.Option("--json", help="Write the demo result here (JSON).")] = None,
-    seed: Annotated[int, typer.Option(help="Seed for the scheduler's random choices.")] = 1,
+    json_out: Annotated[
+        Path | None, typer.Option("--json", help="Write the demo result here (JSON).")
+    ] = None,
 ) -> None:
-    """Run the demo scenario and print its timeline and final table."""
+    """Run the control plane locally (moto, real handlers and workflows, real training
+    processes) through a scripted story: preemption with checkpoint and resume, and a Spot
+    interruption recovered. Takes a few minutes."""
+    logging.basicConfig(level=logging.ERROR)
     console = Console()
-    result = run_scripted_scenario(random.Random(seed))
-    _print(console, result)
+    console.print("[bold]Spotline demo[/]: starting the local control plane (moto + real handlers) ...")
+
+    def show(entry: TimelineEntry, name: str) -> None:
+        colour = _COLOURS.get(entry.target, "white")
+        console.print(
+            f"{entry.t:7.1f}s  {name:<16} {entry.source:>13} -> [{colour}]{entry.target:<13}[/] "
+            f"{entry.reason}",
+            highlight=False,
+        )
+
+    started = time.time()
+    result = run_demo(DEFAULT_SCENARIO, on_transition=show)
+    _summary(console, result, time.time() - started)
     if json_out is not None:
         json_out.write_text(json.dumps(result.to_json(), indent=2))
         console.print(f"wrote {json_out}")
+    if not result.all_succeeded:
+        raise typer.Exit(code=1)
 
 
-def _print(console: Console, result: ScenarioResult) -> None:
-    timeline = Table(title="Scheduling decisions (spotline.domain.plan)")
-    for column in ("t (s)", "job", "from", "to", "reason"):
-        timeline.add_column(column)
-    for entry in result.timeline:
-        timeline.add_row(f"{entry.t:7.0f}", entry.job_id, entry.source, entry.target, entry.reason)
-    console.print(timeline)
-    final = Table(title="Jobs")
-    for column in ("job", "team", "priority", "final state", "preemptions", "interruptions", "lost GPU-s"):
-        final.add_column(column)
+def _summary(console: Console, result: DemoResult, wall_s: float) -> None:
+    table = Table(title="Jobs")
+    for column in (
+        "job",
+        "team",
+        "priority",
+        "final state",
+        "preemptions",
+        "interruptions",
+        "resumed from checkpoint",
+        "lost GPU-s",
+    ):
+        table.add_column(column)
     for job in result.jobs:
-        final.add_row(
-            job.id,
-            job.team,
-            job.priority.value,
-            job.state.value,
-            str(job.preemptions),
-            str(job.interruptions),
-            f"{job.lost_work_s * job.gpus:.0f}",
+        table.add_row(
+            job["name"],
+            job["team"],
+            job["priority"],
+            job["final_state"],
+            str(job["preemptions"]),
+            str(job["interruptions"]),
+            "yes" if job["resumed_from_checkpoint"] else "no",
+            f"{job['lost_gpu_seconds']:.1f}",
         )
-    console.print(final)
+    console.print(table)
+    peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    latency = result.spot_warning_to_checkpoint_request_s
+    console.print(
+        f"wall time {wall_s:.1f}s, peak memory of the control plane {peak_mb:.0f} MiB; Spot warning -> "
+        f"checkpoint requested: {'n/a' if latency is None else f'{latency * 1000:.0f} ms'}"
+    )

@@ -1,0 +1,175 @@
+"""The HTTP API (architecture.md, "HTTP API"): API Gateway REST with IAM authorization.
+
+The caller's team comes from `requestContext.identity` (the principal ARN, or locally the access
+key) mapped through the deployment's identities, never from the body. Request bodies and
+queries are validated by the resolver against pydantic models (422 naming the field), and the
+project's errors map to status codes in `_error_response`, the one place that does it.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from aws_lambda_powertools.event_handler import APIGatewayRestResolver, Response, content_types
+from aws_lambda_powertools.event_handler.openapi.exceptions import RequestValidationError
+from aws_lambda_powertools.event_handler.openapi.params import Body, Header, Path, Query
+from aws_lambda_powertools.logging import correlation_paths
+from aws_lambda_powertools.utilities.typing import LambdaContext
+from pydantic import BaseModel
+
+from spotline.aws.errors import (
+    CapacityExhausted,
+    ConditionFailed,
+    JobNotFound,
+    SpotlineError,
+    StorageUnavailable,
+)
+from spotline.aws.lambda_runtime import control_plane, logger, tracer
+from spotline.aws.settings import SettingsError
+from spotline.control import jobs as service
+from spotline.control.errors import Conflict, InvalidRequest, Unauthorized
+from spotline.control.jobs import JobChanges, JobView
+from spotline.domain import JobSpec, JobState
+
+API_TITLE = "Spotline"
+API_VERSION = "1.0.0"
+
+app = APIGatewayRestResolver(enable_validation=True)
+
+
+class JobList(BaseModel):
+    jobs: list[JobView]
+    next_token: str | None = None
+
+
+class Timeline(BaseModel):
+    job_id: str
+    events: list[dict[str, Any]]
+    next_token: str | None = None
+
+
+def _team() -> str:
+    identity = app.current_event.raw_event.get("requestContext", {}).get("identity") or {}
+    return service.team_for_identity(control_plane(), identity)
+
+
+def _view(record: Any) -> JobView:
+    plane = control_plane()
+    return service.job_view(plane, record, plane.clock())
+
+
+@app.post("/jobs", summary="Submit a job", responses={201: {"description": "The job, PENDING"}})
+def submit(
+    spec: Annotated[JobSpec, Body(description="The job spec")],
+    idempotency_key: Annotated[str | None, Header(alias="Idempotency-Key", max_length=128)] = None,
+) -> Response[JobView]:
+    # The resolver checked the body's shape; the service checks it against the clock and the
+    # deployment (deadline, GPU type, priority allowed, a pool that can host it).
+    record, created = service.submit_job(
+        control_plane(),
+        _team(),
+        spec.model_dump(mode="json", exclude_unset=True),
+        idempotency_key=idempotency_key,
+    )
+    return Response(
+        status_code=201 if created else 200, content_type=content_types.APPLICATION_JSON, body=_view(record)
+    )
+
+
+@app.get("/jobs", summary="List the team's jobs")
+def list_jobs(
+    state: Annotated[JobState | None, Query(description="Only jobs in this state")] = None,
+    next_token: Annotated[str | None, Query(max_length=2048)] = None,
+    limit: Annotated[int, Query(ge=1, le=100)] = 50,
+) -> JobList:
+    plane = control_plane()
+    records, token = service.list_jobs(plane, _team(), state=state, limit=limit, next_token=next_token)
+    now = plane.clock()
+    return JobList(jobs=[service.job_view(plane, r, now) for r in records], next_token=token)
+
+
+@app.get("/jobs/<job_id>", summary="One job")
+def get_job(job_id: Annotated[str, Path(max_length=64)]) -> JobView:
+    plane = control_plane()
+    return service.job_view(plane, service.get_job(plane, _team(), job_id), plane.clock())
+
+
+@app.delete("/jobs/<job_id>", summary="Cancel a job")
+def cancel_job(job_id: Annotated[str, Path(max_length=64)]) -> JobView:
+    plane = control_plane()
+    return service.job_view(plane, service.cancel_job(plane, _team(), job_id), plane.clock())
+
+
+@app.patch("/jobs/<job_id>", summary="Change a job's priority class or deadline")
+def update_job(
+    job_id: Annotated[str, Path(max_length=64)], changes: Annotated[JobChanges, Body()]
+) -> JobView:
+    plane = control_plane()
+    return service.job_view(plane, service.update_job(plane, _team(), job_id, changes), plane.clock())
+
+
+@app.get("/jobs/<job_id>/events", summary="The job's timeline: every transition with its reason")
+def job_events(
+    job_id: Annotated[str, Path(max_length=64)],
+    next_token: Annotated[str | None, Query(max_length=2048)] = None,
+    limit: Annotated[int, Query(ge=1, le=500)] = 100,
+) -> Timeline:
+    entries, token = service.job_events(control_plane(), _team(), job_id, limit=limit, next_token=next_token)
+    return Timeline(job_id=job_id, events=[e.to_json() for e in entries], next_token=token)
+
+
+@app.get("/openapi.json", summary="This API's OpenAPI document", include_in_schema=False)
+def openapi() -> Response[str]:
+    return Response(
+        status_code=200,
+        content_type=content_types.APPLICATION_JSON,
+        body=app.get_openapi_json_schema(title=API_TITLE, version=API_VERSION),
+    )
+
+
+# --- errors: the one mapping from the project's errors to HTTP -----------------------------
+
+_STATUS: tuple[tuple[type[Exception], int], ...] = (
+    (InvalidRequest, 422),
+    (Unauthorized, 403),
+    (JobNotFound, 404),
+    (Conflict, 409),
+    (CapacityExhausted, 409),
+    (ConditionFailed, 409),
+    (StorageUnavailable, 503),
+    (SettingsError, 500),
+    (SpotlineError, 500),
+)
+
+
+def _error_response(status: int, message: str, detail: list[dict[str, Any]] | None = None) -> Response[Any]:
+    body: dict[str, Any] = {"statusCode": status, "message": message}
+    if detail is not None:
+        body["detail"] = detail
+    return Response(status_code=status, content_type=content_types.APPLICATION_JSON, body=body)
+
+
+@app.exception_handler([SpotlineError, SettingsError])  # type: ignore[untyped-decorator]
+def _project_error(error: Exception) -> Response[Any]:
+    status = next(code for kind, code in _STATUS if isinstance(error, kind))
+    if status >= 500:
+        logger.exception("request failed")
+    detail = error.errors if isinstance(error, InvalidRequest) else None
+    message = str(error) if status < 500 else "internal error"
+    return _error_response(status, message, detail)
+
+
+@app.exception_handler(RequestValidationError)  # type: ignore[untyped-decorator]
+def _invalid_request(error: RequestValidationError) -> Response[Any]:
+    errors = [
+        {"loc": list(e.get("loc", ())), "msg": e.get("msg", ""), "type": e.get("type", "")}
+        for e in error.errors()
+    ]
+    message = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in errors)
+    return _error_response(422, message or "invalid request", errors)
+
+
+@logger.inject_lambda_context(correlation_id_path=correlation_paths.API_GATEWAY_REST, clear_state=True)
+@tracer.capture_lambda_handler
+def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    return app.resolve(event, context)

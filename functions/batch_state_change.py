@@ -1,0 +1,47 @@
+"""Batch Job State Change -> follow the run: RUNNING, SUCCEEDED, FAILED (or requeue on host loss)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aws_lambda_powertools.logging import correlation_paths
+from aws_lambda_powertools.metrics import MetricUnit
+from aws_lambda_powertools.utilities.parser import parse
+from aws_lambda_powertools.utilities.typing import LambdaContext
+
+from spotline.aws.event_models import BatchJobStateChangeEvent
+from spotline.aws.lambda_runtime import control_plane, idempotent_on_event_id, logger, metrics, tracer
+from spotline.control.events import BatchJobChange, handle_batch_job_change
+
+
+@idempotent_on_event_id("batch_state_change")
+def _handle(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    detail = parse(event=event, model=BatchJobStateChangeEvent).detail
+    started = detail.startedAt or (detail.attempts[-1].startedAt if detail.attempts else None)
+    change = BatchJobChange(
+        batch_job_id=detail.jobId,
+        job_name=detail.jobName,
+        status=detail.status,
+        status_reason=detail.reasons(),
+        started_at=None if started is None else started / 1000.0,
+        stopped_at=None if detail.stoppedAt is None else detail.stoppedAt / 1000.0,
+        container_instances=tuple(detail.container_instances()),
+        exit_code=detail.exit_code(),
+    )
+    outcome = handle_batch_job_change(control_plane(), change)
+    logger.info(
+        "batch job state change",
+        extra={"batch_job": detail.jobName, "status": detail.status, "outcome": outcome},
+    )
+    metrics.add_metric(name=f"BatchJob{detail.status.title()}", unit=MetricUnit.Count, value=1)
+    return {"batch_job_id": detail.jobId, "status": detail.status, "outcome": outcome}
+
+
+@logger.inject_lambda_context(correlation_id_path=correlation_paths.EVENT_BRIDGE, clear_state=True)
+@tracer.capture_lambda_handler
+@metrics.log_metrics
+def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    # Counts deliveries, duplicates included (a duplicate returns the first run's result).
+    metrics.add_metric(name="EventsReceived", unit=MetricUnit.Count, value=1)
+    result: dict[str, Any] = _handle(event, context)
+    return result

@@ -1,0 +1,81 @@
+"""One scheduling pass per invocation.
+
+Invoked by the scheduler's FIFO queue (one message group, so one pass at a time; a batch of
+triggers collapses into one pass) and by the periodic tick (a scheduled event, for aging and
+deadlines). What triggered it does not matter: a pass always reads the current state.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from aws_lambda_powertools.metrics import MetricUnit, single_metric
+from aws_lambda_powertools.utilities.parser import parse
+from aws_lambda_powertools.utilities.parser.models import SqsModel
+from aws_lambda_powertools.utilities.typing import LambdaContext
+
+from spotline.aws.lambda_runtime import METRICS_NAMESPACE, control_plane, logger, metrics, tracer
+from spotline.control.scheduling import PassResult, scheduling_pass
+
+
+def _triggers(event: dict[str, Any]) -> int:
+    if "Records" in event:
+        return len(parse(event=event, model=SqsModel).Records)
+    return 1  # the periodic tick, or a direct invocation
+
+
+@logger.inject_lambda_context(clear_state=True)
+@tracer.capture_lambda_handler
+@metrics.log_metrics
+def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    triggers = _triggers(event)
+    started = time.perf_counter()
+    result = scheduling_pass(control_plane())
+    elapsed_ms = (time.perf_counter() - started) * 1000.0
+    _report(result, triggers, elapsed_ms)
+    return {
+        "admitted": [list(admission) for admission in result.admitted],
+        "preempted": [[job, list(victims)] for job, victims in result.preempted],
+        "waiting": result.waiting,
+        "skipped": len(result.skipped),
+        "items_read": result.queue_items_read + result.active_items_read,
+    }
+
+
+def _report(result: PassResult, triggers: int, elapsed_ms: float) -> None:
+    metrics.add_metric(name="PassTriggers", unit=MetricUnit.Count, value=triggers)
+    metrics.add_metric(name="PassDuration", unit=MetricUnit.Milliseconds, value=elapsed_ms)
+    metrics.add_metric(name="Admitted", unit=MetricUnit.Count, value=len(result.admitted))
+    metrics.add_metric(name="Preemptions", unit=MetricUnit.Count, value=len(result.preempted))
+    metrics.add_metric(name="Waiting", unit=MetricUnit.Count, value=result.waiting)
+    metrics.add_metric(name="DecisionsSkipped", unit=MetricUnit.Count, value=len(result.skipped))
+    metrics.add_metric(name="QueueItemsRead", unit=MetricUnit.Count, value=result.queue_items_read)
+    metrics.add_metric(name="ActiveJobs", unit=MetricUnit.Count, value=result.active_items_read)
+    # Per class: how much of the queue the pass saw, and how long its oldest job has waited
+    # (the head of a class is its oldest submission, so this is the class's worst wait).
+    for priority, count in result.window_by_class.items():
+        with single_metric(
+            name="QueueWindowDepth", unit=MetricUnit.Count, value=count, namespace=METRICS_NAMESPACE
+        ) as metric:
+            metric.add_dimension(name="PriorityClass", value=priority)
+        if priority in result.oldest_wait_s:
+            with single_metric(
+                name="OldestWait",
+                unit=MetricUnit.Seconds,
+                value=result.oldest_wait_s[priority],
+                namespace=METRICS_NAMESPACE,
+            ) as metric:
+                metric.add_dimension(name="PriorityClass", value=priority)
+    logger.info(
+        "scheduling pass",
+        extra={
+            "admitted": [list(admission) for admission in result.admitted],
+            "preempted": result.preempted,
+            "waiting": result.waiting,
+            "skipped": result.skipped[:10],
+            "candidates": result.candidates,
+            "running": result.running,
+            "elapsed_ms": round(elapsed_ms, 1),
+        },
+    )

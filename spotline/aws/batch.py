@@ -1,0 +1,210 @@
+"""Launching training jobs: the `BatchLauncher` protocol, its AWS Batch implementation, and the
+mapping from a Batch container instance to its EC2 instance id.
+
+The launch workflow calls `submit` once per admission (jobName `spotline-<job_id>`, into the
+job queue of the pool the scheduler chose) and the preempt workflow calls `terminate`. The
+local runtime provides its own launcher (local processes) with the same protocol and the same
+agent environment (`resources.AGENT_ENV_*`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import threading
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+from botocore.exceptions import ClientError
+
+from spotline.aws.errors import BatchThrottled, LaunchFailed, error_code, is_throttling
+
+if TYPE_CHECKING:
+    from mypy_boto3_batch import BatchClient
+
+logger = logging.getLogger(__name__)
+
+JOB_NAME_PREFIX = "spotline-"
+
+
+def batch_job_name(job_id: str) -> str:
+    """The Batch job name of a Spotline job (the BatchJobStateChange rule matches its prefix)."""
+    return f"{JOB_NAME_PREFIX}{job_id}"
+
+
+def job_id_from_batch_name(name: str) -> str | None:
+    return name[len(JOB_NAME_PREFIX) :] if name.startswith(JOB_NAME_PREFIX) else None
+
+
+@dataclass(frozen=True)
+class BatchJobRequest:
+    """One run of a job: where, what, and the agent's environment."""
+
+    job_id: str
+    team: str
+    job_queue: str
+    image: str
+    command: tuple[str, ...]
+    gpus_per_node: int
+    nodes: int
+    environment: Mapping[str, str]
+    # Batch stops the attempt after this long (the job's max_runtime_s), if set.
+    timeout_s: int | None = None
+    tags: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def job_name(self) -> str:
+        return batch_job_name(self.job_id)
+
+
+class BatchLauncher(Protocol):
+    def submit(self, request: BatchJobRequest) -> str:
+        """Submit one run; returns the Batch job id. Raises BatchThrottled (retry later) or
+        LaunchFailed (a retry will not help)."""
+        ...
+
+    def terminate(self, batch_job_id: str, reason: str) -> None:
+        """Stop a run (no error if it already ended)."""
+        ...
+
+
+class AwsBatchLauncher:
+    """`BatchLauncher` on AWS Batch.
+
+    Batch cannot override a container image per job, so a job whose image differs from the
+    base job definition's runs under a derived definition `<base>-<hash of image>`, registered
+    once and reused.
+    """
+
+    def __init__(
+        self, client: BatchClient, job_definition: str, multinode_job_definition: str | None = None
+    ) -> None:
+        self.client = client
+        self.job_definition = job_definition
+        self.multinode_job_definition = multinode_job_definition
+        self._definitions: dict[tuple[str, str], str] = {}
+        self._lock = threading.Lock()
+
+    def submit(self, request: BatchJobRequest) -> str:
+        gang = request.nodes > 1
+        base = self.multinode_job_definition if gang else self.job_definition
+        if base is None:
+            raise LaunchFailed(
+                f"job {request.job_id} needs {request.nodes} nodes and no multi-node job definition is set"
+            )
+        container: dict[str, Any] = {
+            "command": list(request.command),
+            "environment": [{"name": k, "value": v} for k, v in sorted(request.environment.items())],
+            "resourceRequirements": [{"type": "GPU", "value": str(request.gpus_per_node)}],
+        }
+        kwargs: dict[str, Any] = {
+            "jobName": request.job_name,
+            "jobQueue": request.job_queue,
+            "tags": {"spotline:job-id": request.job_id, "spotline:team": request.team, **request.tags},
+            "propagateTags": True,
+        }
+        if request.timeout_s is not None:
+            kwargs["timeout"] = {"attemptDurationSeconds": max(60, request.timeout_s)}
+        try:
+            kwargs["jobDefinition"] = self._definition_for(base, request.image)
+            if gang:
+                kwargs["nodeOverrides"] = {
+                    "numNodes": request.nodes,
+                    "nodePropertyOverrides": [{"targetNodes": "0:", "containerOverrides": container}],
+                }
+            else:
+                kwargs["containerOverrides"] = container
+            response = self.client.submit_job(**kwargs)
+        except ClientError as error:
+            if is_throttling(error) or error_code(error) == "TooManyRequestsException":
+                raise BatchThrottled(str(error)) from error
+            raise LaunchFailed(str(error)) from error
+        return response["jobId"]
+
+    def terminate(self, batch_job_id: str, reason: str) -> None:
+        try:
+            self.client.terminate_job(jobId=batch_job_id, reason=reason[:256])
+        except ClientError as error:
+            if is_throttling(error):
+                raise BatchThrottled(str(error)) from error
+            # An unknown or finished job needs no stopping.
+            logger.warning("terminate_job refused", extra={"batch_job_id": batch_job_id, "error": str(error)})
+
+    def _definition_for(self, base: str, image: str) -> str:
+        key = (base, image)
+        with self._lock:
+            cached = self._definitions.get(key)
+        if cached is not None:
+            return cached
+        described = self._latest(base)
+        if described is None:
+            raise LaunchFailed(f"job definition {base} not found")
+        properties = described.get("containerProperties") or {}
+        if described.get("type") != "container" or properties.get("image") in (None, image):
+            arn = str(described["jobDefinitionArn"])
+        else:
+            name = f"{described['jobDefinitionName']}-{hashlib.sha256(image.encode()).hexdigest()[:12]}"
+            derived = self._latest(name)
+            if derived is None:
+                client: Any = self.client  # the stubs' TypedDicts do not fit a copied definition
+                registered = client.register_job_definition(
+                    jobDefinitionName=name,
+                    type="container",
+                    containerProperties={**properties, "image": image},
+                    **{
+                        k: described[k]
+                        for k in ("retryStrategy", "timeout", "platformCapabilities")
+                        if described.get(k)
+                    },
+                )
+                arn = str(registered["jobDefinitionArn"])
+            else:
+                arn = str(derived["jobDefinitionArn"])
+        with self._lock:
+            self._definitions[key] = arn
+        return arn
+
+    def _latest(self, name_or_arn: str) -> dict[str, Any] | None:
+        if name_or_arn.startswith("arn:"):
+            response = self.client.describe_job_definitions(jobDefinitions=[name_or_arn])
+        else:
+            response = self.client.describe_job_definitions(jobDefinitionName=name_or_arn, status="ACTIVE")
+        found: list[dict[str, Any]] = [dict(d) for d in response.get("jobDefinitions", [])]
+        if not found:
+            return None
+        return max(found, key=lambda d: int(d.get("revision", 0)))
+
+
+class InstanceResolver(Protocol):
+    def resolve(self, container_instances: Sequence[str]) -> list[str]:
+        """EC2 instance ids behind Batch's container instance ARNs (ids pass through)."""
+        ...
+
+
+class EcsInstanceResolver:
+    """Looks up `ec2InstanceId` with ECS DescribeContainerInstances (the Batch event names the
+    ECS container instance, a Spot warning names the EC2 instance). Best effort: the agent's
+    heartbeats report the instance id too."""
+
+    def __init__(self, client: Any) -> None:
+        self.client = client
+
+    def resolve(self, container_instances: Sequence[str]) -> list[str]:
+        ids = [c for c in container_instances if c.startswith("i-")]
+        by_cluster: dict[str, list[str]] = {}
+        for arn in container_instances:
+            # arn:aws:ecs:<region>:<account>:container-instance/<cluster>/<id>
+            parts = arn.split(":", 5)[-1].split("/") if arn.startswith("arn:") else []
+            if len(parts) == 3 and parts[0] == "container-instance":
+                by_cluster.setdefault(parts[1], []).append(arn)
+        for cluster, arns in by_cluster.items():
+            try:
+                response = self.client.describe_container_instances(cluster=cluster, containerInstances=arns)
+            except ClientError as error:
+                logger.warning("cannot resolve container instances", extra={"error": str(error)})
+                continue
+            ids += [
+                c["ec2InstanceId"] for c in response.get("containerInstances", []) if c.get("ec2InstanceId")
+            ]
+        return sorted(set(ids))

@@ -1,0 +1,136 @@
+"""Pydantic models of the events the functions receive (Powertools parser models).
+
+AWS's events keep their documented shapes: the Spot warning's detail is
+{"instance-id", "instance-action"}, the Batch Job State Change's detail resembles DescribeJobs'
+JobDetail. Unknown fields are ignored (AWS adds fields over time).
+
+Each event is parsed whole (an `EventBridgeModel` with a typed `detail`) rather than through
+`EventBridgeEnvelope`: the envelope would drop the event's `time` and `id`, and the whole-event
+model keeps the handlers' types precise.
+"""
+
+from __future__ import annotations
+
+from aws_lambda_powertools.utilities.parser.models import EventBridgeModel
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class _Detail(BaseModel):
+    model_config = ConfigDict(extra="ignore", populate_by_name=True)
+
+
+# --- EC2 ------------------------------------------------------------------------------------
+
+
+class SpotWarningDetail(_Detail):
+    instance_id: str = Field(alias="instance-id", min_length=1)
+    instance_action: str = Field(default="terminate", alias="instance-action")
+
+
+class SpotWarningEvent(EventBridgeModel):
+    """The whole event, not only its detail: the notice's deadline counts from its `time`."""
+
+    detail: SpotWarningDetail
+
+
+class RebalanceDetail(_Detail):
+    instance_id: str = Field(alias="instance-id", min_length=1)
+
+
+class RebalanceEvent(EventBridgeModel):
+    detail: RebalanceDetail
+
+
+# --- the agent ------------------------------------------------------------------------------
+
+
+class CheckpointCompletedDetail(_Detail):
+    job_id: str = Field(min_length=1)
+    checkpoint_uri: str = Field(min_length=1)
+    step: int = Field(ge=0)
+    progress: float | None = Field(default=None, ge=0.0, le=1.0)
+    # When the agent captured the state (epoch s), and the request it answers, if any.
+    created_at: float | None = None
+    requested_at: float | None = None
+
+
+class CheckpointCompletedEvent(EventBridgeModel):
+    detail: CheckpointCompletedDetail
+
+
+class HeartbeatDetail(_Detail):
+    job_id: str = Field(min_length=1)
+    step: int = Field(ge=0)
+    instance_id: str | None = None
+    progress: float | None = Field(default=None, ge=0.0, le=1.0)
+    utilization: float | None = Field(default=None, ge=0.0, le=1.0)
+
+
+class HeartbeatEvent(EventBridgeModel):
+    detail: HeartbeatDetail
+
+
+# --- AWS Batch ------------------------------------------------------------------------------
+
+
+class BatchContainer(_Detail):
+    containerInstanceArn: str | None = None
+    taskArn: str | None = None
+    exitCode: int | None = None
+    reason: str | None = None
+
+
+class BatchAttempt(_Detail):
+    container: BatchContainer | None = None
+    startedAt: int | None = None
+    stoppedAt: int | None = None
+    statusReason: str | None = None
+
+
+class BatchJobStateDetail(_Detail):
+    jobName: str
+    jobId: str
+    jobQueue: str | None = None
+    status: str
+    statusReason: str | None = None
+    attempts: list[BatchAttempt] = Field(default_factory=list)
+    startedAt: int | None = None
+    stoppedAt: int | None = None
+    container: BatchContainer | None = None
+
+    def reasons(self) -> str:
+        """Every reason Batch gave, most general first (job, last attempt, container)."""
+        parts = [self.statusReason]
+        if self.attempts:
+            last = self.attempts[-1]
+            parts.append(last.statusReason)
+            if last.container is not None:
+                parts.append(last.container.reason)
+        if self.container is not None:
+            parts.append(self.container.reason)
+        seen: list[str] = []
+        for part in parts:
+            if part and part not in seen:
+                seen.append(part)
+        return "; ".join(seen)
+
+    def container_instances(self) -> list[str]:
+        found = []
+        if self.container is not None and self.container.containerInstanceArn:
+            found.append(self.container.containerInstanceArn)
+        for attempt in self.attempts:
+            if attempt.container is not None and attempt.container.containerInstanceArn:
+                found.append(attempt.container.containerInstanceArn)
+        # The last attempt is the current run; earlier attempts ran elsewhere.
+        return found[:1] if self.container is not None and self.container.containerInstanceArn else found[-1:]
+
+    def exit_code(self) -> int | None:
+        if self.container is not None and self.container.exitCode is not None:
+            return self.container.exitCode
+        if self.attempts and self.attempts[-1].container is not None:
+            return self.attempts[-1].container.exitCode
+        return None
+
+
+class BatchJobStateChangeEvent(EventBridgeModel):
+    detail: BatchJobStateDetail

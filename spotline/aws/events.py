@@ -1,0 +1,109 @@
+"""Events Spotline emits on its own bus (architecture.md, "Events").
+
+`Job State Changed` goes out for every committed transition: `EventPublisher.on_commit` is a
+`JobRepository` listener, so no code path can change a state without announcing it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
+
+from botocore.exceptions import ClientError
+
+from spotline.aws import resources
+from spotline.aws.errors import PublishFailed
+from spotline.aws.jobs import JobRecord
+from spotline.aws.timeline import NO_STATE, TimelineEntry
+
+if TYPE_CHECKING:
+    from mypy_boto3_events import EventBridgeClient
+
+logger = logging.getLogger(__name__)
+
+# PutEvents takes at most 10 entries per call.
+_MAX_ENTRIES = 10
+
+
+class EventSink(Protocol):
+    def put(self, source: str, detail_type: str, details: Sequence[Mapping[str, Any]]) -> None:
+        """Put one event per detail (raises PublishFailed if any was refused)."""
+        ...
+
+
+class EventBridgeSink:
+    def __init__(self, client: EventBridgeClient, bus_name: str) -> None:
+        self.client = client
+        self.bus_name = bus_name
+
+    def put(self, source: str, detail_type: str, details: Sequence[Mapping[str, Any]]) -> None:
+        for start in range(0, len(details), _MAX_ENTRIES):
+            entries: Any = [
+                {
+                    "Source": source,
+                    "DetailType": detail_type,
+                    "Detail": json.dumps(dict(detail), sort_keys=True, default=str),
+                    "EventBusName": self.bus_name,
+                }
+                for detail in details[start : start + _MAX_ENTRIES]
+            ]
+            try:
+                response = self.client.put_events(Entries=entries)
+            except ClientError as error:
+                raise PublishFailed(str(error)) from error
+            if response.get("FailedEntryCount", 0):
+                failed = [e for e in response.get("Entries", []) if e.get("ErrorCode")]
+                raise PublishFailed(f"{len(failed)} event(s) refused: {failed[:3]}")
+
+
+class EventPublisher:
+    """Spotline's events, by name."""
+
+    def __init__(self, sink: EventSink) -> None:
+        self.sink = sink
+
+    def job_submitted(self, record: JobRecord) -> None:
+        self.sink.put(
+            resources.SOURCE_API,
+            resources.DETAIL_JOB_SUBMITTED,
+            [
+                {
+                    "job_id": record.id,
+                    "team": record.team,
+                    "priority": record.job.priority.value,
+                    "gpus": record.job.gpus,
+                    "submitted_at": record.job.submitted_at,
+                }
+            ],
+        )
+
+    def job_state_changed(self, record: JobRecord, entries: Sequence[TimelineEntry]) -> None:
+        details = [
+            {
+                "job_id": record.id,
+                "team": record.team,
+                "from": entry.source,
+                "to": entry.target,
+                "reason": entry.reason,
+                "version": entry.seq,
+                "at": entry.at,
+                "pool": record.job.pool,
+                "priority": record.job.priority.value,
+            }
+            for entry in entries
+            # The submission has its own event; a spec change (from == to) is not a transition.
+            if entry.source != NO_STATE and entry.source != entry.target
+        ]
+        if details:
+            self.sink.put(resources.SOURCE_SCHEDULER, resources.DETAIL_JOB_STATE_CHANGED, details)
+
+    def on_commit(self, record: JobRecord, entries: Sequence[TimelineEntry]) -> None:
+        """Repository listener. The write is already committed, so a refused event is logged
+        rather than raised: failing the caller would not undo the transition, and its retry
+        would find nothing left to do. The scheduler's periodic tick covers a lost trigger."""
+        try:
+            self.job_state_changed(record, entries)
+        except PublishFailed:
+            logger.exception("Job State Changed not published", extra={"job_id": record.id})

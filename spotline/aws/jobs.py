@@ -1,0 +1,534 @@
+"""The Jobs table: one item per job, its sparse indexes, and every state change as a conditional
+write.
+
+A transition is one TransactWriteItems: the job's Update (condition: the state and version the
+caller read), the Timeline Put of each step, and, when the job starts or stops holding GPUs,
+the Ledger updates. Either all of it happens or none, so the queue index, the timeline and
+the capacity ledger never disagree with the job's state.
+
+Sparse index attributes (resources.JOBS) are derived from the state by `record_to_item`, so
+they cannot drift from it: `queue_*` and `deadline_*` exist only while PENDING, `active_pk`
+only while the job holds GPUs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from enum import StrEnum
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel, ConfigDict
+
+from spotline.aws.dynamo import DynamoTable, Expression, Item, TransactItem, serialize_item
+from spotline.aws.errors import InvalidTransition, JobNotFound
+from spotline.aws.ledger import LedgerRepository
+from spotline.aws.timeline import NO_STATE, TimelineEntry, TimelineRepository, decode_token, encode_token
+from spotline.domain import Job, JobSpec, JobState, Priority, can_transition
+
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb import DynamoDBClient
+
+# States in which a job holds GPUs in a pool (and is in the `active` index).
+ACTIVE_STATES = frozenset({JobState.ADMITTED, JobState.RUNNING, JobState.CHECKPOINTING})
+
+QUEUE_PK_PREFIX = "Q#"
+DEADLINE_PK = "D"
+ACTIVE_PK = "A"
+
+
+class Disruption(StrEnum):
+    """Why a job is checkpointing, which decides where it ends: PREEMPTED or INTERRUPTED."""
+
+    PREEMPT = "preempt"
+    INTERRUPT = "interrupt"
+
+    @property
+    def outcome(self) -> JobState:
+        return JobState.PREEMPTED if self is Disruption.PREEMPT else JobState.INTERRUPTED
+
+
+class JobRecord(BaseModel):
+    """A job as stored: the domain `Job` plus what the control plane tracks about its run."""
+
+    model_config = ConfigDict(frozen=True)
+
+    job: Job
+    updated_at: float
+    # The reason of the last transition (the timeline has all of them).
+    state_reason: str = ""
+    # GPUs charged to the pool and team ledger while ACTIVE (a gang takes whole nodes).
+    gpus_held: int = 0
+    batch_job_id: str | None = None
+    # Batch jobs of earlier runs: their late events are ignored.
+    retired_batch_job_ids: tuple[str, ...] = ()
+    instance_ids: tuple[str, ...] = ()
+    admitted_at: float | None = None
+    # Why the job waits (set by the scheduling pass, only when it changes).
+    wait_reason: str | None = None
+    # The agent polls this: a checkpoint is wanted when it is later than its last checkpoint.
+    checkpoint_requested_at: float | None = None
+    checkpoint_deadline_at: float | None = None
+    # Step Functions task token of the preempt workflow waiting for the next checkpoint.
+    checkpoint_task_token: str | None = None
+    # The preemptor this job makes room for (or "interruption:<instance>").
+    draining_for: str | None = None
+    disruption: Disruption | None = None
+    # Launches that failed since the job was last admitted successfully (gives up after a few).
+    launch_failures: int = 0
+    last_heartbeat_at: float | None = None
+    step: int | None = None
+    finished_at: float | None = None
+
+    @property
+    def id(self) -> str:
+        return self.job.id
+
+    @property
+    def state(self) -> JobState:
+        return self.job.state
+
+    @property
+    def version(self) -> int:
+        return self.job.version
+
+    @property
+    def team(self) -> str:
+        return self.job.team
+
+    def with_changes(self, job: Mapping[str, Any] | None = None, **changes: Any) -> JobRecord:
+        """A copy with record fields in `changes` and job fields in `job` changed."""
+        if job:
+            changes["job"] = self.job.with_changes(**job)
+        return self.model_copy(update=changes)
+
+
+# --- the item layout ----------------------------------------------------------------------
+
+_JOB_FIELDS = (
+    "submitted_at",
+    "enqueued_at",
+    "started_at",
+    "runtime_s",
+    "last_checkpoint_at",
+    "last_checkpoint_step",
+    "last_checkpoint_uri",
+    "progress",
+    "utilization",
+    "preemptions",
+    "interruptions",
+    "lost_work_s",
+    "pool",
+)
+_RECORD_FIELDS = (
+    "updated_at",
+    "state_reason",
+    "gpus_held",
+    "batch_job_id",
+    "retired_batch_job_ids",
+    "instance_ids",
+    "admitted_at",
+    "wait_reason",
+    "checkpoint_requested_at",
+    "checkpoint_deadline_at",
+    "checkpoint_task_token",
+    "draining_for",
+    "disruption",
+    "launch_failures",
+    "last_heartbeat_at",
+    "step",
+    "finished_at",
+)
+
+
+def order_key(at: float, job_id: str) -> str:
+    """Sort key that orders by time, then id: fixed-width, so string order is time order."""
+    return f"{at:017.3f}#{job_id}"
+
+
+def record_to_item(record: JobRecord) -> Item:
+    """The item for `record`, with the index attributes its state calls for."""
+    job = record.job
+    item: Item = {
+        "job_id": job.id,
+        "team": job.team,
+        "team_sk": order_key(job.submitted_at, job.id),
+        "state": job.state.value,
+        "version": job.version,
+        "spec": job.spec.model_dump_json(exclude_none=True),
+        "name": job.spec.name,
+        "priority": job.priority.value,
+        "gpus": job.gpus,
+    }
+    for name in _JOB_FIELDS:
+        item[name] = getattr(job, name)
+    for name in _RECORD_FIELDS:
+        value = getattr(record, name)
+        if isinstance(value, tuple):
+            # String sets: a heartbeat can ADD an instance id without reading the item first.
+            value = set(value) or None
+        elif isinstance(value, StrEnum):
+            value = value.value
+        item[name] = value
+    if job.state is JobState.PENDING:
+        item["queue_pk"] = QUEUE_PK_PREFIX + job.priority.value
+        item["queue_sk"] = order_key(job.submitted_at, job.id)
+        deadline = job.spec.deadline_at
+        if deadline is not None:
+            item["deadline_pk"] = DEADLINE_PK
+            item["deadline_sk"] = order_key(deadline, job.id)
+    if job.state in ACTIVE_STATES:
+        item["active_pk"] = ACTIVE_PK
+    return {k: v for k, v in item.items() if v is not None}
+
+
+def item_to_record(item: Mapping[str, Any]) -> JobRecord:
+    job = Job(
+        id=item["job_id"],
+        team=item["team"],
+        spec=JobSpec.model_validate_json(item["spec"]),
+        state=JobState(item["state"]),
+        version=int(item["version"]),
+        **{name: item[name] for name in _JOB_FIELDS if name in item},
+    )
+    fields = {name: item[name] for name in _RECORD_FIELDS if name in item}
+    for name in ("retired_batch_job_ids", "instance_ids"):
+        if name in fields:
+            fields[name] = tuple(sorted(fields[name]))
+    return JobRecord(job=job, **fields)
+
+
+# --- the repository -----------------------------------------------------------------------
+
+# Called after each committed write that changed state, with the new record and its timeline
+# entries (the event publisher subscribes: Job State Changed on every transition).
+CommitListener = Callable[[JobRecord, Sequence[TimelineEntry]], None]
+
+
+class JobRepository:
+    """Jobs, their transitions (with Timeline and Ledger items in the same transaction), and the
+    index reads of the scheduling pass."""
+
+    def __init__(
+        self,
+        client: DynamoDBClient,
+        table_name: str,
+        timeline: TimelineRepository,
+        ledger: LedgerRepository,
+        listeners: Iterable[CommitListener] = (),
+    ) -> None:
+        self.table = DynamoTable(client, table_name)
+        self.timeline = timeline
+        self.ledger = ledger
+        self.listeners = list(listeners)
+
+    # --- writes --------------------------------------------------------------------------
+
+    def create(self, job: Job, *, now: float, reason: str) -> JobRecord:
+        """Store a new PENDING job (fails with JobAlreadyExists if the id is taken)."""
+        if job.state is not JobState.PENDING:
+            raise InvalidTransition(f"a new job starts PENDING, not {job.state}")
+        record = JobRecord(job=job, updated_at=now, state_reason=reason)
+        entry = TimelineEntry(job.id, job.version, now, NO_STATE, JobState.PENDING.value, reason)
+        put = {
+            "Put": {
+                "TableName": self.table.name,
+                "Item": serialize_item(record_to_item(record)),
+                "ConditionExpression": "attribute_not_exists(job_id)",
+            }
+        }
+        self.table.transact(
+            [put, self.timeline.append_item(entry)], [("new-job", job.id), ("timeline", job.id)]
+        )
+        self._notify(record, [entry])
+        return record
+
+    def transition(
+        self,
+        record: JobRecord,
+        target: JobState,
+        reason: str,
+        *,
+        now: float,
+        via: JobState | None = None,
+        via_reason: str | None = None,
+        job: Mapping[str, Any] | None = None,
+        changes: Mapping[str, Any] | None = None,
+        reserve: tuple[list[TransactItem], list[tuple[str, str]]] | None = None,
+    ) -> JobRecord:
+        """Move `record` to `target` (through `via` first, e.g. CHECKPOINTING -> PREEMPTED ->
+        PENDING) in one conditional transaction, and return the stored record.
+
+        `job` and `changes` are field changes of the domain Job and of the record. When the job
+        stops holding GPUs, the ledger release is added automatically; `reserve` carries the
+        ledger items of an admission.
+        """
+        steps = [(via, via_reason or reason), (target, reason)] if via is not None else [(target, reason)]
+        source = record.state
+        for step_target, _ in steps:
+            if not can_transition(source, step_target):
+                raise InvalidTransition(f"job {record.id}: {source} -> {step_target} is not allowed")
+            source = step_target
+
+        record_changes = dict(changes or {})
+        releasing = record.state in ACTIVE_STATES and target not in ACTIVE_STATES and record.gpus_held > 0
+        if releasing:
+            record_changes.setdefault("gpus_held", 0)
+        new = record.with_changes(
+            job={**(job or {}), "state": target, "version": record.version + len(steps)},
+            updated_at=now,
+            state_reason=reason,
+            **record_changes,
+        )
+        entries = []
+        source_state = record.state
+        for offset, (step_target, step_reason) in enumerate(steps, start=1):
+            entries.append(
+                TimelineEntry(
+                    record.id,
+                    record.version + offset,
+                    now,
+                    source_state.value,
+                    step_target.value,
+                    step_reason,
+                )
+            )
+            source_state = step_target
+
+        extra: list[TransactItem] = []
+        roles: list[tuple[str, str]] = []
+        if releasing and record.job.pool is not None:
+            items, item_roles = self.ledger.release_items(
+                pool=record.job.pool, team=record.team, gpus=record.gpus_held
+            )
+            extra += items
+            roles += item_roles
+        if reserve is not None:
+            extra += reserve[0]
+            roles += reserve[1]
+        self._commit(record, new, entries, extra, roles)
+        return new
+
+    def update_spec(self, record: JobRecord, spec: JobSpec, reason: str, *, now: float) -> JobRecord:
+        """Change a job's spec (priority, deadline) with a version bump and a timeline entry whose
+        from and to are the same state."""
+        new = record.with_changes(job={"spec": spec, "version": record.version + 1}, updated_at=now)
+        entry = TimelineEntry(record.id, new.version, now, record.state.value, record.state.value, reason)
+        self._commit(record, new, [entry], [], [])
+        return new
+
+    def _commit(
+        self,
+        old: JobRecord,
+        new: JobRecord,
+        entries: Sequence[TimelineEntry],
+        extra: Sequence[TransactItem],
+        extra_roles: Sequence[tuple[str, str]],
+    ) -> None:
+        before, after = record_to_item(old), record_to_item(new)
+        expr = Expression()
+        sets = [
+            f"{expr.name(k)} = {expr.value(v)}"
+            for k, v in after.items()
+            if k != "job_id" and before.get(k) != v
+        ]
+        removes = [expr.name(k) for k in before if k not in after]
+        update_expression = " ".join(
+            part
+            for part in (
+                "SET " + ", ".join(sets) if sets else "",
+                "REMOVE " + ", ".join(removes) if removes else "",
+            )
+            if part
+        )
+        condition = (
+            f"{expr.name('state')} = {expr.value(old.state.value)}"
+            f" AND {expr.name('version')} = {expr.value(old.version)}"
+        )
+        update = expr.attach(
+            {
+                "TableName": self.table.name,
+                "Key": serialize_item({"job_id": old.id}),
+                "UpdateExpression": update_expression,
+                "ConditionExpression": condition,
+            }
+        )
+        items: list[TransactItem] = [
+            {"Update": update},
+            *(self.timeline.append_item(e) for e in entries),
+            *extra,
+        ]
+        roles = [("job", old.id), *(("timeline", old.id) for _ in entries), *extra_roles]
+        self.table.transact(items, roles)
+        self._notify(new, entries)
+
+    def _notify(self, record: JobRecord, entries: Sequence[TimelineEntry]) -> None:
+        for listener in self.listeners:
+            listener(record, entries)
+
+    def update_fields(
+        self,
+        job_id: str,
+        *,
+        states: Iterable[JobState],
+        set_fields: Mapping[str, Any] | None = None,
+        remove_fields: Iterable[str] = (),
+        version: int | None = None,
+        conditions: Sequence[tuple[str, str, Any]] = (),
+        add_to_set: Mapping[str, Iterable[str]] | None = None,
+    ) -> JobRecord:
+        """A write that is not a transition (progress, checkpoint, wait reason, task token):
+        conditional on the job being in one of `states` (and at `version`, if given), plus
+        `conditions` given as (attribute, operator, value); an operator ending in "?" also
+        accepts a missing attribute, e.g. ("step", "<=?", 12). No version bump, no timeline.
+        """
+        expr = Expression()
+        parts = []
+        for name, value in (set_fields or {}).items():
+            parts.append(f"{expr.name(name)} = {expr.value(value)}")
+        update_expression = "SET " + ", ".join(parts) if parts else ""
+        adds = [f"{expr.name(n)} {expr.value(set(v))}" for n, v in (add_to_set or {}).items() if v]
+        if adds:
+            update_expression += (" " if update_expression else "") + "ADD " + ", ".join(adds)
+        removes = [expr.name(n) for n in remove_fields]
+        if removes:
+            update_expression += (" " if update_expression else "") + "REMOVE " + ", ".join(removes)
+        state_values = ", ".join(expr.value(s.value) for s in states)
+        condition = [f"{expr.name('state')} IN ({state_values})"]
+        if version is not None:
+            condition.append(f"{expr.name('version')} = {expr.value(version)}")
+        for name, operator, value in conditions:
+            optional = operator.endswith("?")
+            op = operator.rstrip("?")
+            clause = f"{expr.name(name)} {op} {expr.value(value)}"
+            if optional:
+                clause = f"(attribute_not_exists({expr.name(name)}) OR {clause})"
+            condition.append(clause)
+        request = expr.attach(
+            {
+                "Key": serialize_item({"job_id": job_id}),
+                "UpdateExpression": update_expression,
+                "ConditionExpression": " AND ".join(condition),
+            }
+        )
+        return item_to_record(self.table.update(request, job_id=job_id))
+
+    # --- reads ---------------------------------------------------------------------------
+
+    def find(self, job_id: str) -> JobRecord | None:
+        item = self.table.get({"job_id": job_id}, consistent=True, job_id=job_id)
+        return None if item is None else item_to_record(item)
+
+    def get(self, job_id: str) -> JobRecord:
+        record = self.find(job_id)
+        if record is None:
+            raise JobNotFound(job_id)
+        return record
+
+    def queue_head(self, priority: Priority, limit: int) -> list[JobRecord]:
+        """The first `limit` pending jobs of a class, oldest submission first: one Query of the
+        `queue` index with Limit, so the read is bounded whatever the queue's length."""
+        return self._index_head("queue", "queue_pk", QUEUE_PK_PREFIX + priority.value, limit)
+
+    def deadline_head(self, limit: int) -> list[JobRecord]:
+        """The `limit` pending jobs with the nearest deadlines (the `deadline` index)."""
+        return self._index_head("deadline", "deadline_pk", DEADLINE_PK, limit)
+
+    def _index_head(self, index: str, key: str, value: str, limit: int) -> list[JobRecord]:
+        expr = Expression()
+        items, _ = self.table.query(
+            expr.attach(
+                {
+                    "IndexName": index,
+                    "KeyConditionExpression": f"{expr.name(key)} = {expr.value(value)}",
+                    "Limit": limit,
+                    "ScanIndexForward": True,
+                }
+            )
+        )
+        # Index reads are eventually consistent: a job admitted a moment ago may still be listed.
+        # Its admission would fail its condition anyway; dropping it here saves the attempt.
+        return [r for r in map(item_to_record, items) if r.state is JobState.PENDING]
+
+    def active(self) -> list[JobRecord]:
+        """Every job holding GPUs (the `active` index): as many as the cluster runs, never the
+        queue."""
+        records: list[JobRecord] = []
+        start: dict[str, Any] | None = None
+        while True:
+            expr = Expression()
+            request = expr.attach(
+                {
+                    "IndexName": "active",
+                    "KeyConditionExpression": f"{expr.name('active_pk')} = {expr.value(ACTIVE_PK)}",
+                }
+            )
+            if start is not None:
+                request["ExclusiveStartKey"] = start
+            items, start = self.table.query(request)
+            records += [r for r in map(item_to_record, items) if r.state in ACTIVE_STATES]
+            if start is None:
+                return records
+
+    def list_team(
+        self,
+        team: str,
+        *,
+        state: JobState | None = None,
+        limit: int = 50,
+        next_token: str | None = None,
+        max_pages: int = 5,
+    ) -> tuple[list[JobRecord], str | None]:
+        """A team's jobs, newest first, optionally of one state: one page and the next token.
+
+        With a state filter DynamoDB applies Limit before the filter, so a page may come back
+        short; up to `max_pages` reads are made to fill it, which bounds the work per request.
+        """
+        start = decode_token(next_token)
+        found: list[JobRecord] = []
+        for _ in range(max_pages):
+            expr = Expression()
+            request: dict[str, Any] = {
+                "IndexName": "team",
+                "KeyConditionExpression": f"{expr.name('team')} = {expr.value(team)}",
+                "ScanIndexForward": False,
+                "Limit": limit - len(found),
+            }
+            if state is not None:
+                request["FilterExpression"] = f"{expr.name('state')} = {expr.value(state.value)}"
+            expr.attach(request)
+            if start is not None:
+                request["ExclusiveStartKey"] = start
+            items, start = self.table.query(request)
+            found += [item_to_record(i) for i in items]
+            if start is None or len(found) >= limit:
+                break
+        return found, encode_token(start)
+
+    def bulk_load(self, records: Sequence[JobRecord]) -> None:
+        """Write many records without transitions (benchmarks and tests)."""
+        self.table.batch_put([record_to_item(r) for r in records])
+
+
+class DynamoPendingQueue:
+    """The domain's `PendingQueue` over the `queue` and `deadline` indexes.
+
+    Each call is one Query with `Limit`; the records read are kept by id, because acting on a
+    decision needs the version the pass saw (the admission is conditional on it).
+    """
+
+    def __init__(self, jobs: JobRepository) -> None:
+        self.jobs = jobs
+        self.records: dict[str, JobRecord] = {}
+        self.items_read = 0
+
+    def head(self, priority: Priority, limit: int) -> Sequence[Job]:
+        return self._keep(self.jobs.queue_head(priority, limit))
+
+    def urgent(self, limit: int) -> Sequence[Job]:
+        return self._keep(self.jobs.deadline_head(limit))
+
+    def _keep(self, records: list[JobRecord]) -> list[Job]:
+        self.items_read += len(records)
+        for record in records:
+            self.records.setdefault(record.id, record)
+        return [r.job for r in records]

@@ -1,0 +1,95 @@
+"""What every Lambda entry point in `functions/` shares: the Powertools objects, this process's
+`ControlPlane`, and idempotency on the Idempotency table.
+
+Importing this module is cheap: settings, clients and the control plane are built on the first
+invocation, not at import (a cold start that only imports pays nothing for AWS clients).
+The local runtime and the tests install their own control plane with `use_control_plane`.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from aws_lambda_powertools import Logger, Metrics, Tracer
+from aws_lambda_powertools.utilities.idempotency import (
+    DynamoDBPersistenceLayer,
+    IdempotencyConfig,
+    idempotent,
+)
+
+from spotline.aws.clients import default_clients
+from spotline.aws.settings import get_settings
+from spotline.control.plane import ControlPlane, build_control_plane
+
+METRICS_NAMESPACE = "Spotline"
+
+logger = Logger(service="spotline")
+tracer = Tracer(service="spotline")
+metrics = Metrics(namespace=METRICS_NAMESPACE, service="spotline")
+
+_plane: ControlPlane | None = None
+_plane_lock = threading.Lock()
+
+Handler = Callable[[dict[str, Any], Any], Any]
+F = TypeVar("F", bound=Handler)
+
+
+def control_plane() -> ControlPlane:
+    """This process's control plane (built from the environment on first use)."""
+    global _plane
+    with _plane_lock:
+        if _plane is None:
+            _plane = build_control_plane(get_settings(), default_clients())
+        return _plane
+
+
+def use_control_plane(plane: ControlPlane | None) -> None:
+    """Install `plane` for every handler of this process (None: build from the environment
+    again on next use). Also forgets the idempotency layers, which hold a client."""
+    global _plane
+    with _plane_lock:
+        _plane = plane
+    with _idempotency_lock:
+        _idempotent_handlers.clear()
+
+
+_idempotent_handlers: dict[str, Handler] = {}
+_idempotency_lock = threading.Lock()
+
+# EventBridge redelivers the same event with the same id; a day covers its retry window (24 h).
+IDEMPOTENCY_TTL_S = 24 * 3600
+
+
+def idempotent_on_event_id(key_prefix: str) -> Callable[[Handler], Handler]:
+    """Make an EventBridge-invoked handler run once per event id (Powertools idempotency on the
+    Idempotency table; a duplicate gets the first run's result). The persistence layer is built
+    on first use, with the control plane's DynamoDB client."""
+
+    def decorate(function: Handler) -> Handler:
+        def handler(event: dict[str, Any], context: Any) -> Any:
+            with _idempotency_lock:
+                wrapped = _idempotent_handlers.get(key_prefix)
+                if wrapped is None:
+                    plane = control_plane()
+                    persistence = DynamoDBPersistenceLayer(
+                        table_name=plane.settings.idempotency_table,
+                        boto3_client=plane.jobs.table.client,
+                    )
+                    config = IdempotencyConfig(
+                        event_key_jmespath="id",
+                        raise_on_no_idempotency_key=True,
+                        expires_after_seconds=IDEMPOTENCY_TTL_S,
+                    )
+                    wrapped = idempotent(persistence_store=persistence, config=config, key_prefix=key_prefix)(
+                        function
+                    )
+                    _idempotent_handlers[key_prefix] = wrapped
+            return wrapped(event, context)
+
+        handler.__name__ = getattr(function, "__name__", "handler")
+        handler.__doc__ = function.__doc__
+        return handler
+
+    return decorate

@@ -1,0 +1,166 @@
+"""Typed settings of the control plane, parsed once from the environment (`resources.ENV_*`).
+
+`SPOTLINE_CONFIG` carries the deployment's policy as JSON: pools (each backed by one Batch job
+queue), teams and their quotas, which identity belongs to which team, and overrides of the
+domain's `SchedulerConfig`. Handlers call `get_settings()`; nothing is parsed at import time, so
+importing a function module stays cheap.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from functools import lru_cache
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from spotline.aws import resources
+from spotline.domain import Pool, Priority, SchedulerConfig, TeamQuota
+
+
+class SettingsError(ValueError):
+    """The environment does not describe a usable deployment (names the variable at fault)."""
+
+
+class PoolSettings(Pool):
+    """A domain `Pool` plus the Batch job queue (name or ARN) that runs its jobs."""
+
+    job_queue: str = Field(min_length=1)
+
+
+class TeamSettings(TeamQuota):
+    """A domain `TeamQuota` plus the highest priority class the team may ask for."""
+
+    max_priority: Priority = Priority.CRITICAL
+
+
+class SpotlineConfig(BaseModel):
+    """The JSON in `SPOTLINE_CONFIG`."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    pools: tuple[PoolSettings, ...] = Field(min_length=1)
+    job_definition: str = Field(min_length=1)
+    # Job definition for gang jobs (nodes > 1): a Batch multi-node parallel definition.
+    multinode_job_definition: str | None = None
+    teams: tuple[TeamSettings, ...] = ()
+    # IAM principal ARN (user or role), or a local access key -> team.
+    identities: dict[str, str] = Field(default_factory=dict)
+    scheduler: SchedulerConfig = SchedulerConfig()
+    # How long a preempted job has to write its checkpoint before it is stopped anyway.
+    grace_period_s: int = Field(default=120, ge=1)
+    # A Spot interruption warning comes this long before the instance is reclaimed.
+    spot_notice_s: int = Field(default=120, ge=1)
+    # Seconds kept back from a Spot notice for terminating the job before EC2 does.
+    spot_notice_margin_s: int = Field(default=10, ge=0)
+    # A running job silent for this long is treated as lost with its host.
+    heartbeat_timeout_s: float = Field(default=600.0, gt=0)
+    # An admitted job whose Batch job was never submitted after this long is requeued.
+    launch_timeout_s: float = Field(default=300.0, gt=0)
+    # An admitted job whose Batch job never started after this long is requeued (no capacity).
+    start_timeout_s: float = Field(default=1800.0, gt=0)
+    # A checkpointing job whose workflow has not finished this long past its deadline is
+    # finished by the reconciler.
+    checkpoint_overrun_s: float = Field(default=60.0, ge=0)
+    # How often the agent should read its job record (passed to the container).
+    agent_poll_s: float = Field(default=5.0, gt=0)
+    # Seed of the scheduler's random source (None: the system's). Only the `random` victim
+    # strategy draws from it.
+    seed: int | None = None
+
+    @model_validator(mode="after")
+    def _consistent(self) -> SpotlineConfig:
+        names = [p.name for p in self.pools]
+        if len(set(names)) != len(names):
+            raise ValueError("pools: pool names must be unique")
+        teams = {t.team for t in self.teams}
+        if len(teams) != len(self.teams):
+            raise ValueError("teams: team names must be unique")
+        unknown = sorted({team for team in self.identities.values() if teams and team not in teams})
+        if unknown:
+            raise ValueError(f"identities: teams {unknown} have no entry in teams")
+        return self
+
+    @property
+    def pools_by_name(self) -> dict[str, PoolSettings]:
+        return {p.name: p for p in self.pools}
+
+    @property
+    def teams_by_name(self) -> dict[str, TeamSettings]:
+        return {t.team: t for t in self.teams}
+
+    @property
+    def gpu_types(self) -> frozenset[str]:
+        return frozenset(p.gpu_type for p in self.pools)
+
+
+class Settings(BaseModel):
+    """Everything a function needs to know about its deployment."""
+
+    model_config = ConfigDict(frozen=True)
+
+    jobs_table: str
+    timeline_table: str
+    ledger_table: str
+    instances_table: str
+    idempotency_table: str
+    event_bus: str
+    # Unset in the workflows' own task function (the stack cannot give a function the ARN of a
+    # state machine that invokes it); only the functions that start workflows need them.
+    preempt_state_machine_arn: str | None = None
+    launch_state_machine_arn: str | None = None
+    # Optional: without a queue a finished preemption relies on its Job State Changed event
+    # (rule CapacityFreed) to trigger the next pass.
+    scheduler_queue_url: str | None = None
+    checkpoint_bucket: str | None = None
+    config: SpotlineConfig
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str]) -> Settings:
+        """Parse the environment; a missing or malformed variable raises `SettingsError`."""
+
+        def required(name: str) -> str:
+            value = environ.get(name, "").strip()
+            if not value:
+                raise SettingsError(f"environment variable {name} is not set")
+            return value
+
+        raw_config = required(resources.ENV_CONFIG)
+        try:
+            config = SpotlineConfig.model_validate(json.loads(raw_config))
+        except (json.JSONDecodeError, ValidationError) as error:
+            raise SettingsError(f"{resources.ENV_CONFIG}: {error}") from error
+        return cls(
+            jobs_table=required(resources.ENV_JOBS_TABLE),
+            timeline_table=required(resources.ENV_TIMELINE_TABLE),
+            ledger_table=required(resources.ENV_LEDGER_TABLE),
+            instances_table=required(resources.ENV_INSTANCES_TABLE),
+            idempotency_table=required(resources.ENV_IDEMPOTENCY_TABLE),
+            event_bus=required(resources.ENV_EVENT_BUS),
+            preempt_state_machine_arn=environ.get(resources.ENV_PREEMPT_STATE_MACHINE_ARN) or None,
+            launch_state_machine_arn=environ.get(resources.ENV_LAUNCH_STATE_MACHINE_ARN) or None,
+            scheduler_queue_url=environ.get(resources.ENV_SCHEDULER_QUEUE_URL) or None,
+            checkpoint_bucket=environ.get(resources.ENV_CHECKPOINT_BUCKET) or None,
+            config=config,
+        )
+
+    def state_machine_arn(self, name: str) -> str:
+        """The ARN of workflow `name` ("preempt" or "launch"); SettingsError where it is unset."""
+        arn = {"preempt": self.preempt_state_machine_arn, "launch": self.launch_state_machine_arn}.get(name)
+        if not arn:
+            env = {m.name: m.env for m in resources.STATE_MACHINES}.get(name, name)
+            raise SettingsError(f"environment variable {env} is not set")
+        return arn
+
+    def checkpoint_uri(self, team: str, job_id: str) -> str | None:
+        """Where the agent writes a job's checkpoints (None: the agent's own default)."""
+        if self.checkpoint_bucket is None:
+            return None
+        return f"s3://{self.checkpoint_bucket}/checkpoints/{team}/{job_id}/"
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    """The settings of this process, parsed on first use (a Lambda container parses once)."""
+    return Settings.from_env(os.environ)

@@ -1,0 +1,11 @@
+"""Application services of the control plane: one function per use case, no Powertools.
+
+Each service takes a `ControlPlane` (the adapters, the settings, a clock and a random source)
+and explicit arguments; Lambda handlers (`functions/`) and the local runtime call the same
+functions. The domain decides (`spotline.domain.plan`); the services act on its decisions
+through the adapters in `spotline.aws`.
+"""
+
+from spotline.control.plane import ControlPlane, build_control_plane
+
+__all__ = ["ControlPlane", "build_control_plane"]

@@ -1,0 +1,310 @@
+"""Reactions to events: EC2 Spot warnings and rebalance recommendations, the agent's checkpoints
+and heartbeats, and AWS Batch job state changes.
+
+EventBridge delivers at least once and out of order, so each reaction is a conditional write
+that a duplicate or a late event cannot apply twice or backwards: checkpoints and heartbeats
+only move forward by step, and a Batch event about an earlier run of a job is recognised by
+its Batch job id and ignored.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from spotline.aws.batch import job_id_from_batch_name
+from spotline.aws.errors import InvalidTransition, StaleJobError
+from spotline.aws.jobs import ACTIVE_STATES, Disruption, JobRecord
+from spotline.control.lifecycle import (
+    answer_checkpoint_wait,
+    iso,
+    requeue_after_disruption,
+    start_disruption,
+)
+from spotline.control.plane import ControlPlane
+from spotline.domain import JobState
+
+logger = logging.getLogger(__name__)
+
+# --- EC2 -----------------------------------------------------------------------------------
+
+
+def handle_spot_warning(
+    cp: ControlPlane, instance_id: str, event_time: float, action: str = "terminate"
+) -> list[str]:
+    """Every job running on `instance_id` checkpoints now and is requeued as INTERRUPTED,
+    through the same workflow as a preemption, with the notice's deadline (event time + 2
+    minutes, less a margin to stop the job before EC2 does). Returns the jobs affected."""
+    now = cp.clock()
+    deadline = event_time + cp.config.spot_notice_s - cp.config.spot_notice_margin_s
+    affected: list[str] = []
+    for record in _jobs_on(cp, instance_id):
+        if record.state not in (JobState.RUNNING, JobState.CHECKPOINTING):
+            continue
+        try:
+            start_disruption(
+                cp,
+                record,
+                Disruption.INTERRUPT,
+                now=now,
+                deadline_at=max(now + 1, deadline),
+                draining_for=f"interruption:{instance_id}",
+                reason=(
+                    f"Spot interruption warning for {instance_id} ({action}):"
+                    f" checkpoint before {iso(deadline)}"
+                ),
+            )
+        except (StaleJobError, InvalidTransition) as error:
+            logger.info(
+                "job changed before the warning applied", extra={"job_id": record.id, "why": str(error)}
+            )
+            continue
+        affected.append(record.id)
+    return affected
+
+
+def handle_rebalance(cp: ControlPlane, instance_id: str) -> list[str]:
+    """Early warning: ask every job on the instance for a checkpoint now; they keep running."""
+    now = cp.clock()
+    asked: list[str] = []
+    for record in _jobs_on(cp, instance_id):
+        if record.state is not JobState.RUNNING:
+            continue
+        try:
+            cp.jobs.update_fields(
+                record.id, states=[JobState.RUNNING], set_fields={"checkpoint_requested_at": now}
+            )
+        except StaleJobError:
+            continue
+        asked.append(record.id)
+    return asked
+
+
+def _jobs_on(cp: ControlPlane, instance_id: str) -> list[JobRecord]:
+    records = []
+    for job_id in cp.instances.jobs_on(instance_id):
+        record = cp.jobs.find(job_id)
+        # The instance table may still list a job's earlier run: trust the job's own record.
+        if record is not None and instance_id in record.instance_ids:
+            records.append(record)
+    return records
+
+
+# --- the agent -----------------------------------------------------------------------------
+
+
+def record_checkpoint(
+    cp: ControlPlane,
+    job_id: str,
+    *,
+    checkpoint_uri: str,
+    step: int,
+    progress: float | None = None,
+    captured_at: float | None = None,
+    requested_at: float | None = None,
+) -> JobRecord | None:
+    """A durable checkpoint: remember where to resume from, and release the preempt workflow
+    waiting for it. Ignored (None) when the job no longer runs or a later step is recorded.
+
+    `captured_at` is when the agent captured the state (its clock; never later than now): work
+    after it is lost if the job stops. `requested_at` is the request the agent says it
+    answered. A checkpoint satisfies the pending request if it answers it or was captured
+    after it.
+    """
+    now = cp.clock()
+    at = now if captured_at is None else min(now, captured_at)
+    fields: dict[str, object] = {
+        "last_checkpoint_at": at,
+        "last_checkpoint_step": step,
+        "last_checkpoint_uri": checkpoint_uri,
+    }
+    if progress is not None:
+        fields["progress"] = progress
+    try:
+        record = cp.jobs.update_fields(
+            job_id,
+            states=ACTIVE_STATES,
+            set_fields=fields,
+            conditions=[("last_checkpoint_step", "<=?", step)],
+        )
+    except StaleJobError:
+        logger.info("checkpoint ignored: job not running, or a later step recorded", extra={"job_id": job_id})
+        return None
+    wanted = record.checkpoint_requested_at
+    answers = wanted is None or at >= wanted or (requested_at is not None and requested_at >= wanted - 1e-3)
+    if record.state is JobState.CHECKPOINTING and answers:
+        answer_checkpoint_wait(cp, record, {"checkpoint_uri": checkpoint_uri, "step": step})
+    return record
+
+
+def record_heartbeat(
+    cp: ControlPlane,
+    job_id: str,
+    *,
+    step: int,
+    instance_id: str | None = None,
+    progress: float | None = None,
+    utilization: float | None = None,
+) -> JobRecord | None:
+    """Progress, utilization and the instance the job runs on (the agent reads it from instance
+    metadata, which is where a Spot warning's instance id comes from)."""
+    now = cp.clock()
+    fields: dict[str, object] = {"last_heartbeat_at": now, "step": step}
+    if progress is not None:
+        fields["progress"] = progress
+    if utilization is not None:
+        fields["utilization"] = utilization
+    try:
+        record = cp.jobs.update_fields(
+            job_id,
+            states=ACTIVE_STATES,
+            set_fields=fields,
+            conditions=[("step", "<=?", step)],
+            add_to_set={"instance_ids": [instance_id]} if instance_id else None,
+        )
+    except StaleJobError:
+        logger.info(
+            "heartbeat ignored: job not running or a later step is recorded", extra={"job_id": job_id}
+        )
+        return None
+    if instance_id:
+        cp.instances.add_job([instance_id], job_id, now)
+    return record
+
+
+# --- AWS Batch ------------------------------------------------------------------------------
+
+# Batch's statusReason when the instance under a job went away: "Host EC2 (instance i-...)
+# terminated." (Spot reclaim, scale-in, hardware failure). Such a run is requeued, not failed.
+_HOST_LOSS = re.compile(
+    r"host ec2|instance .*terminated|spot|reclaim|host .*(lost|terminated|failed)", re.IGNORECASE
+)
+
+
+def is_host_loss(reason: str) -> bool:
+    return bool(_HOST_LOSS.search(reason))
+
+
+@dataclass(frozen=True)
+class BatchJobChange:
+    """The fields of a Batch Job State Change that Spotline uses."""
+
+    batch_job_id: str
+    job_name: str
+    status: str
+    status_reason: str = ""
+    started_at: float | None = None  # seconds (Batch reports milliseconds)
+    stopped_at: float | None = None
+    container_instances: Sequence[str] = field(default_factory=tuple)
+    exit_code: int | None = None
+
+
+def handle_batch_job_change(cp: ControlPlane, change: BatchJobChange) -> str:
+    """Follow a run: RUNNING starts the job's clock, SUCCEEDED finishes it, FAILED fails it,
+    unless the host was lost, in which case it is requeued from its checkpoint as INTERRUPTED.
+    Returns what was done, in words (for the log)."""
+    job_id = job_id_from_batch_name(change.job_name)
+    if job_id is None:
+        return "not a Spotline job"
+    record = cp.jobs.find(job_id)
+    if record is None:
+        return "unknown job"
+    if change.batch_job_id in record.retired_batch_job_ids:
+        return "event of an earlier run: ignored"
+    if record.batch_job_id not in (None, change.batch_job_id):
+        return "event of another run: ignored"
+    if record.state not in ACTIVE_STATES:
+        return f"job is {record.state.value}: ignored"
+    if record.batch_job_id is None and record.state is not JobState.ADMITTED:
+        return "no run recorded: ignored"
+    now = cp.clock()
+    try:
+        if change.status == "RUNNING":
+            return _on_running(cp, record, change, now)
+        if change.status == "SUCCEEDED":
+            return _on_succeeded(cp, record, change, now)
+        if change.status == "FAILED":
+            return _on_failed(cp, record, change, now)
+    except (StaleJobError, InvalidTransition) as error:
+        return f"job changed concurrently: {error}"
+    return f"{change.status}: nothing to do"
+
+
+def _on_running(cp: ControlPlane, record: JobRecord, change: BatchJobChange, now: float) -> str:
+    instance_ids = cp.instance_resolver.resolve(list(change.container_instances))
+    if record.state is not JobState.ADMITTED:
+        if instance_ids and not set(instance_ids) <= set(record.instance_ids):
+            cp.jobs.update_fields(record.id, states=ACTIVE_STATES, add_to_set={"instance_ids": instance_ids})
+            cp.instances.add_job(instance_ids, record.id, now)
+        return "already running"
+    started = change.started_at if change.started_at is not None and change.started_at <= now else now
+    where = f" on {', '.join(instance_ids)}" if instance_ids else ""
+    cp.jobs.transition(
+        record,
+        JobState.RUNNING,
+        f"running in {record.job.pool}{where} (Batch job {change.batch_job_id})",
+        now=now,
+        job={"started_at": started},
+        changes={
+            "batch_job_id": change.batch_job_id,
+            "instance_ids": tuple(sorted(set(instance_ids) | set(record.instance_ids))),
+            "last_heartbeat_at": now,
+        },
+    )
+    if instance_ids:
+        cp.instances.add_job(instance_ids, record.id, now)
+    return "running"
+
+
+def _finish_run(record: JobRecord, now: float) -> dict[str, object]:
+    job = record.job
+    return {"runtime_s": job.elapsed_s(now), "started_at": None}
+
+
+def _on_succeeded(cp: ControlPlane, record: JobRecord, change: BatchJobChange, now: float) -> str:
+    cp.jobs.transition(
+        record,
+        JobState.SUCCEEDED,
+        f"Batch job {change.batch_job_id} succeeded",
+        now=now,
+        via=JobState.RUNNING if record.state is JobState.ADMITTED else None,
+        via_reason="ran (its RUNNING event was not seen)",
+        job={**_finish_run(record, now), "progress": 1.0},
+        changes={
+            "finished_at": now,
+            "batch_job_id": change.batch_job_id,
+            "draining_for": None,
+            "checkpoint_task_token": None,
+        },
+    )
+    # A preempt workflow waiting on this job's checkpoint times out and finds nothing left to
+    # stop or requeue (only checkpoint_completed may answer task tokens).
+    if record.instance_ids:
+        cp.instances.remove_job(record.instance_ids, record.id)
+    return "succeeded"
+
+
+def _on_failed(cp: ControlPlane, record: JobRecord, change: BatchJobChange, now: float) -> str:
+    if record.state is JobState.CHECKPOINTING:
+        # Being stopped by the preempt workflow (or lost while checkpointing): the workflow,
+        # or the reconciler after the deadline, requeues it with the right outcome.
+        return "checkpointing: left to the preempt workflow"
+    if is_host_loss(change.status_reason):
+        requeue_after_disruption(
+            cp, record, JobState.INTERRUPTED, now=now, reason=f"host lost: {change.status_reason}"
+        )
+        return "interrupted: requeued"
+    cp.jobs.transition(
+        record,
+        JobState.FAILED,
+        f"Batch job {change.batch_job_id} failed: {change.status_reason or 'no reason given'}"
+        + (f" (exit code {change.exit_code})" if change.exit_code is not None else ""),
+        now=now,
+        job=_finish_run(record, now) if record.job.started_at is not None else None,
+        changes={"finished_at": now, "batch_job_id": change.batch_job_id},
+    )
+    if record.instance_ids:
+        cp.instances.remove_job(record.instance_ids, record.id)
+    return "failed"

@@ -1,0 +1,336 @@
+"""The HTTP API's use cases: submit, read, list, cancel, change, and the timeline of a job.
+
+The caller's team is always an argument resolved from the authenticated identity
+(`team_for_identity`), never read from a request body; a job of another team is reported as
+not found, so job ids cannot be probed across teams.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from spotline.aws.errors import JobAlreadyExists, JobNotFound, PublishFailed, StaleJobError
+from spotline.aws.jobs import ACTIVE_STATES, JobRecord
+from spotline.aws.timeline import TimelineEntry
+from spotline.control.errors import Conflict, InvalidRequest, Unauthorized
+from spotline.control.lifecycle import iso
+from spotline.control.plane import ControlPlane
+from spotline.domain import TERMINAL_STATES, Job, JobSpec, JobState, Priority, effective_priority
+from spotline.domain.planner import estimated_remaining_s
+from spotline.domain.priority import fairshare_factor
+
+logger = logging.getLogger(__name__)
+
+
+# --- identity -----------------------------------------------------------------------------
+
+
+def identity_candidates(identity: Mapping[str, Any]) -> list[str]:
+    """The keys an API Gateway (IAM-authorized) identity may be known by, most specific first:
+    the principal ARN, the role ARN behind an assumed-role session, the caller, the access key.
+    """
+    found: list[str] = []
+    user_arn = identity.get("userArn")
+    if isinstance(user_arn, str) and user_arn:
+        found.append(user_arn)
+        # arn:aws:sts::<account>:assumed-role/<role>/<session> -> arn:aws:iam::<account>:role/<role>
+        if ":assumed-role/" in user_arn:
+            prefix, _, rest = user_arn.partition(":assumed-role/")
+            role = rest.split("/", 1)[0]
+            found.append(prefix.replace(":sts:", ":iam:", 1) + f":role/{role}")
+    for key in ("caller", "accessKey", "user"):
+        value = identity.get(key)
+        if isinstance(value, str) and value:
+            found.append(value)
+    return found
+
+
+def team_for_identity(cp: ControlPlane, identity: Mapping[str, Any] | None) -> str:
+    """The team of an authenticated caller (Unauthorized if it has none)."""
+    identities = cp.config.identities
+    for candidate in identity_candidates(identity or {}):
+        team = identities.get(candidate)
+        if team is not None:
+            return team
+    raise Unauthorized("this identity belongs to no Spotline team")
+
+
+# --- views --------------------------------------------------------------------------------
+
+
+class CheckpointView(BaseModel):
+    uri: str | None
+    step: int | None
+    at: float | None
+
+
+class JobView(BaseModel):
+    """A job as the API shows it (architecture.md: GET /jobs/{id})."""
+
+    model_config = ConfigDict(frozen=True)
+
+    id: str
+    name: str
+    team: str
+    state: JobState
+    state_reason: str
+    priority: Priority
+    effective_priority: float | None
+    gpus: int
+    nodes: int
+    gpu_type: str | None
+    spot: str
+    deadline: str | None
+    pool: str | None
+    instance_ids: list[str]
+    batch_job_id: str | None
+    wait_reason: str | None
+    submitted_at: float
+    enqueued_at: float
+    started_at: float | None
+    finished_at: float | None
+    progress: float | None
+    step: int | None
+    last_checkpoint: CheckpointView | None
+    checkpoint_requested_at: float | None
+    preemptions: int
+    interruptions: int
+    lost_work_s: float
+    runtime_s: float
+    version: int
+    spec: dict[str, Any]
+
+
+def job_view(cp: ControlPlane, record: JobRecord, now: float) -> JobView:
+    job = record.job
+    priority: float | None = None
+    if job.state not in TERMINAL_STATES:
+        # Fair-share usage is not tracked yet, so every team has factor 1.0 (see fairshare_factor).
+        fairshare = fairshare_factor(job.team, {t.team: t for t in cp.config.teams}, {})
+        priority = round(
+            effective_priority(
+                job,
+                now,
+                cp.config.scheduler.weights,
+                remaining_s=estimated_remaining_s(job, now, cp.config.scheduler),
+                fairshare=fairshare,
+            ),
+            3,
+        )
+    checkpoint = None
+    if job.last_checkpoint_at is not None or job.last_checkpoint_uri is not None:
+        checkpoint = CheckpointView(
+            uri=job.last_checkpoint_uri, step=job.last_checkpoint_step, at=job.last_checkpoint_at
+        )
+    return JobView(
+        id=job.id,
+        name=job.spec.name,
+        team=job.team,
+        state=job.state,
+        state_reason=record.state_reason,
+        priority=job.priority,
+        effective_priority=priority,
+        gpus=job.gpus,
+        nodes=job.nodes,
+        gpu_type=job.spec.gpu_type,
+        spot=job.spec.spot.value,
+        deadline=None if job.spec.deadline_at is None else iso(job.spec.deadline_at),
+        pool=job.pool,
+        instance_ids=list(record.instance_ids),
+        batch_job_id=record.batch_job_id,
+        wait_reason=record.wait_reason if job.state is JobState.PENDING else None,
+        submitted_at=job.submitted_at,
+        enqueued_at=job.enqueued_at,
+        started_at=job.started_at,
+        finished_at=record.finished_at,
+        progress=job.progress,
+        step=record.step,
+        last_checkpoint=checkpoint,
+        checkpoint_requested_at=record.checkpoint_requested_at,
+        preemptions=job.preemptions,
+        interruptions=job.interruptions,
+        lost_work_s=round(job.lost_work_s, 3),
+        runtime_s=round(job.runtime_s, 3),
+        version=job.version,
+        spec=job.spec.model_dump(mode="json", exclude_none=True),
+    )
+
+
+# --- use cases ----------------------------------------------------------------------------
+
+
+def _validation_errors(error: ValidationError) -> list[dict[str, Any]]:
+    return [
+        {
+            "loc": ["body", *[p for p in e["loc"]]] if e["loc"] else ["body"],
+            "msg": e["msg"],
+            "type": e["type"],
+        }
+        for e in error.errors(include_url=False, include_context=False, include_input=False)
+    ]
+
+
+def validate_spec(cp: ControlPlane, team: str, body: Mapping[str, Any], now: float) -> JobSpec:
+    """A JobSpec checked against the time and the deployment: deadline in the future, known GPU
+    type, a priority the team may use, and a shape some pool can host."""
+    try:
+        spec = JobSpec.model_validate(dict(body), context={"now": now, "gpu_types": cp.config.gpu_types})
+    except ValidationError as error:
+        raise InvalidRequest(_validation_errors(error)) from error
+    check_policy(cp, team, spec)
+    probe = Job(id="probe", team=team, spec=spec, submitted_at=now, enqueued_at=now)
+    if not any(pool.can_host(probe) for pool in cp.config.pools):
+        shapes = ", ".join(
+            f"{p.name}: {p.capacity_gpus} GPUs, {p.gpus_per_node}/node" for p in cp.config.pools
+        )
+        raise InvalidRequest.field(
+            "gpus", f"no pool can host {spec.gpus} GPUs on {spec.nodes} node(s) of this type ({shapes})"
+        )
+    return spec
+
+
+def check_policy(cp: ControlPlane, team: str, spec: JobSpec) -> None:
+    settings = cp.config.teams_by_name.get(team)
+    if cp.config.teams and settings is None:
+        raise Unauthorized(f"team {team} has no quota in this deployment")
+    if settings is not None and spec.priority.rank > settings.max_priority.rank:
+        raise InvalidRequest.field(
+            "priority", f"team {team} may submit at most {settings.max_priority.value} priority"
+        )
+
+
+def submit_job(
+    cp: ControlPlane, team: str, body: Mapping[str, Any], *, idempotency_key: str | None = None
+) -> tuple[JobRecord, bool]:
+    """Validate and store a new PENDING job, then announce it (Job Submitted). Returns the job
+    and whether it was created now: with an `idempotency_key`, a retried request returns the
+    job the first one created instead of a duplicate."""
+    now = cp.clock()
+    spec = validate_spec(cp, team, body, now)
+    if idempotency_key:
+        digest = hashlib.sha256(f"{team}\0{idempotency_key}".encode()).hexdigest()[:16]
+        job_id = f"job-{digest}"
+    else:
+        job_id = cp.new_job_id()
+    job = Job(id=job_id, team=team, spec=spec, submitted_at=now, enqueued_at=now)
+    try:
+        record = cp.jobs.create(job, now=now, reason=f"submitted ({spec.priority.value}, {spec.gpus} GPUs)")
+    except JobAlreadyExists:
+        if not idempotency_key:
+            raise
+        return get_job(cp, team, job_id), False
+    try:
+        cp.publisher.job_submitted(record)
+    except PublishFailed:
+        # The job is stored; failing the request would invite a duplicate submission. The
+        # scheduler's periodic tick finds it without the event.
+        logger.exception("Job Submitted not published", extra={"job_id": record.id})
+    return record, True
+
+
+def get_job(cp: ControlPlane, team: str, job_id: str) -> JobRecord:
+    record = cp.jobs.find(job_id)
+    if record is None or record.team != team:
+        raise JobNotFound(job_id)
+    return record
+
+
+def list_jobs(
+    cp: ControlPlane,
+    team: str,
+    *,
+    state: JobState | None = None,
+    limit: int = 50,
+    next_token: str | None = None,
+) -> tuple[list[JobRecord], str | None]:
+    try:
+        return cp.jobs.list_team(team, state=state, limit=limit, next_token=next_token)
+    except ValueError as error:
+        raise InvalidRequest(
+            [{"loc": ["query", "next_token"], "msg": str(error), "type": "value_error"}]
+        ) from error
+
+
+def cancel_job(cp: ControlPlane, team: str, job_id: str) -> JobRecord:
+    """Cancel a job in any state but a final one (cancelling twice returns the cancelled job).
+    A running job's GPUs are released with the transition and its Batch job is stopped."""
+    for _ in range(3):
+        record = get_job(cp, team, job_id)
+        if record.state is JobState.CANCELLED:
+            return record
+        if record.state in TERMINAL_STATES:
+            raise Conflict(f"job {job_id} already {record.state.value}")
+        now = cp.clock()
+        try:
+            cancelled = cp.jobs.transition(
+                record,
+                JobState.CANCELLED,
+                "cancelled by the team",
+                now=now,
+                changes={"finished_at": now, "checkpoint_task_token": None, "draining_for": None},
+                job={"started_at": None, "runtime_s": record.job.elapsed_s(now)}
+                if record.job.started_at is not None
+                else None,
+            )
+        except StaleJobError:
+            continue  # changed under us (e.g. admitted): read again and cancel that
+        if record.state in ACTIVE_STATES and record.batch_job_id:
+            cp.launcher.terminate(record.batch_job_id, "cancelled by the team (Spotline)")
+        # A preempt workflow waiting on this job times out and finds nothing left to do.
+        if record.instance_ids:
+            cp.instances.remove_job(record.instance_ids, job_id)
+        return cancelled
+    raise Conflict(f"job {job_id} keeps changing; try again")
+
+
+class JobChanges(BaseModel):
+    """The body of PATCH /jobs/{id}: a new priority class and/or deadline."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    priority: Priority | None = None
+    deadline: datetime | None = None
+
+
+def update_job(cp: ControlPlane, team: str, job_id: str, changes: JobChanges) -> JobRecord:
+    """Change the priority class or the deadline of an unfinished job, validated like a new
+    submission (a deadline in the future, a priority the team may use)."""
+    if changes.priority is None and changes.deadline is None:
+        raise InvalidRequest([{"loc": ["body"], "msg": "give priority and/or deadline", "type": "missing"}])
+    for _ in range(3):
+        record = get_job(cp, team, job_id)
+        if record.state in TERMINAL_STATES:
+            raise Conflict(f"job {job_id} already {record.state.value}")
+        now = cp.clock()
+        body = record.job.spec.model_dump(mode="json", exclude_none=True)
+        described = []
+        if changes.priority is not None:
+            body["priority"] = changes.priority.value
+            described.append(f"priority {record.job.priority.value} -> {changes.priority.value}")
+        if changes.deadline is not None:
+            body["deadline"] = changes.deadline.isoformat()
+            described.append(f"deadline -> {iso(changes.deadline.timestamp())}")
+        spec = validate_spec(cp, team, body, now)
+        try:
+            return cp.jobs.update_spec(record, spec, "changed by the team: " + ", ".join(described), now=now)
+        except StaleJobError:
+            continue
+    raise Conflict(f"job {job_id} keeps changing; try again")
+
+
+def job_events(
+    cp: ControlPlane, team: str, job_id: str, *, limit: int = 100, next_token: str | None = None
+) -> tuple[Sequence[TimelineEntry], str | None]:
+    get_job(cp, team, job_id)
+    try:
+        return cp.timeline.list(job_id, limit=limit, next_token=next_token)
+    except ValueError as error:
+        raise InvalidRequest(
+            [{"loc": ["query", "next_token"], "msg": str(error), "type": "value_error"}]
+        ) from error

@@ -1,0 +1,245 @@
+"""The moves several services share: start a checkpoint-then-stop, finish it with a requeue,
+put back a job that never started, and answer a waiting workflow.
+
+Each is a conditional write on the state and version the caller read; a caller that lost a
+race gets `StaleJobError` and re-reads.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+from datetime import UTC, datetime
+from typing import Any
+
+from spotline.aws import resources
+from spotline.aws.batch import BatchJobRequest
+from spotline.aws.errors import ConditionFailed, StaleJobError
+from spotline.aws.jobs import Disruption, JobRecord
+from spotline.aws.workflows import execution_name
+from spotline.control.plane import ControlPlane
+from spotline.domain import JobState
+
+logger = logging.getLogger(__name__)
+
+
+def iso(at: float) -> str:
+    return datetime.fromtimestamp(at, UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def start_disruption(
+    cp: ControlPlane,
+    record: JobRecord,
+    disruption: Disruption,
+    *,
+    now: float,
+    deadline_at: float,
+    draining_for: str,
+    reason: str,
+) -> JobRecord:
+    """Mark a RUNNING job CHECKPOINTING (the agent sees `checkpoint_requested_at`), then start
+    the preempt workflow that waits for its checkpoint until `deadline_at`, stops it and
+    requeues it. A job already CHECKPOINTING for a preemption that now gets a Spot warning is
+    escalated: it will end INTERRUPTED, by the earlier of the two deadlines.
+    """
+    if record.state is JobState.CHECKPOINTING:
+        if disruption is Disruption.INTERRUPT and record.disruption is not Disruption.INTERRUPT:
+            deadline = min(deadline_at, record.checkpoint_deadline_at or deadline_at)
+            return cp.jobs.update_fields(
+                record.id,
+                states=[JobState.CHECKPOINTING],
+                version=record.version,
+                set_fields={"disruption": disruption.value, "checkpoint_deadline_at": deadline},
+            )
+        return record
+    marked = cp.jobs.transition(
+        record,
+        JobState.CHECKPOINTING,
+        reason,
+        now=now,
+        changes={
+            "disruption": disruption,
+            "draining_for": draining_for,
+            "checkpoint_requested_at": now,
+            "checkpoint_deadline_at": deadline_at,
+            "checkpoint_task_token": None,
+        },
+    )
+    start_preempt_workflow(cp, marked, now=now)
+    return marked
+
+
+def start_preempt_workflow(cp: ControlPlane, record: JobRecord, *, now: float) -> str | None:
+    """Start the preempt workflow for a CHECKPOINTING record. If the start fails the job stays
+    CHECKPOINTING and the reconciler finishes it after its deadline."""
+    deadline = record.checkpoint_deadline_at or now + cp.config.grace_period_s
+    disruption = record.disruption or Disruption.PREEMPT
+    payload = {
+        "job_id": record.id,
+        "version": record.version,
+        "disruption": disruption.value,
+        # Task timeouts are whole seconds, at least 1 (TimeoutSecondsPath).
+        "timeout_s": max(1, math.floor(deadline - now)),
+    }
+    try:
+        return cp.workflows.start(
+            cp.settings.state_machine_arn("preempt"),
+            execution_name(disruption.value, record.id, record.version),
+            payload,
+        )
+    except Exception:
+        logger.exception("preempt workflow not started", extra={"job_id": record.id})
+        return None
+
+
+def saved_run_s(record: JobRecord) -> float:
+    """Seconds of the current run kept by its last durable checkpoint."""
+    job = record.job
+    if job.started_at is None or job.last_checkpoint_at is None or job.last_checkpoint_at <= job.started_at:
+        return 0.0
+    return job.last_checkpoint_at - job.started_at
+
+
+def requeue_after_disruption(
+    cp: ControlPlane,
+    record: JobRecord,
+    outcome: JobState,
+    *,
+    now: float,
+    reason: str,
+) -> JobRecord:
+    """Stop accounting for the current run and requeue: `record` (RUNNING, ADMITTED or
+    CHECKPOINTING) goes to `outcome` (PREEMPTED or INTERRUPTED) and on to PENDING in one
+    conditional write, which also releases its GPUs.
+
+    Lost work is the time since the last durable checkpoint of this run; the work up to that
+    checkpoint is kept (`runtime_s`), and the job keeps its place in its class's queue
+    (ordered by submission) with a fresh `enqueued_at`.
+    """
+    job = record.job
+    lost = job.unsaved_work_s(now)
+    counters = (
+        {"preemptions": job.preemptions + 1}
+        if outcome is JobState.PREEMPTED
+        else {"interruptions": job.interruptions + 1}
+    )
+    checkpoint = (
+        f"resumes from checkpoint step {job.last_checkpoint_step}"
+        if job.last_checkpoint_step is not None
+        else "no checkpoint: restarts from the beginning"
+    )
+    via_reason = f"{reason}; lost {lost:.0f}s of work since the last checkpoint"
+    retired = set(record.retired_batch_job_ids)
+    if record.batch_job_id:
+        retired.add(record.batch_job_id)
+    moved = cp.jobs.transition(
+        record,
+        JobState.PENDING,
+        f"requeued: {checkpoint}",
+        via=outcome,
+        via_reason=via_reason,
+        now=now,
+        job={
+            **counters,
+            "enqueued_at": now,
+            "started_at": None,
+            "runtime_s": job.runtime_s + saved_run_s(record),
+            "lost_work_s": job.lost_work_s + lost,
+            "pool": None,
+        },
+        changes=_run_cleared(retired),
+    )
+    if record.instance_ids:
+        cp.instances.remove_job(record.instance_ids, record.id)
+    return moved
+
+
+def requeue_unstarted(
+    cp: ControlPlane,
+    record: JobRecord,
+    *,
+    now: float,
+    reason: str,
+    preempted: bool = False,
+    launch_failed: bool = False,
+) -> JobRecord:
+    """Put an ADMITTED job that never ran back in the queue (ADMITTED -> PENDING), releasing its
+    GPUs. It keeps its `enqueued_at`: waiting for a launch that failed is still waiting."""
+    retired = set(record.retired_batch_job_ids)
+    if record.batch_job_id:
+        retired.add(record.batch_job_id)
+    job_changes: dict[str, Any] = {"pool": None, "started_at": None}
+    if preempted:
+        job_changes["preemptions"] = record.job.preemptions + 1
+    changes = _run_cleared(retired)
+    if launch_failed:
+        changes["launch_failures"] = record.launch_failures + 1
+    return cp.jobs.transition(record, JobState.PENDING, reason, now=now, job=job_changes, changes=changes)
+
+
+def _run_cleared(retired: set[str]) -> dict[str, Any]:
+    return {
+        "batch_job_id": None,
+        "retired_batch_job_ids": tuple(sorted(retired)),
+        "instance_ids": (),
+        "admitted_at": None,
+        "draining_for": None,
+        "disruption": None,
+        "checkpoint_requested_at": None,
+        "checkpoint_deadline_at": None,
+        "checkpoint_task_token": None,
+        "last_heartbeat_at": None,
+        "wait_reason": None,
+    }
+
+
+def answer_checkpoint_wait(cp: ControlPlane, record: JobRecord, output: dict[str, Any]) -> bool:
+    """Answer the preempt workflow waiting on this job's checkpoint, if one is. Sending first
+    and clearing after makes a crash in between harmless: a second answer to a token that was
+    already answered is refused and ignored."""
+    token = record.checkpoint_task_token
+    if not token:
+        return False
+    answered = cp.tokens.succeed(token, {"job_id": record.id, **output})
+    with contextlib.suppress(StaleJobError, ConditionFailed):
+        cp.jobs.update_fields(
+            record.id,
+            states=[record.state],
+            remove_fields=["checkpoint_task_token"],
+            conditions=[("checkpoint_task_token", "=", token)],
+        )
+    return answered
+
+
+def launch_request(cp: ControlPlane, record: JobRecord) -> BatchJobRequest:
+    """What the launcher runs for `record` in its pool: the job's image and command, and the
+    agent's environment."""
+    job = record.job
+    if job.pool is None:
+        raise ValueError(f"job {job.id} has no pool")
+    pool = cp.config.pools_by_name[job.pool]
+    environment = {
+        resources.AGENT_ENV_JOB_ID: job.id,
+        resources.AGENT_ENV_JOBS_TABLE: cp.settings.jobs_table,
+        resources.AGENT_ENV_EVENT_BUS: cp.settings.event_bus,
+        resources.AGENT_ENV_CHECKPOINT_INTERVAL_S: f"{job.spec.checkpoint_interval_s:g}",
+        resources.AGENT_ENV_POLL_S: f"{cp.config.agent_poll_s:g}",
+    }
+    uri = cp.settings.checkpoint_uri(job.team, job.id)
+    if uri is not None:
+        environment[resources.AGENT_ENV_CHECKPOINT_URI] = uri
+    max_runtime = job.spec.max_runtime_s
+    return BatchJobRequest(
+        job_id=job.id,
+        team=job.team,
+        job_queue=pool.job_queue,
+        image=job.spec.image,
+        command=tuple(job.spec.command),
+        gpus_per_node=min(job.spec.gpus_per_node, pool.gpus_per_node)
+        if job.nodes == 1
+        else pool.gpus_per_node,
+        nodes=job.nodes,
+        environment=environment,
+        timeout_s=None if max_runtime is None else max(1, math.ceil(max_runtime - job.runtime_s)),
+    )

@@ -1,0 +1,198 @@
+"""The scheduling pass: read a bounded window, let the domain plan, act on each decision.
+
+Reads per pass: one Query with Limit per priority class and one for the nearest deadlines
+(`window_per_class` items each at most), plus the jobs holding GPUs (bounded by the cluster's
+size). Nothing scales with the length of the queue.
+
+Every action is a conditional write, so a pass that races another pass (or an event handler)
+loses cleanly: the decision is skipped and the next pass decides again.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+
+from spotline.aws.errors import CapacityExhausted, ConditionFailed, InvalidTransition, StaleJobError
+from spotline.aws.jobs import Disruption, DynamoPendingQueue, JobRecord
+from spotline.aws.workflows import execution_name
+from spotline.control.lifecycle import requeue_unstarted, start_disruption
+from spotline.control.plane import ControlPlane
+from spotline.domain import (
+    PRIORITIES_HIGH_FIRST,
+    Admit,
+    Allocation,
+    ClusterSnapshot,
+    JobState,
+    Preempt,
+    Wait,
+    plan_with_stats,
+)
+from spotline.domain.priority import wait_s
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class PassResult:
+    """What one pass did (the scheduler function turns it into metrics)."""
+
+    now: float
+    admitted: list[tuple[str, str]] = field(default_factory=list)  # (job id, pool)
+    preempted: list[tuple[str, tuple[str, ...]]] = field(default_factory=list)  # (preemptor, victims)
+    waiting: int = 0
+    wait_reasons_written: int = 0
+    skipped: list[tuple[str, str]] = field(default_factory=list)  # (job id, why)
+    candidates: int = 0
+    running: int = 0
+    queue_items_read: int = 0
+    active_items_read: int = 0
+    # Longest wait in each class's window (the head of a class is its oldest submission).
+    oldest_wait_s: dict[str, float] = field(default_factory=dict)
+    window_by_class: dict[str, int] = field(default_factory=dict)
+
+
+def build_snapshot(cp: ControlPlane, active: list[JobRecord]) -> ClusterSnapshot:
+    pools = cp.config.pools_by_name
+    allocations = [
+        Allocation(job=r.job, pool=r.job.pool, gpus=r.gpus_held, draining_for=r.draining_for)
+        for r in active
+        if r.job.pool in pools and r.gpus_held > 0
+    ]
+    # Decayed fair-share usage is not tracked yet: every team's factor is 1.0.
+    return ClusterSnapshot.build(pools=cp.config.pools, allocations=allocations, quotas=cp.config.teams)
+
+
+def scheduling_pass(cp: ControlPlane) -> PassResult:
+    """One pass: admit what fits, preempt for what may, and record why the rest waits."""
+    now = cp.clock()
+    result = PassResult(now=now)
+    queue = DynamoPendingQueue(cp.jobs)
+    active = cp.jobs.active()
+    result.active_items_read = len(active)
+    active_by_id = {r.id: r for r in active}
+    snapshot = build_snapshot(cp, active)
+
+    decisions, stats = plan_with_stats(snapshot, queue, now, cp.config.scheduler, cp.rng)
+    result.candidates = stats.candidates_examined
+    result.running = stats.running_considered
+    result.queue_items_read = queue.items_read
+    for record in queue.records.values():
+        name = record.job.priority.value
+        result.window_by_class[name] = result.window_by_class.get(name, 0) + 1
+        result.oldest_wait_s[name] = max(result.oldest_wait_s.get(name, 0.0), wait_s(record.job, now))
+    for priority in PRIORITIES_HIGH_FIRST:
+        result.window_by_class.setdefault(priority.value, 0)
+
+    for decision in decisions:
+        record = queue.records[decision.job.id]
+        try:
+            if isinstance(decision, Admit):
+                admit(cp, record, decision.pool, decision.reason, now=now)
+                result.admitted.append((record.id, decision.pool))
+            elif isinstance(decision, Preempt):
+                victims = preempt(cp, record, decision, active_by_id, now=now)
+                result.preempted.append((record.id, victims))
+                if note_wait(
+                    cp, record, f"waiting for {len(victims)} preempted job(s) to checkpoint and leave"
+                ):
+                    result.wait_reasons_written += 1
+            elif isinstance(decision, Wait):
+                result.waiting += 1
+                if note_wait(cp, record, decision.reason):
+                    result.wait_reasons_written += 1
+        except (StaleJobError, CapacityExhausted, InvalidTransition, ConditionFailed) as error:
+            # Lost a race (or the ledger disagrees with the snapshot): the next pass decides
+            # again from fresh reads.
+            logger.info("decision skipped", extra={"job_id": record.id, "why": str(error)})
+            result.skipped.append((record.id, str(error)))
+    return result
+
+
+def admit(cp: ControlPlane, record: JobRecord, pool_name: str, reason: str, *, now: float) -> JobRecord:
+    """PENDING -> ADMITTED with the pool and team ledger reservation in the same transaction,
+    then start the launch workflow (submit to the pool's Batch job queue)."""
+    pool = cp.config.pools_by_name[pool_name]
+    demand = pool.demand_gpus(record.job)
+    team = cp.config.teams_by_name.get(record.team)
+    team_limit = (
+        None
+        if team is None or team.borrowing_limit_gpus is None
+        else team.nominal_gpus + team.borrowing_limit_gpus
+    )
+    reserve = cp.ledger.reserve_items(
+        pool=pool_name,
+        capacity_gpus=pool.capacity_gpus,
+        team=record.team,
+        team_limit_gpus=team_limit,
+        gpus=demand,
+    )
+    admitted = cp.jobs.transition(
+        record,
+        JobState.ADMITTED,
+        reason,
+        now=now,
+        job={"pool": pool_name},
+        changes={"gpus_held": demand, "admitted_at": now, "wait_reason": None},
+        reserve=reserve,
+    )
+    try:
+        cp.workflows.start(
+            cp.settings.state_machine_arn("launch"),
+            execution_name("launch", admitted.id, admitted.version),
+            {"job_id": admitted.id, "version": admitted.version, "pool": pool_name},
+        )
+    except Exception:
+        # The job stays ADMITTED without a Batch job; the reconciler requeues it after
+        # launch_timeout_s.
+        logger.exception("launch workflow not started", extra={"job_id": admitted.id})
+    return admitted
+
+
+def preempt(
+    cp: ControlPlane, preemptor: JobRecord, decision: Preempt, active: dict[str, JobRecord], *, now: float
+) -> tuple[str, ...]:
+    """Start the checkpoint-then-preempt workflow for each victim. A victim that has not
+    started yet (ADMITTED) has nothing to checkpoint and is put back in the queue at once."""
+    started: list[str] = []
+    deadline = now + cp.config.grace_period_s
+    for victim_id in decision.victims:
+        victim = active.get(victim_id)
+        if victim is None:
+            continue
+        reason = f"preempted for {preemptor.id} ({preemptor.job.priority.value}): {decision.reason}"
+        try:
+            if victim.state is JobState.RUNNING:
+                start_disruption(
+                    cp,
+                    victim,
+                    Disruption.PREEMPT,
+                    now=now,
+                    deadline_at=deadline,
+                    draining_for=preemptor.id,
+                    reason=reason,
+                )
+            elif victim.state is JobState.ADMITTED:
+                requeue_unstarted(cp, victim, now=now, reason=reason + " before it started", preempted=True)
+                if victim.batch_job_id:
+                    cp.launcher.terminate(victim.batch_job_id, f"preempted for {preemptor.id} (Spotline)")
+            else:
+                continue
+        except (StaleJobError, InvalidTransition) as error:
+            logger.info("victim changed; skipped", extra={"job_id": victim_id, "why": str(error)})
+            continue
+        started.append(victim_id)
+    return tuple(started)
+
+
+def note_wait(cp: ControlPlane, record: JobRecord, reason: str) -> bool:
+    """Record why a job waits, only when the reason changed (one small conditional write)."""
+    if record.wait_reason == reason:
+        return False
+    try:
+        cp.jobs.update_fields(
+            record.id, states=[JobState.PENDING], version=record.version, set_fields={"wait_reason": reason}
+        )
+    except StaleJobError:
+        return False
+    return True

@@ -1,0 +1,98 @@
+"""An emulated AWS on this machine: moto's server, with Spotline's tables, buses, rules and
+queues created from `spotline.aws.resources` (the same description the CDK stack builds from).
+
+moto delivers rule matches only to SQS targets, so every rule gets a queue here; the router
+(`spotline.local.router`) drains them and calls the rule's real target.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+import boto3
+from moto.core.config import default_user_config
+from moto.server import ThreadedMotoServer
+
+from spotline.aws import emulation
+from spotline.aws import resources as r
+
+
+@dataclass
+class LocalResources:
+    """Names and URLs of what `create_resources` made."""
+
+    prefix: str
+    tables: dict[str, str] = field(default_factory=dict)  # logical id -> table name
+    project_bus: str = ""
+    rule_queues: dict[str, str] = field(default_factory=dict)  # rule name -> queue URL
+    scheduler_queue_url: str = ""
+
+
+class LocalAws:
+    """moto's ThreadedMotoServer on 127.0.0.1, configured to execute state machines."""
+
+    def __init__(self, region: str = "us-east-1", port: int = 0) -> None:
+        self.region = region
+        self._server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+        self.endpoint_url = ""
+
+    def start(self) -> None:
+        # Step Functions executes ASL only when asked; Lambda and Batch never need Docker here
+        # because the local runtime dispatches Lambda tasks and runs the fleet itself.
+        emulation.enable_state_machine_execution()
+        logging.getLogger("werkzeug").setLevel(logging.ERROR)
+        default_user_config["lambda"]["use_docker"] = False
+        default_user_config["batch"]["use_docker"] = False
+        self._server.start()
+        host, port = self._server.get_host_and_port()
+        self.endpoint_url = f"http://{host}:{port}"
+        # Every SDK client in this process (handlers, agent, router) talks to the emulator.
+        os.environ["AWS_ENDPOINT_URL"] = self.endpoint_url
+        os.environ.setdefault("AWS_ACCESS_KEY_ID", "testing")
+        os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "testing")
+        os.environ["AWS_DEFAULT_REGION"] = self.region
+        os.environ["AWS_REGION"] = self.region
+
+    def stop(self) -> None:
+        self._server.stop()
+
+    def client(self, service: str) -> Any:
+        return boto3.client(service, endpoint_url=self.endpoint_url, region_name=self.region)  # type: ignore[call-overload]
+
+    def create_resources(self, prefix: str = "spotline-local") -> LocalResources:
+        """Tables, the project bus, a queue per rule and the scheduler's FIFO queue."""
+        made = LocalResources(prefix=prefix)
+        made.tables = emulation.create_tables(self.client("dynamodb"), prefix)
+        events = self.client("events")
+        sqs = self.client("sqs")
+        made.project_bus = f"{prefix}-bus"
+        events.create_event_bus(Name=made.project_bus)
+        made.scheduler_queue_url = sqs.create_queue(
+            QueueName=f"{prefix}-scheduler.fifo",
+            Attributes={"FifoQueue": "true", "ContentBasedDeduplication": "true"},
+        )["QueueUrl"]
+        for rule in r.RULES:
+            bus = made.project_bus if rule.bus == r.PROJECT_BUS else "default"
+            events.put_rule(
+                Name=f"{prefix}-{rule.name}", EventBusName=bus, EventPattern=json.dumps(rule.pattern)
+            )
+            if rule.target == r.SCHEDULER_QUEUE:
+                url = made.scheduler_queue_url
+                target: dict[str, Any] = {"SqsParameters": {"MessageGroupId": r.SCHEDULER_MESSAGE_GROUP}}
+            else:
+                url = sqs.create_queue(QueueName=f"{prefix}-{rule.name}")["QueueUrl"]
+                target = {}
+            arn = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"][
+                "QueueArn"
+            ]
+            events.put_targets(
+                Rule=f"{prefix}-{rule.name}",
+                EventBusName=bus,
+                Targets=[{"Id": "local", "Arn": arn, **target}],
+            )
+            made.rule_queues[rule.name] = url
+        return made

@@ -1,0 +1,380 @@
+"""A local fleet in place of AWS Batch and EC2.
+
+Pools of nodes with instance ids and GPUs; Batch job states SUBMITTED -> RUNNABLE -> STARTING ->
+RUNNING -> SUCCEEDED | FAILED, each published as a `Batch Job State Change` event in AWS's
+documented shape on the default bus; each job's command run as a real local process with the
+agent's environment; and injected failures: a Spot reclaim (an `EC2 Spot Instance Interruption
+Warning` in AWS's shape, then the node dies after the notice) and a node failure.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import signal
+import subprocess
+import threading
+import time
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger("spotline.local.fleet")
+ACCOUNT_ID = "123456789012"
+REGION = "us-east-1"
+HOST_TERMINATED = "Host EC2 (instance {instance}) terminated."
+
+
+@dataclass
+class Node:
+    instance_id: str
+    pool: str
+    gpus: int
+    used: int = 0
+    alive: bool = True
+    draining: bool = False
+
+
+@dataclass
+class LocalBatchJob:
+    job_id: str
+    name: str
+    queue: str
+    pool: str
+    command: list[str]
+    environment: dict[str, str]
+    gpus: int
+    nodes: int
+    status: str = "SUBMITTED"
+    status_reason: str = ""
+    instances: list[str] = field(default_factory=list)
+    process: subprocess.Popen[bytes] | None = None
+    created_at: int = field(default_factory=lambda: int(time.time() * 1000))
+    started_at: int | None = None
+    stopped_at: int | None = None
+    exit_code: int | None = None
+
+
+@dataclass(frozen=True)
+class PoolSpec:
+    name: str
+    job_queue: str
+    nodes: int
+    gpus_per_node: int
+    spot: bool
+
+
+def _instance_id() -> str:
+    return "i-" + uuid.uuid4().hex[:17]
+
+
+class LocalFleet:
+    """Runs Batch jobs as local processes on emulated nodes and publishes their state changes."""
+
+    def __init__(
+        self,
+        pools: Sequence[PoolSpec],
+        publish: Callable[[list[dict[str, Any]]], None],
+        log_dir: Path,
+        base_env: Mapping[str, str] | None = None,
+        start_delay_s: float = 0.3,
+        stop_grace_s: float = 10.0,
+    ) -> None:
+        self._pools = {p.name: p for p in pools}
+        self._queue_pool = {p.job_queue: p.name for p in pools}
+        self._publish = publish
+        self._log_dir = log_dir
+        self._base_env = dict(base_env or os.environ)
+        self._start_delay_s = start_delay_s
+        self._stop_grace_s = stop_grace_s
+        self._lock = threading.RLock()
+        self.nodes: list[Node] = [
+            Node(_instance_id(), p.name, p.gpus_per_node) for p in pools for _ in range(p.nodes)
+        ]
+        self.jobs: dict[str, LocalBatchJob] = {}
+        self._closed = threading.Event()
+        log_dir.mkdir(parents=True, exist_ok=True)
+
+    # --- Batch's API -------------------------------------------------------------------
+
+    def submit_job(
+        self,
+        *,
+        job_name: str,
+        job_queue: str,
+        command: Sequence[str],
+        environment: Mapping[str, str],
+        gpus: int,
+        nodes: int = 1,
+    ) -> str:
+        """SubmitJob: returns the Batch job id; the job starts as soon as nodes are free."""
+        pool = self._queue_pool.get(job_queue) or job_queue
+        if pool not in self._pools:
+            raise ValueError(f"unknown job queue {job_queue!r}")
+        job = LocalBatchJob(
+            job_id=str(uuid.uuid4()),
+            name=job_name,
+            queue=job_queue,
+            pool=pool,
+            command=list(command),
+            environment=dict(environment),
+            gpus=gpus,
+            nodes=nodes,
+        )
+        with self._lock:
+            self.jobs[job.job_id] = job
+        self._emit(job)
+        threading.Thread(target=self._lifecycle, args=(job,), name=f"batch-{job_name}", daemon=True).start()
+        return job.job_id
+
+    def terminate_job(self, job_id: str, reason: str) -> None:
+        """TerminateJob: SIGTERM (the agent checkpoints on it), then SIGKILL after the grace."""
+        with self._lock:
+            job = self.jobs.get(job_id)
+        if job is None or job.status in ("SUCCEEDED", "FAILED"):
+            return
+        job.status_reason = reason
+        self._stop_process(job, signal.SIGTERM)
+
+    # --- injected failures --------------------------------------------------------------
+
+    def instance_of(self, name_prefix: str) -> str | None:
+        """The first instance running a job whose name starts with `name_prefix`."""
+        with self._lock:
+            for job in self.jobs.values():
+                if job.name.startswith(name_prefix) and job.status == "RUNNING" and job.instances:
+                    return job.instances[0]
+        return None
+
+    def spot_interruption_warning(self, instance_id: str) -> dict[str, Any]:
+        """The event EC2 sends two minutes before reclaiming a Spot instance (AWS's shape)."""
+        node = self._node(instance_id)
+        return {
+            "version": "0",
+            "id": str(uuid.uuid4()),
+            "detail-type": "EC2 Spot Instance Interruption Warning",
+            "source": "aws.ec2",
+            "account": ACCOUNT_ID,
+            "time": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "region": REGION,
+            "resources": [f"arn:aws:ec2:{REGION}a:instance/{node.instance_id}"],
+            "detail": {"instance-id": node.instance_id, "instance-action": "terminate"},
+        }
+
+    def reclaim(self, instance_id: str, notice_s: float) -> None:
+        """Publish the Spot warning now, and kill the node after `notice_s` seconds."""
+        event = self.spot_interruption_warning(instance_id)
+        self._publish(
+            [
+                {
+                    "Source": event["source"],
+                    "DetailType": event["detail-type"],
+                    "Detail": json.dumps(event["detail"]),
+                    "Resources": event["resources"],
+                    "EventBusName": "default",
+                }
+            ]
+        )
+        self.reclaim_after(instance_id, notice_s)
+
+    def reclaim_after(self, instance_id: str, notice_s: float) -> None:
+        """The node drains now and dies `notice_s` seconds from now (the end of a Spot notice).
+
+        Draining is what ECS does on a Spot warning when ECS_ENABLE_SPOT_INSTANCE_DRAINING is
+        set (the stack sets it): no new task is placed on the doomed instance.
+        """
+        with self._lock:
+            self._node(instance_id).draining = True
+        timer = threading.Timer(notice_s, self.fail_node, args=(instance_id,))
+        timer.daemon = True
+        timer.start()
+
+    def fail_node(self, instance_id: str) -> None:
+        """The node dies: its processes are killed, its jobs fail with Batch's host-loss reason,
+        and a replacement node joins the pool (as Batch replaces lost capacity)."""
+        with self._lock:
+            node = self._node(instance_id)
+            if not node.alive:
+                return
+            node.alive = False
+            self.nodes.append(Node(_instance_id(), node.pool, node.gpus))
+            victims = [j for j in self.jobs.values() if instance_id in j.instances and j.status == "RUNNING"]
+        for job in victims:
+            job.status_reason = HOST_TERMINATED.format(instance=instance_id)
+            self._stop_process(job, signal.SIGKILL)
+
+    def close(self) -> None:
+        self._closed.set()
+        with self._lock:
+            running = [j for j in self.jobs.values() if j.process is not None and j.process.poll() is None]
+        for job in running:
+            job.status_reason = "local runtime stopped"
+            self._stop_process(job, signal.SIGKILL)
+
+    # --- internals ------------------------------------------------------------------------
+
+    def _node(self, instance_id: str) -> Node:
+        for node in self.nodes:
+            if node.instance_id == instance_id:
+                return node
+        raise KeyError(f"no instance {instance_id}")
+
+    def _place(self, job: LocalBatchJob) -> list[Node] | None:
+        per_node = job.gpus // job.nodes
+        chosen: list[Node] = []
+        for node in self.nodes:
+            if (
+                node.pool == job.pool
+                and node.alive
+                and not node.draining
+                and node.gpus - node.used >= per_node
+            ):
+                chosen.append(node)
+                if len(chosen) == job.nodes:
+                    return chosen
+        return None
+
+    def _lifecycle(self, job: LocalBatchJob) -> None:
+        self._set(job, "RUNNABLE")
+        while True:
+            if self._closed.is_set() or job.status == "FAILED":
+                return
+            with self._lock:
+                placed = self._place(job)
+                if placed is not None:
+                    for node in placed:
+                        node.used += job.gpus // job.nodes
+                    job.instances = [n.instance_id for n in placed]
+            if placed is not None:
+                break
+            time.sleep(0.2)
+        self._set(job, "STARTING")
+        time.sleep(self._start_delay_s)
+        env = {
+            **self._base_env,
+            **job.environment,
+            "SPOTLINE_INSTANCE_ID": job.instances[0],
+            "AWS_BATCH_JOB_ID": job.job_id,
+        }
+        logfile = (self._log_dir / f"{job.name}-{job.job_id[:8]}.log").open("wb")
+        try:
+            job.process = subprocess.Popen(
+                job.command, env=env, stdout=logfile, stderr=subprocess.STDOUT, start_new_session=True
+            )
+        except OSError as error:
+            logfile.close()
+            job.status_reason = f"CannotStartContainerError: {error}"
+            self._finish(job, "FAILED")
+            return
+        job.started_at = int(time.time() * 1000)
+        self._set(job, "RUNNING")
+        job.exit_code = job.process.wait()
+        logfile.close()
+        self._finish(job, "SUCCEEDED" if job.exit_code == 0 and not job.status_reason else "FAILED")
+
+    def _finish(self, job: LocalBatchJob, status: str) -> None:
+        with self._lock:
+            for instance in job.instances:
+                node = self._node(instance)
+                node.used -= job.gpus // job.nodes
+        job.stopped_at = int(time.time() * 1000)
+        if status == "FAILED" and not job.status_reason:
+            job.status_reason = f"Essential container in task exited (exit code {job.exit_code})"
+        self._set(job, status)
+
+    def _stop_process(self, job: LocalBatchJob, sig: signal.Signals) -> None:
+        process = job.process
+        if process is None or process.poll() is not None:
+            if job.status in ("SUBMITTED", "RUNNABLE", "STARTING"):
+                self._set(job, "FAILED")
+            return
+        try:
+            os.killpg(process.pid, sig)
+        except ProcessLookupError:
+            return
+        if sig != signal.SIGKILL:
+
+            def escalate() -> None:
+                if process.poll() is None:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.killpg(process.pid, signal.SIGKILL)
+
+            timer = threading.Timer(self._stop_grace_s, escalate)
+            timer.daemon = True
+            timer.start()
+
+    def _set(self, job: LocalBatchJob, status: str) -> None:
+        job.status = status
+        self._emit(job)
+
+    def _emit(self, job: LocalBatchJob) -> None:
+        self._publish(
+            [
+                {
+                    "Source": "aws.batch",
+                    "DetailType": "Batch Job State Change",
+                    "Detail": json.dumps(batch_state_detail(job)),
+                    "Resources": [f"arn:aws:batch:{REGION}:{ACCOUNT_ID}:job/{job.job_id}"],
+                    "EventBusName": "default",
+                }
+            ]
+        )
+
+
+def batch_state_detail(job: LocalBatchJob) -> dict[str, Any]:
+    """The `detail` of a Batch Job State Change event, in AWS's documented shape."""
+    detail: dict[str, Any] = {
+        "jobArn": f"arn:aws:batch:{REGION}:{ACCOUNT_ID}:job/{job.job_id}",
+        "jobName": job.name,
+        "jobId": job.job_id,
+        "jobQueue": f"arn:aws:batch:{REGION}:{ACCOUNT_ID}:job-queue/{job.queue}",
+        "status": job.status,
+        "attempts": [],
+        "createdAt": job.created_at,
+        "retryStrategy": {"attempts": 1, "evaluateOnExit": []},
+        "dependsOn": [],
+        "jobDefinition": f"arn:aws:batch:{REGION}:{ACCOUNT_ID}:job-definition/spotline-training:1",
+        "parameters": {},
+        "container": {
+            "image": "spotline/train:local",
+            "command": job.command,
+            "resourceRequirements": [{"value": str(job.gpus // job.nodes), "type": "GPU"}],
+            "environment": [{"name": k, "value": v} for k, v in sorted(job.environment.items())],
+            "mountPoints": [],
+            "ulimits": [],
+            "networkInterfaces": [],
+            "secrets": [],
+        },
+        "tags": {},
+        "propagateTags": False,
+        "platformCapabilities": ["EC2"],
+    }
+    if job.instances:
+        # Batch names the ECS container instance; locally its id is the node's instance id.
+        detail["container"]["containerInstanceArn"] = (
+            f"arn:aws:ecs:{REGION}:{ACCOUNT_ID}:container-instance/spotline-{job.pool}/{job.instances[0]}"
+        )
+    if job.status_reason:
+        detail["statusReason"] = job.status_reason
+    if job.started_at is not None:
+        detail["startedAt"] = job.started_at
+    if job.stopped_at is not None:
+        detail["stoppedAt"] = job.stopped_at
+        detail["attempts"] = [
+            {
+                "container": {
+                    "exitCode": job.exit_code,
+                    "logStreamName": f"spotline/default/{job.job_id}",
+                    "networkInterfaces": [],
+                },
+                "startedAt": job.started_at or job.stopped_at,
+                "stoppedAt": job.stopped_at,
+                "statusReason": job.status_reason or "Essential container in task exited",
+            }
+        ]
+    return detail

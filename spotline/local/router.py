@@ -1,0 +1,129 @@
+"""Delivers what the emulated EventBridge matched to the real handlers.
+
+On AWS a rule invokes its Lambda target with the event, and the scheduler's FIFO queue invokes
+the scheduler with an SQS batch. moto only delivers to SQS, so each rule has a queue here, and
+one thread per queue long-polls it and makes the same call AWS would make: the event itself for
+a function target, an SQS event (`Records`) for the scheduler. A failed call is retried after
+the queue's visibility timeout, up to `max_receives` times (AWS: retry policy, then the DLQ).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from typing import Any
+
+from spotline.aws import emulation
+from spotline.aws import resources as r
+
+log = logging.getLogger("spotline.local.router")
+
+
+def invoke(module: str, event: dict[str, Any]) -> Any:
+    """Call one function's handler with a fresh context, as one Lambda invocation."""
+    function = next(f for f in r.FUNCTIONS if f.module == module)
+    context = emulation.LambdaContextStub.for_function(f"spotline-{function.name}")
+    return emulation.import_handler(function)(event, context)
+
+
+class Router:
+    """One long-polling thread per rule queue."""
+
+    def __init__(
+        self, sqs: Any, queues: dict[str, str], scheduler_queue_url: str, max_receives: int = 3
+    ) -> None:
+        self._sqs = sqs
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._max_receives = max_receives
+        targets: dict[str, str] = {}
+        for rule in r.RULES:
+            url = queues[rule.name]
+            targets[url] = rule.target
+        targets[scheduler_queue_url] = r.SCHEDULER_QUEUE
+        self._targets = targets
+        self.delivered = 0
+
+    def start(self) -> None:
+        for url, target in self._targets.items():
+            thread = threading.Thread(
+                target=self._drain, args=(url, target), name=f"router-{target}", daemon=True
+            )
+            thread.start()
+            self._threads.append(thread)
+
+    def stop(self) -> None:
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(timeout=5)
+
+    def _drain(self, url: str, target: str) -> None:
+        while not self._stop.is_set():
+            try:
+                reply = self._sqs.receive_message(
+                    QueueUrl=url,
+                    MaxNumberOfMessages=10,
+                    WaitTimeSeconds=1,
+                    VisibilityTimeout=5,
+                    AttributeNames=["All"],
+                )
+            except Exception:  # the emulator is shutting down
+                if self._stop.is_set():
+                    return
+                log.exception("receive from %s failed", target)
+                time.sleep(0.5)
+                continue
+            messages = reply.get("Messages", [])
+            if not messages:
+                continue
+            if target == r.SCHEDULER_QUEUE:
+                self._deliver(url, target, messages, {"Records": [_sqs_record(m, url) for m in messages]})
+            else:
+                for message in messages:
+                    self._deliver(url, target, [message], _as_delivered_by_aws(json.loads(message["Body"])))
+
+    def _deliver(self, url: str, target: str, messages: list[dict[str, Any]], event: dict[str, Any]) -> None:
+        module = "scheduler" if target == r.SCHEDULER_QUEUE else target
+        try:
+            invoke(module, event)
+        except Exception:
+            log.exception("%s failed on %s", module, [m["MessageId"] for m in messages])
+            for message in messages:
+                if (
+                    int(message.get("Attributes", {}).get("ApproximateReceiveCount", "1"))
+                    >= self._max_receives
+                ):
+                    log.error(
+                        "dropping %s after %d attempts (the DLQ on AWS)",
+                        message["MessageId"],
+                        self._max_receives,
+                    )
+                    self._sqs.delete_message(QueueUrl=url, ReceiptHandle=message["ReceiptHandle"])
+            return
+        self.delivered += len(messages)
+        for message in messages:
+            self._sqs.delete_message(QueueUrl=url, ReceiptHandle=message["ReceiptHandle"])
+
+
+def _sqs_record(message: dict[str, Any], url: str) -> dict[str, Any]:
+    name = url.rsplit("/", 1)[-1]
+    return {
+        "messageId": message["MessageId"],
+        "receiptHandle": message["ReceiptHandle"],
+        "body": message["Body"],
+        "attributes": message.get("Attributes", {}),
+        "messageAttributes": {},
+        "md5OfBody": message.get("MD5OfBody", ""),
+        "eventSource": "aws:sqs",
+        "eventSourceARN": f"arn:aws:sqs:us-east-1:123456789012:{name}",
+        "awsRegion": "us-east-1",
+    }
+
+
+def _as_delivered_by_aws(event: dict[str, Any]) -> dict[str, Any]:
+    """moto's EventBridge leaves `account` out of the events it delivers; AWS always sets it
+    (and Powertools' EventBridge model requires it)."""
+    event.setdefault("account", emulation.ACCOUNT_ID)
+    return event

@@ -1,0 +1,343 @@
+"""`spotline local up`: the whole control plane on this machine.
+
+moto's server stands in for AWS (DynamoDB, EventBridge, SQS, Step Functions, S3); the tables,
+bus, rules, queues and workflows are created from `spotline.aws.resources` and the ASL files,
+as the stack creates them; the real handlers run in this process (the router delivers rule
+matches to them; Step Functions' Lambda tasks are dispatched to them); a local fleet of
+processes stands in for Batch and EC2; and the API handler is served over HTTP.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import secrets
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import boto3
+
+from spotline.aws import emulation
+from spotline.aws import resources as r
+from spotline.aws.batch import BatchJobRequest
+from spotline.aws.clients import AwsClients, reset_default_clients
+from spotline.aws.settings import Settings, get_settings
+from spotline.control.plane import build_control_plane
+from spotline.local.emulator import LocalAws
+from spotline.local.fleet import LocalFleet, PoolSpec
+from spotline.local.http_api import ACCESS_KEY_HEADER, LocalApiServer, LocalIdentity
+from spotline.local.router import Router
+
+log = logging.getLogger("spotline.local")
+
+
+@dataclass(frozen=True)
+class LocalPool:
+    name: str
+    gpu_type: str
+    purchase: str  # spot | on-demand
+    nodes: int
+    gpus_per_node: int
+    price: float = 1.0
+    interruption_rate_per_hour: float = 0.0
+
+
+@dataclass(frozen=True)
+class LocalConfig:
+    """What the local control plane runs: its cluster, teams and (short) time constants."""
+
+    pools: tuple[LocalPool, ...] = (
+        LocalPool(
+            "a100-spot",
+            "a100",
+            "spot",
+            nodes=2,
+            gpus_per_node=4,
+            price=0.33,
+            interruption_rate_per_hour=0.0002,
+        ),
+        LocalPool("a100-on-demand", "a100", "on-demand", nodes=1, gpus_per_node=4),
+    )
+    teams: tuple[str, ...] = ("vision", "nlp")
+    # Each team's nominal quota, in GPUs (borrowing allowed).
+    team_nominal_gpus: int = 6
+    # Seconds, short so a demo takes minutes: the scheduler's tick, a preempted job's grace to
+    # checkpoint, the Spot notice, the protection period after a start, the agent's poll.
+    tick_s: float = 2.0
+    reconcile_s: float = 10.0
+    grace_period_s: int = 20
+    spot_notice_s: int = 12
+    protection_period_s: float = 5.0
+    restart_cost_s: float = 2.0
+    agent_poll_s: float = 0.5
+    heartbeat_timeout_s: float = 60.0
+    state_dir: Path = Path(".spotline")
+    region: str = "us-east-1"
+    seed: int = 1
+
+    def spotline_config(self, identities: dict[str, str]) -> dict[str, Any]:
+        """The SPOTLINE_CONFIG JSON the functions read (on AWS the stack writes it)."""
+        return {
+            "pools": [
+                {
+                    "name": p.name,
+                    "gpu_type": p.gpu_type,
+                    "purchase": p.purchase,
+                    "capacity_gpus": p.nodes * p.gpus_per_node,
+                    "gpus_per_node": p.gpus_per_node,
+                    "price": p.price,
+                    "interruption_rate_per_hour": p.interruption_rate_per_hour,
+                    "job_queue": f"spotline-local-{p.name}",
+                }
+                for p in self.pools
+            ],
+            "job_definition": "spotline-local-training",
+            "teams": [{"team": t, "nominal_gpus": self.team_nominal_gpus} for t in self.teams],
+            "identities": identities,
+            "scheduler": {
+                "protection_period_s": self.protection_period_s,
+                "restart_cost_s": self.restart_cost_s,
+            },
+            "grace_period_s": self.grace_period_s,
+            "spot_notice_s": self.spot_notice_s,
+            "spot_notice_margin_s": 2,
+            "agent_poll_s": self.agent_poll_s,
+            "heartbeat_timeout_s": self.heartbeat_timeout_s,
+            "seed": self.seed,
+        }
+
+
+class FleetLauncher:
+    """`BatchLauncher` on the local fleet."""
+
+    def __init__(self, fleet: LocalFleet) -> None:
+        self.fleet = fleet
+
+    def submit(self, request: BatchJobRequest) -> str:
+        return self.fleet.submit_job(
+            job_name=request.job_name,
+            job_queue=request.job_queue,
+            command=request.command,
+            environment=request.environment,
+            gpus=request.gpus_per_node * request.nodes,
+            nodes=request.nodes,
+        )
+
+    def terminate(self, batch_job_id: str, reason: str) -> None:
+        self.fleet.terminate_job(batch_job_id, reason)
+
+
+class LocalInstanceResolver:
+    """The local fleet names a node's container instance `.../container-instance/<cluster>/<instance id>`."""
+
+    def resolve(self, container_instances: Sequence[str]) -> list[str]:
+        return sorted({arn.rsplit("/", 1)[-1] for arn in container_instances if arn})
+
+
+@dataclass
+class LocalControlPlane:
+    config: LocalConfig = field(default_factory=LocalConfig)
+    aws: LocalAws | None = None
+    fleet: LocalFleet | None = None
+    api: LocalApiServer | None = None
+    router: Router | None = None
+    teams: dict[str, LocalIdentity] = field(default_factory=dict)
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _threads: list[threading.Thread] = field(default_factory=list)
+    _dispatcher: emulation.LambdaTaskDispatcher | None = None
+    _saved_env: dict[str, str | None] = field(default_factory=dict)
+
+    def start(self) -> dict[str, Any]:
+        """Start everything; returns (and writes) the contents of `.spotline/local.json`."""
+        cfg = self.config
+        self._save_env()
+        self.aws = LocalAws(region=cfg.region)
+        self.aws.start()
+        made = self.aws.create_resources()
+        s3 = self.aws.client("s3")
+        bucket = "spotline-local-checkpoints"
+        s3.create_bucket(Bucket=bucket)
+        stepfunctions = self.aws.client("stepfunctions")
+        machines = emulation.create_state_machines(stepfunctions, prefix="spotline-local")
+
+        for team in cfg.teams:
+            key = "SLK" + secrets.token_hex(8).upper()
+            self.teams[team] = LocalIdentity(
+                team=team, access_key=key, user_arn=f"arn:aws:iam::{emulation.ACCOUNT_ID}:user/{team}"
+            )
+        identities = {identity.user_arn: team for team, identity in self.teams.items()}
+        env = emulation.environment(
+            made.tables,
+            event_bus=made.project_bus,
+            state_machines=machines,
+            config=cfg.spotline_config(identities),
+            scheduler_queue_url=made.scheduler_queue_url,
+            checkpoint_bucket=bucket,
+        )
+        env.update(
+            {
+                "POWERTOOLS_SERVICE_NAME": "spotline",
+                "POWERTOOLS_METRICS_NAMESPACE": "Spotline",
+                "POWERTOOLS_TRACE_DISABLED": "true",
+                "POWERTOOLS_METRICS_DISABLED": "true",
+                "POWERTOOLS_LOG_LEVEL": os.environ.get("POWERTOOLS_LOG_LEVEL", "WARNING"),
+            }
+        )
+        os.environ.update(env)
+        get_settings.cache_clear()
+        reset_default_clients()
+        settings = Settings.from_env(os.environ)
+
+        events = self.aws.client("events")
+
+        def publish(entries: list[dict[str, Any]]) -> None:
+            events.put_events(Entries=entries)
+
+        cfg.state_dir.mkdir(parents=True, exist_ok=True)
+        self.fleet = LocalFleet(
+            [
+                PoolSpec(p.name, f"spotline-local-{p.name}", p.nodes, p.gpus_per_node, p.purchase == "spot")
+                for p in cfg.pools
+            ],
+            publish,
+            log_dir=cfg.state_dir / "logs",
+        )
+        clients = AwsClients(region=cfg.region, endpoint_url=self.aws.endpoint_url)
+        plane = build_control_plane(
+            settings, clients, launcher=FleetLauncher(self.fleet), instance_resolver=LocalInstanceResolver()
+        )
+        from spotline.aws.lambda_runtime import use_control_plane
+
+        use_control_plane(plane)
+        self._dispatcher = emulation.LambdaTaskDispatcher(
+            {f.name: emulation.import_handler(f) for f in r.FUNCTIONS}
+        ).install()
+        self.router = Router(self.aws.client("sqs"), made.rule_queues, made.scheduler_queue_url)
+        self.router.start()
+        self._every(cfg.tick_s, self._tick, "scheduler-tick")
+        self._every(cfg.reconcile_s, self._reconcile, "reconciler")
+
+        api_handler = emulation.import_handler(next(f for f in r.FUNCTIONS if f.name == "api"))
+        self.api = LocalApiServer(
+            api_handler,
+            {i.access_key: i for i in self.teams.values()},
+            emulation.LambdaContextStub.for_function("spotline-api"),
+        )
+        self.api.start()
+        self._sqs = self.aws.client("sqs")
+        self._scheduler_queue_url = made.scheduler_queue_url
+        info = {
+            "api_url": self.api.url,
+            "aws_endpoint_url": self.aws.endpoint_url,
+            "region": cfg.region,
+            "event_bus": made.project_bus,
+            "teams": {team: {"headers": {ACCESS_KEY_HEADER: i.access_key}} for team, i in self.teams.items()},
+        }
+        (cfg.state_dir / "local.json").write_text(json.dumps(info, indent=2))
+        return info
+
+    def stop(self) -> None:
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(timeout=5)
+        if self.router is not None:
+            self.router.stop()
+        if self.fleet is not None:
+            self.fleet.close()
+        if self.api is not None:
+            self.api.stop()
+        if self._dispatcher is not None:
+            self._dispatcher.uninstall()
+        from spotline.aws.lambda_runtime import use_control_plane
+
+        use_control_plane(None)
+        if self.aws is not None:
+            self.aws.stop()
+        with_file = self.config.state_dir / "local.json"
+        with_file.unlink(missing_ok=True)
+        self._restore_env()
+        get_settings.cache_clear()
+        reset_default_clients()
+
+    def trigger_pass(self) -> None:
+        """A scheduling pass now (what the one-minute tick does on AWS)."""
+        self._tick()
+
+    def _tick(self) -> None:
+        self._sqs.send_message(
+            QueueUrl=self._scheduler_queue_url,
+            MessageBody=json.dumps({"tick": time.time()}),
+            MessageGroupId=r.SCHEDULER_MESSAGE_GROUP,
+        )
+
+    def _reconcile(self) -> None:
+        event = {
+            "version": "0",
+            "id": secrets.token_hex(8),
+            "detail-type": "Scheduled Event",
+            "source": "aws.events",
+            "account": emulation.ACCOUNT_ID,
+            "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "region": self.config.region,
+            "resources": [],
+            "detail": {},
+        }
+        reconciler = next(f for f in r.FUNCTIONS if f.name == "reconciler")
+        emulation.import_handler(reconciler)(
+            event, emulation.LambdaContextStub.for_function("spotline-reconciler")
+        )
+
+    def _every(self, period_s: float, action: Any, name: str) -> None:
+        def loop() -> None:
+            while not self._stop.wait(period_s):
+                try:
+                    action()
+                except Exception:
+                    if not self._stop.is_set():
+                        log.exception("%s failed", name)
+
+        thread = threading.Thread(target=loop, name=name, daemon=True)
+        thread.start()
+        self._threads.append(thread)
+
+    def _save_env(self) -> None:
+        keys = (
+            [t.env for t in r.TABLES]
+            + [m.env for m in r.STATE_MACHINES]
+            + [
+                r.ENV_EVENT_BUS,
+                r.ENV_CONFIG,
+                r.ENV_SCHEDULER_QUEUE_URL,
+                r.ENV_CHECKPOINT_BUCKET,
+                "AWS_ENDPOINT_URL",
+                "AWS_DEFAULT_REGION",
+                "AWS_REGION",
+                "AWS_ACCESS_KEY_ID",
+                "AWS_SECRET_ACCESS_KEY",
+                "POWERTOOLS_SERVICE_NAME",
+                "POWERTOOLS_METRICS_NAMESPACE",
+                "POWERTOOLS_TRACE_DISABLED",
+                "POWERTOOLS_METRICS_DISABLED",
+                "POWERTOOLS_LOG_LEVEL",
+            ]
+        )
+        self._saved_env = {k: os.environ.get(k) for k in keys}
+
+    def _restore_env(self) -> None:
+        for key, value in self._saved_env.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+def boto3_session_for(info: dict[str, Any]) -> boto3.session.Session:
+    """A session whose clients, given `endpoint_url=info["aws_endpoint_url"]`, see the local AWS."""
+    return boto3.session.Session(
+        aws_access_key_id="testing", aws_secret_access_key="testing", region_name=info["region"]
+    )

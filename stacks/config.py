@@ -1,0 +1,275 @@
+"""The deployment's settings, read once from the CDK context (cdk.json, `-c key=value`).
+
+Everything the stack needs beyond `spotline.aws.resources` lives here: GPU pools, teams and the
+identities that map to them, the scheduler overrides, the VPC to use and a few operational knobs.
+Parsing is strict: a misspelt key or an impossible pool fails the synth with a message naming it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+# vCPUs and GPUs of one instance, for the GPU instance types a pool is likely to use. Batch sizes a
+# compute environment in vCPUs; Spotline thinks in GPUs. A pool may give `vcpus_per_gpu` itself
+# for a type missing here.
+GPU_INSTANCE_SHAPES: Mapping[str, tuple[int, int]] = {
+    "p5.48xlarge": (192, 8),
+    "p5e.48xlarge": (192, 8),
+    "p5en.48xlarge": (192, 8),
+    "p4d.24xlarge": (96, 8),
+    "p4de.24xlarge": (96, 8),
+    "p3.2xlarge": (8, 1),
+    "p3.8xlarge": (32, 4),
+    "p3.16xlarge": (64, 8),
+    "p3dn.24xlarge": (96, 8),
+    "g6e.xlarge": (4, 1),
+    "g6e.12xlarge": (48, 4),
+    "g6e.48xlarge": (192, 8),
+    "g6.xlarge": (4, 1),
+    "g6.12xlarge": (48, 4),
+    "g6.48xlarge": (192, 8),
+    "g5.xlarge": (4, 1),
+    "g5.2xlarge": (8, 1),
+    "g5.12xlarge": (48, 4),
+    "g5.24xlarge": (96, 4),
+    "g5.48xlarge": (192, 8),
+    "g4dn.xlarge": (4, 1),
+    "g4dn.12xlarge": (48, 4),
+    "g4dn.metal": (96, 8),
+}
+
+PURCHASE_SPOT = "spot"
+PURCHASE_ON_DEMAND = "on-demand"
+
+_POOL_KEYS = {
+    "name",
+    "gpu_type",
+    "instance_types",
+    "purchase",
+    "max_gpus",
+    "gpus_per_node",
+    "vcpus_per_gpu",
+    "price",
+    "interruption_rate_per_hour",
+}
+CONTEXT_KEYS = frozenset(
+    {
+        "stage",
+        "account",
+        "region",
+        "pools",
+        "teams",
+        "identities",
+        "scheduler",
+        "vpc_id",
+        "vpc_subnet_ids",
+        "vpc_availability_zones",
+        "api_rate_limit",
+        "api_burst_limit",
+        "training_image",
+        "training_vcpus",
+        "training_memory_gib",
+        "powertools_layer_version",
+        "log_retention_days",
+        "checkpoint_noncurrent_version_days",
+        "access_log_expiration_days",
+        "agent_poll_s",
+        "scheduler_reserved_concurrency",
+        "nat_gateways",
+        "control_plane",
+    }
+)
+
+
+class ConfigError(ValueError):
+    """The CDK context describes an impossible deployment."""
+
+
+@dataclass(frozen=True)
+class PoolConfig:
+    """One GPU pool: a Batch managed EC2 compute environment and its job queue."""
+
+    name: str
+    gpu_type: str
+    instance_types: tuple[str, ...]
+    purchase: str
+    max_gpus: int
+    gpus_per_node: int
+    vcpus_per_gpu: int
+    # Passed through to the scheduler's pool model (relative price, Spot reclaim rate).
+    price: float | None = None
+    interruption_rate_per_hour: float | None = None
+
+    @property
+    def is_spot(self) -> bool:
+        return self.purchase == PURCHASE_SPOT
+
+    @property
+    def max_vcpus(self) -> int:
+        """Batch's ceiling for the compute environment: enough vCPUs for `max_gpus` GPUs on the
+        most CPU-heavy of the pool's instance types."""
+        return self.max_gpus * self.vcpus_per_gpu
+
+
+@dataclass(frozen=True)
+class DeploymentConfig:
+    stage: str
+    pools: tuple[PoolConfig, ...]
+    # Target account and region (None: environment-agnostic). cdk.json names an offline default,
+    # whose availability zones cdk.context.json records; deploy with -c account=... -c region=...
+    account: str | None = None
+    region: str | None = None
+    teams: tuple[Mapping[str, Any], ...] = ()
+    identities: Mapping[str, Any] = field(default_factory=dict)
+    scheduler: Mapping[str, Any] = field(default_factory=dict)
+    # Other top-level fields of SPOTLINE_CONFIG (spotline.aws.settings.SpotlineConfig), e.g.
+    # grace_period_s, heartbeat_timeout_s, launch_timeout_s.
+    control_plane: Mapping[str, Any] = field(default_factory=dict)
+    # An existing VPC (imported without a lookup: its private subnets and their AZs are given).
+    vpc_id: str | None = None
+    vpc_subnet_ids: tuple[str, ...] = ()
+    vpc_availability_zones: tuple[str, ...] = ()
+    # NAT gateways of a created VPC (1 keeps the fixed cost low; one per AZ for zonal resilience).
+    nat_gateways: int = 1
+    api_rate_limit: float = 50.0
+    api_burst_limit: int = 100
+    training_image: str = "public.ecr.aws/docker/library/python:3.12-slim"
+    training_vcpus: int = 4
+    training_memory_gib: int = 16
+    powertools_layer_version: int = 37
+    log_retention_days: int = 30
+    checkpoint_noncurrent_version_days: int = 7
+    access_log_expiration_days: int = 90
+    agent_poll_s: float = 5.0
+    scheduler_reserved_concurrency: int | None = 1
+
+    def pool(self, name: str) -> PoolConfig:
+        for pool in self.pools:
+            if pool.name == name:
+                return pool
+        raise KeyError(name)
+
+
+def _require(raw: Mapping[str, Any], key: str, where: str) -> Any:
+    if key not in raw or raw[key] in (None, ""):
+        raise ConfigError(f"{where}: '{key}' is required")
+    return raw[key]
+
+
+def _positive_int(value: Any, where: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ConfigError(f"{where}: expected a positive integer, got {value!r}")
+    return value
+
+
+def parse_pool(raw: Mapping[str, Any], index: int) -> PoolConfig:
+    where = f"pools[{index}]"
+    if not isinstance(raw, Mapping):
+        raise ConfigError(f"{where}: expected an object")
+    unknown = set(raw) - _POOL_KEYS
+    if unknown:
+        raise ConfigError(f"{where}: unknown keys {sorted(unknown)}")
+    name = str(_require(raw, "name", where))
+    where = f"pool '{name}'"
+    purchase = str(_require(raw, "purchase", where))
+    if purchase not in (PURCHASE_SPOT, PURCHASE_ON_DEMAND):
+        raise ConfigError(f"{where}: 'purchase' must be '{PURCHASE_SPOT}' or '{PURCHASE_ON_DEMAND}'")
+    instance_types = tuple(str(t) for t in _require(raw, "instance_types", where))
+    if not instance_types:
+        raise ConfigError(f"{where}: 'instance_types' is empty")
+    max_gpus = _positive_int(_require(raw, "max_gpus", where), f"{where}.max_gpus")
+    if "vcpus_per_gpu" in raw:
+        vcpus_per_gpu = _positive_int(raw["vcpus_per_gpu"], f"{where}.vcpus_per_gpu")
+    else:
+        unknown_types = [t for t in instance_types if t not in GPU_INSTANCE_SHAPES]
+        if unknown_types:
+            raise ConfigError(f"{where}: unknown GPU instance types {unknown_types}; give 'vcpus_per_gpu'")
+        vcpus_per_gpu = max(math.ceil(v / g) for v, g in (GPU_INSTANCE_SHAPES[t] for t in instance_types))
+    if "gpus_per_node" in raw:
+        gpus_per_node = _positive_int(raw["gpus_per_node"], f"{where}.gpus_per_node")
+    else:
+        shapes = [GPU_INSTANCE_SHAPES[t][1] for t in instance_types if t in GPU_INSTANCE_SHAPES]
+        if not shapes:
+            raise ConfigError(f"{where}: 'gpus_per_node' is required for these instance types")
+        gpus_per_node = min(shapes)
+    return PoolConfig(
+        name=name,
+        gpu_type=str(_require(raw, "gpu_type", where)),
+        instance_types=instance_types,
+        purchase=purchase,
+        max_gpus=max_gpus,
+        gpus_per_node=gpus_per_node,
+        vcpus_per_gpu=vcpus_per_gpu,
+        price=float(raw["price"]) if "price" in raw else None,
+        interruption_rate_per_hour=(
+            float(raw["interruption_rate_per_hour"]) if "interruption_rate_per_hour" in raw else None
+        ),
+    )
+
+
+def _tuple_of_str(value: Any, where: str) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if isinstance(value, str) or not isinstance(value, Sequence):
+        raise ConfigError(f"{where}: expected a list of strings")
+    return tuple(str(v) for v in value)
+
+
+def parse_context(context: Mapping[str, Any]) -> DeploymentConfig:
+    """Build the deployment's settings from the CDK context; keys not listed in `CONTEXT_KEYS` are
+    left to CDK (feature flags, lookups)."""
+    raw = {k: v for k, v in context.items() if k in CONTEXT_KEYS}
+    pools_raw = raw.get("pools")
+    if not isinstance(pools_raw, Sequence) or not pools_raw:
+        raise ConfigError("context 'pools': at least one GPU pool is required")
+    pools = tuple(parse_pool(p, i) for i, p in enumerate(pools_raw))
+    names = [p.name for p in pools]
+    if len(set(names)) != len(names):
+        raise ConfigError(f"context 'pools': duplicate pool names in {names}")
+    stage = str(raw.get("stage") or "dev")
+    if not stage.replace("-", "").isalnum():
+        raise ConfigError(f"context 'stage': {stage!r} must be letters, digits and '-'")
+    vpc_id = raw.get("vpc_id") or None
+    subnet_ids = _tuple_of_str(raw.get("vpc_subnet_ids"), "context 'vpc_subnet_ids'")
+    azs = _tuple_of_str(raw.get("vpc_availability_zones"), "context 'vpc_availability_zones'")
+    if vpc_id and (not subnet_ids or len(subnet_ids) != len(azs)):
+        raise ConfigError(
+            "context 'vpc_id' needs 'vpc_subnet_ids' (private subnets with a route to the internet or "
+            "VPC endpoints) and 'vpc_availability_zones' of the same length"
+        )
+    defaults = DeploymentConfig(stage=stage, pools=pools)
+    reserved = raw.get("scheduler_reserved_concurrency", defaults.scheduler_reserved_concurrency)
+    return DeploymentConfig(
+        stage=stage,
+        pools=pools,
+        account=str(raw["account"]) if raw.get("account") else None,
+        region=str(raw["region"]) if raw.get("region") else None,
+        teams=tuple(raw.get("teams") or ()),
+        identities=dict(raw.get("identities") or {}),
+        scheduler=dict(raw.get("scheduler") or {}),
+        control_plane=dict(raw.get("control_plane") or {}),
+        vpc_id=vpc_id,
+        vpc_subnet_ids=subnet_ids,
+        vpc_availability_zones=azs,
+        nat_gateways=_positive_int(
+            int(raw.get("nat_gateways", defaults.nat_gateways)), "context 'nat_gateways'"
+        ),
+        api_rate_limit=float(raw.get("api_rate_limit", defaults.api_rate_limit)),
+        api_burst_limit=int(raw.get("api_burst_limit", defaults.api_burst_limit)),
+        training_image=str(raw.get("training_image", defaults.training_image)),
+        training_vcpus=int(raw.get("training_vcpus", defaults.training_vcpus)),
+        training_memory_gib=int(raw.get("training_memory_gib", defaults.training_memory_gib)),
+        powertools_layer_version=int(raw.get("powertools_layer_version", defaults.powertools_layer_version)),
+        log_retention_days=int(raw.get("log_retention_days", defaults.log_retention_days)),
+        checkpoint_noncurrent_version_days=int(
+            raw.get("checkpoint_noncurrent_version_days", defaults.checkpoint_noncurrent_version_days)
+        ),
+        access_log_expiration_days=int(
+            raw.get("access_log_expiration_days", defaults.access_log_expiration_days)
+        ),
+        agent_poll_s=float(raw.get("agent_poll_s", defaults.agent_poll_s)),
+        scheduler_reserved_concurrency=int(reserved) if reserved else None,
+    )

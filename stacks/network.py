@@ -1,0 +1,86 @@
+"""The VPC the GPU instances run in: created, or imported by id without a lookup.
+
+A created VPC has private subnets behind NAT (`nat_gateways`, 1 by default) plus S3 and DynamoDB
+gateway endpoints. The bulk of a training job's traffic (checkpoints, and ECR image layers, which
+ECR serves from S3) goes through the free gateway endpoints, so NAT carries little more than API
+calls, and instances get no public addresses. Public subnets without NAT would save the NAT's
+fixed hourly cost but put every GPU instance on the internet; not worth it for this workload.
+"""
+
+from __future__ import annotations
+
+from aws_cdk import Acknowledgment, Validations
+from aws_cdk import aws_ec2 as ec2
+from constructs import Construct
+
+from stacks.observability import EncryptedLogs
+
+
+class Network(Construct):
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        logs: EncryptedLogs,
+        nat_gateways: int,
+        vpc_id: str | None = None,
+        subnet_ids: tuple[str, ...] = (),
+        availability_zones: tuple[str, ...] = (),
+    ) -> None:
+        super().__init__(scope, construct_id)
+        if vpc_id:
+            self.vpc: ec2.IVpc = ec2.Vpc.from_vpc_attributes(
+                self,
+                "Vpc",
+                vpc_id=vpc_id,
+                availability_zones=list(availability_zones),
+                private_subnet_ids=list(subnet_ids),
+            )
+            # Route table ids only matter for adding gateway endpoints, which an imported VPC
+            # already has or does not need from this stack.
+            Validations.of(self.vpc).acknowledge(
+                Acknowledgment(
+                    id="Annotation::@aws-cdk/aws-ec2:noSubnetRouteTableId",
+                    reason="The stack never reads the imported subnets' route tables.",
+                )
+            )
+        else:
+            vpc = ec2.Vpc(
+                self,
+                "Vpc",
+                max_azs=2,
+                nat_gateways=nat_gateways,
+                subnet_configuration=[
+                    ec2.SubnetConfiguration(name="public", subnet_type=ec2.SubnetType.PUBLIC, cidr_mask=24),
+                    ec2.SubnetConfiguration(
+                        name="private", subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS, cidr_mask=18
+                    ),
+                ],
+                gateway_endpoints={
+                    "S3": ec2.GatewayVpcEndpointOptions(service=ec2.GatewayVpcEndpointAwsService.S3),
+                    "DynamoDB": ec2.GatewayVpcEndpointOptions(
+                        service=ec2.GatewayVpcEndpointAwsService.DYNAMODB
+                    ),
+                },
+                # Nothing uses the default security group; restricting it would add a custom
+                # resource (a Node.js Lambda) to the stack for no gain.
+                restrict_default_security_group=False,
+            )
+            self.vpc = vpc
+        flow_log_group = logs.log_group(self, "FlowLogs")
+        self.flow_log = ec2.FlowLog(
+            self,
+            "FlowLog",
+            resource_type=ec2.FlowLogResourceType.from_vpc(self.vpc),
+            destination=ec2.FlowLogDestination.to_cloud_watch_logs(flow_log_group),
+            traffic_type=ec2.FlowLogTrafficType.ALL,
+        )
+        self.training_security_group = ec2.SecurityGroup(
+            self,
+            "TrainingInstances",
+            vpc=self.vpc,
+            description="Spotline GPU training instances: no inbound, all outbound",
+            allow_all_outbound=True,
+        )
+        self.subnets = ec2.SubnetSelection(subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS)

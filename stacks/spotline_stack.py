@@ -1,0 +1,247 @@
+"""The Spotline stack: everything in `spotline.aws.resources`, plus the GPU pools of the context."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from aws_cdk import ArnFormat, CfnOutput, Duration, Stack
+from aws_cdk import aws_lambda_event_sources as sources
+from constructs import Construct
+from pydantic import ValidationError
+
+from spotline.aws import resources as r
+from spotline.aws.settings import SpotlineConfig
+from stacks.api import HttpApi
+from stacks.batch import TrainingCompute
+from stacks.config import ConfigError, DeploymentConfig
+from stacks.data import Tables
+from stacks.functions import ActionScopes, Functions
+from stacks.messaging import Messaging
+from stacks.network import Network
+from stacks.observability import Dashboard, EncryptedLogs
+from stacks.packaging import powertools_layer_arn, stage_lambda_code
+from stacks.routing import EventRouting
+from stacks.storage import CheckpointStorage
+from stacks.workflows import Workflows
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+class SpotlineStack(Stack):
+    """`functions_dir` / `statemachines_dir` default to the repository's; tests point them elsewhere.
+    `build_dir` receives the staged Lambda code (see `stacks.packaging`)."""
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        config: DeploymentConfig,
+        functions_dir: Path | None = None,
+        statemachines_dir: Path | None = None,
+        library_dir: Path | None = None,
+        build_dir: Path | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(scope, construct_id, **kwargs)
+        self.config = config
+        functions_dir = functions_dir or REPO_ROOT / "functions"
+        statemachines_dir = statemachines_dir or REPO_ROOT / "statemachines"
+        library_dir = library_dir or REPO_ROOT / "spotline"
+        build_dir = build_dir or REPO_ROOT / "build"
+        self.functions_dir = functions_dir
+        self.statemachines_dir = statemachines_dir
+        missing = [
+            f"{functions_dir}/{f.module}.py"
+            for f in r.FUNCTIONS
+            if not (functions_dir / f"{f.module}.py").is_file()
+        ]
+        if missing:
+            raise FileNotFoundError(f"Lambda entry points missing: {missing}")
+
+        self.logs = EncryptedLogs(self, "Logs", retention_days=config.log_retention_days)
+        self.tables = Tables(self, "Data")
+        self.storage = CheckpointStorage(
+            self,
+            "Storage",
+            noncurrent_version_days=config.checkpoint_noncurrent_version_days,
+            access_log_expiration_days=config.access_log_expiration_days,
+        )
+        self.network = Network(
+            self,
+            "Network",
+            logs=self.logs,
+            nat_gateways=config.nat_gateways,
+            vpc_id=config.vpc_id,
+            subnet_ids=config.vpc_subnet_ids,
+            availability_zones=config.vpc_availability_zones,
+        )
+        scheduler_spec = next(f for f in r.FUNCTIONS if f.name == "scheduler")
+        self.messaging = Messaging(
+            self,
+            "Messaging",
+            stage=config.stage,
+            scheduler_timeout=Duration.seconds(scheduler_spec.timeout_s),
+        )
+        jobs_table = self.tables[r.JOBS.logical_id]
+        self.compute = TrainingCompute(
+            self,
+            "Batch",
+            config=config,
+            network=self.network,
+            logs=self.logs,
+            jobs_table=jobs_table,
+            bus=self.messaging.bus,
+            checkpoints=self.storage.checkpoints,
+        )
+
+        # The workflows' names are fixed, so their ARNs are known before they exist.
+        self.state_machine_names = {m.name: f"spotline-{config.stage}-{m.name}" for m in r.STATE_MACHINES}
+        state_machine_arns = {
+            name: self.format_arn(
+                service="states",
+                resource="stateMachine",
+                resource_name=physical,
+                arn_format=ArnFormat.COLON_RESOURCE_NAME,
+            )
+            for name, physical in self.state_machine_names.items()
+        }
+        environment = {
+            **{table.env: self.tables[table.logical_id].table_name for table in r.TABLES},
+            r.ENV_EVENT_BUS: self.messaging.bus.event_bus_name,
+            r.ENV_SCHEDULER_QUEUE_URL: self.messaging.scheduler_queue.queue_url,
+            r.ENV_CHECKPOINT_BUCKET: self.storage.checkpoints.bucket_name,
+            **{m.env: state_machine_arns[m.name] for m in r.STATE_MACHINES},
+            r.ENV_CONFIG: self.to_json_string(self.spotline_config()),
+        }
+        _check_environment_size(self, environment)
+        code_dir = stage_lambda_code({"spotline": library_dir, "functions": functions_dir}, build_dir)
+        self.functions = Functions(
+            self,
+            "Functions",
+            code_dir=code_dir,
+            powertools_layer_arn=powertools_layer_arn(config.powertools_layer_version),
+            logs=self.logs,
+            tables=self.tables.by_logical_id,
+            bus=self.messaging.bus,
+            scopes=ActionScopes(
+                state_machine_arns=state_machine_arns,
+                scheduler_queue_arn=self.messaging.scheduler_queue.queue_arn,
+                job_queue_arns=[q.job_queue_arn for q in self.compute.job_queues.values()],
+                job_definition_family_arn=self.format_arn(
+                    service="batch",
+                    resource="job-definition",
+                    resource_name=f"{self.compute.job_definition_name}*",
+                ),
+                job_definition_role_arns=[role.role_arn for role in self.compute.job_definition_roles],
+            ),
+            environment=environment,
+            dead_letters=self.messaging.events_dead_letters,
+            scheduler_reserved_concurrency=config.scheduler_reserved_concurrency,
+        )
+        self.functions["scheduler"].add_event_source(
+            # One batch at a time comes from the FIFO queue's single message group; the function's
+            # reserved concurrency (context `scheduler_reserved_concurrency`, 1) is the hard cap.
+            sources.SqsEventSource(
+                self.messaging.scheduler_queue, batch_size=10, report_batch_item_failures=True
+            )
+        )
+        self.workflows = Workflows(
+            self,
+            "Workflows",
+            statemachines_dir=statemachines_dir,
+            functions=self.functions.functions,
+            names=self.state_machine_names,
+            logs=self.logs,
+        )
+        self.routing = EventRouting(
+            self,
+            "Events",
+            project_bus=self.messaging.bus,
+            default_bus=self.messaging.default_bus,
+            scheduler_queue=self.messaging.scheduler_queue,
+            functions=self.functions.functions,
+            dead_letters=self.messaging.events_dead_letters,
+        )
+        self.api = HttpApi(
+            self,
+            "Api",
+            handler=self.functions["api"],
+            logs=self.logs,
+            stage=config.stage,
+            rate_limit=config.api_rate_limit,
+            burst_limit=config.api_burst_limit,
+        )
+        self.dashboard = Dashboard(
+            self,
+            "Dashboard",
+            scheduler_queue=self.messaging.scheduler_queue,
+            dead_letter_queues={
+                "events": self.messaging.events_dead_letters,
+                "scheduler": self.messaging.scheduler_dead_letters,
+            },
+            functions=self.functions.functions,
+        )
+        CfnOutput(self, "ApiUrl", value=self.api.rest_api.url)
+        CfnOutput(self, "EventBusName", value=self.messaging.bus.event_bus_name)
+        CfnOutput(self, "CheckpointBucketName", value=self.storage.checkpoints.bucket_name)
+
+    def spotline_config(self) -> dict[str, Any]:
+        """SPOTLINE_CONFIG: the pools (with their Batch job queues), the job definition, teams,
+        identities and scheduler overrides, checked here against the model the functions parse
+        it with (spotline.aws.settings), so a bad context fails the synth, not the first call."""
+        pools = []
+        for pool in self.config.pools:
+            entry: dict[str, Any] = {
+                "name": pool.name,
+                "gpu_type": pool.gpu_type,
+                "purchase": pool.purchase,
+                "capacity_gpus": pool.max_gpus,
+                "gpus_per_node": pool.gpus_per_node,
+                "job_queue": self.compute.job_queues[pool.name].job_queue_arn,
+            }
+            if pool.price is not None:
+                entry["price"] = pool.price
+            if pool.interruption_rate_per_hour is not None:
+                entry["interruption_rate_per_hour"] = pool.interruption_rate_per_hour
+            pools.append(entry)
+        document: dict[str, Any] = {
+            **self.config.control_plane,
+            "pools": pools,
+            "job_definition": self.compute.job_definition.job_definition_arn,
+            "teams": list(self.config.teams),
+            "identities": dict(self.config.identities),
+            "scheduler": dict(self.config.scheduler),
+            "agent_poll_s": self.config.agent_poll_s,
+        }
+        try:
+            SpotlineConfig.model_validate(document)
+        except ValidationError as error:
+            raise ConfigError(f"the context does not make a valid {r.ENV_CONFIG}: {error}") from error
+        return document
+
+
+# Lambda's limit on a function's environment variables (names and values), and what a reference
+# (an ARN, a name) is assumed to resolve to at most.
+LAMBDA_ENVIRONMENT_LIMIT = 4096
+_REFERENCE_SIZE = 128
+
+
+def _check_environment_size(stack: Stack, environment: dict[str, str]) -> None:
+    """Fail the synth, not the deployment, when the context makes the environment (mostly
+    SPOTLINE_CONFIG: pools, teams, identities) too large for Lambda."""
+
+    def size(value: Any) -> int:
+        if isinstance(value, str):
+            return len(value.encode())
+        if isinstance(value, dict) and "Fn::Join" in value:
+            return sum(size(part) for part in value["Fn::Join"][1])
+        return _REFERENCE_SIZE
+
+    total = sum(len(name) + size(stack.resolve(value)) for name, value in environment.items()) + 200
+    if total > LAMBDA_ENVIRONMENT_LIMIT:
+        raise ConfigError(
+            f"the functions' environment would take about {total} bytes, over Lambda's "
+            f"{LAMBDA_ENVIRONMENT_LIMIT}; shorten the context's identities, teams or pools"
+        )

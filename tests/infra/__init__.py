@@ -1,0 +1,1 @@
+"""Infrastructure tests: the synthesized CDK stack and its building blocks."""

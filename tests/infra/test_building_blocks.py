@@ -1,0 +1,225 @@
+"""The stack's building blocks without a full synth: context parsing, event patterns, ASL checks,
+Lambda code staging, and one synth with an imported VPC (no cdk-nag)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aws_cdk import App
+from aws_cdk.assertions import Template
+
+from spotline.aws import resources as r
+from stacks.config import ConfigError, parse_context
+from stacks.packaging import stage_lambda_code
+from stacks.routing import event_pattern
+from stacks.spotline_stack import SpotlineStack
+from stacks.workflows import read_definition
+from tests.infra.support import cdk_context, source_dirs
+
+SPOT_POOL = {
+    "name": "p",
+    "gpu_type": "a100",
+    "instance_types": ["p4d.24xlarge"],
+    "purchase": "spot",
+    "max_gpus": 64,
+}
+
+
+def context(**changes: Any) -> dict[str, Any]:
+    return {"pools": [dict(SPOT_POOL)], **changes}
+
+
+# --- context ---------------------------------------------------------------------------------
+
+
+def test_pool_size_in_vcpus_comes_from_the_instance_shape() -> None:
+    (pool,) = parse_context(context()).pools
+    assert (pool.vcpus_per_gpu, pool.gpus_per_node, pool.max_vcpus) == (12, 8, 768)
+    assert pool.is_spot
+
+
+def test_mixed_instance_types_size_for_the_most_cpu_heavy() -> None:
+    raw = {**SPOT_POOL, "instance_types": ["g5.12xlarge", "g5.48xlarge"], "max_gpus": 8}
+    (pool,) = parse_context({"pools": [raw]}).pools
+    assert pool.vcpus_per_gpu == 24  # g5.48xlarge: 192 / 8; g5.12xlarge: 48 / 4 = 12
+    assert pool.gpus_per_node == 4
+
+
+@pytest.mark.parametrize(
+    ("raw", "message"),
+    [
+        ({}, "at least one GPU pool"),
+        ({"pools": [{**SPOT_POOL, "purchase": "reserved"}]}, "'purchase' must be"),
+        ({"pools": [{**SPOT_POOL, "max_gpu": 8}]}, "unknown keys ['max_gpu']"),
+        ({"pools": [{**SPOT_POOL, "instance_types": ["x9.huge"]}]}, "give 'vcpus_per_gpu'"),
+        ({"pools": [SPOT_POOL, SPOT_POOL]}, "duplicate pool names"),
+        ({"pools": [{**SPOT_POOL, "max_gpus": 0}]}, "positive integer"),
+        (context(vpc_id="vpc-1"), "needs 'vpc_subnet_ids'"),
+        (context(stage="dev env"), "must be letters"),
+    ],
+    ids=[
+        "no-pools",
+        "purchase",
+        "misspelt-key",
+        "unknown-instance",
+        "duplicate",
+        "zero-gpus",
+        "vpc",
+        "stage",
+    ],
+)
+def test_impossible_contexts_fail_with_the_key_named(raw: dict[str, Any], message: str) -> None:
+    with pytest.raises(ConfigError, match=None) as raised:
+        parse_context(raw)
+    assert message in str(raised.value)
+
+
+def test_committed_context_parses() -> None:
+    config = parse_context(cdk_context())
+    assert {p.purchase for p in config.pools} == {"spot", "on-demand"}
+    assert (config.account, config.region) == ("123456789012", "us-east-1")
+
+
+# --- event patterns --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("rule", r.RULES, ids=lambda rule: rule.name)
+def test_every_declared_pattern_maps_onto_cdk(rule: r.Rule) -> None:
+    event_pattern(rule.pattern)
+
+
+def test_a_pattern_key_eventbridge_ignores_is_refused() -> None:
+    with pytest.raises(ValueError, match="detail_type"):
+        event_pattern({"source": ["x"], "detail_type": ["y"]})
+
+
+# --- ASL -------------------------------------------------------------------------------------
+
+MACHINE = r.StateMachine("m", "m.asl.json", "ENV", {"TasksArn": "workflow_tasks"})
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "m.asl.json"
+    path.write_text(text)
+    return path
+
+
+def test_definition_with_exactly_the_declared_placeholders_is_accepted(tmp_path: Path) -> None:
+    text = json.dumps(
+        {"StartAt": "A", "States": {"A": {"Type": "Task", "Resource": "${TasksArn}", "End": True}}}
+    )
+    assert read_definition(write(tmp_path, text), MACHINE) == text
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ('{"StartAt": ', "not valid JSON"),
+        ('{"Resource": "${TasksArn}", "Other": "${Unknown}"}', "undeclared"),
+        ('{"Resource": "arn:aws:lambda:x"}', "never uses"),
+    ],
+    ids=["json", "undeclared", "unused"],
+)
+def test_broken_definitions_fail_the_synth(tmp_path: Path, text: str, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        read_definition(write(tmp_path, text), MACHINE)
+
+
+def test_repository_asl_files_use_exactly_their_substitutions() -> None:
+    repo = Path(__file__).resolve().parents[2] / "statemachines"
+    missing = [m.file for m in r.STATE_MACHINES if not (repo / m.file).is_file()]
+    if missing:
+        pytest.skip(f"statemachines/{missing} not written yet")
+    for machine in r.STATE_MACHINES:
+        read_definition(repo / machine.file, machine)
+
+
+# --- Lambda code -----------------------------------------------------------------------------
+
+
+def test_lambda_code_is_staged_by_content_without_caches(tmp_path: Path) -> None:
+    library = tmp_path / "src" / "lib"
+    (library / "__pycache__").mkdir(parents=True)
+    (library / "__init__.py").write_text("X = 1\n")
+    (library / "__pycache__" / "x.cpython-311.pyc").write_bytes(b"\0")
+    build = tmp_path / "build"
+    first = stage_lambda_code({"lib": library}, build)
+    assert sorted(p.relative_to(first).as_posix() for p in first.rglob("*") if p.is_file()) == [
+        "lib/__init__.py"
+    ]
+    assert stage_lambda_code({"lib": library}, build) == first
+    (library / "__init__.py").write_text("X = 2\n")
+    second = stage_lambda_code({"lib": library}, build)
+    assert second != first
+    assert (second / "lib" / "__init__.py").read_text() == "X = 2\n"
+
+
+def test_missing_entry_points_fail_the_synth(tmp_path: Path) -> None:
+    functions_dir, statemachines_dir, _ = source_dirs(tmp_path / "sources")
+    if functions_dir.is_relative_to(tmp_path):
+        (functions_dir / f"{r.FUNCTIONS[0].module}.py").unlink()
+    else:
+        functions_dir = tmp_path / "empty"
+        functions_dir.mkdir()
+    app = App(context=cdk_context())
+    with pytest.raises(FileNotFoundError, match="Lambda entry points missing"):
+        SpotlineStack(
+            app,
+            "S",
+            config=parse_context(cdk_context()),
+            functions_dir=functions_dir,
+            statemachines_dir=statemachines_dir,
+            build_dir=tmp_path / "build",
+        )
+
+
+# --- an existing VPC -------------------------------------------------------------------------
+
+
+def test_imported_vpc_gets_flow_logs_and_hosts_the_pools(tmp_path: Path) -> None:
+    functions_dir, statemachines_dir, _ = source_dirs(tmp_path / "sources")
+    raw = {
+        **cdk_context(),
+        "vpc_id": "vpc-0123456789abcdef0",
+        "vpc_subnet_ids": ["subnet-0123456789abcdef0", "subnet-0fedcba9876543210"],
+        "vpc_availability_zones": ["us-east-1a", "us-east-1b"],
+    }
+    stack = SpotlineStack(
+        App(context=raw),
+        "Imported",
+        config=parse_context(raw),
+        functions_dir=functions_dir,
+        statemachines_dir=statemachines_dir,
+        build_dir=tmp_path / "build",
+    )
+    template = Template.from_stack(stack)
+    template.resource_count_is("AWS::EC2::VPC", 0)
+    template.resource_count_is("AWS::EC2::NatGateway", 0)
+    template.has_resource_properties(
+        "AWS::EC2::FlowLog", {"ResourceId": "vpc-0123456789abcdef0", "ResourceType": "VPC"}
+    )
+    for environment in template.find_resources("AWS::Batch::ComputeEnvironment").values():
+        assert environment["Properties"]["ComputeResources"]["Subnets"] == [
+            "subnet-0123456789abcdef0",
+            "subnet-0fedcba9876543210",
+        ]
+
+
+def test_an_environment_too_large_for_lambda_fails_the_synth(tmp_path: Path) -> None:
+    functions_dir, statemachines_dir, _ = source_dirs(tmp_path / "sources")
+    raw = cdk_context()
+    raw["identities"] = {
+        f"arn:aws:iam::123456789012:role/spotline-team-{i:03d}": "research" for i in range(80)
+    }
+    with pytest.raises(ConfigError, match="over Lambda's 4096"):
+        SpotlineStack(
+            App(context=raw),
+            "TooBig",
+            config=parse_context(raw),
+            functions_dir=functions_dir,
+            statemachines_dir=statemachines_dir,
+            build_dir=tmp_path / "build",
+        )

@@ -1,0 +1,213 @@
+"""Adapters at their edges: the Batch launcher and the ECS lookup (against botocore's Stubber,
+which checks each call against the service model), the workflow starter and the pass trigger on
+moto, settings and clients from the environment, and cheap imports of the functions."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+from botocore.stub import Stubber
+
+from spotline.aws import resources
+from spotline.aws.batch import AwsBatchLauncher, BatchJobRequest, EcsInstanceResolver
+from spotline.aws.clients import AwsClients
+from spotline.aws.emulation import LambdaTaskDispatcher, environment
+from spotline.aws.errors import BatchThrottled, LaunchFailed
+from spotline.aws.settings import Settings, SettingsError
+from spotline.aws.workflows import SqsPassTrigger, StepFunctionsStarter
+
+from .conftest import CONFIG, REGION, Deployment
+
+DEFINITION = "arn:aws:batch:us-east-1:123456789012:job-definition/spotline-training:3"
+IMAGE = "123456789012.dkr.ecr.us-east-1.amazonaws.com/spotline-train:latest"
+
+
+def request(**changes: Any) -> BatchJobRequest:
+    fields: dict[str, Any] = {
+        "job_id": "job-1",
+        "team": "vision",
+        "job_queue": "arn:aws:batch:us-east-1:123456789012:job-queue/spotline-a100-spot",
+        "image": IMAGE,
+        "command": ("python", "train.py"),
+        "gpus_per_node": 8,
+        "nodes": 1,
+        "environment": {resources.AGENT_ENV_JOB_ID: "job-1", resources.AGENT_ENV_EVENT_BUS: "bus"},
+        "timeout_s": 3600,
+    }
+    fields.update(changes)
+    return BatchJobRequest(**fields)
+
+
+def described(image: str = IMAGE) -> dict[str, Any]:
+    return {
+        "jobDefinitions": [
+            {
+                "jobDefinitionName": "spotline-training",
+                "jobDefinitionArn": DEFINITION,
+                "revision": 3,
+                "status": "ACTIVE",
+                "type": "container",
+                "containerProperties": {"image": image, "command": ["true"]},
+            }
+        ]
+    }
+
+
+def test_submit_sends_the_job_to_the_pools_queue_with_the_agents_environment() -> None:
+    batch = boto3.client("batch", region_name=REGION)
+    with Stubber(batch) as stub:
+        stub.add_response("describe_job_definitions", described(), {"jobDefinitions": [DEFINITION]})
+        stub.add_response(
+            "submit_job",
+            {"jobName": "spotline-job-1", "jobId": "b-1"},
+            {
+                "jobName": "spotline-job-1",
+                "jobQueue": request().job_queue,
+                "jobDefinition": DEFINITION,
+                "containerOverrides": {
+                    "command": ["python", "train.py"],
+                    "environment": [
+                        {"name": resources.AGENT_ENV_EVENT_BUS, "value": "bus"},
+                        {"name": resources.AGENT_ENV_JOB_ID, "value": "job-1"},
+                    ],
+                    "resourceRequirements": [{"type": "GPU", "value": "8"}],
+                },
+                "tags": {"spotline:job-id": "job-1", "spotline:team": "vision"},
+                "propagateTags": True,
+                "timeout": {"attemptDurationSeconds": 3600},
+            },
+        )
+        assert AwsBatchLauncher(batch, DEFINITION).submit(request()) == "b-1"
+        stub.assert_no_pending_responses()
+
+
+def test_a_job_with_another_image_runs_under_a_derived_definition() -> None:
+    batch = boto3.client("batch", region_name=REGION)
+    launcher = AwsBatchLauncher(batch, DEFINITION)
+    with Stubber(batch) as stub:
+        stub.add_response("describe_job_definitions", described())
+        stub.add_response("describe_job_definitions", {"jobDefinitions": []})
+        stub.add_response(
+            "register_job_definition",
+            {"jobDefinitionName": "d", "jobDefinitionArn": "arn:derived", "revision": 1},
+        )
+        stub.add_response("submit_job", {"jobName": "spotline-job-1", "jobId": "b-2"})
+        stub.add_response("submit_job", {"jobName": "spotline-job-1", "jobId": "b-3"})
+        assert launcher.submit(request(image="pytorch/pytorch:2.5")) == "b-2"
+        # The derived definition is reused without asking Batch again.
+        assert launcher.submit(request(image="pytorch/pytorch:2.5")) == "b-3"
+        stub.assert_no_pending_responses()
+
+
+def test_batch_throttling_and_refusals_map_to_named_errors() -> None:
+    batch = boto3.client("batch", region_name=REGION)
+    launcher = AwsBatchLauncher(batch, DEFINITION)
+    with Stubber(batch) as stub:
+        stub.add_response("describe_job_definitions", described())
+        stub.add_client_error("submit_job", "TooManyRequestsException", http_status_code=429)
+        stub.add_client_error("submit_job", "ClientException", "job queue not found", http_status_code=400)
+        with pytest.raises(BatchThrottled):
+            launcher.submit(request())
+        with pytest.raises(LaunchFailed, match="job queue not found"):
+            launcher.submit(request())
+
+
+def test_a_gang_job_without_a_multinode_definition_fails_to_launch() -> None:
+    with pytest.raises(LaunchFailed, match="multi-node"):
+        AwsBatchLauncher(boto3.client("batch", region_name=REGION), DEFINITION).submit(request(nodes=2))
+
+
+def test_ecs_container_instances_resolve_to_ec2_instance_ids() -> None:
+    ecs = boto3.client("ecs", region_name=REGION)
+    arn = "arn:aws:ecs:us-east-1:123456789012:container-instance/spotline-a100-spot/0f1e2d3c"
+    with Stubber(ecs) as stub:
+        stub.add_response(
+            "describe_container_instances",
+            {"containerInstances": [{"containerInstanceArn": arn, "ec2InstanceId": "i-0abc"}]},
+            {"cluster": "spotline-a100-spot", "containerInstances": [arn]},
+        )
+        assert EcsInstanceResolver(ecs).resolve([arn, "i-0def"]) == ["i-0abc", "i-0def"]
+
+
+def test_starting_a_workflow_twice_by_name_is_not_an_error(deployment: Deployment) -> None:
+    starter = StepFunctionsStarter(deployment.clients.stepfunctions)
+    arn = deployment.state_machines["launch"]
+    first = starter.start(arn, "launch-job-1-v1", {"job_id": "job-1", "version": 1, "pool": "p"})
+    # A redelivered event may carry a different input for the same decision.
+    second = starter.start(arn, "launch-job-1-v1", {"job_id": "job-1", "version": 1, "pool": "other"})
+    assert first == second
+    assert len(deployment.executions("launch")) == 1
+
+
+def test_the_pass_trigger_sends_to_the_scheduler_fifo_queue(deployment: Deployment) -> None:
+    sqs = deployment.clients.client("sqs")
+    url = sqs.create_queue(QueueName="triggers.fifo", Attributes={"FifoQueue": "true"})["QueueUrl"]
+    trigger = SqsPassTrigger(deployment.clients.sqs, url)
+    trigger.request("freed", "freed-job-1-v5")
+    trigger.request("freed", "freed-job-1-v5")  # deduplicated
+    messages = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10, AttributeNames=["All"])["Messages"]
+    assert len(messages) == 1
+    assert messages[0]["Attributes"]["MessageGroupId"] == resources.SCHEDULER_MESSAGE_GROUP
+
+
+def test_settings_parse_the_environment_and_name_what_is_missing() -> None:
+    tables = {t.logical_id: f"t-{t.logical_id}" for t in resources.TABLES}
+    env = environment(tables, event_bus="bus", state_machines={"preempt": "arn:p"}, config=CONFIG)
+    settings = Settings.from_env(env)
+    assert settings.jobs_table == "t-Jobs" and settings.state_machine_arn("preempt") == "arn:p"
+    assert settings.config.pools_by_name["a100-spot"].job_queue.endswith("spotline-a100-spot")
+    assert settings.config.scheduler.protection_period_s == 0
+    with pytest.raises(SettingsError, match=resources.ENV_LAUNCH_STATE_MACHINE_ARN):
+        settings.state_machine_arn("launch")
+    with pytest.raises(SettingsError, match=resources.ENV_JOBS_TABLE):
+        Settings.from_env({k: v for k, v in env.items() if k != resources.ENV_JOBS_TABLE})
+    with pytest.raises(SettingsError, match="identities"):
+        Settings.from_env(
+            {**env, resources.ENV_CONFIG: json.dumps({**CONFIG, "identities": {"x": "ghosts"}})}
+        )
+
+
+def test_clients_honour_the_endpoint_and_region_variables(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:5999")
+    monkeypatch.setenv("AWS_REGION", "eu-west-1")
+    clients = AwsClients()
+    assert clients.client("dynamodb").meta.endpoint_url == "http://127.0.0.1:5999"
+    assert clients.client("dynamodb").meta.region_name == "eu-west-1"
+    assert clients.client("dynamodb") is clients.client("dynamodb")
+
+
+def test_the_dispatcher_answers_like_lambda() -> None:
+    def fails(event: dict[str, Any], context: Any) -> Any:
+        raise BatchThrottled("slow down")
+
+    dispatcher = LambdaTaskDispatcher({"arn:aws:lambda:us-east-1:123456789012:function:tasks": fails})
+    failed = dispatcher.invoke("tasks", b'{"task": "x"}')
+    assert failed["FunctionError"] == "Unhandled" and failed["Payload"]["errorType"] == "BatchThrottled"
+    missing = dispatcher.invoke("nothing", b"{}")
+    assert missing["Payload"]["errorType"] == "Lambda.ResourceNotFoundException"
+
+
+def test_function_modules_import_without_settings_or_aws() -> None:
+    # Lambda imports the module on a cold start; it must not need the environment yet.
+    root = Path(__file__).resolve().parents[2]
+    modules = ", ".join(f"functions.{f.module}" for f in resources.FUNCTIONS)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SPOTLINE_")}
+    code = f"import time; t = time.perf_counter(); import {modules}; print(time.perf_counter() - t)"
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert float(result.stdout.strip()) < 10.0

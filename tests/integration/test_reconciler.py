@@ -1,0 +1,84 @@
+"""The reconciler moves on jobs whose expected event never came."""
+
+from __future__ import annotations
+
+import functions.reconciler
+from spotline.aws.jobs import Disruption
+from spotline.control.scheduling import admit
+from spotline.domain import JobState
+
+from .conftest import Deployment, context, load_event, start, submit
+
+
+def test_a_healthy_cluster_is_left_alone(deployment: Deployment) -> None:
+    deployment.clock.freeze()
+    running = start(deployment, submit(deployment))
+
+    result = functions.reconciler.handler(load_event("scheduled_event"), context("reconciler"))
+
+    assert result == {"examined": 1, "requeued": [], "drift": {}}
+    assert deployment.plane.jobs.get(running.id).state is JobState.RUNNING
+
+
+def test_an_admitted_job_whose_launch_never_happened_is_requeued(deployment: Deployment) -> None:
+    # Given a job admitted (GPUs reserved) whose launch workflow never ran
+    deployment.clock.freeze()
+    admitted = admit(deployment.plane, submit(deployment), "a100-spot", "fits", now=deployment.clock())
+
+    # When the launch timeout has passed
+    deployment.clock.advance(deployment.plane.config.launch_timeout_s + 1)
+    result = functions.reconciler.handler(load_event("scheduled_event"), context("reconciler"))
+
+    # Then it is back in the queue and its GPUs are free
+    assert result["requeued"] == [[admitted.id, "launch timed out"]]
+    assert deployment.plane.jobs.get(admitted.id).state is JobState.PENDING
+    assert deployment.plane.ledger.usage(["a100-spot"], [])[0] == {"a100-spot": 0}
+
+
+def test_a_checkpointing_job_past_its_deadline_is_stopped_and_requeued(deployment: Deployment) -> None:
+    # Given a job checkpointing for a preemption whose workflow died
+    now = deployment.clock.freeze()
+    running = start(deployment, submit(deployment))
+    deployment.plane.jobs.transition(
+        running,
+        JobState.CHECKPOINTING,
+        "preempted",
+        now=now,
+        changes={
+            "disruption": Disruption.PREEMPT,
+            "checkpoint_deadline_at": now + 10,
+            "draining_for": "job-x",
+        },
+    )
+
+    # When its deadline and the overrun allowance have passed
+    deployment.clock.advance(10 + deployment.plane.config.checkpoint_overrun_s + 1)
+    functions.reconciler.handler(load_event("scheduled_event"), context("reconciler"))
+
+    # Then it was stopped and requeued as preempted
+    requeued = deployment.plane.jobs.get(running.id)
+    assert requeued.state is JobState.PENDING and requeued.job.preemptions == 1
+    assert [b for b, _ in deployment.launcher.terminated] == [running.batch_job_id]
+
+
+def test_a_running_job_without_heartbeats_is_presumed_lost_with_its_host(deployment: Deployment) -> None:
+    deployment.clock.freeze()
+    running = start(deployment, submit(deployment))
+
+    deployment.clock.advance(deployment.plane.config.heartbeat_timeout_s + 1)
+    functions.reconciler.handler(load_event("scheduled_event"), context("reconciler"))
+
+    requeued = deployment.plane.jobs.get(running.id)
+    assert requeued.state is JobState.PENDING and requeued.job.interruptions == 1
+    entries, _ = deployment.plane.timeline.list(running.id)
+    assert entries[-2].target == "INTERRUPTED" and "no heartbeat" in entries[-2].reason
+
+
+def test_ledger_drift_is_reported(deployment: Deployment) -> None:
+    deployment.clock.freeze()
+    start(deployment, submit(deployment))
+    deployment.plane.ledger.set_usage({"a100-spot": 3}, {})
+
+    result = functions.reconciler.handler(load_event("scheduled_event"), context("reconciler"))
+
+    assert result["drift"] == {"POOL#a100-spot": [3, 8]}

@@ -1,0 +1,227 @@
+"""The scheduling pass on DynamoDB: admissions, preemptions, wait reasons, and a read that is
+bounded whatever the queue's length."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+
+import functions.scheduler
+from spotline.aws.jobs import Disruption, JobRecord
+from spotline.control.scheduling import scheduling_pass
+from spotline.domain import PRIORITIES_HIGH_FIRST, Job, JobSpec, JobState
+
+from .conftest import Deployment, context, load_event, start, submit
+
+
+def test_a_pass_admits_what_fits_and_starts_one_launch_workflow_each(deployment: Deployment) -> None:
+    # Given two 8-GPU jobs and 16 free Spot GPUs
+    deployment.clock.freeze()
+    first, second = submit(deployment), submit(deployment)
+
+    # When a pass runs
+    result = scheduling_pass(deployment.plane)
+
+    # Then both are admitted to the (cheaper) Spot pool, each with its launch workflow
+    assert sorted(result.admitted) == sorted([(first.id, "a100-spot"), (second.id, "a100-spot")])
+    for record in (first, second):
+        stored = deployment.plane.jobs.get(record.id)
+        assert stored.state is JobState.ADMITTED and stored.job.pool == "a100-spot" and stored.gpus_held == 8
+    assert deployment.starter is not None
+    assert sorted(deployment.starter.names()) == sorted([f"launch-{first.id}-v1", f"launch-{second.id}-v1"])
+    _, _, payload = deployment.starter.started[0]
+    assert set(payload) == {"job_id", "version", "pool"}
+    assert deployment.plane.ledger.usage(["a100-spot"], [])[0] == {"a100-spot": 16}
+
+
+def test_a_waiting_job_gets_its_reason_written_once(deployment: Deployment) -> None:
+    # Given more demand than the 24 GPUs of both pools
+    deployment.clock.freeze()
+    jobs = [submit(deployment) for _ in range(4)]
+    first = scheduling_pass(deployment.plane)
+    waiting = [j for j in jobs if deployment.plane.jobs.get(j.id).state is JobState.PENDING]
+    assert len(first.admitted) == 3 and len(waiting) == 1
+
+    # Then the waiting job says why
+    reason = deployment.plane.jobs.get(waiting[0].id).wait_reason
+    assert reason is not None and "free GPUs" in reason
+
+    # When the next pass finds nothing changed, it writes nothing
+    deployment.clock.advance(5)
+    second = scheduling_pass(deployment.plane)
+    assert second.waiting == 1 and second.wait_reasons_written == 0
+    assert deployment.plane.jobs.get(waiting[0].id).wait_reason == reason
+
+
+def test_a_critical_job_preempts_a_low_priority_job_by_checkpoint(deployment: Deployment) -> None:
+    # Given the On-Demand pool (where critical jobs run) held by a low-priority job for an hour
+    now = deployment.clock.freeze()
+    victim = start(deployment, submit(deployment, priority="low", spot="never"), pool="a100-on-demand")
+    now = deployment.clock.advance(3600)
+
+    # When a critical job arrives and a pass runs
+    critical = submit(deployment, priority="critical", name="urgent")
+    result = scheduling_pass(deployment.plane)
+
+    # Then the victim is asked to checkpoint (CHECKPOINTING, draining for the critical job, a
+    # deadline one grace period away) and its preempt workflow starts
+    assert any(preemptor == critical.id and victim.id in victims for preemptor, victims in result.preempted)
+    stored = deployment.plane.jobs.get(victim.id)
+    assert stored.state is JobState.CHECKPOINTING
+    assert stored.draining_for == critical.id and stored.disruption is Disruption.PREEMPT
+    assert stored.checkpoint_requested_at == now
+    assert stored.checkpoint_deadline_at == now + deployment.plane.config.grace_period_s
+    assert deployment.starter is not None
+    assert f"preempt-{victim.id}-v{stored.version}" in deployment.starter.names()
+    assert "preempted job(s)" in (deployment.plane.jobs.get(critical.id).wait_reason or "")
+
+    # And a second pass waits for the checkpoint instead of preempting again
+    deployment.clock.advance(1)
+    again = scheduling_pass(deployment.plane)
+    assert again.preempted == [] and critical.id not in [job for job, _ in again.admitted]
+
+
+def test_the_scheduler_handler_runs_one_pass_for_a_batch_of_triggers(deployment: Deployment) -> None:
+    # Given a pending job and three triggers delivered together by the FIFO queue
+    record = submit(deployment)
+    event = {"Records": [_sqs_record(i) for i in range(3)]}
+
+    # When the scheduler function handles them
+    response = functions.scheduler.handler(event, context("scheduler"))
+
+    # Then one pass admitted the job
+    assert response["admitted"] == [[record.id, "a100-spot"]]
+
+
+def test_the_periodic_tick_runs_a_pass(deployment: Deployment) -> None:
+    # Given a pending job and the scheduler's scheduled event (aging and deadlines)
+    record = submit(deployment)
+
+    # When the tick invokes the scheduler directly
+    response = functions.scheduler.handler(load_event("scheduled_event"), context("scheduler"))
+
+    # Then the pass ran
+    assert response["admitted"] == [[record.id, "a100-spot"]]
+
+
+def _sqs_record(i: int) -> dict[str, Any]:
+    return {
+        "messageId": f"0000000{i}-0000-0000-0000-000000000000",
+        "receiptHandle": "AQEB",
+        "body": '{"detail-type": "Job Submitted"}',
+        "attributes": {
+            "ApproximateReceiveCount": "1",
+            "SentTimestamp": "1793613600000",
+            "SenderId": "AIDAEXAMPLE",
+            "ApproximateFirstReceiveTimestamp": "1793613600001",
+            "MessageGroupId": "scheduling-pass",
+            "MessageDeduplicationId": f"dedup-{i}",
+            "SequenceNumber": f"1867392930{i}",
+        },
+        "messageAttributes": {},
+        "md5OfBody": "e4e68fb7bd0e697a0ae8f1bb342846b3",
+        "eventSource": "aws:sqs",
+        "eventSourceARN": "arn:aws:sqs:us-east-1:123456789012:spotline-scheduler.fifo",
+        "awsRegion": "us-east-1",
+    }
+
+
+# --- bounded reads ----------------------------------------------------------------------------
+
+
+@contextmanager
+def counting_reads(dep: Deployment) -> Iterator[dict[str, int]]:
+    """Count DynamoDB read calls and the items they return, from botocore's events on the
+    client the repositories use."""
+    counts = {"calls": 0, "items": 0, "scans": 0}
+
+    def after_call(http_response: Any, parsed: dict[str, Any], model: Any, **kwargs: Any) -> None:
+        name = model.name
+        if name == "Scan":
+            counts["scans"] += 1
+        if name in ("Query", "Scan", "GetItem", "BatchGetItem"):
+            counts["calls"] += 1
+            if "Items" in parsed:
+                counts["items"] += len(parsed["Items"])
+            elif "Item" in parsed:
+                counts["items"] += 1
+            elif "Responses" in parsed:
+                counts["items"] += sum(len(v) for v in parsed["Responses"].values())
+
+    events = dep.dynamodb.meta.events
+    events.register("after-call.dynamodb", after_call)
+    try:
+        yield counts
+    finally:
+        events.unregister("after-call.dynamodb", after_call)
+
+
+def pending_jobs(start: int, count: int, base: float) -> list[JobRecord]:
+    """`count` pending jobs spread over the four classes, every fifth with a deadline. Their GPU
+    type exists in no pool, so a pass leaves them all waiting and the queue keeps its length."""
+    records = []
+    for i in range(start, start + count):
+        priority = PRIORITIES_HIGH_FIRST[i % 4]
+        deadline = datetime.fromtimestamp(base + 86_400 + i, UTC) if i % 5 == 0 else None
+        spec = JobSpec(
+            name=f"bulk-{i}",
+            priority=priority,
+            gpus=8,
+            image="img",
+            command=["train"],
+            gpu_type="h100",
+            deadline=deadline,
+        )
+        at = base + i
+        job = Job(id=f"job-bulk-{i:07d}", team="vision", spec=spec, submitted_at=at, enqueued_at=at)
+        records.append(JobRecord(job=job, updated_at=at))
+    return records
+
+
+def test_a_pass_reads_the_same_bounded_number_of_items_at_1k_and_10k_pending_jobs(
+    deployment: Deployment,
+) -> None:
+    window = deployment.plane.config.scheduler.window_per_class
+    bound = (len(PRIORITIES_HIGH_FIRST) + 1) * window  # the head of each class + nearest deadlines
+    base = deployment.clock.freeze(1_800_000_000.0) - 20_000
+
+    # Given 1,000 pending jobs
+    deployment.plane.jobs.bulk_load(pending_jobs(0, 1_000, base))
+    with counting_reads(deployment) as at_1k:
+        small = scheduling_pass(deployment.plane)
+
+    # When 9,000 more (newer) jobs join the queue
+    started = time.perf_counter()
+    deployment.plane.jobs.bulk_load(pending_jobs(1_000, 9_000, base))
+    load_s = time.perf_counter() - started
+    deployment.clock.advance(1)
+    with counting_reads(deployment) as at_10k:
+        large = scheduling_pass(deployment.plane)
+
+    # Then both passes read the same items, within the window bound, with no Scan
+    print(f"\nitems read per pass: 1k pending -> {at_1k}, 10k pending -> {at_10k} (bulk load {load_s:.1f}s)")
+    assert at_1k == at_10k
+    assert at_10k["scans"] == 0
+    assert at_10k["items"] <= bound
+    assert small.candidates == large.candidates <= bound
+    assert small.waiting == large.waiting == small.candidates
+    # Nothing changed between the passes, so the second wrote no wait reason again.
+    assert small.wait_reasons_written == small.candidates and large.wait_reasons_written == 0
+
+
+@pytest.mark.parametrize("priority", ["critical", "low"])
+def test_window_reads_the_oldest_of_each_class(deployment: Deployment, priority: str) -> None:
+    base = deployment.clock.freeze(1_800_000_000.0) - 20_000
+    deployment.plane.jobs.bulk_load(pending_jobs(0, 400, base))
+    window = deployment.plane.config.scheduler.window_per_class
+    head = deployment.plane.jobs.queue_head(
+        PRIORITIES_HIGH_FIRST[[p.value for p in PRIORITIES_HIGH_FIRST].index(priority)], window
+    )
+    submitted = [r.job.submitted_at for r in head]
+    assert len(head) == window and submitted == sorted(submitted)
+    assert all(r.job.priority.value == priority for r in head)
