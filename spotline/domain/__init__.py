@@ -4,7 +4,7 @@ No AWS SDK, no Powertools, no clock and no randomness of its own: `now` and a se
 `random.Random` are passed in, so Lambda, the local runtime and the simulator run the same code.
 """
 
-from spotline.domain.config import PriorityWeights, SchedulerConfig, VictimStrategy
+from spotline.domain.config import PriorityWeights, ReclaimPolicy, SchedulerConfig, VictimStrategy
 from spotline.domain.models import (
     PRIORITIES_HIGH_FIRST,
     TERMINAL_STATES,
@@ -55,6 +55,7 @@ __all__ = [
     "Priority",
     "PriorityWeights",
     "Purchase",
+    "ReclaimPolicy",
     "SchedulerConfig",
     "SortedQueue",
     "SpotPreference",

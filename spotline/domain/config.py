@@ -21,6 +21,16 @@ class VictimStrategy(StrEnum):
     LEAST_LOST_WORK = "least-lost-work"
 
 
+class ReclaimPolicy(StrEnum):
+    """Which borrowers a team under its nominal quota may preempt to take its quota back
+    (Kueue's `reclaimWithinCohort`)."""
+
+    NEVER = "never"
+    LOWER_PRIORITY = "lower-priority"  # only jobs of a lower priority class (Kueue's LowerPriority)
+    SAME_OR_LOWER_PRIORITY = "same-or-lower-priority"  # also the lender's peers of its own class
+    ANY = "any"
+
+
 class PriorityWeights(BaseModel):
     """Weights of the multifactor effective priority (Slurm's multifactor plugin, adapted).
 
@@ -65,6 +75,9 @@ class SchedulerConfig(BaseModel):
     # A victim must be below the preemptor by at least this much effective priority; it keeps
     # aging inside one class from preempting (and thrashing) jobs of the same class.
     preemption_margin: float = Field(default=500.0, ge=0)
+    # Reclaiming borrowed quota: a lender gets its quota back from borrowers of its own class
+    # or below, but a borrowing team's critical job is not stopped for the lender's low job.
+    reclaim_within_cohort: ReclaimPolicy = ReclaimPolicy.SAME_OR_LOWER_PRIORITY
     # Seconds to restart a job (scheduling, image pull, loading the checkpoint): part of the
     # lost-work cost of a preemption.
     restart_cost_s: float = Field(default=120.0, ge=0)

@@ -11,16 +11,16 @@ from __future__ import annotations
 
 import bisect
 import random
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
 from spotline.domain.config import SchedulerConfig
 from spotline.domain.models import PRIORITIES_HIGH_FIRST, Allocation, ClusterSnapshot, Job, Pool, Priority
 from spotline.domain.placement import candidate_pools
-from spotline.domain.preemption import Candidate, lost_work_gpu_s, select_victims
+from spotline.domain.preemption import Candidate, _may_reclaim, lost_work_gpu_s, select_victims
 from spotline.domain.priority import effective_priority, fairshare_factor
-from spotline.domain.quota import Ledger
+from spotline.domain.quota import Ledger, borrowed_gpus
 
 # --- the queue a pass reads ---------------------------------------------------------------
 
@@ -213,20 +213,11 @@ def plan_with_stats(
     )
 
     ledger = Ledger.of(snapshot)
-    running: list[Candidate] = []
     draining: dict[str, list[Allocation]] = {}
     for alloc in snapshot.allocations:
         if alloc.draining_for is not None:
             draining.setdefault(alloc.draining_for, []).append(alloc)
-        priority, remaining = score(alloc.job)
-        running.append(
-            Candidate(
-                allocation=alloc,
-                effective_priority=priority,
-                remaining_s=remaining,
-                lost_work_gpu_s=lost_work_gpu_s(alloc.job, alloc.gpus, now, config),
-            )
-        )
+    running = _RunningJobs(snapshot.allocations, score, now, config)
 
     # A preemptor whose victims are still checkpointing keeps what the pass that chose them
     # reserved for it, so no job of this pass takes the capacity it waits for.
@@ -268,10 +259,12 @@ def plan_with_stats(
             reason = f"waiting: {first_shortfall}; preemption budget of this pass spent"
             decisions.append(Wait(job, priority, reason))
             continue
-        available = [c for c in running if c.job_id not in taken]
         best: tuple[Pool, list[Candidate]] | None = None
         for pool in pools:
-            victims = select_victims(job, priority, pool, available, ledger, now, config, rng)
+            possible = running.possible_victims(job, priority, pool.name, ledger, taken)
+            if not possible:
+                continue  # select_victims would find no eligible victim
+            victims = select_victims(job, priority, pool, possible, ledger, now, config, rng)
             if victims and (best is None or len(victims) < len(best[1])):
                 best = (pool, victims)
         if best is None:
@@ -293,8 +286,69 @@ def plan_with_stats(
                 f"preempting {len(ids)} job(s) in {pool.name} by {config.strategy.value}: {first_shortfall}",
             )
         )
-    return decisions, PlanStats(candidates_examined=len(window), running_considered=len(running))
+    return decisions, PlanStats(candidates_examined=len(window), running_considered=len(snapshot.allocations))
 
+
+class _RunningJobs:
+    """The running jobs as preemption candidates, grouped by pool and scored on first use.
+
+    A performance device with no effect on decisions: a pass that admits or waits without trying
+    to preempt never scores the running jobs, and `select_victims` only sees the candidates that
+    rule 4 of `eligibility` may accept (lower by the margin, or on a team the preemptor may
+    reclaim from), a superset of the eligible ones; when there are none, the pass skips it (its
+    answer would be "no victims") without a scan.
+    """
+
+    def __init__(
+        self,
+        allocations: Iterable[Allocation],
+        score: Callable[[Job], tuple[float, float]],
+        now: float,
+        config: SchedulerConfig,
+    ) -> None:
+        self._score = score
+        self._now = now
+        self._config = config
+        self._by_pool: dict[str, list[Allocation]] = {}
+        for alloc in allocations:
+            self._by_pool.setdefault(alloc.pool, []).append(alloc)
+        # Per pool: candidates by effective priority (lowest first), their priorities, by team.
+        self._index: dict[str, tuple[list[Candidate], list[float], dict[str, list[Candidate]]]] = {}
+
+    def _scored(self, pool: str) -> tuple[list[Candidate], list[float], dict[str, list[Candidate]]]:
+        index = self._index.get(pool)
+        if index is None:
+            candidates = []
+            for alloc in self._by_pool.get(pool, ()):
+                priority, remaining = self._score(alloc.job)
+                lost = lost_work_gpu_s(alloc.job, alloc.gpus, self._now, self._config)
+                candidates.append(
+                    Candidate(allocation=alloc, effective_priority=priority, remaining_s=remaining, lost_work_gpu_s=lost)
+                )
+            candidates.sort(key=lambda c: c.effective_priority)
+            by_team: dict[str, list[Candidate]] = {}
+            for candidate in candidates:
+                by_team.setdefault(candidate.job.team, []).append(candidate)
+            index = self._index[pool] = (candidates, [c.effective_priority for c in candidates], by_team)
+        return index
+
+    def possible_victims(self, job: Job, priority: float, pool: str, ledger: Ledger, taken: set[str]) -> list[Candidate]:
+        """The pool's running jobs not yet chosen in this pass that rule 4 of `eligibility` may
+        accept as victims for `job`."""
+        if not self._by_pool.get(pool):
+            return []
+        candidates, priorities, by_team = self._scored(pool)
+        threshold = priority - self._config.preemption_margin
+        lower = bisect.bisect_left(priorities, threshold)
+        chosen = candidates[:lower]
+        usage = ledger.team_used
+        if _may_reclaim(job, usage, ledger, pool):
+            for team, members in by_team.items():
+                if team != job.team and borrowed_gpus(team, usage, ledger.quotas) > 0:
+                    chosen.extend(c for c in members if c.effective_priority >= threshold)
+        if taken:
+            chosen = [c for c in chosen if c.job_id not in taken]
+        return chosen
 
 def _reserve_for_preemptor(ledger: Ledger, job: Job, pool: Pool, victims: Sequence[Allocation]) -> None:
     """Charge the ledger for `job` running in `pool` once `victims` have left.

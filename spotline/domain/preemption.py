@@ -12,7 +12,7 @@ import random
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from spotline.domain.config import SchedulerConfig, VictimStrategy
+from spotline.domain.config import ReclaimPolicy, SchedulerConfig, VictimStrategy
 from spotline.domain.models import Allocation, Job, Pool
 from spotline.domain.quota import Ledger, borrowed_gpus
 
@@ -57,7 +57,9 @@ def eligibility(
     3. Never once it reached the per-job preemption cap.
     4. Then: its effective priority is below the preemptor's by at least the margin, or it
        runs on borrowed capacity that the preemptor's team may reclaim (the candidate's team
-       is over its nominal quota and the preemptor's team stays within its own nominal).
+       is over its nominal quota and the preemptor's team stays within its own nominal), as
+       far as `reclaim_within_cohort` allows: Kueue's `LowerPriority` (the default) reclaims
+       only from a lower priority class, `Any` from every class, `Never` not at all.
     """
     job = candidate.job
     if candidate.allocation.draining_for is not None or job.id == preemptor.id:
@@ -70,11 +72,23 @@ def eligibility(
         return None
     if (
         job.team != preemptor.team
+        and _reclaim_allowed(job, preemptor, config)
         and _may_reclaim(preemptor, usage, ledger, candidate.allocation.pool)
         and borrowed_gpus(job.team, usage, ledger.quotas) > 0
     ):
         return None
     return "not lower priority"
+
+
+def _reclaim_allowed(job: Job, preemptor: Job, config: SchedulerConfig) -> bool:
+    policy = config.reclaim_within_cohort
+    if policy is ReclaimPolicy.NEVER:
+        return False
+    if policy is ReclaimPolicy.ANY:
+        return True
+    if policy is ReclaimPolicy.LOWER_PRIORITY:
+        return job.priority.rank < preemptor.priority.rank
+    return job.priority.rank <= preemptor.priority.rank
 
 
 def _is_lower(candidate: Candidate, preemptor_priority: float, config: SchedulerConfig) -> bool:

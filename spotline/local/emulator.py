@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import urllib.request
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -50,6 +51,8 @@ class LocalAws:
         self._server.start()
         host, port = self._server.get_host_and_port()
         self.endpoint_url = f"http://{host}:{port}"
+        # moto's backends are process-wide: start from an empty account, as a fresh deployment.
+        urllib.request.urlopen(urllib.request.Request(f"{self.endpoint_url}/moto-api/reset", method="POST"))
         # Every SDK client in this process (handlers, agent, router) talks to the emulator.
         os.environ["AWS_ENDPOINT_URL"] = self.endpoint_url
         os.environ.setdefault("AWS_ACCESS_KEY_ID", "testing")

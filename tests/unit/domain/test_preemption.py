@@ -13,6 +13,7 @@ from spotline.domain import (
     ClusterSnapshot,
     Job,
     Ledger,
+    ReclaimPolicy,
     SchedulerConfig,
     TeamQuota,
     VictimStrategy,
@@ -59,11 +60,55 @@ B_OVER = (job("b-more").team("b").gpus(8).on("q"),)  # puts team b at 16 with 8 
         (candidate(LOW.preemptions(2).on("p"), priority=0.0), {}, None),
         (candidate(LOW.on("p", draining_for="other"), priority=0.0), {}, "already leaving"),
         (candidate(job("pre").on("p"), priority=0.0), {}, "already leaving"),
-        # reclaim: b is over its nominal 8, a is within its nominal -> even a higher job may go
+        # reclaim: b is over its nominal 8, a is within its nominal -> with policy `any` even a
+        # higher class may go; by default only the preemptor's class or below; Kueue's
+        # LowerPriority only a lower class; `never` nothing.
         (
             candidate(LOW.critical().on("p"), priority=3500.0),
-            {"quotas": (quota("a", 16), quota("b", 8)), "others": B_OVER},
+            {
+                "quotas": (quota("a", 16), quota("b", 8)),
+                "others": B_OVER,
+                "policy": config(reclaim_within_cohort=ReclaimPolicy.ANY),
+                "preemptor": job("pre").normal().gpus(8).team("a").build(),
+            },
             None,
+        ),
+        (
+            candidate(LOW.critical().on("p"), priority=3500.0),
+            {
+                "quotas": (quota("a", 16), quota("b", 8)),
+                "others": B_OVER,
+                "preemptor": job("pre").normal().gpus(8).team("a").build(),
+            },
+            "not lower priority",
+        ),
+        (
+            candidate(LOW.normal().on("p"), priority=3500.0),
+            {
+                "quotas": (quota("a", 16), quota("b", 8)),
+                "others": B_OVER,
+                "preemptor": job("pre").normal().gpus(8).team("a").build(),
+            },
+            None,
+        ),
+        (
+            candidate(LOW.normal().on("p"), priority=3500.0),
+            {
+                "quotas": (quota("a", 16), quota("b", 8)),
+                "others": B_OVER,
+                "policy": config(reclaim_within_cohort=ReclaimPolicy.LOWER_PRIORITY),
+                "preemptor": job("pre").normal().gpus(8).team("a").build(),
+            },
+            "not lower priority",
+        ),
+        (
+            candidate(LOW.on("p"), priority=3500.0),
+            {
+                "quotas": (quota("a", 16), quota("b", 8)),
+                "others": B_OVER,
+                "policy": config(reclaim_within_cohort=ReclaimPolicy.NEVER),
+            },
+            "not lower priority",
         ),
         (
             candidate(LOW.critical().on("p"), priority=3500.0),
@@ -112,7 +157,11 @@ B_OVER = (job("b-more").team("b").gpus(8).on("q"),)  # puts team b at 16 with 8 
         "below-preemption-cap",
         "already-draining-for-another",
         "the-preemptor-itself",
-        "reclaim-borrowed-capacity",
+        "reclaim-borrowed-capacity-any-class",
+        "no-reclaim-of-a-higher-class-by-default",
+        "reclaim-same-class-by-default",
+        "no-reclaim-same-class-under-lower-priority",
+        "no-reclaim-under-never",
         "no-reclaim-when-lender-within-nominal",
         "no-reclaim-when-preemptor-would-exceed-nominal",
         "no-reclaim-from-own-team",
@@ -356,7 +405,7 @@ def test_select_victims(
         # reclaim: b (nominal 8) borrows 8 in p; a's preemptor (nominal 16) may reclaim them, but
         # only down to b's nominal quota, not below.
         (
-            [candidate(job(f"b{i}").critical().team("b").gpus(4).on("p"), priority=3500.0) for i in range(4)],
+            [candidate(job(f"b{i}").high().team("b").gpus(4).on("p"), priority=3500.0) for i in range(4)],
             job("pre").high().gpus(8).team("a").build(),
             (quota("a", 16), quota("b", 8)),
             ["b0", "b1"],

@@ -1,0 +1,147 @@
+"""End to end on the local control plane: the real API over HTTP, handlers, workflows, moto,
+and real training processes that checkpoint and resume."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import boto3
+import httpx
+import pytest
+
+from spotline.local.demo import SHORT_SCENARIO, run_demo
+from spotline.local.runtime import LocalConfig, LocalControlPlane
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LocalControlPlane, dict[str, Any]]]:
+    state = tmp_path_factory.mktemp("spotline")
+    local = LocalControlPlane(LocalConfig(state_dir=state))
+    info = local.start()
+    try:
+        yield local, info
+    finally:
+        local.stop()
+
+
+def train_body(name: str, steps: int, priority: str = "normal", spot: str = "auto") -> dict[str, Any]:
+    return {
+        "name": name,
+        "priority": priority,
+        "gpus": 4,
+        "image": "spotline/train:latest",
+        "command": [sys.executable, "-m", "spotline.examples.train", "--steps", str(steps),
+                    "--step-time-s", "0.15", "--seed", "3"],
+        "spot": spot,
+        "checkpoint_interval_s": 1.5,
+        "expected_runtime_s": steps * 0.15,
+    }
+
+
+def wait_for(api: httpx.Client, job_id: str, headers: dict[str, str], states: set[str],
+             timeout_s: float = 90.0) -> dict[str, Any]:
+    deadline = time.time() + timeout_s
+    while time.time() < deadline:
+        view: dict[str, Any] = api.get(f"/jobs/{job_id}", headers=headers).json()
+        if view["state"] in states:
+            return view
+        time.sleep(0.3)
+    raise AssertionError(f"job {job_id} never reached {states}: {view}")
+
+
+def test_local_json_describes_the_running_plane(plane: tuple[LocalControlPlane, dict[str, Any]]) -> None:
+    local, info = plane
+    written = json.loads((local.config.state_dir / "local.json").read_text())
+    assert written == info
+    assert set(info) == {"api_url", "aws_endpoint_url", "region", "event_bus", "teams"}
+    # Any SDK client pointed at the endpoint sees the local tables.
+    dynamodb = boto3.client("dynamodb", endpoint_url=info["aws_endpoint_url"], region_name=info["region"])
+    assert any(name.endswith("-jobs") for name in dynamodb.list_tables()["TableNames"])
+
+
+def test_requests_without_a_known_key_are_refused(plane: tuple[LocalControlPlane, dict[str, Any]]) -> None:
+    _, info = plane
+    api = httpx.Client(base_url=info["api_url"])
+    assert api.get("/jobs").status_code == 403
+    assert api.get("/jobs", headers={"x-spotline-access-key": "not-a-key"}).status_code == 403
+
+
+def test_a_team_sees_only_its_own_jobs(plane: tuple[LocalControlPlane, dict[str, Any]]) -> None:
+    _, info = plane
+    api = httpx.Client(base_url=info["api_url"])
+    vision, nlp = info["teams"]["vision"]["headers"], info["teams"]["nlp"]["headers"]
+    created = api.post("/jobs", json=train_body("private", 5, priority="low"), headers=vision)
+    assert created.status_code == 201
+    job_id = created.json()["id"]
+    assert api.get(f"/jobs/{job_id}", headers=vision).status_code == 200
+    assert api.get(f"/jobs/{job_id}", headers=nlp).status_code == 404
+    assert job_id not in [j["id"] for j in api.get("/jobs", headers=nlp).json()["jobs"]]
+    wait_for(api, job_id, vision, {"SUCCEEDED"})
+
+
+def test_bad_job_spec_is_refused_naming_the_field(plane: tuple[LocalControlPlane, dict[str, Any]]) -> None:
+    _, info = plane
+    api = httpx.Client(base_url=info["api_url"])
+    body = train_body("bad", 5) | {"gpus": 0}
+    response = api.post("/jobs", json=body, headers=info["teams"]["vision"]["headers"])
+    assert 400 <= response.status_code < 500
+    assert "gpus" in response.text
+
+
+def test_spot_warning_on_the_default_bus_requeues_and_resumes_from_checkpoint(
+    plane: tuple[LocalControlPlane, dict[str, Any]],
+) -> None:
+    # Given a job running on a Spot node
+    local, info = plane
+    api = httpx.Client(base_url=info["api_url"], timeout=30)
+    headers = info["teams"]["nlp"]["headers"]
+    job_id = api.post("/jobs", json=train_body("spot-victim", 120), headers=headers).json()["id"]
+    view = wait_for(api, job_id, headers, {"RUNNING"})
+    assert view["pool"] == "a100-spot"
+    instance = view["instance_ids"][0]
+    time.sleep(4)  # let it make progress and write a periodic checkpoint
+    # When EC2's warning, in AWS's documented shape, is put on the default bus with boto3
+    events = boto3.client("events", endpoint_url=info["aws_endpoint_url"], region_name=info["region"])
+    events.put_events(Entries=[{
+        "Source": "aws.ec2",
+        "DetailType": "EC2 Spot Instance Interruption Warning",
+        "Detail": json.dumps({"instance-id": instance, "instance-action": "terminate"}),
+        "Resources": [f"arn:aws:ec2:us-east-1a:instance/{instance}"],
+    }])
+    assert local.fleet is not None
+    local.fleet.reclaim_after(instance, local.config.spot_notice_s)
+    # Then it goes INTERRUPTED -> PENDING -> RUNNING -> SUCCEEDED, resuming from its checkpoint
+    final = wait_for(api, job_id, headers, {"SUCCEEDED", "FAILED"}, timeout_s=150)
+    assert final["state"] == "SUCCEEDED"
+    assert final["interruptions"] >= 1
+    transitions = [(e["from"], e["to"]) for e in api.get(f"/jobs/{job_id}/events", headers=headers).json()["events"]]
+    assert ("INTERRUPTED", "PENDING") in transitions
+    after = transitions[transitions.index(("INTERRUPTED", "PENDING")):]
+    assert ("ADMITTED", "RUNNING") in after and after[-1] == ("RUNNING", "SUCCEEDED")
+    logs = sorted((local.config.state_dir / "logs").glob(f"spotline-{job_id}-*.log"), key=lambda p: p.stat().st_mtime)
+    report = json.loads(logs[-1].read_text().strip().splitlines()[-1])
+    assert report["resumed_from_step"] > 0
+
+
+def test_short_demo_preempts_with_checkpoint_and_recovers_a_spot_interruption(tmp_path: Path) -> None:
+    result = run_demo(SHORT_SCENARIO, LocalConfig(state_dir=tmp_path))
+    jobs = {j["name"]: j for j in result.jobs}
+    assert result.all_succeeded, result.jobs
+    assert jobs["low-1"]["preemptions"] >= 1 and jobs["low-1"]["resumed_from_checkpoint"]
+    assert jobs["normal-1"]["interruptions"] >= 1 and jobs["normal-1"]["resumed_from_checkpoint"]
+    assert jobs["critical-1"]["preemptions"] == 0
+    moves = {(e.source, e.target) for e in result.timeline}
+    assert {("RUNNING", "CHECKPOINTING"), ("CHECKPOINTING", "PREEMPTED"), ("PREEMPTED", "PENDING")} <= moves
+    assert ("INTERRUPTED", "PENDING") in moves
+    document = result.to_json()
+    assert set(document) == {"jobs", "timeline"}
+    assert set(document["jobs"][0]) >= {"id", "team", "priority", "final_state", "preemptions", "interruptions",
+                                        "resumed_from_checkpoint", "lost_gpu_seconds"}
+    assert set(document["timeline"][0]) == {"t", "job_id", "from", "to", "reason"}
