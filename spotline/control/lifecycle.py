@@ -46,12 +46,16 @@ def start_disruption(
     if record.state is JobState.CHECKPOINTING:
         if disruption is Disruption.INTERRUPT and record.disruption is not Disruption.INTERRUPT:
             deadline = min(deadline_at, record.checkpoint_deadline_at or deadline_at)
+            # The running preempt workflow reads the outcome when it finishes.
             return cp.jobs.update_fields(
                 record.id,
                 states=[JobState.CHECKPOINTING],
                 version=record.version,
                 set_fields={"disruption": disruption.value, "checkpoint_deadline_at": deadline},
             )
+        # Already marked (a redelivered event, or a retry after the workflow failed to start):
+        # start its workflow again, which is a no-op if it runs (same execution name).
+        start_preempt_workflow(cp, record, now=now)
         return record
     marked = cp.jobs.transition(
         record,

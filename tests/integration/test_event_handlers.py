@@ -249,3 +249,28 @@ def test_the_documented_sample_batch_event_is_parsed_and_ignored_for_a_foreign_j
         "status": "RUNNABLE",
         "outcome": "not a Spotline job",
     }
+
+
+def test_a_warning_retried_after_the_workflow_failed_to_start_starts_it(deployment: Deployment) -> None:
+    # Given a job marked CHECKPOINTING by a warning whose workflow start failed
+    running = start(deployment, submit(deployment), instance_id=SAMPLE_INSTANCE)
+    assert deployment.starter is not None
+    original = deployment.starter.start
+
+    def unavailable(*args: object) -> str:
+        raise RuntimeError("Step Functions unavailable")
+
+    deployment.starter.start = unavailable  # type: ignore[method-assign]
+    functions.spot_interruption.handler(eventbridge("spot_interruption_warning"), context())
+    assert deployment.plane.jobs.get(running.id).state is JobState.CHECKPOINTING
+    assert [n for n in deployment.starter.names() if n.startswith("interrupt-")] == []
+
+    # When a later warning for the instance is handled
+    deployment.starter.start = original  # type: ignore[method-assign]
+    functions.spot_interruption.handler(eventbridge("spot_interruption_warning"), context())
+
+    # Then the workflow of that CHECKPOINTING run starts, under the run's execution name
+    marked = deployment.plane.jobs.get(running.id)
+    assert [n for n in deployment.starter.names() if n.startswith("interrupt-")] == [
+        f"interrupt-{running.id}-v{marked.version}"
+    ]
