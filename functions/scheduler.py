@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from aws_lambda_powertools.metrics import MetricUnit, single_metric
+from aws_lambda_powertools.metrics import EphemeralMetrics, MetricUnit
 from aws_lambda_powertools.utilities.parser import parse
 from aws_lambda_powertools.utilities.parser.models import SqsModel
 from aws_lambda_powertools.utilities.typing import LambdaContext
@@ -55,18 +55,15 @@ def _report(result: PassResult, triggers: int, elapsed_ms: float) -> None:
     # Per class: how much of the queue the pass saw, and how long its oldest job has waited
     # (the head of a class is its oldest submission, so this is the class's worst wait).
     for priority, count in result.window_by_class.items():
-        with single_metric(
-            name="QueueWindowDepth", unit=MetricUnit.Count, value=count, namespace=METRICS_NAMESPACE
-        ) as metric:
-            metric.add_dimension(name="PriorityClass", value=priority)
+        # One EMF document per class (its dimension differs from the handler's metrics);
+        # EphemeralMetrics, unlike single_metric, honours POWERTOOLS_METRICS_DISABLED.
+        per_class = EphemeralMetrics(namespace=METRICS_NAMESPACE)
+        per_class.add_dimension(name="PriorityClass", value=priority)
+        per_class.add_metric(name="QueueWindowDepth", unit=MetricUnit.Count, value=count)
         if priority in result.oldest_wait_s:
-            with single_metric(
-                name="OldestWait",
-                unit=MetricUnit.Seconds,
-                value=result.oldest_wait_s[priority],
-                namespace=METRICS_NAMESPACE,
-            ) as metric:
-                metric.add_dimension(name="PriorityClass", value=priority)
+            oldest = result.oldest_wait_s[priority]
+            per_class.add_metric(name="OldestWait", unit=MetricUnit.Seconds, value=oldest)
+        per_class.flush_metrics()
     logger.info(
         "scheduling pass",
         extra={
