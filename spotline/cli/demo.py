@@ -88,8 +88,10 @@ def _summary(console: Console, result: DemoResult, wall_s: float) -> None:
         )
     console.print(table)
     peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    peak_child_mb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
     latency = result.spot_warning_to_checkpoint_request_s
     console.print(
-        f"wall time {wall_s:.1f}s, peak memory of the control plane {peak_mb:.0f} MiB; Spot warning -> "
+        f"wall time {wall_s:.1f}s, peak memory: control plane {peak_mb:.0f} MiB, largest training process "
+        f"{peak_child_mb:.0f} MiB; Spot warning -> "
         f"checkpoint requested: {'n/a' if latency is None else f'{latency * 1000:.0f} ms'}"
     )

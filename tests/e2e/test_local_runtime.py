@@ -37,16 +37,26 @@ def train_body(name: str, steps: int, priority: str = "normal", spot: str = "aut
         "priority": priority,
         "gpus": 4,
         "image": "spotline/train:latest",
-        "command": [sys.executable, "-m", "spotline.examples.train", "--steps", str(steps),
-                    "--step-time-s", "0.15", "--seed", "3"],
+        "command": [
+            sys.executable,
+            "-m",
+            "spotline.examples.train",
+            "--steps",
+            str(steps),
+            "--step-time-s",
+            "0.15",
+            "--seed",
+            "3",
+        ],
         "spot": spot,
         "checkpoint_interval_s": 1.5,
         "expected_runtime_s": steps * 0.15,
     }
 
 
-def wait_for(api: httpx.Client, job_id: str, headers: dict[str, str], states: set[str],
-             timeout_s: float = 90.0) -> dict[str, Any]:
+def wait_for(
+    api: httpx.Client, job_id: str, headers: dict[str, str], states: set[str], timeout_s: float = 90.0
+) -> dict[str, Any]:
     deadline = time.time() + timeout_s
     while time.time() < deadline:
         view: dict[str, Any] = api.get(f"/jobs/{job_id}", headers=headers).json()
@@ -109,23 +119,31 @@ def test_spot_warning_on_the_default_bus_requeues_and_resumes_from_checkpoint(
     time.sleep(4)  # let it make progress and write a periodic checkpoint
     # When EC2's warning, in AWS's documented shape, is put on the default bus with boto3
     events = boto3.client("events", endpoint_url=info["aws_endpoint_url"], region_name=info["region"])
-    events.put_events(Entries=[{
-        "Source": "aws.ec2",
-        "DetailType": "EC2 Spot Instance Interruption Warning",
-        "Detail": json.dumps({"instance-id": instance, "instance-action": "terminate"}),
-        "Resources": [f"arn:aws:ec2:us-east-1a:instance/{instance}"],
-    }])
+    events.put_events(
+        Entries=[
+            {
+                "Source": "aws.ec2",
+                "DetailType": "EC2 Spot Instance Interruption Warning",
+                "Detail": json.dumps({"instance-id": instance, "instance-action": "terminate"}),
+                "Resources": [f"arn:aws:ec2:us-east-1a:instance/{instance}"],
+            }
+        ]
+    )
     assert local.fleet is not None
     local.fleet.reclaim_after(instance, local.config.spot_notice_s)
     # Then it goes INTERRUPTED -> PENDING -> RUNNING -> SUCCEEDED, resuming from its checkpoint
     final = wait_for(api, job_id, headers, {"SUCCEEDED", "FAILED"}, timeout_s=150)
     assert final["state"] == "SUCCEEDED"
     assert final["interruptions"] >= 1
-    transitions = [(e["from"], e["to"]) for e in api.get(f"/jobs/{job_id}/events", headers=headers).json()["events"]]
+    transitions = [
+        (e["from"], e["to"]) for e in api.get(f"/jobs/{job_id}/events", headers=headers).json()["events"]
+    ]
     assert ("INTERRUPTED", "PENDING") in transitions
-    after = transitions[transitions.index(("INTERRUPTED", "PENDING")):]
+    after = transitions[transitions.index(("INTERRUPTED", "PENDING")) :]
     assert ("ADMITTED", "RUNNING") in after and after[-1] == ("RUNNING", "SUCCEEDED")
-    logs = sorted((local.config.state_dir / "logs").glob(f"spotline-{job_id}-*.log"), key=lambda p: p.stat().st_mtime)
+    logs = sorted(
+        (local.config.state_dir / "logs").glob(f"spotline-{job_id}-*.log"), key=lambda p: p.stat().st_mtime
+    )
     report = json.loads(logs[-1].read_text().strip().splitlines()[-1])
     assert report["resumed_from_step"] > 0
 
@@ -142,6 +160,38 @@ def test_short_demo_preempts_with_checkpoint_and_recovers_a_spot_interruption(tm
     assert ("INTERRUPTED", "PENDING") in moves
     document = result.to_json()
     assert set(document) == {"jobs", "timeline"}
-    assert set(document["jobs"][0]) >= {"id", "team", "priority", "final_state", "preemptions", "interruptions",
-                                        "resumed_from_checkpoint", "lost_gpu_seconds"}
+    assert set(document["jobs"][0]) >= {
+        "id",
+        "team",
+        "priority",
+        "final_state",
+        "preemptions",
+        "interruptions",
+        "resumed_from_checkpoint",
+        "lost_gpu_seconds",
+    }
     assert set(document["timeline"][0]) == {"t", "job_id", "from", "to", "reason"}
+
+
+def test_local_up_writes_local_json_and_stops_cleanly_on_sigterm(tmp_path: Path) -> None:
+    import signal
+    import subprocess
+
+    process = subprocess.Popen(
+        [sys.executable, "-m", "spotline.cli", "local", "up", "--state-dir", str(tmp_path)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+    local_json = tmp_path / "local.json"
+    try:
+        deadline = time.time() + 60
+        while not local_json.exists() and time.time() < deadline and process.poll() is None:
+            time.sleep(0.2)
+        info = json.loads(local_json.read_text())
+        vision = info["teams"]["vision"]["headers"]
+        assert httpx.get(f"{info['api_url']}/jobs", headers=vision).status_code == 200
+    finally:
+        process.send_signal(signal.SIGTERM)
+        output, _ = process.communicate(timeout=60)
+    assert process.returncode == 0, output.decode()
+    assert not local_json.exists()
