@@ -18,8 +18,15 @@ from typing import Protocol
 from spotline.domain.config import SchedulerConfig
 from spotline.domain.models import PRIORITIES_HIGH_FIRST, Allocation, ClusterSnapshot, Job, Pool, Priority
 from spotline.domain.placement import candidate_pools
-from spotline.domain.preemption import Candidate, _may_reclaim, lost_work_gpu_s, select_victims
-from spotline.domain.priority import effective_priority, fairshare_factor
+from spotline.domain.preemption import (
+    Candidate,
+    _may_reclaim,
+    _reclaim_allowed,
+    lost_work_gpu_s,
+    select_victims,
+    shielded,
+)
+from spotline.domain.priority import effective_priority, fairshare_factors
 from spotline.domain.quota import Ledger, borrowed_gpus
 
 # --- the queue a pass reads ---------------------------------------------------------------
@@ -194,10 +201,8 @@ def plan_with_stats(
        per-pass preemption budget, preempt the fewest eligible victims in one pool (the pool
        needing the fewest, in preference order); else wait, with the reason.
     """
-    fairshare = {
-        team: fairshare_factor(team, snapshot.quotas, snapshot.usage_gpu_hours)
-        for team in {*snapshot.usage_gpu_hours, *snapshot.quotas}
-    }
+    teams = {*snapshot.usage_gpu_hours, *snapshot.quotas}
+    fairshare = fairshare_factors(teams, snapshot.quotas, snapshot.usage_gpu_hours)
 
     def score(job: Job) -> tuple[float, float]:
         remaining = estimated_remaining_s(job, now, config)
@@ -289,14 +294,31 @@ def plan_with_stats(
     return decisions, PlanStats(candidates_examined=len(window), running_considered=len(snapshot.allocations))
 
 
-class _RunningJobs:
-    """The running jobs as preemption candidates, grouped by pool and scored on first use.
+@dataclass
+class _Group:
+    """The running jobs of one class in one pool, scored (and the shielded ones dropped) when
+    first needed."""
 
-    A performance device with no effect on decisions: a pass that admits or waits without trying
-    to preempt never scores the running jobs, and `select_victims` only sees the candidates that
-    rule 4 of `eligibility` may accept (lower by the margin, or on a team the preemptor may
-    reclaim from), a superset of the eligible ones; when there are none, the pass skips it (its
-    answer would be "no victims") without a scan.
+    allocations: list[Allocation]
+    teams: set[str]
+    # Sorted by effective priority (lowest first), with their priorities; and the same per team.
+    candidates: list[Candidate] | None = None
+    priorities: list[float] = field(default_factory=list)
+    by_team: dict[str, tuple[list[Candidate], list[float]]] = field(default_factory=dict)
+    # Whether a preemptor of a class may reclaim from this class (`_reclaim_allowed`).
+    reclaim_from: dict[Priority, bool] = field(default_factory=dict)
+
+
+class _RunningJobs:
+    """The running jobs as preemption candidates, grouped by pool and class, scored on first use.
+
+    A performance device with no effect on decisions: `select_victims` only sees the candidates
+    that `eligibility` may accept (not `shielded`; lower by the margin, or on a team the
+    preemptor may reclaim from, as far as the reclaim policy allows for their class), a superset
+    of the eligible ones, and the pass skips it when there are none (its answer would be "no
+    victims"). A class is scored only when one of its jobs may be a victim: with non-negative
+    weights no job of class rank r scores below `class_step * r`, and the reclaim policy is a
+    matter of classes (`_reclaim_allowed` is asked once per class).
     """
 
     def __init__(
@@ -309,46 +331,90 @@ class _RunningJobs:
         self._score = score
         self._now = now
         self._config = config
-        self._by_pool: dict[str, list[Allocation]] = {}
+        weights = config.weights
+        floors = (weights.age, weights.deadline, weights.size, weights.fairshare, weights.history)
+        self._class_floor = min(floors) >= 0
+        # Per pool, per class rank: the running jobs (shielded ones are dropped when scored).
+        self._groups: dict[str, dict[int, _Group]] = {}
         for alloc in allocations:
-            self._by_pool.setdefault(alloc.pool, []).append(alloc)
-        # Per pool: candidates by effective priority (lowest first), their priorities, by team.
-        self._index: dict[str, tuple[list[Candidate], list[float], dict[str, list[Candidate]]]] = {}
+            groups = self._groups.get(alloc.pool)
+            if groups is None:
+                groups = self._groups[alloc.pool] = {}
+            job = alloc.job
+            rank = job.priority.rank
+            group = groups.get(rank)
+            if group is None:
+                group = groups[rank] = _Group(allocations=[], teams=set())
+            group.allocations.append(alloc)
+            group.teams.add(job.team)
 
-    def _scored(self, pool: str) -> tuple[list[Candidate], list[float], dict[str, list[Candidate]]]:
-        index = self._index.get(pool)
-        if index is None:
+    def _scored(self, group: _Group) -> list[Candidate]:
+        if group.candidates is None:
             candidates = []
-            for alloc in self._by_pool.get(pool, ()):
+            for alloc in group.allocations:
+                if shielded(alloc, self._now, self._config) is not None:
+                    continue  # no preemptor may stop it now
                 priority, remaining = self._score(alloc.job)
                 lost = lost_work_gpu_s(alloc.job, alloc.gpus, self._now, self._config)
-                candidates.append(
-                    Candidate(allocation=alloc, effective_priority=priority, remaining_s=remaining, lost_work_gpu_s=lost)
+                candidate = Candidate(
+                    allocation=alloc, effective_priority=priority, remaining_s=remaining, lost_work_gpu_s=lost
                 )
+                candidates.append(candidate)
             candidates.sort(key=lambda c: c.effective_priority)
-            by_team: dict[str, list[Candidate]] = {}
+            group.candidates = candidates
+            group.priorities = [c.effective_priority for c in candidates]
             for candidate in candidates:
-                by_team.setdefault(candidate.job.team, []).append(candidate)
-            index = self._index[pool] = (candidates, [c.effective_priority for c in candidates], by_team)
-        return index
+                members, priorities = group.by_team.setdefault(candidate.job.team, ([], []))
+                members.append(candidate)
+                priorities.append(candidate.effective_priority)
+        return group.candidates
 
-    def possible_victims(self, job: Job, priority: float, pool: str, ledger: Ledger, taken: set[str]) -> list[Candidate]:
-        """The pool's running jobs not yet chosen in this pass that rule 4 of `eligibility` may
-        accept as victims for `job`."""
-        if not self._by_pool.get(pool):
+    def possible_victims(
+        self, job: Job, priority: float, pool: str, ledger: Ledger, taken: set[str]
+    ) -> list[Candidate]:
+        """The pool's running jobs not yet chosen in this pass that `eligibility` may accept as
+        victims for `job`."""
+        groups = self._groups.get(pool)
+        if not groups:
             return []
-        candidates, priorities, by_team = self._scored(pool)
-        threshold = priority - self._config.preemption_margin
-        lower = bisect.bisect_left(priorities, threshold)
-        chosen = candidates[:lower]
-        usage = ledger.team_used
-        if _may_reclaim(job, usage, ledger, pool):
-            for team, members in by_team.items():
-                if team != job.team and borrowed_gpus(team, usage, ledger.quotas) > 0:
-                    chosen.extend(c for c in members if c.effective_priority >= threshold)
+        config = self._config
+        threshold = priority - config.preemption_margin
+        borrowing: set[str] | None = None  # teams `job` may reclaim from here, found when needed
+        chosen: list[Candidate] = []
+        for rank, group in groups.items():
+            lower = not self._class_floor or config.weights.class_step * rank < threshold
+            reclaim: list[str] = []
+            allowed = group.reclaim_from.get(job.priority)
+            if allowed is None:
+                allowed = _reclaim_allowed(group.allocations[0].job, job, config)
+                group.reclaim_from[job.priority] = allowed
+            if allowed:
+                if borrowing is None:
+                    borrowing = self._borrowing(job, pool, groups, ledger)
+                reclaim = [t for t in borrowing if t in group.teams]
+            if not lower and not reclaim:
+                continue
+            candidates = self._scored(group)
+            cut = bisect.bisect_left(group.priorities, threshold) if lower else 0
+            chosen.extend(candidates[:cut])
+            for team in reclaim:
+                if team not in group.by_team:
+                    continue  # its jobs of this class are all shielded
+                members, priorities = group.by_team[team]
+                chosen.extend(members[bisect.bisect_left(priorities, threshold) if lower else 0 :])
         if taken:
             chosen = [c for c in chosen if c.job_id not in taken]
         return chosen
+
+    @staticmethod
+    def _borrowing(job: Job, pool: str, groups: dict[int, _Group], ledger: Ledger) -> set[str]:
+        """The other teams running in `pool` that borrow, if `job`'s team may reclaim there."""
+        usage = ledger.team_used
+        if not _may_reclaim(job, usage, ledger, pool):
+            return set()
+        teams = set().union(*(g.teams for g in groups.values()))
+        return {t for t in teams if t != job.team and borrowed_gpus(t, usage, ledger.quotas) > 0}
+
 
 def _reserve_for_preemptor(ledger: Ledger, job: Job, pool: Pool, victims: Sequence[Allocation]) -> None:
     """Charge the ledger for `job` running in `pool` once `victims` have left.

@@ -62,12 +62,11 @@ def eligibility(
        only from a lower priority class, `Any` from every class, `Never` not at all.
     """
     job = candidate.job
-    if candidate.allocation.draining_for is not None or job.id == preemptor.id:
+    if job.id == preemptor.id:
         return "already leaving"
-    if job.started_at is not None and now - job.started_at < config.protection_period_s:
-        return "inside its protection period"
-    if job.preemptions >= config.max_preemptions_per_job:
-        return "reached the preemption cap"
+    shield = shielded(candidate.allocation, now, config)
+    if shield is not None:
+        return shield
     if _is_lower(candidate, preemptor_priority, config):
         return None
     if (
@@ -78,6 +77,19 @@ def eligibility(
     ):
         return None
     return "not lower priority"
+
+
+def shielded(allocation: Allocation, now: float, config: SchedulerConfig) -> str | None:
+    """Why no preemptor may stop this running job now (rules 1-3 of `eligibility`, the ones
+    that do not depend on the preemptor), or None."""
+    job = allocation.job
+    if allocation.draining_for is not None:
+        return "already leaving"
+    if job.started_at is not None and now - job.started_at < config.protection_period_s:
+        return "inside its protection period"
+    if job.preemptions >= config.max_preemptions_per_job:
+        return "reached the preemption cap"
+    return None
 
 
 def _reclaim_allowed(job: Job, preemptor: Job, config: SchedulerConfig) -> bool:

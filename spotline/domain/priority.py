@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 from spotline.domain.config import PriorityWeights
 from spotline.domain.models import Job, TeamQuota
@@ -30,17 +30,27 @@ def fairshare_factor(
 ) -> float:
     """Slurm's classic fair-share factor 2^(-U/S): U is the team's share of decayed usage,
     S its share of the weights. 1.0 for an idle team, 0.5 for a team at exactly its share."""
+    return fairshare_factors((team,), quotas, usage_gpu_hours)[team]
+
+
+def fairshare_factors(
+    teams: Iterable[str], quotas: Mapping[str, TeamQuota], usage_gpu_hours: Mapping[str, float]
+) -> dict[str, float]:
+    """`fairshare_factor` of each of `teams`, summing the usage and the weights once."""
     total_usage = sum(usage_gpu_hours.values())
     if total_usage <= 0.0:
-        return 1.0
+        return dict.fromkeys(teams, 1.0)
     total_weight = sum(q.weight for q in quotas.values())
-    quota = quotas.get(team)
-    if quota is None or total_weight <= 0.0:
-        share = 1.0 / max(1, len(usage_gpu_hours))
-    else:
-        share = quota.weight / total_weight
-    usage = usage_gpu_hours.get(team, 0.0) / total_usage
-    return float(2.0 ** (-usage / share))
+    factors: dict[str, float] = {}
+    for team in teams:
+        quota = quotas.get(team)
+        if quota is None or total_weight <= 0.0:
+            share = 1.0 / max(1, len(usage_gpu_hours))
+        else:
+            share = quota.weight / total_weight
+        usage = usage_gpu_hours.get(team, 0.0) / total_usage
+        factors[team] = float(2.0 ** (-usage / share))
+    return factors
 
 
 def effective_priority(

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from spotline.domain import (
+    ReclaimPolicy,
     Allocation,
     ClusterSnapshot,
     Job,
@@ -170,6 +171,28 @@ CASES: dict[str, Case] = {
         cluster(
             [OD16],
             [job("b1").gpus(8).team("b").on("od"), job("b2").gpus(8).team("b").on("od")],
+            [quota("a", 8), quota("b", 8)],
+        ),
+        [job("a1").gpus(8).team("a").build()],
+        [("preempt", "a1", "od", "b1")],
+        policy=config(reclaim_within_cohort=ReclaimPolicy.SAME_OR_LOWER_PRIORITY),
+    ),
+    "no-reclaim-from-the-same-class-by-default": Case(
+        cluster(
+            [OD16],
+            [job("b1").gpus(8).team("b").on("od"), job("b2").gpus(8).team("b").on("od")],
+            [quota("a", 8), quota("b", 8)],
+        ),
+        [job("a1").gpus(8).team("a").build()],
+        [("wait", "a1")],
+    ),
+    "reclaim-from-a-lower-class-by-default": Case(
+        cluster(
+            [OD16],
+            [
+                job("b1").low().gpus(8).team("b").submitted(NOW - DAY).on("od"),
+                job("b2").low().gpus(8).team("b").submitted(NOW - DAY).on("od"),
+            ],
             [quota("a", 8), quota("b", 8)],
         ),
         [job("a1").gpus(8).team("a").build()],

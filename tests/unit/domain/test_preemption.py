@@ -61,8 +61,8 @@ B_OVER = (job("b-more").team("b").gpus(8).on("q"),)  # puts team b at 16 with 8 
         (candidate(LOW.on("p", draining_for="other"), priority=0.0), {}, "already leaving"),
         (candidate(job("pre").on("p"), priority=0.0), {}, "already leaving"),
         # reclaim: b is over its nominal 8, a is within its nominal -> with policy `any` even a
-        # higher class may go; by default only the preemptor's class or below; Kueue's
-        # LowerPriority only a lower class; `never` nothing.
+        # higher class may go; by default (Kueue's LowerPriority) only a lower class; with
+        # same-or-lower-priority also the preemptor's class; `never` nothing.
         (
             candidate(LOW.critical().on("p"), priority=3500.0),
             {
@@ -87,6 +87,7 @@ B_OVER = (job("b-more").team("b").gpus(8).on("q"),)  # puts team b at 16 with 8 
             {
                 "quotas": (quota("a", 16), quota("b", 8)),
                 "others": B_OVER,
+                "policy": config(reclaim_within_cohort=ReclaimPolicy.SAME_OR_LOWER_PRIORITY),
                 "preemptor": job("pre").normal().gpus(8).team("a").build(),
             },
             None,
@@ -159,7 +160,7 @@ B_OVER = (job("b-more").team("b").gpus(8).on("q"),)  # puts team b at 16 with 8 
         "the-preemptor-itself",
         "reclaim-borrowed-capacity-any-class",
         "no-reclaim-of-a-higher-class-by-default",
-        "reclaim-same-class-by-default",
+        "reclaim-same-class-under-same-or-lower",
         "no-reclaim-same-class-under-lower-priority",
         "no-reclaim-under-never",
         "no-reclaim-when-lender-within-nominal",
@@ -405,7 +406,7 @@ def test_select_victims(
         # reclaim: b (nominal 8) borrows 8 in p; a's preemptor (nominal 16) may reclaim them, but
         # only down to b's nominal quota, not below.
         (
-            [candidate(job(f"b{i}").high().team("b").gpus(4).on("p"), priority=3500.0) for i in range(4)],
+            [candidate(job(f"b{i}").normal().team("b").gpus(4).on("p"), priority=3500.0) for i in range(4)],
             job("pre").high().gpus(8).team("a").build(),
             (quota("a", 16), quota("b", 8)),
             ["b0", "b1"],
