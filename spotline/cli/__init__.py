@@ -27,6 +27,8 @@ def main() -> None:
 COMMAND_MODULES = [
     "spotline.cli.demo",
     "spotline.cli.local",
+    "spotline.cli.simulate",
+    "spotline.cli.trace",
 ]
 
 for _name in COMMAND_MODULES:

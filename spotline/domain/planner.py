@@ -10,6 +10,7 @@ quota.
 from __future__ import annotations
 
 import bisect
+import math
 import random
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -234,15 +235,26 @@ def plan_with_stats(
     decisions: list[Decision] = []
     taken: set[str] = set()
     preemptions_left = config.max_preemptions_per_pass
+    # Jobs that wait for the same reason as a job alike ranked before them (see `_alike`), as
+    # long as no decision changed the ledger since: key -> (highest priority, reason).
+    waits: dict[tuple[object, ...], tuple[float, str]] = {}
     for priority, remaining, job in ranked:
         if job.id in draining:
             count = len(draining[job.id])
             reason = f"waiting for {count} preempted job(s) to checkpoint and leave"
             decisions.append(Wait(job, priority, reason))
             continue
+        alike = _alike(job)
+        known = waits.get(alike) if alike is not None else None
+        if known is not None and priority <= known[0]:
+            decisions.append(Wait(job, priority, known[1]))
+            continue
         pools = candidate_pools(job, snapshot.pools.values(), now, remaining, config)
         if not pools:
-            decisions.append(Wait(job, priority, _no_pool_reason(job, snapshot)))
+            reason = _no_pool_reason(job, snapshot)
+            decisions.append(Wait(job, priority, reason))
+            if alike is not None:
+                waits[alike] = (math.inf, reason)
             continue
         admitted = False
         first_shortfall = ""
@@ -259,16 +271,21 @@ def plan_with_stats(
                 break
             first_shortfall = first_shortfall or shortfall
         if admitted:
+            waits.clear()  # the ledger changed
             continue
         if preemptions_left <= 0:
             reason = f"waiting: {first_shortfall}; preemption budget of this pass spent"
             decisions.append(Wait(job, priority, reason))
+            if alike is not None:
+                waits[alike] = (math.inf, reason)
             continue
         best: tuple[Pool, list[Candidate]] | None = None
+        searched = False
         for pool in pools:
             possible = running.possible_victims(job, priority, pool.name, ledger, taken)
             if not possible:
                 continue  # select_victims would find no eligible victim
+            searched = True
             victims = select_victims(job, priority, pool, possible, ledger, now, config, rng)
             if victims and (best is None or len(victims) < len(best[1])):
                 best = (pool, victims)
@@ -276,7 +293,12 @@ def plan_with_stats(
             names = ", ".join(p.name for p in pools)
             reason = f"waiting: {first_shortfall}, and nothing lower-priority to preempt in pool {names}"
             decisions.append(Wait(job, priority, reason))
+            if alike is not None and not searched:
+                # No running job may be a victim for it, so none may for an alike job ranked
+                # lower: a lower priority only narrows who is lower by the margin.
+                waits[alike] = (priority, reason)
             continue
+        waits.clear()  # the ledger changed
         pool, victims = best
         taken.update(v.job_id for v in victims)
         preemptions_left -= 1
@@ -300,7 +322,8 @@ class _Group:
     first needed."""
 
     allocations: list[Allocation]
-    teams: set[str]
+    # Their teams (found when first needed).
+    teams: set[str] | None = None
     # Sorted by effective priority (lowest first), with their priorities; and the same per team.
     candidates: list[Candidate] | None = None
     priorities: list[float] = field(default_factory=list)
@@ -334,19 +357,24 @@ class _RunningJobs:
         weights = config.weights
         floors = (weights.age, weights.deadline, weights.size, weights.fairshare, weights.history)
         self._class_floor = min(floors) >= 0
-        # Per pool, per class rank: the running jobs (shielded ones are dropped when scored).
-        self._groups: dict[str, dict[int, _Group]] = {}
+        # Per pool, per class: the running jobs (shielded ones are dropped when scored).
+        self._groups: dict[str, dict[Priority, _Group]] = {}
         for alloc in allocations:
             groups = self._groups.get(alloc.pool)
             if groups is None:
                 groups = self._groups[alloc.pool] = {}
-            job = alloc.job
-            rank = job.priority.rank
-            group = groups.get(rank)
+            cls = alloc.job.spec.priority
+            group = groups.get(cls)
             if group is None:
-                group = groups[rank] = _Group(allocations=[], teams=set())
-            group.allocations.append(alloc)
-            group.teams.add(job.team)
+                groups[cls] = _Group(allocations=[alloc])
+            else:
+                group.allocations.append(alloc)
+
+    @staticmethod
+    def _teams(group: _Group) -> set[str]:
+        if group.teams is None:
+            group.teams = {a.job.team for a in group.allocations}
+        return group.teams
 
     def _scored(self, group: _Group) -> list[Candidate]:
         if group.candidates is None:
@@ -381,8 +409,8 @@ class _RunningJobs:
         threshold = priority - config.preemption_margin
         borrowing: set[str] | None = None  # teams `job` may reclaim from here, found when needed
         chosen: list[Candidate] = []
-        for rank, group in groups.items():
-            lower = not self._class_floor or config.weights.class_step * rank < threshold
+        for cls, group in groups.items():
+            lower = not self._class_floor or config.weights.class_step * cls.rank < threshold
             reclaim: list[str] = []
             allowed = group.reclaim_from.get(job.priority)
             if allowed is None:
@@ -391,7 +419,7 @@ class _RunningJobs:
             if allowed:
                 if borrowing is None:
                     borrowing = self._borrowing(job, pool, groups, ledger)
-                reclaim = [t for t in borrowing if t in group.teams]
+                reclaim = [t for t in borrowing if t in self._teams(group)]
             if not lower and not reclaim:
                 continue
             candidates = self._scored(group)
@@ -406,14 +434,24 @@ class _RunningJobs:
             chosen = [c for c in chosen if c.job_id not in taken]
         return chosen
 
-    @staticmethod
-    def _borrowing(job: Job, pool: str, groups: dict[int, _Group], ledger: Ledger) -> set[str]:
+    def _borrowing(self, job: Job, pool: str, groups: dict[Priority, _Group], ledger: Ledger) -> set[str]:
         """The other teams running in `pool` that borrow, if `job`'s team may reclaim there."""
         usage = ledger.team_used
         if not _may_reclaim(job, usage, ledger, pool):
             return set()
-        teams = set().union(*(g.teams for g in groups.values()))
+        teams = set().union(*(self._teams(g) for g in groups.values()))
         return {t for t in teams if t != job.team and borrowed_gpus(t, usage, ledger.quotas) > 0}
+
+
+def _alike(job: Job) -> tuple[object, ...] | None:
+    """What decides a pass's answer for a job other than its effective priority: the job fields
+    that `candidate_pools`, `Ledger.shortfall` and the victims' eligibility read (team, class,
+    shape, spot preference, interruptions). None for a job with a deadline, whose placement
+    also depends on its remaining time."""
+    spec = job.spec
+    if spec.deadline is not None:
+        return None
+    return (job.team, spec.priority, spec.gpus, spec.nodes, spec.gpu_type, spec.spot, job.interruptions)
 
 
 def _reserve_for_preemptor(ledger: Ledger, job: Job, pool: Pool, victims: Sequence[Allocation]) -> None:

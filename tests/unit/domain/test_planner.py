@@ -9,12 +9,12 @@ from dataclasses import dataclass, field
 import pytest
 
 from spotline.domain import (
-    ReclaimPolicy,
     Allocation,
     ClusterSnapshot,
     Job,
     Priority,
     PriorityWeights,
+    ReclaimPolicy,
     SchedulerConfig,
     SortedQueue,
     plan_with_stats,

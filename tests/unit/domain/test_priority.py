@@ -54,7 +54,7 @@ def only(**weights: float) -> PriorityWeights:
         (only(history=600), job("j").preemptions(1).interruptions(1).build(), 0.0, 1.0, 400.0),
         (only(history=600), job("j").preemptions(2).interruptions(4).build(), 0.0, 1.0, 600.0),
         # all factors with the default weights:
-        # 1000 (normal) + 450 (12h) + 750 (slack 3h) + 12.5 (8 GPUs) + 200 (fs 0.5) + 20 (1 preemption of 3, x60)
+        # 1000 (normal) + 450 (12h) + 750 (slack 3h) + 12.5 (8 GPUs) + 200 (fs 0.5) + 20 (1 of 3, x60)
         (
             PriorityWeights(),
             job("j").gpus(8).submitted(NOW - 12 * HOUR).deadline(NOW + 4 * HOUR).preemptions(1).build(),

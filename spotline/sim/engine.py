@@ -1,0 +1,420 @@
+"""The discrete-event core: one trace replayed through one policy.
+
+The engine owns time, the jobs' runs, the pools' capacity, Spot interruptions and the
+accounting; a policy (`Policy`) owns its queue and decides, in `schedule(now)`, whom to start and
+whom to stop, through `start`, `stop_now` and `checkpoint_then_stop`.
+
+Events at one timestamp are applied together (finishes and departures first, then Spot notices,
+then arrivals), then at most one scheduling pass runs, and only if demand or capacity changed or a
+periodic tick is due (ticks run only while jobs wait, for the policies whose priorities move with
+time). A submission that queues behind what the policy's pass reads (Spotline reads a bounded
+window of each class) is no change for the pass, and runs none.
+
+Spot interruptions: each Spot pool has its instances reclaimed as a Poisson process of rate
+lambda x instances (lambda from the advisor band, see `pools.py`), drawn from the seed alone, so
+every policy sees the same reclaims at the same times. A reclaim hits one instance: the running
+jobs are laid out on the pool's instances in start order (as Batch packs them), and the jobs on
+that instance get the 2-minute notice; a reclaim of an instance nobody uses hits nobody (Batch
+had scaled it in). The pool keeps its size (Batch replaces the instance).
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import random
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from spotline.domain.models import Pool
+from spotline.sim.model import Exit, Phase, SimJob, SimSettings
+
+DecisionSink = Callable[[dict[str, Any]], None]
+
+# Event kinds, in the order events of one timestamp are applied.
+_FINISH = 0
+_LEAVE = 1
+_NOTICE = 2
+_TICK = 3
+
+
+class Policy(Protocol):
+    """A scheduling policy as the engine drives it."""
+
+    name: str
+    # Checkpoints inside a Spot notice (when a write fits) instead of running on until reclaimed.
+    acts_on_notices: bool
+    # Priorities move with time (aging, fair-share), so a periodic pass may change decisions.
+    uses_ticks: bool
+
+    def attach(self, sim: Simulation) -> None: ...
+
+    def on_pending(self, job: SimJob) -> bool:
+        """`job` entered the queue: submitted, or requeued after a stop. False when a pass
+        would read nothing new because of it (it queues behind what a pass reads)."""
+        ...
+
+    def on_leaving(self, job: SimJob) -> None:
+        """`job` started to leave because of a Spot notice (only for policies acting on them)."""
+        ...
+
+    def on_released(self, job: SimJob) -> None:
+        """`job` gave its GPUs back (finished, or stopped and about to be requeued)."""
+        ...
+
+    def pending_count(self) -> int: ...
+
+    def schedule(self, now: float) -> None: ...
+
+
+@dataclass(eq=False)
+class PoolState:
+    """A pool as the simulation runs it."""
+
+    index: int
+    pool: Pool
+    capacity: int
+    used: int = 0
+    # Jobs holding GPUs here, in start order (the packing order of the instances).
+    running: dict[int, SimJob] = field(default_factory=dict)
+    # GPUs held by jobs of each priority rank (low 0 ... critical 3).
+    held_by_rank: list[int] = field(default_factory=lambda: [0, 0, 0, 0])
+    held_gpu_s: float = 0.0
+    window_gpu_s: float = 0.0
+
+    @property
+    def name(self) -> str:
+        return self.pool.name
+
+    @property
+    def free(self) -> int:
+        return self.capacity - self.used
+
+    @property
+    def is_spot(self) -> bool:
+        return self.pool.is_spot
+
+    def demand(self, job: SimJob) -> int:
+        """GPUs `job` takes here: a gang job takes whole instances."""
+        return job.nodes * self.pool.gpus_per_node if job.nodes > 1 else job.gpus
+
+    def hosts(self, job: SimJob) -> bool:
+        """The job's shape and GPU type fit this pool at all (capacity aside)."""
+        if job.gpu_type is not None and job.gpu_type != self.pool.gpu_type:
+            return False
+        if job.nodes == 1 and job.gpus > self.pool.gpus_per_node:
+            return False
+        return self.demand(job) <= self.capacity
+
+
+@dataclass
+class Sample:
+    t: float
+    used_gpus: int
+    queued_jobs: int
+
+
+class Simulation:
+    """One policy replaying one trace. Build it, call `run()`, read the jobs and pools."""
+
+    def __init__(
+        self,
+        jobs: list[SimJob],
+        pools: list[Pool],
+        policy: Policy,
+        settings: SimSettings,
+        seed: int,
+        sink: DecisionSink | None = None,
+        record_series: bool = False,
+    ) -> None:
+        self.jobs = jobs
+        self.pools = [PoolState(i, p, p.capacity_gpus) for i, p in enumerate(pools)]
+        self.policy = policy
+        self.settings = settings
+        self.seed = seed
+        self.sink = sink
+        self.logging = sink is not None
+        self.record_series = record_series
+        self.series: list[Sample] = []
+        self.now = 0.0
+        # The arrival window, from the first submission to the last (utilization is measured there).
+        self.window_start = jobs[0].submit if jobs else 0.0
+        self.window_end = jobs[-1].submit if jobs else 0.0
+        self.events = 0
+        self.passes = 0
+        self.preemptions = 0
+        self.interruptions = 0
+        self.running_jobs = 0
+        self.done_jobs = 0
+        self._heap: list[tuple[float, int, int, Any, int]] = []
+        self._seq = 0
+        self._start_seq = 0
+        self._tick_due = math.inf
+        self._dirty = False
+        self._started_in_pass = 0
+        self._reclaims = [
+            (ps, random.Random(f"spotline-sim:{seed}:interrupt:{ps.name}"))
+            for ps in self.pools
+            if ps.is_spot and ps.pool.interruption_rate_per_hour > 0 and ps.capacity >= ps.pool.gpus_per_node
+        ]
+        policy.attach(self)
+
+    # --- the loop ---------------------------------------------------------------------------
+
+    def run(self) -> Simulation:
+        jobs = self.jobs
+        n = len(jobs)
+        heap = self._heap
+        for ps, rng in self._reclaims:
+            self._next_reclaim(ps, rng, 0.0)
+        arrival = 0
+        policy = self.policy
+        while True:
+            next_arrival = jobs[arrival].submit if arrival < n else math.inf
+            t = heap[0][0] if heap else math.inf
+            if next_arrival < t:
+                t = next_arrival
+            if t == math.inf:
+                break
+            self.now = t
+            while heap and heap[0][0] == t:
+                _, kind, _, payload, token = heapq.heappop(heap)
+                self.events += 1
+                if kind == _FINISH:
+                    self._on_finish(payload, token)
+                elif kind == _LEAVE:
+                    self._on_leave(payload, token)
+                elif kind == _NOTICE:
+                    self._on_reclaim(payload, token)
+                elif t == self._tick_due:  # (an earlier wake-up may have replaced this tick)
+                    self._tick_due = math.inf
+                    self._dirty = True
+            while arrival < n and jobs[arrival].submit == t:
+                job = jobs[arrival]
+                arrival += 1
+                self.events += 1
+                job.enqueued = t
+                if policy.on_pending(job):
+                    self._dirty = True
+            if self._dirty:
+                self._dirty = False
+                self._started_in_pass = 0
+                if policy.pending_count() > 0:
+                    self.passes += 1
+                    policy.schedule(t)
+                if self.record_series:
+                    self._sample(t)
+            pending = policy.pending_count()
+            if pending and policy.uses_ticks and self._tick_due == math.inf:
+                self._tick_due = t + self.settings.tick_s
+                self._push(self._tick_due, _TICK, None, 0)
+            if arrival >= n and self.running_jobs == 0 and (pending == 0 or self._started_in_pass == 0):
+                # Everything finished, or what waits can never start (nothing runs, nothing
+                # arrives, and the last pass started nothing).
+                break
+        return self
+
+    def _push(self, t: float, kind: int, payload: Any, token: int) -> None:
+        self._seq += 1
+        heapq.heappush(self._heap, (t, kind, self._seq, payload, token))
+
+    def _sample(self, t: float) -> None:
+        used = sum(ps.used for ps in self.pools)
+        self.series.append(Sample(t, used, self.policy.pending_count()))
+
+    # --- what policies call -----------------------------------------------------------------
+
+    def start(self, job: SimJob, ps: PoolState, reason: str = "") -> None:
+        """Start (or resume) `job` in `ps` now."""
+        now = self.now
+        demand = ps.demand(job)
+        if demand > ps.free:
+            raise RuntimeError(
+                f"{self.policy.name}: {job.id} needs {demand} GPUs, {ps.name} has {ps.free} free"
+            )
+        job.phase = Phase.RUNNING
+        job.run_id += 1
+        job.run_start = now
+        job.run_base = job.saved
+        job.run_overhead = job.restart if (job.preemptions or job.interruptions) else 0.0
+        job.pool = ps.index
+        job.held = demand
+        self._start_seq += 1
+        job.start_seq = self._start_seq
+        job.leave_at = math.inf
+        job.leave_saved = None
+        job.doomed_at = math.inf
+        if job.first_start is None:
+            job.first_start = now
+        ps.used += demand
+        ps.held_by_rank[job.rank] += demand
+        ps.running[job.idx] = job
+        self.running_jobs += 1
+        self._started_in_pass += 1
+        self._push(job.end_if_undisturbed, _FINISH, job, job.run_id)
+        if self.logging:
+            self.log("admit", job.id, ps.name, (), reason or f"started in {ps.name}")
+
+    def stop_now(self, job: SimJob, preemptor: SimJob | None, reason: str = "") -> None:
+        """Preempt `job` at once: it keeps its latest periodic checkpoint and is requeued now."""
+        job.preemptions += 1
+        self.preemptions += 1
+        self._release(job, job.durable(self.now), Exit.PREEMPTED)
+
+    def checkpoint_then_stop(self, job: SimJob) -> None:
+        """Preempt `job` by checkpoint-then-stop: it writes a checkpoint of its state now, holds
+        its GPUs while it writes, then leaves and is requeued."""
+        if job.phase is not Phase.RUNNING:
+            raise RuntimeError(f"{self.policy.name}: {job.id} is not running")
+        job.preemptions += 1
+        self.preemptions += 1
+        self._leave_later(job, self.now + job.write, job.progress(self.now), Exit.PREEMPTED)
+
+    def wake_at(self, t: float) -> None:
+        """Run a pass at `t` (coalesced with the periodic tick): for a policy that deferred work."""
+        if self.now < t < self._tick_due:
+            self._tick_due = t
+            self._push(t, _TICK, None, 0)
+
+    def log(
+        self, action: str, job_id: str, pool: str | None, victims: tuple[str, ...] | list[str], reason: str
+    ) -> None:
+        if self.sink is not None:
+            self.sink(
+                {
+                    "policy": self.policy.name,
+                    "t": self.now,
+                    "action": action,
+                    "job_id": job_id,
+                    "pool": pool,
+                    "victims": list(victims),
+                    "reason": reason,
+                }
+            )
+
+    def running_in(self, ps: PoolState) -> Iterator[SimJob]:
+        return iter(ps.running.values())
+
+    # --- events -----------------------------------------------------------------------------
+
+    def _leave_later(self, job: SimJob, at: float, keeps: float | None, why: Exit) -> None:
+        job.phase = Phase.LEAVING
+        job.leave_at = at
+        job.leave_saved = keeps
+        job.leave_exit = why
+        if at < job.end_if_undisturbed:
+            self._push(at, _LEAVE, job, job.run_id)
+
+    def _on_finish(self, job: SimJob, run_id: int) -> None:
+        if job.run_id != run_id or job.phase not in (Phase.RUNNING, Phase.LEAVING):
+            return
+        now = self.now
+        if job.end_if_undisturbed != now:
+            return
+        job.useful_gpu_s += job.gpus * (job.work - job.run_base)
+        job.lost_gpu_s += job.gpus * job.run_overhead
+        job.saved = job.work
+        job.finish = now
+        job.phase = Phase.DONE
+        self.done_jobs += 1
+        self._free(job)
+        self._dirty = True
+        if self.logging:
+            self.log("finish", job.id, self.pools[job.pool].name, (), "completed")
+
+    def _on_leave(self, job: SimJob, run_id: int) -> None:
+        if job.run_id != run_id or job.phase is Phase.DONE or job.phase is Phase.PENDING:
+            return
+        now = self.now
+        if job.doomed_at == now:
+            job.interruptions += 1
+            self.interruptions += 1
+            if self.logging:
+                pool = self.pools[job.pool].name
+                self.log(
+                    "interrupt",
+                    job.id,
+                    pool,
+                    (),
+                    "Spot instance reclaimed; resumes from its latest periodic checkpoint",
+                )
+            self._release(job, job.durable(now), Exit.INTERRUPTED)
+            return
+        if job.leave_at != now:
+            return
+        keeps = job.leave_saved if job.leave_saved is not None else job.durable(now)
+        self._release(job, keeps, job.leave_exit)
+
+    def _release(self, job: SimJob, keeps: float, why: Exit) -> None:
+        """End the current run of `job` early, keeping `keeps` seconds of progress, and requeue."""
+        now = self.now
+        kept = keeps - job.run_base
+        job.useful_gpu_s += job.gpus * kept
+        job.lost_gpu_s += job.gpus * ((now - job.run_start) - kept)
+        job.saved = keeps
+        job.phase = Phase.PENDING
+        job.enqueued = now
+        job.run_id += 1
+        self._free(job)
+        self._dirty = True
+        self.policy.on_pending(job)
+
+    def _free(self, job: SimJob) -> None:
+        ps = self.pools[job.pool]
+        now = self.now
+        ps.used -= job.held
+        ps.held_by_rank[job.rank] -= job.held
+        del ps.running[job.idx]
+        ps.held_gpu_s += job.held * (now - job.run_start)
+        overlap = min(now, self.window_end) - max(job.run_start, self.window_start)
+        if overlap > 0:
+            ps.window_gpu_s += job.held * overlap
+        self.running_jobs -= 1
+        self.policy.on_released(job)
+
+    def _next_reclaim(self, ps: PoolState, rng: random.Random, after: float) -> None:
+        instances = ps.capacity // ps.pool.gpus_per_node
+        rate_per_s = ps.pool.interruption_rate_per_hour * instances / 3600.0
+        at = after + rng.expovariate(rate_per_s)
+        instance = int(rng.random() * instances)
+        self._push(at, _NOTICE, (ps, rng), instance)
+
+    def _on_reclaim(self, payload: tuple[PoolState, random.Random], instance: int) -> None:
+        ps, rng = payload
+        now = self.now
+        self._next_reclaim(ps, rng, now)
+        per_node = ps.pool.gpus_per_node
+        low, high = instance * per_node, (instance + 1) * per_node
+        offset = 0
+        hit: list[SimJob] = []
+        for job in ps.running.values():
+            if offset >= high:
+                break
+            if offset + job.held > low:
+                hit.append(job)
+            offset += job.held
+        deadline = now + self.settings.notice_s
+        for job in hit:
+            self._notice(job, now, deadline)
+
+    def _notice(self, job: SimJob, now: float, deadline: float) -> None:
+        """The 2-minute Spot notice for the instance `job` runs on."""
+        if job.end_if_undisturbed <= deadline or job.leave_at <= deadline or job.doomed_at <= deadline:
+            return  # it finishes, or leaves, before the reclaim anyway
+        if not self.policy.acts_on_notices:
+            job.doomed_at = deadline
+            self._push(deadline, _LEAVE, job, job.run_id)
+            return
+        job.interruptions += 1
+        self.interruptions += 1
+        if job.phase is Phase.RUNNING and now + job.write <= deadline:
+            self._leave_later(job, now + job.write, job.progress(now), Exit.INTERRUPTED)
+            reason = "Spot interruption notice: checkpointing inside the notice, then requeued"
+        else:
+            # No checkpoint fits before the reclaim: it keeps its latest periodic checkpoint.
+            self._leave_later(job, deadline, None, Exit.INTERRUPTED)
+            reason = "Spot interruption notice: no checkpoint fits before the reclaim"
+        if self.logging:
+            self.log("interrupt", job.id, self.pools[job.pool].name, (), reason)
+        self.policy.on_leaving(job)

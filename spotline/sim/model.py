@@ -1,0 +1,224 @@
+"""The job model every policy is simulated with, so the comparison is fair.
+
+A job runs `work` seconds in total (the trace's `duration_s`, which already includes the cost of
+its own periodic checkpoints). While it runs it checkpoints every `interval` seconds of progress;
+a periodic checkpoint of the state at progress `base + k * interval` becomes durable `write`
+seconds later. After any stop it resumes from its latest durable checkpoint, and each restart
+costs `restart` seconds on all its GPUs before it progresses again (image pull, loading the
+checkpoint: 25-250 s, the range Sia measured), drawn once per job from the seed.
+
+How a job leaves early decides what it keeps:
+- stopped at once (the peers' preemption, or a Spot reclaim nobody acted on): the work since its
+  latest durable periodic checkpoint is lost;
+- checkpoint-then-stop (Spotline's preemption, and its handling of a Spot notice when a write fits
+  in the 2-minute notice): the state at the start of the write is kept, and the job holds its
+  GPUs for the `write` seconds it takes.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import IntEnum
+
+from spotline.domain.models import Priority, TeamQuota
+from spotline.trace.canonical import TraceJob
+
+DAY_S = 86400.0
+
+
+@dataclass(frozen=True)
+class SimSettings:
+    """The model's knobs; the defaults are what `spotline simulate` uses."""
+
+    checkpoint_interval_s: float = 1800.0
+    checkpoint_write_s: float = 60.0
+    restart_min_s: float = 25.0
+    restart_max_s: float = 250.0
+    notice_s: float = 120.0
+    # The periodic scheduling pass (aging, protection periods running out) when nothing else
+    # happens: an EventBridge schedule in production; Slurm's PriorityCalcPeriod is also 5 min.
+    tick_s: float = 300.0
+    # Fair-share usage decays with this half-life (Slurm's PriorityDecayHalfLife default, 7 days).
+    usage_half_life_s: float = 7 * DAY_S
+
+
+class Phase(IntEnum):
+    PENDING = 0
+    RUNNING = 1
+    # Still holding its GPUs, on its way out: checkpointing for a preemptor or a Spot notice, or
+    # waiting for a reclaim that nobody acted on.
+    LEAVING = 2
+    DONE = 3
+
+
+class Exit(IntEnum):
+    """Why a run ended early."""
+
+    PREEMPTED = 0
+    INTERRUPTED = 1
+
+
+@dataclass(slots=True, eq=False)
+class SimJob:
+    """One job's static description and its simulated state."""
+
+    idx: int
+    id: str
+    submit: float
+    work: float
+    gpus: int
+    nodes: int
+    team: str
+    priority: Priority
+    rank: int
+    deadline: float | None
+    spot_ok: bool
+    gpu_type: str | None
+    interval: float
+    write: float
+    restart: float
+
+    phase: Phase = Phase.PENDING
+    # Work kept by durable checkpoints (seconds of progress).
+    saved: float = 0.0
+    # When the job last entered the queue (its submission or its last requeue).
+    enqueued: float = 0.0
+    run_id: int = 0
+    run_start: float = 0.0
+    run_base: float = 0.0
+    run_overhead: float = 0.0
+    pool: int = -1
+    held: int = 0
+    # Position in its pool's start order (the packing order of the instances, see the engine).
+    start_seq: int = 0
+    first_start: float | None = None
+    finish: float | None = None
+    preemptions: int = 0
+    interruptions: int = 0
+    lost_gpu_s: float = 0.0
+    useful_gpu_s: float = 0.0
+    # While LEAVING: when it leaves, what it keeps (None: its latest periodic checkpoint), why.
+    leave_at: float = math.inf
+    leave_saved: float | None = None
+    leave_exit: Exit = Exit.PREEMPTED
+    # A Spot reclaim is due at this time and the job does not act on it (peers).
+    doomed_at: float = math.inf
+
+    @property
+    def end_if_undisturbed(self) -> float:
+        return self.run_start + self.run_overhead + (self.work - self.run_base)
+
+    def progress(self, t: float) -> float:
+        """Work done by `t` in the current run, counting what earlier runs kept."""
+        done = t - self.run_start - self.run_overhead
+        if done <= 0.0:
+            return self.run_base
+        return min(self.work, self.run_base + done)
+
+    def durable(self, t: float) -> float:
+        """Work kept by the latest periodic checkpoint durable at `t`."""
+        done = t - self.run_start - self.run_overhead - self.write
+        if done < self.interval:
+            return self.run_base
+        return min(self.run_base + math.floor(done / self.interval) * self.interval, self.progress(t))
+
+    def last_checkpoint_at(self, t: float) -> float | None:
+        """When the latest periodic checkpoint of this run became durable (None: none yet)."""
+        done = t - self.run_start - self.run_overhead - self.write
+        if done < self.interval:
+            return None
+        return (
+            self.run_start + self.run_overhead + math.floor(done / self.interval) * self.interval + self.write
+        )
+
+    def next_checkpoint_at(self, t: float) -> float:
+        """When the next periodic checkpoint after `t` becomes durable."""
+        origin = self.run_start + self.run_overhead + self.write
+        k = max(1, math.floor((t - origin) / self.interval) + 1)
+        return origin + k * self.interval
+
+
+def gang_nodes(gpus: int, gpus_per_node: int) -> int:
+    """Nodes of a job: one up to a full node, else the fewest whole nodes that share the GPUs
+    evenly (12 GPUs -> 2 nodes of 6)."""
+    if gpus <= gpus_per_node:
+        return 1
+    nodes = math.ceil(gpus / gpus_per_node)
+    while gpus % nodes:
+        nodes += 1
+    return nodes
+
+
+def build_jobs(
+    trace: Sequence[TraceJob], settings: SimSettings, seed: int, gpus_per_node: int
+) -> list[SimJob]:
+    """The simulated jobs of a trace; restart costs come from the seed, so every policy gets the
+    same ones."""
+    rng = random.Random(f"spotline-sim:{seed}:restart")
+    jobs: list[SimJob] = []
+    for idx, t in enumerate(trace):
+        restart = rng.uniform(settings.restart_min_s, settings.restart_max_s)
+        jobs.append(
+            SimJob(
+                idx=idx,
+                id=t.job_id,
+                submit=t.submit_s,
+                work=t.duration_s,
+                gpus=t.gpus,
+                nodes=gang_nodes(t.gpus, gpus_per_node),
+                team=t.team,
+                priority=t.priority,
+                rank=t.priority.rank,
+                deadline=t.deadline_s,
+                spot_ok=t.spot_ok,
+                gpu_type=t.gpu_type,
+                interval=t.checkpoint_interval_s or settings.checkpoint_interval_s,
+                write=t.checkpoint_write_s or settings.checkpoint_write_s,
+                restart=restart,
+                enqueued=t.submit_s,
+            )
+        )
+    return jobs
+
+
+@dataclass(frozen=True)
+class TeamShares:
+    """The teams' quotas (Kueue's nominal quota, Slurm's shares, Spotline's `TeamQuota`).
+
+    Documented choice: a team's share is its share of the trace's GPU-seconds (what a Philly
+    virtual cluster was sized for), split into whole GPUs by largest remainder, so the quotas add
+    up to the cluster and every pool is divided the same way.
+    """
+
+    weights: Mapping[str, float]
+    nominal: Mapping[str, int]
+    nominal_by_pool: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
+
+    def quotas(self) -> list[TeamQuota]:
+        return [
+            TeamQuota(team=t, nominal_gpus=n, weight=max(self.weights[t], 1e-9))
+            for t, n in self.nominal.items()
+        ]
+
+
+def team_shares(trace: Sequence[TraceJob], pool_capacity: Mapping[str, int]) -> TeamShares:
+    demand: dict[str, float] = {}
+    for job in trace:
+        demand[job.team] = demand.get(job.team, 0.0) + job.gpus * job.duration_s
+    total = sum(demand.values()) or 1.0
+    weights = {team: d / total for team, d in sorted(demand.items())}
+    by_pool = {name: _largest_remainder(weights, cap) for name, cap in pool_capacity.items()}
+    nominal = {team: sum(by_pool[p][team] for p in by_pool) for team in weights}
+    return TeamShares(weights=weights, nominal=nominal, nominal_by_pool=by_pool)
+
+
+def _largest_remainder(weights: Mapping[str, float], amount: int) -> dict[str, int]:
+    exact = {team: w * amount for team, w in weights.items()}
+    parts = {team: math.floor(x) for team, x in exact.items()}
+    left = amount - sum(parts.values())
+    for team in sorted(exact, key=lambda t: (-(exact[t] - parts[t]), t))[:left]:
+        parts[team] += 1
+    return parts

@@ -1,0 +1,163 @@
+"""Run a trace through several policies with the same cluster, jobs and Spot reclaims."""
+
+from __future__ import annotations
+
+import multiprocessing
+import time
+from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from spotline.domain.config import SchedulerConfig
+from spotline.domain.models import Pool
+from spotline.sim.engine import DecisionSink, Policy, Sample, Simulation
+from spotline.sim.metrics import policy_metrics
+from spotline.sim.model import SimJob, SimSettings, TeamShares, build_jobs, team_shares
+from spotline.sim.peers import FifoPolicy, KueuePolicy, PriorityRandomPolicy, SlurmPolicy
+from spotline.sim.pools import GPUS_PER_NODE, SpotAdvice, build_pools, spot_advice
+from spotline.sim.spotline_policy import SpotlinePolicy
+from spotline.trace.canonical import Trace
+
+POLICIES: tuple[str, ...] = ("fifo", "priority-random", "kueue", "slurm", "spotline")
+PREEMPTING_PEERS: tuple[str, ...] = ("priority-random", "kueue")
+# Share of the GPUs in Spot pools unless told otherwise: with p4d Spot at 0.33 of On-Demand, 75%
+# Spot prices a busy cluster at about 0.5 On-Demand, and the On-Demand quarter (128 of 512 GPUs)
+# still holds the critical class and the largest gang jobs.
+DEFAULT_SPOT_FRACTION = 0.75
+DEFAULT_GPUS = 512
+
+
+@dataclass
+class PolicyRun:
+    name: str
+    metrics: dict[str, Any]
+    jobs: list[SimJob]
+    series: list[Sample]
+    events: int
+    passes: int
+    wall_s: float
+
+
+@dataclass
+class SimulationReport:
+    trace: str
+    gpus: int
+    seed: int
+    spot_fraction: float
+    runs: dict[str, PolicyRun] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        """The simulator's JSON output (architecture.md: a contract)."""
+        return {
+            "trace": self.trace,
+            "gpus": self.gpus,
+            "seed": self.seed,
+            "policies": {name: run.metrics for name, run in self.runs.items()},
+        }
+
+    @property
+    def events(self) -> int:
+        return sum(r.events for r in self.runs.values())
+
+    @property
+    def wall_s(self) -> float:
+        return sum(r.wall_s for r in self.runs.values())
+
+
+def make_policy(
+    name: str, shares: TeamShares, settings: SimSettings, seed: int, config: SchedulerConfig | None = None
+) -> Policy:
+    if name == "fifo":
+        return FifoPolicy()
+    if name == "priority-random":
+        return PriorityRandomPolicy(seed)
+    if name == "kueue":
+        return KueuePolicy(shares)
+    if name == "slurm":
+        return SlurmPolicy(shares, settings.usage_half_life_s)
+    if name == "spotline":
+        return SpotlinePolicy(config or SchedulerConfig(), shares, settings, seed)
+    raise ValueError(f"unknown policy {name!r} (one of {', '.join(POLICIES)})")
+
+
+def run_policy(
+    trace: Trace,
+    name: str,
+    pools: Sequence[Pool],
+    shares: TeamShares,
+    settings: SimSettings,
+    seed: int,
+    config: SchedulerConfig | None = None,
+    sink: DecisionSink | None = None,
+    record_series: bool = False,
+) -> PolicyRun:
+    """One policy over the trace."""
+    jobs = build_jobs(trace.jobs, settings, seed, GPUS_PER_NODE)
+    policy = make_policy(name, shares, settings, seed, config)
+    began = time.perf_counter()
+    sim = Simulation(jobs, list(pools), policy, settings, seed, sink=sink, record_series=record_series).run()
+    wall = time.perf_counter() - began
+    return PolicyRun(
+        name=name,
+        metrics=policy_metrics(sim),
+        jobs=jobs,
+        series=sim.series,
+        events=sim.events,
+        passes=sim.passes,
+        wall_s=wall,
+    )
+
+
+def simulate(
+    trace: Trace,
+    policies: Sequence[str] = POLICIES,
+    gpus: int = DEFAULT_GPUS,
+    spot_fraction: float = DEFAULT_SPOT_FRACTION,
+    seed: int = 1,
+    settings: SimSettings | None = None,
+    advice: SpotAdvice | None = None,
+    config: SchedulerConfig | None = None,
+    sink: DecisionSink | None = None,
+    record_series: bool = False,
+    trace_name: str | None = None,
+    pools: Sequence[Pool] | None = None,
+    workers: int = 1,
+) -> SimulationReport:
+    """Replay `trace` through each policy; every policy sees the same jobs, restart costs and
+    Spot reclaims for a given `seed`. `pools` replaces the Spot/On-Demand pair built from
+    `gpus`, `spot_fraction` and `advice`. With `workers` > 1 the policies run in that many
+    processes at once (the runs are independent; a decision `sink` keeps them in this one)."""
+    settings = settings or SimSettings()
+    if pools is None:
+        pools = build_pools(gpus, spot_fraction, advice or spot_advice())
+    else:
+        gpus = sum(p.capacity_gpus for p in pools)
+        spot_fraction = sum(p.capacity_gpus for p in pools if p.is_spot) / gpus if gpus else 0.0
+    shares = team_shares(trace.jobs, {p.name: p.capacity_gpus for p in pools})
+    report = SimulationReport(
+        trace=trace_name or trace.source, gpus=gpus, seed=seed, spot_fraction=spot_fraction
+    )
+    pool_list = list(pools)
+
+    def one(name: str, run_sink: DecisionSink | None = None) -> PolicyRun:
+        return run_policy(trace, name, pool_list, shares, settings, seed, config, run_sink, record_series)
+
+    if workers > 1 and len(policies) > 1 and sink is None:
+        methods = multiprocessing.get_all_start_methods()
+        context = multiprocessing.get_context("fork" if "fork" in methods else None)
+        # Spotline's run is the longest: it goes first, so the others share the other workers.
+        order = sorted(policies, key=lambda n: n != "spotline")
+        with ProcessPoolExecutor(max_workers=min(workers, len(policies)), mp_context=context) as executor:
+            futures = {
+                name: executor.submit(
+                    run_policy, trace, name, pool_list, shares, settings, seed, config, None, record_series
+                )
+                for name in order
+            }
+            for name in policies:
+                report.runs[name] = futures[name].result()
+        return report
+    for name in policies:
+        report.runs[name] = one(name, sink)
+    return report

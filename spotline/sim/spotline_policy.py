@@ -1,0 +1,242 @@
+"""Spotline in the simulator: every decision comes from the production `spotline.domain.plan`.
+
+The adapter keeps what the control plane keeps: a `Job` record per job (the queue's and the
+allocations' view of it), a `SortedQueue` of pending jobs maintained with add/remove, the
+allocations, each team's decayed usage (fair-share), and the `Checkpoint Completed` facts
+(`last_checkpoint_at`) as periodic checkpoints become durable. A pass builds a `ClusterSnapshot`
+and calls `plan`; it acts on the decisions as the workflows do:
+
+- Admit: the job starts in the pool;
+- Preempt: each victim checkpoints (its state now, `write` seconds) and then leaves and is
+  requeued; the preemptor waits (the plan says so) and is admitted by a later pass;
+- Wait: nothing.
+
+Spot notices: a job on a reclaimed instance checkpoints inside the 2-minute notice when its write
+fits, then is requeued (architecture.md: checkpoint, then requeue every job on the instance).
+
+Records are built with `model_construct`/`model_copy` (no validation on the hot path: the values
+come from a validated trace).
+"""
+
+from __future__ import annotations
+
+import bisect
+import heapq
+import random
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING
+
+from spotline.domain import (
+    Admit,
+    Allocation,
+    ClusterSnapshot,
+    Job,
+    JobSpec,
+    JobState,
+    Pool,
+    Preempt,
+    SchedulerConfig,
+    SortedQueue,
+    SpotPreference,
+    TeamQuota,
+    plan,
+)
+from spotline.domain.planner import queue_key
+from spotline.sim.model import Phase, SimJob, SimSettings, TeamShares
+from spotline.sim.usage import DecayedUsage
+
+if TYPE_CHECKING:
+    from spotline.sim.engine import PoolState, Simulation
+
+
+class SpotlinePolicy:
+    """Ours: priority with aging and fair-share, checkpoint-then-preempt, checkpoint resume."""
+
+    name = "spotline"
+    acts_on_notices = True
+    uses_ticks = True
+
+    def __init__(self, config: SchedulerConfig, shares: TeamShares, settings: SimSettings, seed: int) -> None:
+        self.config = config
+        self.quotas: dict[str, TeamQuota] = {q.team: q for q in shares.quotas()}
+        self.rng = random.Random(f"spotline-sim:{seed}:policy:{self.name}")
+        self.queue = SortedQueue()
+        self.usage = DecayedUsage(settings.usage_half_life_s)
+        self.records: dict[int, Job] = {}
+        self.allocations: dict[str, Allocation] = {}
+        self.by_id: dict[str, SimJob] = {}
+        self._specs: dict[int, JobSpec] = {}
+        self._checkpoints: list[tuple[float, int, SimJob, int]] = []
+        self._timer_seq = 0
+        self._pools: dict[str, Pool] = {}
+        self._pool_states: dict[str, PoolState] = {}
+        self._sim: Simulation | None = None
+
+    @property
+    def sim(self) -> Simulation:
+        assert self._sim is not None, "attach the policy to a simulation first"
+        return self._sim
+
+    def attach(self, sim: Simulation) -> None:
+        self._sim = sim
+        self._pools = {ps.name: ps.pool for ps in sim.pools}
+        self._pool_states = {ps.name: ps for ps in sim.pools}
+
+    def pending_count(self) -> int:
+        return len(self.queue)
+
+    # --- the control plane's records --------------------------------------------------------
+
+    def _spec(self, job: SimJob) -> JobSpec:
+        spec = self._specs.get(job.idx)
+        if spec is None:
+            deadline = None if job.deadline is None else datetime.fromtimestamp(job.deadline, tz=UTC)
+            spec = JobSpec.model_construct(
+                name=job.id,
+                priority=job.priority,
+                gpus=job.gpus,
+                image="trace-replay",
+                command=["replay"],
+                gpu_type=job.gpu_type,
+                nodes=job.nodes,
+                deadline=deadline,
+                spot=SpotPreference.AUTO if job.spot_ok else SpotPreference.NEVER,
+                checkpoint_interval_s=job.interval,
+                expected_runtime_s=None,
+                max_runtime_s=None,
+            )
+            self._specs[job.idx] = spec
+        return spec
+
+    def on_pending(self, job: SimJob) -> bool:
+        previous = self.records.get(job.idx)
+        record = Job.model_construct(
+            id=job.id,
+            team=job.team,
+            spec=self._spec(job),
+            state=JobState.PENDING,
+            version=0 if previous is None else previous.version + 1,
+            submitted_at=job.submit,
+            enqueued_at=job.enqueued,
+            started_at=None,
+            runtime_s=job.saved,
+            last_checkpoint_at=None if previous is None else previous.last_checkpoint_at,
+            last_checkpoint_step=None,
+            last_checkpoint_uri=None,
+            progress=None,
+            utilization=None,
+            preemptions=job.preemptions,
+            interruptions=job.interruptions,
+            lost_work_s=job.lost_gpu_s / job.gpus,
+            pool=None,
+        )
+        self.records[job.idx] = record
+        self.by_id[job.id] = job
+        self.queue.add(record)
+        # A pass reads the head of each class (and the nearest deadlines): a job queued behind
+        # the head changes nothing it reads.
+        if job.deadline is not None:
+            return True
+        entries = self.queue.by_class[job.priority]
+        position = bisect.bisect_left(entries, queue_key(record), key=lambda e: e[0])
+        return position < self.config.window_per_class
+
+    def on_released(self, job: SimJob) -> None:
+        del self.allocations[job.id]
+        self.usage.change(job.team, -job.held, self.sim.now)
+        if job.phase is Phase.DONE:
+            del self.records[job.idx]
+            del self.by_id[job.id]
+            self._specs.pop(job.idx, None)
+
+    def on_leaving(self, job: SimJob) -> None:
+        """A Spot notice: the job checkpoints (or cannot) and leaves; nothing may pick it now."""
+        record = self.records[job.idx]
+        record = record.model_copy(
+            update={
+                "state": JobState.INTERRUPTED,
+                "interruptions": job.interruptions,
+                "version": record.version + 1,
+            }
+        )
+        self.records[job.idx] = record
+        allocation = self.allocations[job.id]
+        draining_for = allocation.draining_for or f"spot-reclaim:{job.id}"
+        self.allocations[job.id] = allocation.model_copy(update={"job": record, "draining_for": draining_for})
+
+    def _refresh_checkpoints(self, now: float) -> None:
+        """Apply the `Checkpoint Completed` events of running jobs up to `now`."""
+        timers = self._checkpoints
+        while timers and timers[0][0] <= now:
+            _, _, job, run_id = heapq.heappop(timers)
+            if job.run_id != run_id or job.phase is not Phase.RUNNING:
+                continue
+            record = self.records[job.idx].model_copy(
+                update={"last_checkpoint_at": job.last_checkpoint_at(now)}
+            )
+            self.records[job.idx] = record
+            self.allocations[job.id] = self.allocations[job.id].model_copy(update={"job": record})
+            self._timer(job, now)
+
+    def _timer(self, job: SimJob, now: float) -> None:
+        self._timer_seq += 1
+        heapq.heappush(self._checkpoints, (job.next_checkpoint_at(now), self._timer_seq, job, job.run_id))
+
+    # --- the pass ---------------------------------------------------------------------------
+
+    def snapshot(self, now: float) -> ClusterSnapshot:
+        return ClusterSnapshot.model_construct(
+            pools=self._pools,
+            allocations=tuple(self.allocations.values()),
+            quotas=self.quotas,
+            usage_gpu_hours=self.usage.gpu_hours(now),
+        )
+
+    def schedule(self, now: float) -> None:
+        self._refresh_checkpoints(now)
+        for decision in plan(self.snapshot(now), self.queue, now, self.config, self.rng):
+            if isinstance(decision, Admit):
+                self._admit(decision, now)
+            elif isinstance(decision, Preempt):
+                self._preempt(decision)
+
+    def _admit(self, decision: Admit, now: float) -> None:
+        sim = self.sim
+        job = self.by_id[decision.job.id]
+        ps = self._pool_states[decision.pool]
+        self.queue.remove(decision.job)
+        sim.start(job, ps, decision.reason)
+        record = decision.job.model_copy(
+            update={
+                "state": JobState.RUNNING,
+                "started_at": now,
+                "pool": ps.name,
+                "version": decision.job.version + 1,
+            }
+        )
+        self.records[job.idx] = record
+        self.allocations[job.id] = Allocation.model_construct(
+            job=record, pool=ps.name, gpus=job.held, draining_for=None
+        )
+        self.usage.change(job.team, job.held, now)
+        self._timer(job, now)
+
+    def _preempt(self, decision: Preempt) -> None:
+        sim = self.sim
+        if sim.logging:
+            sim.log("preempt", decision.job.id, decision.pool, decision.victims, decision.reason)
+        for victim_id in decision.victims:
+            victim = self.by_id[victim_id]
+            sim.checkpoint_then_stop(victim)
+            record = self.records[victim.idx]
+            record = record.model_copy(
+                update={
+                    "state": JobState.CHECKPOINTING,
+                    "preemptions": victim.preemptions,
+                    "version": record.version + 1,
+                }
+            )
+            self.records[victim.idx] = record
+            self.allocations[victim_id] = self.allocations[victim_id].model_copy(
+                update={"job": record, "draining_for": decision.job.id}
+            )
