@@ -90,8 +90,12 @@ class SchedulerConfig(BaseModel):
     # Seconds to restart a job (scheduling, image pull, loading the checkpoint): part of the
     # lost-work cost of a preemption.
     restart_cost_s: float = Field(default=120.0, ge=0)
-    # Candidates examined per priority class in one pass (the head of each class's queue).
-    window_per_class: int = Field(default=64, gt=0)
+    # Candidates examined per priority class in one pass (the head of each class's queue). A
+    # job that fits can start only if it is in the window, so a head of jobs that do not fit
+    # blocks the class: at 64, in the Philly replay's October backlog, low jobs waited 45 h at
+    # p99 (17 h at 256) and average JCT was 12% longer. 256 items per class is still one
+    # DynamoDB query page per class and pass.
+    window_per_class: int = Field(default=256, gt=0)
     # Preemptions started in one pass, at most.
     max_preemptions_per_pass: int = Field(default=16, ge=0)
     # Classes that go to On-Demand when their spot setting is `auto`.

@@ -219,11 +219,8 @@ def plan_with_stats(
     )
 
     ledger = Ledger.of(snapshot)
-    draining: dict[str, list[Allocation]] = {}
-    for alloc in snapshot.allocations:
-        if alloc.draining_for is not None:
-            draining.setdefault(alloc.draining_for, []).append(alloc)
     running = _RunningJobs(snapshot.allocations, score, now, config)
+    draining = running.draining
 
     # A preemptor whose victims are still checkpointing keeps what the pass that chose them
     # reserved for it, so no job of this pass takes the capacity it waits for.
@@ -333,7 +330,8 @@ class _Group:
 
 
 class _RunningJobs:
-    """The running jobs as preemption candidates, grouped by pool and class, scored on first use.
+    """The running jobs as preemption candidates, grouped by pool and class, scored on first use
+    (and, on the way, the allocations checkpointing for each preemptor: `draining`).
 
     A performance device with no effect on decisions: `select_victims` only sees the candidates
     that `eligibility` may accept (not `shielded`; lower by the margin, or on a team the
@@ -359,7 +357,11 @@ class _RunningJobs:
         self._class_floor = min(floors) >= 0
         # Per pool, per class: the running jobs (shielded ones are dropped when scored).
         self._groups: dict[str, dict[Priority, _Group]] = {}
+        # Preemptor id -> the allocations checkpointing to make room for it.
+        self.draining: dict[str, list[Allocation]] = {}
         for alloc in allocations:
+            if alloc.draining_for is not None:
+                self.draining.setdefault(alloc.draining_for, []).append(alloc)
             groups = self._groups.get(alloc.pool)
             if groups is None:
                 groups = self._groups[alloc.pool] = {}

@@ -456,7 +456,8 @@ class SlurmPolicy(PeerPolicy):
     Rules:
     1. priority = W_qos * qos + W_age * min(wait / max_age, 1) + W_fs * 2^(-U/S)
        + W_size * gpus / cluster GPUs, with qos = class / 3 (low 0 ... critical 1), and wait the
-       time since the job last became eligible (a requeued job ages again from zero);
+       time since the job last became eligible (a requeued job ages again from zero); weights
+       (documented choice) QOS 10000, fair-share 2000, age 1000, size 500, so the QOS decides;
     2. the main scheduler takes jobs in priority order: a job starts where it fits (Spot first);
        else it preempts lower-QOS jobs of one pool, chosen lowest QOS first, then fewest nodes
        (preempt/qos `_gen_job_prio`), then job id, greedily until it fits and then only those

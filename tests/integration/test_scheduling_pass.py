@@ -183,28 +183,29 @@ def pending_jobs(start: int, count: int, base: float) -> list[JobRecord]:
     return records
 
 
-def test_a_pass_reads_the_same_bounded_number_of_items_at_1k_and_10k_pending_jobs(
+def test_a_pass_reads_the_same_bounded_number_of_items_at_2k_and_10k_pending_jobs(
     deployment: Deployment,
 ) -> None:
     window = deployment.plane.config.scheduler.window_per_class
     bound = (len(PRIORITIES_HIGH_FIRST) + 1) * window  # the head of each class + nearest deadlines
     base = deployment.clock.freeze(1_800_000_000.0) - 20_000
 
-    # Given 1,000 pending jobs
-    deployment.plane.jobs.bulk_load(pending_jobs(0, 1_000, base))
+    # Given 2,000 pending jobs (more than a window in each class and in the deadline index)
+    assert window < 2_000 // 5
+    deployment.plane.jobs.bulk_load(pending_jobs(0, 2_000, base))
     with counting_reads(deployment) as at_1k:
         small = scheduling_pass(deployment.plane)
 
-    # When 9,000 more (newer) jobs join the queue
+    # When 8,000 more (newer) jobs join the queue
     started = time.perf_counter()
-    deployment.plane.jobs.bulk_load(pending_jobs(1_000, 9_000, base))
+    deployment.plane.jobs.bulk_load(pending_jobs(2_000, 8_000, base))
     load_s = time.perf_counter() - started
     deployment.clock.advance(1)
     with counting_reads(deployment) as at_10k:
         large = scheduling_pass(deployment.plane)
 
     # Then both passes read the same items, within the window bound, with no Scan
-    print(f"\nitems read per pass: 1k pending -> {at_1k}, 10k pending -> {at_10k} (bulk load {load_s:.1f}s)")
+    print(f"\nitems read per pass: 2k pending -> {at_1k}, 10k pending -> {at_10k} (bulk load {load_s:.1f}s)")
     assert at_1k == at_10k
     assert at_10k["scans"] == 0
     assert at_10k["items"] <= bound
@@ -217,8 +218,8 @@ def test_a_pass_reads_the_same_bounded_number_of_items_at_1k_and_10k_pending_job
 @pytest.mark.parametrize("priority", ["critical", "low"])
 def test_window_reads_the_oldest_of_each_class(deployment: Deployment, priority: str) -> None:
     base = deployment.clock.freeze(1_800_000_000.0) - 20_000
-    deployment.plane.jobs.bulk_load(pending_jobs(0, 400, base))
     window = deployment.plane.config.scheduler.window_per_class
+    deployment.plane.jobs.bulk_load(pending_jobs(0, 4 * window + 100, base))
     head = deployment.plane.jobs.queue_head(
         PRIORITIES_HIGH_FIRST[[p.value for p in PRIORITIES_HIGH_FIRST].index(priority)], window
     )
