@@ -20,8 +20,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import boto3
-
 from spotline.aws import emulation
 from spotline.aws import resources as r
 from spotline.aws.batch import BatchJobRequest
@@ -335,9 +333,3 @@ class LocalControlPlane:
             else:
                 os.environ[key] = value
 
-
-def boto3_session_for(info: dict[str, Any]) -> boto3.session.Session:
-    """A session whose clients, given `endpoint_url=info["aws_endpoint_url"]`, see the local AWS."""
-    return boto3.session.Session(
-        aws_access_key_id="testing", aws_secret_access_key="testing", region_name=info["region"]
-    )
