@@ -153,9 +153,12 @@ def preempt(
     cp: ControlPlane, preemptor: JobRecord, decision: Preempt, active: dict[str, JobRecord], *, now: float
 ) -> tuple[str, ...]:
     """Start the checkpoint-then-preempt workflow for each victim. A victim that has not
-    started yet (ADMITTED) has nothing to checkpoint and is put back in the queue at once."""
+    started yet (ADMITTED) has nothing to checkpoint and is put back in the queue at once.
+    A decision without `checkpoint` (a preemptor in `stop_at_once_for`) gives the victims no
+    time to checkpoint: the workflow stops them after its shortest wait (1 s) and they resume
+    from their latest durable checkpoint."""
     started: list[str] = []
-    deadline = now + cp.config.grace_period_s
+    deadline = now + cp.config.grace_period_s if decision.checkpoint else now
     for victim_id in decision.victims:
         victim = active.get(victim_id)
         if victim is None:

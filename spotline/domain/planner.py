@@ -27,7 +27,7 @@ from spotline.domain.preemption import (
     select_victims,
     shielded,
 )
-from spotline.domain.priority import effective_priority, fairshare_factors
+from spotline.domain.priority import PriorityScorer, fairshare_factors
 from spotline.domain.quota import Ledger, borrowed_gpus
 
 # --- the queue a pass reads ---------------------------------------------------------------
@@ -126,13 +126,15 @@ class Admit:
 
 @dataclass(frozen=True)
 class Preempt:
-    """Checkpoint and stop `victims` in `pool`; `job` is admitted once they have left."""
+    """Checkpoint and stop `victims` in `pool` (or stop them at once when `checkpoint` is
+    False: `SchedulerConfig.stop_at_once_for`); `job` is admitted once they have left."""
 
     job: Job
     pool: str
     victims: tuple[str, ...]
     effective_priority: float
     reason: str
+    checkpoint: bool = True
     action: str = "preempt"
 
 
@@ -204,27 +206,22 @@ def plan_with_stats(
     """
     teams = {*snapshot.usage_gpu_hours, *snapshot.quotas}
     fairshare = fairshare_factors(teams, snapshot.quotas, snapshot.usage_gpu_hours)
+    scorer = PriorityScorer(now, config.weights, fairshare)
 
-    def score(job: Job) -> tuple[float, float]:
-        remaining = estimated_remaining_s(job, now, config)
-        priority = effective_priority(
-            job, now, config.weights, remaining_s=remaining, fairshare=fairshare.get(job.team, 1.0)
-        )
-        return priority, remaining
+    def score(job: Job) -> float:
+        return scorer(job, lambda: estimated_remaining_s(job, now, config))
 
     window = read_window(queue, config.window_per_class)
-    ranked = sorted(
-        ((*score(job), job) for job in window),
-        key=lambda e: (-e[0], e[2].submitted_at, e[2].id),
-    )
+    ranked = sorted((-score(job), job.submitted_at, job.id, index) for index, job in enumerate(window))
 
-    ledger = Ledger.of(snapshot)
-    running = _RunningJobs(snapshot.allocations, score, now, config)
+    running = _RunningJobs(snapshot, score, now, config)
+    ledger = running.ledger
     draining = running.draining
 
     # A preemptor whose victims are still checkpointing keeps what the pass that chose them
     # reserved for it, so no job of this pass takes the capacity it waits for.
-    for _, _, job in ranked:
+    for *_, index in ranked:
+        job = window[index]
         leaving = draining.get(job.id)
         if leaving and leaving[0].pool in snapshot.pools:
             _reserve_for_preemptor(ledger, job, snapshot.pools[leaving[0].pool], leaving)
@@ -235,7 +232,9 @@ def plan_with_stats(
     # Jobs that wait for the same reason as a job alike ranked before them (see `_alike`), as
     # long as no decision changed the ledger since: key -> (highest priority, reason).
     waits: dict[tuple[object, ...], tuple[float, str]] = {}
-    for priority, remaining, job in ranked:
+    for negative, _, _, index in ranked:
+        priority = -negative
+        job = window[index]
         if job.id in draining:
             count = len(draining[job.id])
             reason = f"waiting for {count} preempted job(s) to checkpoint and leave"
@@ -246,6 +245,7 @@ def plan_with_stats(
         if known is not None and priority <= known[0]:
             decisions.append(Wait(job, priority, known[1]))
             continue
+        remaining = estimated_remaining_s(job, now, config)
         pools = candidate_pools(job, snapshot.pools.values(), now, remaining, config)
         if not pools:
             reason = _no_pool_reason(job, snapshot)
@@ -301,15 +301,11 @@ def plan_with_stats(
         preemptions_left -= 1
         _reserve_for_preemptor(ledger, job, pool, [v.allocation for v in victims])
         ids = tuple(v.job_id for v in victims)
-        decisions.append(
-            Preempt(
-                job,
-                pool.name,
-                ids,
-                priority,
-                f"preempting {len(ids)} job(s) in {pool.name} by {config.strategy.value}: {first_shortfall}",
-            )
-        )
+        checkpoint = job.priority not in config.stop_at_once_for
+        reason = f"preempting {len(ids)} job(s) in {pool.name} by {config.strategy.value}: {first_shortfall}"
+        if not checkpoint:
+            reason += f"; stopped at once for a {job.priority.value} job"
+        decisions.append(Preempt(job, pool.name, ids, priority, reason, checkpoint=checkpoint))
     return decisions, PlanStats(candidates_examined=len(window), running_considered=len(snapshot.allocations))
 
 
@@ -344,8 +340,8 @@ class _RunningJobs:
 
     def __init__(
         self,
-        allocations: Iterable[Allocation],
-        score: Callable[[Job], tuple[float, float]],
+        snapshot: ClusterSnapshot,
+        score: Callable[[Job], float],
         now: float,
         config: SchedulerConfig,
     ) -> None:
@@ -355,17 +351,24 @@ class _RunningJobs:
         weights = config.weights
         floors = (weights.age, weights.deadline, weights.size, weights.fairshare, weights.history)
         self._class_floor = min(floors) >= 0
+        # The pass's working ledger (`Ledger.of`, filled in the same walk over the allocations).
+        self.ledger = ledger = Ledger(pools=snapshot.pools, quotas=snapshot.quotas)
+        pool_used, team_used = ledger.pool_used, ledger.team_used
         # Per pool, per class: the running jobs (shielded ones are dropped when scored).
         self._groups: dict[str, dict[Priority, _Group]] = {}
         # Preemptor id -> the allocations checkpointing to make room for it.
         self.draining: dict[str, list[Allocation]] = {}
-        for alloc in allocations:
+        for alloc in snapshot.allocations:
+            job = alloc.job
+            pool = alloc.pool
+            pool_used[pool] = pool_used.get(pool, 0) + alloc.gpus
+            team_used[job.team] = team_used.get(job.team, 0) + alloc.gpus
             if alloc.draining_for is not None:
                 self.draining.setdefault(alloc.draining_for, []).append(alloc)
-            groups = self._groups.get(alloc.pool)
+            groups = self._groups.get(pool)
             if groups is None:
-                groups = self._groups[alloc.pool] = {}
-            cls = alloc.job.spec.priority
+                groups = self._groups[pool] = {}
+            cls = job.spec.priority
             group = groups.get(cls)
             if group is None:
                 groups[cls] = _Group(allocations=[alloc])
@@ -384,7 +387,8 @@ class _RunningJobs:
             for alloc in group.allocations:
                 if shielded(alloc, self._now, self._config) is not None:
                     continue  # no preemptor may stop it now
-                priority, remaining = self._score(alloc.job)
+                priority = self._score(alloc.job)
+                remaining = estimated_remaining_s(alloc.job, self._now, self._config)
                 lost = lost_work_gpu_s(alloc.job, alloc.gpus, self._now, self._config)
                 candidate = Candidate(
                     allocation=alloc, effective_priority=priority, remaining_s=remaining, lost_work_gpu_s=lost

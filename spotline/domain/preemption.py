@@ -220,4 +220,3 @@ def select_victims(
         if ledger.fits_without(preemptor, pool, [v.allocation for v in trial]):
             victims = trial
     return victims
-

@@ -55,6 +55,8 @@ class SpotlinePolicy:
     name = "spotline"
     acts_on_notices = True
     uses_ticks = True
+    # Passes at one instant: the first, and one more after victims were stopped at once.
+    MAX_PASSES_AT_ONCE = 3
 
     def __init__(self, config: SchedulerConfig, shares: TeamShares, settings: SimSettings, seed: int) -> None:
         self.config = config
@@ -194,11 +196,19 @@ class SpotlinePolicy:
 
     def schedule(self, now: float) -> None:
         self._refresh_checkpoints(now)
-        for decision in plan(self.snapshot(now), self.queue, now, self.config, self.rng):
-            if isinstance(decision, Admit):
-                self._admit(decision, now)
-            elif isinstance(decision, Preempt):
-                self._preempt(decision)
+        for _ in range(self.MAX_PASSES_AT_ONCE):
+            stopped = False
+            for decision in plan(self.snapshot(now), self.queue, now, self.config, self.rng):
+                if isinstance(decision, Admit):
+                    self._admit(decision, now)
+                elif isinstance(decision, Preempt):
+                    self._preempt(decision)
+                    stopped = stopped or not decision.checkpoint
+            if not stopped:
+                break
+            # Victims stopped at once have left: the pass that their `Batch Job State Change`
+            # events start in production admits the preemptors.
+            self.sim.passes += 1
 
     def _admit(self, decision: Admit, now: float) -> None:
         sim = self.sim
@@ -225,8 +235,12 @@ class SpotlinePolicy:
         sim = self.sim
         if sim.logging:
             sim.log("preempt", decision.job.id, decision.pool, decision.victims, decision.reason)
+        preemptor = self.by_id[decision.job.id]
         for victim_id in decision.victims:
             victim = self.by_id[victim_id]
+            if not decision.checkpoint:
+                sim.stop_now(victim, preemptor, decision.reason)
+                continue
             sim.checkpoint_then_stop(victim)
             record = self.records[victim.idx]
             record = record.model_copy(

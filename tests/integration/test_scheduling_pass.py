@@ -58,14 +58,14 @@ def test_a_waiting_job_gets_its_reason_written_once(deployment: Deployment) -> N
     assert deployment.plane.jobs.get(waiting[0].id).wait_reason == reason
 
 
-def test_a_critical_job_preempts_a_low_priority_job_by_checkpoint(deployment: Deployment) -> None:
-    # Given the On-Demand pool (where critical jobs run) held by a low-priority job for an hour
+def test_a_high_job_preempts_a_low_priority_job_by_checkpoint(deployment: Deployment) -> None:
+    # Given the On-Demand pool held by a low-priority job for an hour
     now = deployment.clock.freeze()
     victim = start(deployment, submit(deployment, priority="low", spot="never"), pool="a100-on-demand")
     now = deployment.clock.advance(3600)
 
-    # When a critical job arrives and a pass runs
-    critical = submit(deployment, priority="critical", name="urgent")
+    # When a high job that runs only On-Demand arrives and a pass runs
+    critical = submit(deployment, priority="high", spot="never", name="urgent")
     result = scheduling_pass(deployment.plane)
 
     # Then the victim is asked to checkpoint (CHECKPOINTING, draining for the critical job, a
@@ -84,6 +84,29 @@ def test_a_critical_job_preempts_a_low_priority_job_by_checkpoint(deployment: De
     deployment.clock.advance(1)
     again = scheduling_pass(deployment.plane)
     assert again.preempted == [] and critical.id not in [job for job, _ in again.admitted]
+
+
+def test_a_critical_job_stops_its_victim_without_waiting_for_a_checkpoint(deployment: Deployment) -> None:
+    # Given the On-Demand pool (where critical jobs run) held by a low-priority job for an hour
+    now = deployment.clock.freeze()
+    victim = start(deployment, submit(deployment, priority="low", spot="never"), pool="a100-on-demand")
+    now = deployment.clock.advance(3600)
+
+    # When a critical job arrives and a pass runs
+    critical = submit(deployment, priority="critical", name="urgent")
+    result = scheduling_pass(deployment.plane)
+
+    # Then the victim's preempt workflow gets no time for a checkpoint (deadline now, the
+    # shortest task timeout of 1 s) and the victim will resume from its last durable checkpoint
+    assert any(preemptor == critical.id and victim.id in victims for preemptor, victims in result.preempted)
+    stored = deployment.plane.jobs.get(victim.id)
+    assert stored.state is JobState.CHECKPOINTING and stored.draining_for == critical.id
+    assert stored.checkpoint_deadline_at == now
+    assert deployment.starter is not None
+    [payload] = [
+        p for _, name, p in deployment.starter.started if name == f"preempt-{victim.id}-v{stored.version}"
+    ]
+    assert payload["timeout_s"] == 1
 
 
 def test_the_scheduler_handler_runs_one_pass_for_a_batch_of_triggers(deployment: Deployment) -> None:

@@ -46,7 +46,8 @@ def test_peers_stop_the_victim_at_once_and_it_loses_its_work(policy: str) -> Non
 
 
 def test_spotline_waits_out_the_protection_period_then_checkpoints_before_preempting() -> None:
-    result = run(CONTENTION, "spotline")
+    # Checkpoint-then-preempt for every class (by default a critical preemptor stops at once).
+    result = run(CONTENTION, "spotline", config=SchedulerConfig(stop_at_once_for=frozenset()))
     # j1 is protected for 600 s after its start; the 5-minute tick at t=610 finds it eligible:
     # j1 checkpoints its 610 s of progress (write 50 s) and leaves at 660, when j2 starts. j3
     # runs after j2 (high before low); j1 resumes at 1260 with 390 s left after a 100 s restart.
@@ -56,6 +57,18 @@ def test_spotline_waits_out_the_protection_period_then_checkpoints_before_preemp
     assert j1.preemptions == 1
     # Lost: the 50 s write and the 100 s restart, on 8 GPUs; the 610 s of progress were kept.
     assert j1.lost_gpu_s == pytest.approx(8 * (50 + 100))
+
+
+def test_spotline_stops_victims_at_once_for_a_critical_job() -> None:
+    result = run(CONTENTION, "spotline")
+    # The tick at t=610 (j1's protection is over) stops j1 at once, without a write: it had no
+    # durable checkpoint yet (the first comes at 1050), so it loses its 610 s; j2 starts in the
+    # same instant. j3 (high) runs after j2, then j1 restarts from scratch at 1210 (100 s restart).
+    assert waits(result) == {"j1": 0.0, "j2": 600.0, "j3": 1090.0}
+    assert jcts(result) == {"j1": 1210.0 + 100.0 + 1000.0, "j2": 1100.0, "j3": 1190.0}
+    j1 = by_id(result)["j1"]
+    assert j1.preemptions == 1
+    assert j1.lost_gpu_s == pytest.approx(8 * (610 + 100))
 
 
 # Team b borrows team a's half of the cluster (both have 4 GPUs of quota: equal GPU-seconds).

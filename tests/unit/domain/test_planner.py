@@ -365,3 +365,23 @@ def test_sorted_queue_orders_adds_and_removes() -> None:
     assert [j.id for j in queue.urgent(10)] == ["b"]
     with pytest.raises(KeyError):
         queue.remove(c)
+
+
+@pytest.mark.parametrize(
+    ("preemptor", "stop_at_once_for", "checkpoint"),
+    [
+        ("critical", None, False),  # the default: a critical preemptor stops its victims at once
+        ("high", None, True),
+        ("critical", frozenset(), True),
+        ("high", frozenset({Priority.HIGH}), False),
+    ],
+)
+def test_a_preemptor_in_stop_at_once_for_does_not_wait_for_a_checkpoint(
+    preemptor: str, stop_at_once_for: frozenset[Priority] | None, checkpoint: bool
+) -> None:
+    policy = config() if stop_at_once_for is None else config(stop_at_once_for=stop_at_once_for)
+    snapshot = cluster([OD16], [low_on("v1", 8, checkpoint_s=60), low_on("v2", 8)])
+    [decision] = run_plan(snapshot, [job("p").priority(preemptor).gpus(8).build()], policy)
+    assert decision.action == "preempt"
+    assert decision.checkpoint is checkpoint  # type: ignore[union-attr]
+    assert decision.reason.endswith(f"; stopped at once for a {preemptor} job") is not checkpoint

@@ -36,6 +36,7 @@ from spotline.domain import (
     select_victims,
 )
 from spotline.domain.planner import estimated_remaining_s
+from spotline.domain.priority import PriorityScorer
 
 from .builders import DAY, HOUR, NOW, JobBuilder, candidate, cluster, job, pool, quota
 
@@ -426,3 +427,31 @@ def test_more_disruptions_never_lower_effective_priority(
     fewer = base.preemptions(preempted // 2).interruptions(interrupted // 2).build()
     more = base.preemptions(preempted).interruptions(interrupted).build()
     assert score(more, NOW) >= score(fewer, NOW)
+
+
+@PROPERTY
+@given(
+    st.data(),
+    st.floats(0, 2 * DAY),
+    st.sampled_from([0.0, 0.25, 1.0]),
+    st.sampled_from([PriorityWeights(), PriorityWeights(size=0.0, age=1500.0, max_age_s=3600.0)]),
+)
+def test_the_pass_scorer_gives_exactly_effective_priority(
+    data: st.DataObject, later: float, share: float, weights: PriorityWeights
+) -> None:
+    """The pass ranks with `PriorityScorer` (terms kept per class, size, team and history): the
+    same floats as `effective_priority`, for pending and running jobs, with and without deadlines,
+    scoring several jobs with one scorer (its kept terms must not leak between jobs)."""
+    subjects = data.draw(
+        st.lists(pending("j") | running("j").map(lambda b: b.build()), min_size=1, max_size=6)
+    )
+    now = NOW + later
+    fairshare = {"a": share, "b": 1.0 - share}
+    scorer = PriorityScorer(now, weights, fairshare)
+    for subject in subjects:
+        remaining = subject.remaining_s(now)
+        remaining = 3600.0 if remaining is None else remaining
+        expected = effective_priority(
+            subject, now, weights, remaining_s=remaining, fairshare=fairshare.get(subject.team, 1.0)
+        )
+        assert scorer(subject, lambda r=remaining: r) == expected
