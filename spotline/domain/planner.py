@@ -27,7 +27,7 @@ from spotline.domain.preemption import (
     select_victims,
     shielded,
 )
-from spotline.domain.priority import PriorityScorer, fairshare_factors
+from spotline.domain.priority import PriorityScorer, fairshare_factors, wait_s
 from spotline.domain.quota import Ledger, borrowed_gpus
 
 # --- the queue a pass reads ---------------------------------------------------------------
@@ -206,10 +206,9 @@ def plan_with_stats(
     """
     teams = {*snapshot.usage_gpu_hours, *snapshot.quotas}
     fairshare = fairshare_factors(teams, snapshot.quotas, snapshot.usage_gpu_hours)
-    scorer = PriorityScorer(now, config.weights, fairshare)
-
-    def score(job: Job) -> float:
-        return scorer(job, lambda: estimated_remaining_s(job, now, config))
+    score = PriorityScorer(
+        now, config.weights, fairshare, lambda job: estimated_remaining_s(job, now, config)
+    )
 
     window = read_window(queue, config.window_per_class)
     ranked = sorted((-score(job), job.submitted_at, job.id, index) for index, job in enumerate(window))
@@ -220,11 +219,11 @@ def plan_with_stats(
 
     # A preemptor whose victims are still checkpointing keeps what the pass that chose them
     # reserved for it, so no job of this pass takes the capacity it waits for.
-    for *_, index in ranked:
-        job = window[index]
-        leaving = draining.get(job.id)
-        if leaving and leaving[0].pool in snapshot.pools:
-            _reserve_for_preemptor(ledger, job, snapshot.pools[leaving[0].pool], leaving)
+    if draining:
+        for job in window:
+            leaving = draining.get(job.id)
+            if leaving and leaving[0].pool in snapshot.pools:
+                _reserve_for_preemptor(ledger, job, snapshot.pools[leaving[0].pool], leaving)
 
     decisions: list[Decision] = []
     taken: set[str] = set()
@@ -232,6 +231,8 @@ def plan_with_stats(
     # Jobs that wait for the same reason as a job alike ranked before them (see `_alike`), as
     # long as no decision changed the ledger since: key -> (highest priority, reason).
     waits: dict[tuple[object, ...], tuple[float, str]] = {}
+    # The candidate pools of alike jobs (placement reads only what `_alike` holds).
+    placements: dict[tuple[object, ...], list[Pool]] = {}
     for negative, _, _, index in ranked:
         priority = -negative
         job = window[index]
@@ -245,8 +246,12 @@ def plan_with_stats(
         if known is not None and priority <= known[0]:
             decisions.append(Wait(job, priority, known[1]))
             continue
-        remaining = estimated_remaining_s(job, now, config)
-        pools = candidate_pools(job, snapshot.pools.values(), now, remaining, config)
+        pools = placements.get(alike) if alike is not None else None
+        if pools is None:
+            remaining = estimated_remaining_s(job, now, config)
+            pools = candidate_pools(job, snapshot.pools.values(), now, remaining, config)
+            if alike is not None:
+                placements[alike] = pools
         if not pools:
             reason = _no_pool_reason(job, snapshot)
             decisions.append(Wait(job, priority, reason))
@@ -276,13 +281,20 @@ def plan_with_stats(
             if alike is not None:
                 waits[alike] = (math.inf, reason)
             continue
+        if config.preemption_delay_s > 0 and job.priority not in config.stop_at_once_for:
+            waited = wait_s(job, now)
+            if waited < config.preemption_delay_s:
+                reason = (
+                    f"waiting: {first_shortfall}; it may preempt after waiting"
+                    f" {config.preemption_delay_s:.0f} s (waited {waited:.0f} s)"
+                )
+                decisions.append(Wait(job, priority, reason))
+                continue
         best: tuple[Pool, list[Candidate]] | None = None
-        searched = False
         for pool in pools:
             possible = running.possible_victims(job, priority, pool.name, ledger, taken)
             if not possible:
                 continue  # select_victims would find no eligible victim
-            searched = True
             victims = select_victims(job, priority, pool, possible, ledger, now, config, rng)
             if victims and (best is None or len(victims) < len(best[1])):
                 best = (pool, victims)
@@ -290,9 +302,9 @@ def plan_with_stats(
             names = ", ".join(p.name for p in pools)
             reason = f"waiting: {first_shortfall}, and nothing lower-priority to preempt in pool {names}"
             decisions.append(Wait(job, priority, reason))
-            if alike is not None and not searched:
-                # No running job may be a victim for it, so none may for an alike job ranked
-                # lower: a lower priority only narrows who is lower by the margin.
+            if alike is not None:
+                # An alike job ranked lower waits too: a lower priority only narrows who is lower
+                # by the margin, so it finds no victim, or no set that frees enough.
                 waits[alike] = (priority, reason)
             continue
         waits.clear()  # the ledger changed
@@ -354,26 +366,27 @@ class _RunningJobs:
         # The pass's working ledger (`Ledger.of`, filled in the same walk over the allocations).
         self.ledger = ledger = Ledger(pools=snapshot.pools, quotas=snapshot.quotas)
         pool_used, team_used = ledger.pool_used, ledger.team_used
-        # Per pool, per class: the running jobs (shielded ones are dropped when scored).
-        self._groups: dict[str, dict[Priority, _Group]] = {}
         # Preemptor id -> the allocations checkpointing to make room for it.
         self.draining: dict[str, list[Allocation]] = {}
+        buckets: dict[tuple[str, Priority], list[Allocation]] = {}
         for alloc in snapshot.allocations:
             job = alloc.job
             pool = alloc.pool
-            pool_used[pool] = pool_used.get(pool, 0) + alloc.gpus
-            team_used[job.team] = team_used.get(job.team, 0) + alloc.gpus
+            gpus = alloc.gpus
+            pool_used[pool] = pool_used.get(pool, 0) + gpus
+            team_used[job.team] = team_used.get(job.team, 0) + gpus
             if alloc.draining_for is not None:
                 self.draining.setdefault(alloc.draining_for, []).append(alloc)
-            groups = self._groups.get(pool)
-            if groups is None:
-                groups = self._groups[pool] = {}
-            cls = job.spec.priority
-            group = groups.get(cls)
-            if group is None:
-                groups[cls] = _Group(allocations=[alloc])
+            key = (pool, job.spec.priority)
+            bucket = buckets.get(key)
+            if bucket is None:
+                buckets[key] = [alloc]
             else:
-                group.allocations.append(alloc)
+                bucket.append(alloc)
+        # Per pool, per class: the running jobs (shielded ones are dropped when scored).
+        self._groups: dict[str, dict[Priority, _Group]] = {}
+        for (pool, cls), allocations in buckets.items():
+            self._groups.setdefault(pool, {})[cls] = _Group(allocations=allocations)
 
     @staticmethod
     def _teams(group: _Group) -> set[str]:

@@ -87,12 +87,19 @@ class PriorityScorer:
 
     The terms that depend only on a job's class, size, team or disruptions are computed once per
     distinct value and kept; the result is the same float `effective_priority` gives (the same
-    terms, added in the same order; tested). `remaining_s` is asked for only for a job with a
-    deadline, the one term that reads it.
+    terms, added in the same order; tested). `remaining_s(job)`, the job's estimated remaining
+    run time, is asked for only for a job with a deadline, the one term that reads it.
     """
 
-    def __init__(self, now: float, weights: PriorityWeights, fairshare: Mapping[str, float]) -> None:
+    def __init__(
+        self,
+        now: float,
+        weights: PriorityWeights,
+        fairshare: Mapping[str, float],
+        remaining_s: Callable[[Job], float],
+    ) -> None:
         self._now = now
+        self._remaining_s = remaining_s
         self._weights = weights
         self._fairshare = fairshare
         self._class: dict[Priority, float] = {p: weights.class_step * p.rank for p in Priority}
@@ -100,7 +107,7 @@ class PriorityScorer:
         self._team: dict[str, float] = {}
         self._history: dict[int, float] = {}
 
-    def __call__(self, job: Job, remaining_s: Callable[[], float]) -> float:
+    def __call__(self, job: Job) -> float:
         weights = self._weights
         spec = job.spec
         now = self._now
@@ -110,7 +117,7 @@ class PriorityScorer:
         if deadline is None:
             urgency = 0.0
         else:
-            slack = deadline - now - remaining_s()
+            slack = deadline - now - self._remaining_s(job)
             urgency = min(1.0, max(0.0, 1.0 - slack / weights.deadline_horizon_s))
         size = self._size.get(spec.gpus)
         if size is None:

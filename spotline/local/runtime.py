@@ -65,12 +65,14 @@ class LocalConfig:
     # Each team's nominal quota, in GPUs (borrowing allowed).
     team_nominal_gpus: int = 6
     # Seconds, short so a demo takes minutes: the scheduler's tick, a preempted job's grace to
-    # checkpoint, the Spot notice, the protection period after a start, the agent's poll.
+    # checkpoint, the Spot notice, the protection period after a start, how long a job waits
+    # before it may preempt, the agent's poll.
     tick_s: float = 2.0
     reconcile_s: float = 10.0
     grace_period_s: int = 20
     spot_notice_s: int = 12
     protection_period_s: float = 5.0
+    preemption_delay_s: float = 3.0
     restart_cost_s: float = 2.0
     agent_poll_s: float = 0.5
     heartbeat_timeout_s: float = 60.0
@@ -99,6 +101,7 @@ class LocalConfig:
             "identities": identities,
             "scheduler": {
                 "protection_period_s": self.protection_period_s,
+                "preemption_delay_s": self.preemption_delay_s,
                 "restart_cost_s": self.restart_cost_s,
             },
             "grace_period_s": self.grace_period_s,

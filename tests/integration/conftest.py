@@ -70,7 +70,7 @@ CONFIG: dict[str, Any] = {
         {"team": "nlp", "nominal_gpus": 12, "max_priority": "high"},
     ],
     "identities": {VISION_ROLE: "vision", NLP_ROLE: "nlp", NLP_LOCAL_KEY: "nlp"},
-    "scheduler": {"protection_period_s": 0},
+    "scheduler": {"protection_period_s": 0, "preemption_delay_s": 0},
     "grace_period_s": 2,
     "spot_notice_s": 120,
 }

@@ -221,8 +221,10 @@ def cluster(
 
 
 def config(**overrides: Any) -> SchedulerConfig:
-    """The default policy with some fields overridden; the protection period is 0 unless set."""
+    """The default policy with some fields overridden; the protection period and the preemption
+    delay are 0 unless set."""
     overrides.setdefault("protection_period_s", 0.0)
+    overrides.setdefault("preemption_delay_s", 0.0)
     return SchedulerConfig(**overrides)
 
 

@@ -307,7 +307,7 @@ def test_urgent_deadline_deep_in_its_class_is_seen() -> None:
     )
     decisions = run_plan(cluster([pool("od", capacity=8)]), [*regular, urgent], config(window_per_class=2))
     assert summary(decisions) == [("admit", "urgent", "od"), ("wait", "n0"), ("wait", "n1")]
-    assert decisions[0].effective_priority == pytest.approx(1000 + 1375 + 12.5 + 400)
+    assert decisions[0].effective_priority == pytest.approx(1000 + 1375 + 12.5 + 100)
 
 
 @pytest.mark.parametrize(
@@ -385,3 +385,24 @@ def test_a_preemptor_in_stop_at_once_for_does_not_wait_for_a_checkpoint(
     assert decision.action == "preempt"
     assert decision.checkpoint is checkpoint  # type: ignore[union-attr]
     assert decision.reason.endswith(f"; stopped at once for a {preemptor} job") is not checkpoint
+
+
+@pytest.mark.parametrize(
+    ("preemptor", "waited_s", "action"),
+    [
+        ("high", 0.0, "wait"),  # a fresh high job does not preempt yet
+        ("high", 179.0, "wait"),
+        ("high", 180.0, "preempt"),  # once it has waited the delay, it does
+        ("critical", 0.0, "preempt"),  # a class in stop_at_once_for never waits for it
+    ],
+)
+def test_a_job_preempts_only_after_waiting_the_preemption_delay(
+    preemptor: str, waited_s: float, action: str
+) -> None:
+    policy = config(preemption_delay_s=180.0)
+    snapshot = cluster([OD16], [low_on("v1", 8, checkpoint_s=60), low_on("v2", 8)])
+    pending = job("p").priority(preemptor).gpus(8).spot("never").submitted(NOW - waited_s).build()
+    [decision] = run_plan(snapshot, [pending], policy)
+    assert decision.action == action
+    if action == "wait":
+        assert decision.reason.endswith(f"it may preempt after waiting 180 s (waited {waited_s:.0f} s)")

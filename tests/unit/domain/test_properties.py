@@ -447,11 +447,18 @@ def test_the_pass_scorer_gives_exactly_effective_priority(
     )
     now = NOW + later
     fairshare = {"a": share, "b": 1.0 - share}
-    scorer = PriorityScorer(now, weights, fairshare)
-    for subject in subjects:
+
+    def remaining_of(subject: Job) -> float:
         remaining = subject.remaining_s(now)
-        remaining = 3600.0 if remaining is None else remaining
+        return 3600.0 if remaining is None else remaining
+
+    scorer = PriorityScorer(now, weights, fairshare, remaining_of)
+    for subject in subjects:
         expected = effective_priority(
-            subject, now, weights, remaining_s=remaining, fairshare=fairshare.get(subject.team, 1.0)
+            subject,
+            now,
+            weights,
+            remaining_s=remaining_of(subject),
+            fairshare=fairshare.get(subject.team, 1.0),
         )
-        assert scorer(subject, lambda r=remaining: r) == expected
+        assert scorer(subject) == expected
