@@ -8,7 +8,10 @@ and calls `plan`; it acts on the decisions as the workflows do:
 
 - Admit: the job starts in the pool;
 - Preempt: each victim checkpoints (its state now, `write` seconds) and then leaves and is
-  requeued; the preemptor waits (the plan says so) and is admitted by a later pass;
+  requeued; the preemptor waits (the plan says so) and is admitted by a later pass. A decision
+  without `checkpoint` (a critical preemptor) stops the victims at once (they keep their latest
+  periodic checkpoint), and a second pass at the same instant admits the preemptor, as the pass
+  that the victims' Batch state changes start does in production;
 - Wait: nothing.
 
 Spot notices: a job on a reclaimed instance checkpoints inside the 2-minute notice when its write
