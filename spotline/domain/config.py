@@ -41,32 +41,30 @@ class PriorityWeights(BaseModel):
               + fairshare * 2 ** (-usage / share)    # Slurm's classic fair-share factor
               + history * min(disruptions, history_cap) / history_cap
 
-    With the defaults, a class step (1000) outweighs a full age (900, reached after 6 hours of
-    waiting), so aging lets a job overtake younger jobs of its own class and, after hours, the
-    fresh jobs of the class below... never a fresh job of the class above; a job that suffered
-    `history_cap` disruptions gains 60: it moves ahead inside its class, and a fresh job two
-    classes up can still preempt it by the margin (2000 - 500 > 900 + 100 + 100 + 60). At
-    history 600, disrupted and aged low jobs outranked fresh high ones and could not be preempted
-    by them (in a week of the Philly replay, `spotline simulate`: average JCT 4.1 h instead of
-    3.6 h).
+    With the defaults, a class step (1000) outweighs a full day of waiting (900), so aging lets a
+    job overtake younger jobs of its own class and, after most of a day, the fresh jobs of the
+    class below... never a fresh job of the class above; a job that suffered `history_cap`
+    disruptions gains 60: it moves ahead inside its class, and a fresh job two classes up can
+    still preempt it by the margin (2000 - 500 > 900 + 100 + 400 + 60). At 600, disrupted and
+    aged low jobs outranked fresh high ones and could not be preempted by them (in a week of the
+    Philly replay, `spotline simulate`: average JCT 4.1 h instead of 3.6 h).
 
-    Age and fair-share set the order inside a class. With fair-share at 400 (10 hours of age at
-    the earlier 24 h `max_age_s`), a busy team's burst of high jobs queued behind everyone else's
-    for hours: in the Philly replay (Oct 2-29, 512 GPUs, seed 1) the high class's p99 wait was
-    0.76 h against 0.46 h for strict FIFO inside the class; fair-share 100 and a 6 h age cap
-    brought it to 0.54 h at the same Jain's fairness (0.91).
+    Fair-share also keeps a team that takes its quota back ahead of the jobs it preempted: they
+    requeue with a disruption's bonus, and without the factor they outrank it and take the GPUs
+    back (`tests/sim`: the reclaim scenario thrashes at weight 0). In the Philly replay (Oct 2-29,
+    seed 1) the high class's p99 wait was 0.52 h at 400, 0.55 h at 100 and 0.57 h at 0.
     """
 
     model_config = ConfigDict(frozen=True)
 
     class_step: float = 1000.0
     age: float = 900.0
-    max_age_s: float = 6 * 3600.0
+    max_age_s: float = 24 * 3600.0
     deadline: float = 1500.0
     deadline_horizon_s: float = 6 * 3600.0
     size: float = 100.0
     size_norm_gpus: int = Field(default=64, gt=0)
-    fairshare: float = 100.0
+    fairshare: float = 400.0
     history: float = 60.0
     history_cap: int = Field(default=3, gt=0)
 
@@ -84,8 +82,8 @@ class SchedulerConfig(BaseModel):
     # protection period and `preemption_delay_s` already bound how often a job can be preempted).
     # Checkpoint-then-preempt costs a victim a checkpoint write and a restart (minutes). At 3, low
     # jobs preempted three times became unpreemptable and, in the Philly replay, held a quarter of
-    # the GPUs while high jobs waited for hours; at 25, the high class's p99 wait (Oct 2-29, seed 1)
-    # was 0.67 h, at 100 it is 0.54 h (no job reached 100).
+    # the GPUs while high jobs waited for hours; at 25, the high class's p99 wait (Oct 2-29, seed 1,
+    # fair-share 100, a 6 h age cap) was 0.67 h, at 100 it was 0.54 h (no job reached 100).
     max_preemptions_per_job: int = Field(default=100, ge=0)
     # A victim must be below the preemptor by at least this much effective priority; it keeps
     # aging inside one class from preempting (and thrashing) jobs of the same class.
@@ -110,10 +108,11 @@ class SchedulerConfig(BaseModel):
     # A job of a class not in `stop_at_once_for` preempts only once it has waited this long
     # since it was enqueued: running jobs finish all the time (half of Philly's jobs run under
     # 20 minutes), and a preemption costs each victim a checkpoint write and a restart on all its
-    # GPUs. In the Philly replay (Oct 2-29, seed 1, 64 preemptions per pass), 180 s instead of 0
-    # halved the preemptions (24,456 -> 12,382) and the GPU-hours they lose (2,281 -> 1,177), for a
-    # high-class p99 wait of 0.59 h instead of 0.54 h; a week's replay halved them at 300 s too.
-    preemption_delay_s: float = Field(default=180.0, ge=0)
+    # GPUs. In the Philly replay (Oct 2-29, seed 1, 64 preemptions per pass, before the planner
+    # shared victims' spare GPUs), 180 s instead of 0 halved the preemptions (24,456 -> 12,382) and
+    # the GPU-hours they lose (2,281 -> 1,177). With the sharing, 60 s gives 11,136 preemptions and
+    # 1,071 GPU-hours lost (Kueue: 2,566) at a high-class p99 wait of 0.52 h.
+    preemption_delay_s: float = Field(default=60.0, ge=0)
     # Preemptors of these classes stop their victims at once instead of waiting for a checkpoint
     # write: the victims resume from their latest durable checkpoint (least-lost-work picks the
     # ones with the least unsaved work). For work that cannot wait the minute a write takes: in

@@ -28,7 +28,7 @@ from spotline.domain.preemption import (
     shielded,
 )
 from spotline.domain.priority import PriorityScorer, fairshare_factors, wait_s
-from spotline.domain.quota import Ledger, borrowed_gpus
+from spotline.domain.quota import Ledger, borrowed_gpus, quota_shortfall
 
 # --- the queue a pass reads ---------------------------------------------------------------
 
@@ -227,6 +227,22 @@ def plan_with_stats(
             if leaving and leaving[0].pool in snapshot.pools:
                 _reserve_for_preemptor(ledger, job, snapshot.pools[leaving[0].pool], leaving)
 
+    # GPUs that leaving victims free beyond what their preemptor needs, per pool (a 1-GPU job that
+    # preempted an 8-GPU one leaves 7): a job that does not fit claims them and waits for them
+    # instead of preempting more, and they do not go to whatever is queued when the victims leave.
+    surplus: dict[str, int] = {}
+    if draining:
+        by_id = {job.id: job for job in window}
+        for preemptor_id, leaving in draining.items():
+            preemptor = by_id.get(preemptor_id)
+            pool_name = leaving[0].pool
+            if preemptor is None or pool_name not in snapshot.pools:
+                continue  # a preemptor the pass did not read: its victims' GPUs stay its own
+            freed = sum(v.gpus for v in leaving if v.pool == pool_name)
+            extra = freed - snapshot.pools[pool_name].demand_gpus(preemptor)
+            if extra > 0:
+                surplus[pool_name] = surplus.get(pool_name, 0) + extra
+
     decisions: list[Decision] = []
     taken: set[str] = set()
     preemptions_left = config.max_preemptions_per_pass
@@ -277,6 +293,11 @@ def plan_with_stats(
         if admitted:
             waits.clear()  # the ledger changed
             continue
+        if surplus and job.priority not in config.stop_at_once_for:
+            claim = _claim_surplus(job, pools, surplus, ledger)
+            if claim is not None:
+                decisions.append(Wait(job, priority, claim))
+                continue
         if preemptions_left <= 0:
             reason = f"waiting: {first_shortfall}; preemption budget of this pass spent"
             decisions.append(Wait(job, priority, reason))
@@ -314,6 +335,9 @@ def plan_with_stats(
         taken.update(v.job_id for v in victims)
         preemptions_left -= 1
         _reserve_for_preemptor(ledger, job, pool, [v.allocation for v in victims])
+        extra = sum(v.allocation.gpus for v in victims) - pool.demand_gpus(job)
+        if extra > 0:
+            surplus[pool.name] = surplus.get(pool.name, 0) + extra
         ids = tuple(v.job_id for v in victims)
         checkpoint = job.priority not in config.stop_at_once_for
         reason = f"preempting {len(ids)} job(s) in {pool.name} by {config.strategy.value}: {first_shortfall}"
@@ -473,6 +497,22 @@ def _alike(job: Job) -> tuple[object, ...] | None:
     if spec.deadline is not None:
         return None
     return (job.team, spec.priority, spec.gpus, spec.nodes, spec.gpu_type, spec.spot, job.interruptions)
+
+
+def _claim_surplus(job: Job, pools: Sequence[Pool], surplus: dict[str, int], ledger: Ledger) -> str | None:
+    """Claim, for `job`, GPUs that leaving victims free beyond their preemptors' needs, in the
+    first of `pools` with enough of them and room in the job's team quota: the quota is charged
+    now (the pool already is, for the victims), and the wait reason says so. None when none fits."""
+    for pool in pools:
+        demand = pool.demand_gpus(job)
+        if surplus.get(pool.name, 0) < demand:
+            continue
+        if quota_shortfall(job.team, demand, ledger.team_used, ledger.quotas) is not None:
+            continue
+        surplus[pool.name] -= demand
+        ledger.team_used[job.team] = ledger.team_used.get(job.team, 0) + demand
+        return f"waiting for {demand} GPUs in {pool.name} that preempted jobs free as they leave"
+    return None
 
 
 def _reserve_for_preemptor(ledger: Ledger, job: Job, pool: Pool, victims: Sequence[Allocation]) -> None:

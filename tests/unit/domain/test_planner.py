@@ -307,7 +307,7 @@ def test_urgent_deadline_deep_in_its_class_is_seen() -> None:
     )
     decisions = run_plan(cluster([pool("od", capacity=8)]), [*regular, urgent], config(window_per_class=2))
     assert summary(decisions) == [("admit", "urgent", "od"), ("wait", "n0"), ("wait", "n1")]
-    assert decisions[0].effective_priority == pytest.approx(1000 + 1375 + 12.5 + 100)
+    assert decisions[0].effective_priority == pytest.approx(1000 + 1375 + 12.5 + 400)
 
 
 @pytest.mark.parametrize(
@@ -406,3 +406,35 @@ def test_a_job_preempts_only_after_waiting_the_preemption_delay(
     assert decision.action == action
     if action == "wait":
         assert decision.reason.endswith(f"it may preempt after waiting 180 s (waited {waited_s:.0f} s)")
+
+
+def test_jobs_share_the_gpus_a_victim_frees_beyond_its_preemptors_need() -> None:
+    # Two 8-GPU low jobs fill the pool; nine 1-GPU high jobs wait. The first preempts one victim
+    # (8 GPUs for its 1); the next seven claim the 7 spare GPUs and wait for them instead of
+    # preempting; the ninth finds no spare GPU left and preempts the second victim.
+    snapshot = cluster([OD16], [low_on("v1", 8, checkpoint_s=60), low_on("v2", 8)])
+    pending = [job(f"h{i}").high().gpus(1).spot("never").submitted(NOW - 100 + i).build() for i in range(9)]
+    decisions = run_plan(snapshot, pending, config())
+    assert summary(decisions) == [
+        ("preempt", "h0", "od", "v1"),
+        *[("wait", f"h{i}") for i in range(1, 8)],
+        ("preempt", "h8", "od", "v2"),
+    ]
+    assert all(
+        d.reason == "waiting for 1 GPUs in od that preempted jobs free as they leave" for d in decisions[1:8]
+    )
+
+
+def test_spare_gpus_of_victims_still_leaving_are_claimed_in_the_next_pass() -> None:
+    # v1 (8 GPUs) is checkpointing for h0 (1 GPU): 7 GPUs will be spare when it leaves.
+    v1 = job("v1").low().gpus(8).team("b").running_since(NOW - DAY).on("od", draining_for="h0")
+    snapshot = cluster([OD16], [v1, low_on("v2", 8)])
+    pending = [job(f"h{i}").high().gpus(1).spot("never").submitted(NOW - 100 + i).build() for i in range(3)]
+    decisions = run_plan(snapshot, pending, config())
+    assert summary(decisions) == [("wait", "h0"), ("wait", "h1"), ("wait", "h2")]
+    assert decisions[0].reason == "waiting for 1 preempted job(s) to checkpoint and leave"
+    assert (
+        decisions[1].reason
+        == decisions[2].reason
+        == ("waiting for 1 GPUs in od that preempted jobs free as they leave")
+    )

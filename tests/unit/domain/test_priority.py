@@ -24,20 +24,14 @@ def only(**weights: float) -> PriorityWeights:
         (only(class_step=1000), job("j").normal().build(), 0.0, 1.0, 1000.0),
         (only(class_step=1000), job("j").high().build(), 0.0, 1.0, 2000.0),
         (only(class_step=1000), job("j").critical().build(), 0.0, 1.0, 3000.0),
-        # aging: linear up to max_age_s (6 h), then capped; counted from the last enqueue
+        # aging: linear up to max_age_s, then capped; counted from the last enqueue
         (only(age=900), job("j").submitted(NOW).build(), 0.0, 1.0, 0.0),
-        (only(age=900), job("j").submitted(NOW - 3 * HOUR).build(), 0.0, 1.0, 450.0),
+        (only(age=900), job("j").submitted(NOW - 12 * HOUR).build(), 0.0, 1.0, 450.0),
         (only(age=900), job("j").submitted(NOW - 3 * DAY).build(), 0.0, 1.0, 900.0),
+        (only(age=900), job("j").submitted(NOW - 2 * DAY).enqueued(NOW - 6 * HOUR).build(), 0.0, 1.0, 225.0),
         (
             only(age=900),
-            job("j").submitted(NOW - 2 * DAY).enqueued(NOW - 1.5 * HOUR).build(),
-            0.0,
-            1.0,
-            225.0,
-        ),
-        (
-            only(age=900),
-            job("j").submitted(NOW - 5.5 * HOUR).running_since(NOW - 4 * HOUR).build(),
+            job("j").submitted(NOW - 10 * HOUR).running_since(NOW - 4 * HOUR).build(),
             0.0,
             1.0,
             225.0,
@@ -60,13 +54,13 @@ def only(**weights: float) -> PriorityWeights:
         (only(history=600), job("j").preemptions(1).interruptions(1).build(), 0.0, 1.0, 400.0),
         (only(history=600), job("j").preemptions(2).interruptions(4).build(), 0.0, 1.0, 600.0),
         # all factors with the default weights:
-        # 1000 (normal) + 450 (3h) + 750 (slack 3h) + 12.5 (8 GPUs) + 50 (fs 0.5) + 20 (1 of 3, x60)
+        # 1000 (normal) + 450 (12h) + 750 (slack 3h) + 12.5 (8 GPUs) + 200 (fs 0.5) + 20 (1 of 3, x60)
         (
             PriorityWeights(),
-            job("j").gpus(8).submitted(NOW - 3 * HOUR).deadline(NOW + 4 * HOUR).preemptions(1).build(),
+            job("j").gpus(8).submitted(NOW - 12 * HOUR).deadline(NOW + 4 * HOUR).preemptions(1).build(),
             HOUR,
             0.5,
-            2282.5,
+            2432.5,
         ),
     ],
     ids=[
@@ -109,9 +103,9 @@ def test_fully_aged_job_never_passes_a_fresh_job_of_the_class_above() -> None:
     fresh_normal = job("new").normal().gpus(8).submitted(NOW).build()
     old = effective_priority(old_low, NOW, weights, remaining_s=HOUR)
     fresh = effective_priority(fresh_normal, NOW, weights, remaining_s=HOUR)
-    # 900 (full age) + 12.5 + 100 against 1000 (one class step) + 12.5 + 100
-    assert old == pytest.approx(1012.5)
-    assert fresh == pytest.approx(1112.5)
+    # 900 (a full day of age) + 12.5 + 400 against 1000 (one class step) + 12.5 + 400
+    assert old == pytest.approx(1312.5)
+    assert fresh == pytest.approx(1412.5)
 
 
 @pytest.mark.parametrize(
