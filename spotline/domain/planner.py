@@ -201,10 +201,12 @@ def plan_with_stats(
     1. Read at most `window_per_class` jobs of each class and as many of the nearest
        deadlines; rank them by effective priority (then submission time, then id).
     2. For each, in that order: wait if victims are still checkpointing for it (what it needs
-       stays reserved for it meanwhile); else admit it
-       to the first candidate pool where it fits (capacity and quota); else, within the
-       per-pass preemption budget, preempt the fewest eligible victims in one pool (the pool
-       needing the fewest, in preference order); else wait, with the reason.
+       stays reserved for it meanwhile); else admit it to the first candidate pool where it
+       fits (capacity and quota); else claim GPUs that leaving victims free beyond their
+       preemptors' needs, and wait for them; else, within the per-pass preemption budget and
+       once it has waited `preemption_delay_s` (unless its class is in `stop_at_once_for`),
+       preempt the fewest eligible victims in one pool (the pool needing the fewest, in
+       preference order); else wait, with the reason.
     """
     teams = {*snapshot.usage_gpu_hours, *snapshot.quotas}
     fairshare = fairshare_factors(teams, snapshot.quotas, snapshot.usage_gpu_hours)
@@ -220,28 +222,19 @@ def plan_with_stats(
     draining = running.draining
 
     # A preemptor whose victims are still checkpointing keeps what the pass that chose them
-    # reserved for it, so no job of this pass takes the capacity it waits for.
+    # reserved for it, so no job of this pass takes the capacity it waits for. What the victims
+    # free beyond its need (a 1-GPU job that preempted an 8-GPU one leaves 7) is spare, per pool:
+    # a job that does not fit claims it and waits for it instead of preempting more, and it does
+    # not go to whatever is queued when the victims leave. (Victims of a preemptor the pass did
+    # not read stay charged to the pool, spare included.)
+    surplus: dict[str, int] = {}
     if draining:
         for job in window:
             leaving = draining.get(job.id)
             if leaving and leaving[0].pool in snapshot.pools:
-                _reserve_for_preemptor(ledger, job, snapshot.pools[leaving[0].pool], leaving)
-
-    # GPUs that leaving victims free beyond what their preemptor needs, per pool (a 1-GPU job that
-    # preempted an 8-GPU one leaves 7): a job that does not fit claims them and waits for them
-    # instead of preempting more, and they do not go to whatever is queued when the victims leave.
-    surplus: dict[str, int] = {}
-    if draining:
-        by_id = {job.id: job for job in window}
-        for preemptor_id, leaving in draining.items():
-            preemptor = by_id.get(preemptor_id)
-            pool_name = leaving[0].pool
-            if preemptor is None or pool_name not in snapshot.pools:
-                continue  # a preemptor the pass did not read: its victims' GPUs stay its own
-            freed = sum(v.gpus for v in leaving if v.pool == pool_name)
-            extra = freed - snapshot.pools[pool_name].demand_gpus(preemptor)
-            if extra > 0:
-                surplus[pool_name] = surplus.get(pool_name, 0) + extra
+                pool = snapshot.pools[leaving[0].pool]
+                _reserve_for_preemptor(ledger, job, pool, leaving)
+                _add_spare(surplus, job, pool, leaving)
 
     decisions: list[Decision] = []
     taken: set[str] = set()
@@ -335,9 +328,7 @@ def plan_with_stats(
         taken.update(v.job_id for v in victims)
         preemptions_left -= 1
         _reserve_for_preemptor(ledger, job, pool, [v.allocation for v in victims])
-        extra = sum(v.allocation.gpus for v in victims) - pool.demand_gpus(job)
-        if extra > 0:
-            surplus[pool.name] = surplus.get(pool.name, 0) + extra
+        _add_spare(surplus, job, pool, [v.allocation for v in victims])
         ids = tuple(v.job_id for v in victims)
         checkpoint = job.priority not in config.stop_at_once_for
         reason = f"preempting {len(ids)} job(s) in {pool.name} by {config.strategy.value}: {first_shortfall}"
@@ -497,6 +488,13 @@ def _alike(job: Job) -> tuple[object, ...] | None:
     if spec.deadline is not None:
         return None
     return (job.team, spec.priority, spec.gpus, spec.nodes, spec.gpu_type, spec.spot, job.interruptions)
+
+
+def _add_spare(surplus: dict[str, int], job: Job, pool: Pool, victims: Sequence[Allocation]) -> None:
+    """Count the GPUs that `victims` free in `pool` beyond what `job` takes there."""
+    spare = sum(v.gpus for v in victims if v.pool == pool.name) - pool.demand_gpus(job)
+    if spare > 0:
+        surplus[pool.name] = surplus.get(pool.name, 0) + spare
 
 
 def _claim_surplus(job: Job, pools: Sequence[Pool], surplus: dict[str, int], ledger: Ledger) -> str | None:
