@@ -162,8 +162,9 @@ class Agent:
         AWS clients come from `aws` (default: built from the environment, AWS_ENDPOINT_URL included)."""
         settings = dataclasses.replace(AgentSettings.from_env(env), **overrides)
         imds = InstanceMetadata(settings.imds_endpoint) if settings.imds_endpoint else None
-        uses_aws = bool((settings.checkpoint_uri or "").startswith("s3://") or settings.event_bus
-                        or settings.jobs_table)
+        uses_aws = bool(
+            (settings.checkpoint_uri or "").startswith("s3://") or settings.event_bus or settings.jobs_table
+        )
         if aws is None and uses_aws:
             aws = AwsClients(region=resolve_region(imds))
         store = None
@@ -177,8 +178,15 @@ class Agent:
         job_poller = None
         if settings.jobs_table and aws:
             job_poller = JobRecordPoller(aws.dynamodb, settings.jobs_table, settings.job_id)
-        return cls(settings, store=store, publisher=publisher, job_poller=job_poller, imds=imds,
-                   clock=clock, sleep=sleep)
+        return cls(
+            settings,
+            store=store,
+            publisher=publisher,
+            job_poller=job_poller,
+            imds=imds,
+            clock=clock,
+            sleep=sleep,
+        )
 
     def _instance_id_from_imds(self) -> str | None:
         if self.imds is None:
@@ -198,11 +206,17 @@ class Agent:
         else:
             log.warning("agent started off the main thread: SIGTERM will not trigger a checkpoint")
         if not self._threads:
-            self._threads.append(threading.Thread(target=self._run_poller, args=(True, False),
-                                                  name="spotline-agent-control", daemon=True))
+            self._threads.append(
+                threading.Thread(
+                    target=self._run_poller, args=(True, False), name="spotline-agent-control", daemon=True
+                )
+            )
             if self.imds is not None:
-                self._threads.append(threading.Thread(target=self._run_poller, args=(False, True),
-                                                      name="spotline-agent-spot", daemon=True))
+                self._threads.append(
+                    threading.Thread(
+                        target=self._run_poller, args=(False, True), name="spotline-agent-spot", daemon=True
+                    )
+                )
             for thread in self._threads:
                 thread.start()
         return self
@@ -339,8 +353,14 @@ class Agent:
         else:
             data, encoding = encode_state(state)
             record = self.store.save(
-                step, data, encoding=encoding, job_id=self.job_id, created_at=captured_at,
-                progress=progress, reason=str(reason), final=final,
+                step,
+                data,
+                encoding=encoding,
+                job_id=self.job_id,
+                created_at=captured_at,
+                progress=progress,
+                reason=str(reason),
+                final=final,
                 meta={**(meta or {}), "instance_id": self.instance_id},
             )
             log.info("checkpoint at step %d (%s): %s", step, reason, record.uri)
@@ -362,12 +382,14 @@ class Agent:
             )
         return record
 
-    def finish(self, step: int, state: object, *, progress: float = 1.0,
-               meta: dict[str, Any] | None = None) -> CheckpointRecord | None:
+    def finish(
+        self, step: int, state: object, *, progress: float = 1.0, meta: dict[str, Any] | None = None
+    ) -> CheckpointRecord | None:
         """The run is complete: write the final state as a checkpoint and send a last heartbeat."""
         self.report(step, progress)
-        record = self.checkpoint(step, state, progress=progress, reason=CheckpointReason.FINAL,
-                                 final=True, meta=meta)
+        record = self.checkpoint(
+            step, state, progress=progress, reason=CheckpointReason.FINAL, final=True, meta=meta
+        )
         self._heartbeat()
         return record
 
@@ -465,8 +487,12 @@ class Agent:
         with self._lock:
             last = self.last_checkpoint
             detail = heartbeat_detail(
-                job_id=self.job_id, instance_id=self.instance_id, step=self._step, progress=self._progress,
-                utilization=self._utilization, last_checkpoint_step=last.step if last else None,
+                job_id=self.job_id,
+                instance_id=self.instance_id,
+                step=self._step,
+                progress=self._progress,
+                utilization=self._utilization,
+                last_checkpoint_step=last.step if last else None,
             )
         if self.settings.status_file:
             # Under the command wrapper: it sends the heartbeats, with our figures.

@@ -33,7 +33,9 @@ class EventBridgePublisher:
 
     def publish(self, detail_type: str, detail: dict[str, Any]) -> bool:
         entry: PutEventsRequestEntryTypeDef = {
-            "Source": SOURCE_AGENT, "DetailType": detail_type, "Detail": json.dumps(detail),
+            "Source": SOURCE_AGENT,
+            "DetailType": detail_type,
+            "Detail": json.dumps(detail),
             "EventBusName": self.bus_name,
         }
         # botocore retries throttling and 5xx; PutEvents can also fail per entry (FailedEntryCount)
@@ -90,8 +92,13 @@ def checkpoint_completed_detail(
 
 
 def heartbeat_detail(
-    *, job_id: str, instance_id: str | None, step: int, progress: float | None,
-    utilization: float | None, last_checkpoint_step: int | None,
+    *,
+    job_id: str,
+    instance_id: str | None,
+    step: int,
+    progress: float | None,
+    utilization: float | None,
+    last_checkpoint_step: int | None,
 ) -> dict[str, Any]:
     return {
         "job_id": job_id,

@@ -92,7 +92,8 @@ class InstanceMetadata:
 
     def _fetch_token(self) -> str:
         request = urllib.request.Request(
-            f"{self.endpoint}/latest/api/token", method="PUT",
+            f"{self.endpoint}/latest/api/token",
+            method="PUT",
             headers={"X-aws-ec2-metadata-token-ttl-seconds": str(self.TOKEN_TTL_S)},
         )
         with self._open(request, timeout=self.timeout_s) as response:

@@ -106,9 +106,18 @@ class CheckpointStore(abc.ABC):
         # never overwrite data that a manifest already names.
         data_key = f"{DATA_PREFIX}step-{step:012d}-{uuid.uuid4().hex[:12]}.{extension}"
         record = CheckpointRecord(
-            job_id=job_id, step=step, uri=self.uri + manifest_key(step), data_key=data_key,
-            sha256=hashlib.sha256(data).hexdigest(), size=len(data), encoding=encoding,
-            created_at=created_at, progress=progress, reason=reason, final=final, meta=dict(meta or {}),
+            job_id=job_id,
+            step=step,
+            uri=self.uri + manifest_key(step),
+            data_key=data_key,
+            sha256=hashlib.sha256(data).hexdigest(),
+            size=len(data),
+            encoding=encoding,
+            created_at=created_at,
+            progress=progress,
+            reason=reason,
+            final=final,
+            meta=dict(meta or {}),
         )
         self._put(data_key, data)
         # The manifest goes last: this write is what makes the checkpoint exist.
@@ -142,8 +151,9 @@ class CheckpointStore(abc.ABC):
             log.warning("checkpoint %s: data %s is missing; skipping it", record.uri, record.data_key)
             return None
         if len(data) != record.size or hashlib.sha256(data).hexdigest() != record.sha256:
-            log.warning("checkpoint %s: data %s does not match its manifest; skipping it",
-                        record.uri, record.data_key)
+            log.warning(
+                "checkpoint %s: data %s does not match its manifest; skipping it", record.uri, record.data_key
+            )
             return None
         return data
 
@@ -249,7 +259,7 @@ class S3CheckpointStore(CheckpointStore):
         keys: list[str] = []
         paginator = self.client.get_paginator("list_objects_v2")
         for page in paginator.paginate(Bucket=self.bucket, Prefix=self.prefix + prefix):
-            keys.extend(obj["Key"][len(self.prefix):] for obj in page.get("Contents", []))
+            keys.extend(obj["Key"][len(self.prefix) :] for obj in page.get("Contents", []))
         return keys
 
 

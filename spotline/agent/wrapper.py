@@ -51,7 +51,10 @@ def gpu_utilization() -> float | None:
     try:
         out = subprocess.run(
             [binary, "--query-gpu=utilization.gpu", "--format=csv,noheader,nounits"],
-            capture_output=True, text=True, timeout=5, check=True,
+            capture_output=True,
+            text=True,
+            timeout=5,
+            check=True,
         ).stdout
         values = [float(line) for line in out.split() if line.strip()]
     except (OSError, ValueError, subprocess.SubprocessError):
@@ -130,8 +133,12 @@ class CommandWrapper:
         if detail is None:
             # A command that does not use the library: alive, but no step or progress to report.
             detail = make_heartbeat_detail(
-                job_id=self.settings.job_id, instance_id=self.instance_id, step=0, progress=None,
-                utilization=self._probe(), last_checkpoint_step=None,
+                job_id=self.settings.job_id,
+                instance_id=self.instance_id,
+                step=0,
+                progress=None,
+                utilization=self._probe(),
+                last_checkpoint_step=None,
             )
         else:
             detail["job_id"] = self.settings.job_id
@@ -151,20 +158,27 @@ def _read_status(path: Path) -> dict[str, Any] | None:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of `python -m spotline.agent [--heartbeat-s S] -- cmd args...`."""
     args = list(sys.argv[1:] if argv is None else argv)
-    options, command = (args[: args.index("--")], args[args.index("--") + 1:]) if "--" in args else ([], args)
+    options, command = (
+        (args[: args.index("--")], args[args.index("--") + 1 :]) if "--" in args else ([], args)
+    )
     parser = argparse.ArgumentParser(
         prog="python -m spotline.agent",
         description="Run a training command under the Spotline agent (heartbeats, SIGTERM forwarding). "
         "Only commands that use the spotline.agent library can checkpoint.",
         usage="%(prog)s [--heartbeat-s S] -- command [args...]",
     )
-    parser.add_argument("--heartbeat-s", type=float, default=None,
-                        help="seconds between heartbeats (default: SPOTLINE_HEARTBEAT_S or 30)")
+    parser.add_argument(
+        "--heartbeat-s",
+        type=float,
+        default=None,
+        help="seconds between heartbeats (default: SPOTLINE_HEARTBEAT_S or 30)",
+    )
     parsed = parser.parse_args(options)
     if not command:
         parser.error("no command given (put it after --)")
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
-                        format="spotline-agent: %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.INFO, stream=sys.stderr, format="spotline-agent: %(levelname)s %(name)s: %(message)s"
+    )
 
     settings = AgentSettings.from_env()
     if parsed.heartbeat_s is not None:

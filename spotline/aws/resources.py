@@ -31,7 +31,9 @@ ENV_CONFIG = "SPOTLINE_CONFIG"
 AGENT_ENV_JOB_ID = "SPOTLINE_JOB_ID"
 AGENT_ENV_JOBS_TABLE = ENV_JOBS_TABLE
 AGENT_ENV_EVENT_BUS = ENV_EVENT_BUS
-AGENT_ENV_CHECKPOINT_URI = "SPOTLINE_CHECKPOINT_URI"  # s3://bucket/checkpoints/<team>/<job_id>/ or file:///dir/
+AGENT_ENV_CHECKPOINT_URI = (
+    "SPOTLINE_CHECKPOINT_URI"  # s3://bucket/checkpoints/<team>/<job_id>/ or file:///dir/
+)
 AGENT_ENV_INSTANCE_ID = "SPOTLINE_INSTANCE_ID"  # locally; on AWS the agent reads instance metadata
 AGENT_ENV_CHECKPOINT_INTERVAL_S = "SPOTLINE_CHECKPOINT_INTERVAL_S"
 AGENT_ENV_POLL_S = "SPOTLINE_AGENT_POLL_S"  # how often the agent reads its job record (default 5)
@@ -79,20 +81,27 @@ JOBS = Table(
 )
 
 # Timeline: every transition of a job, in order.
-TIMELINE = Table(logical_id="Timeline", env=ENV_TIMELINE_TABLE, partition_key="job_id", sort_key="seq",
-                 number_keys=("seq",))
+TIMELINE = Table(
+    logical_id="Timeline",
+    env=ENV_TIMELINE_TABLE,
+    partition_key="job_id",
+    sort_key="seq",
+    number_keys=("seq",),
+)
 
 # Capacity and quota ledger: "POOL#<name>" and "TEAM#<team>" items with `used_gpus`, updated in
 # the same transaction as each admission or release (condition: used + gpus <= capacity).
 LEDGER = Table(logical_id="Ledger", env=ENV_LEDGER_TABLE, partition_key="pk")
 
 # Instance id -> the jobs running on it (a Spot warning names an instance, not a job).
-INSTANCES = Table(logical_id="Instances", env=ENV_INSTANCES_TABLE, partition_key="instance_id",
-                  ttl_attribute="expires_at")
+INSTANCES = Table(
+    logical_id="Instances", env=ENV_INSTANCES_TABLE, partition_key="instance_id", ttl_attribute="expires_at"
+)
 
 # Powertools idempotency records (its DynamoDBPersistenceLayer defaults: key "id", ttl "expiration").
-IDEMPOTENCY = Table(logical_id="Idempotency", env=ENV_IDEMPOTENCY_TABLE, partition_key="id",
-                    ttl_attribute="expiration")
+IDEMPOTENCY = Table(
+    logical_id="Idempotency", env=ENV_IDEMPOTENCY_TABLE, partition_key="id", ttl_attribute="expiration"
+)
 
 TABLES: tuple[Table, ...] = (JOBS, TIMELINE, LEDGER, INSTANCES, IDEMPOTENCY)
 
@@ -130,22 +139,56 @@ class Rule:
 
 
 RULES: tuple[Rule, ...] = (
-    Rule("JobSubmitted", PROJECT_BUS,
-         {"source": [SOURCE_API], "detail-type": [DETAIL_JOB_SUBMITTED]}, SCHEDULER_QUEUE),
-    Rule("CapacityFreed", PROJECT_BUS,
-         {"source": [SOURCE_SCHEDULER], "detail-type": [DETAIL_JOB_STATE_CHANGED],
-          "detail": {"to": ["SUCCEEDED", "FAILED", "CANCELLED", "PENDING"]}}, SCHEDULER_QUEUE),
-    Rule("CheckpointCompleted", PROJECT_BUS,
-         {"source": [SOURCE_AGENT], "detail-type": [DETAIL_CHECKPOINT_COMPLETED]}, "checkpoint_completed"),
-    Rule("JobHeartbeat", PROJECT_BUS,
-         {"source": [SOURCE_AGENT], "detail-type": [DETAIL_JOB_HEARTBEAT]}, "heartbeat"),
-    Rule("SpotInterruptionWarning", DEFAULT_BUS,
-         {"source": ["aws.ec2"], "detail-type": [DETAIL_SPOT_WARNING]}, "spot_interruption"),
-    Rule("RebalanceRecommendation", DEFAULT_BUS,
-         {"source": ["aws.ec2"], "detail-type": [DETAIL_REBALANCE]}, "rebalance"),
-    Rule("BatchJobStateChange", DEFAULT_BUS,
-         {"source": ["aws.batch"], "detail-type": [DETAIL_BATCH_STATE_CHANGE],
-          "detail": {"jobName": [{"prefix": "spotline-"}]}}, "batch_state_change"),
+    Rule(
+        "JobSubmitted",
+        PROJECT_BUS,
+        {"source": [SOURCE_API], "detail-type": [DETAIL_JOB_SUBMITTED]},
+        SCHEDULER_QUEUE,
+    ),
+    Rule(
+        "CapacityFreed",
+        PROJECT_BUS,
+        {
+            "source": [SOURCE_SCHEDULER],
+            "detail-type": [DETAIL_JOB_STATE_CHANGED],
+            "detail": {"to": ["SUCCEEDED", "FAILED", "CANCELLED", "PENDING"]},
+        },
+        SCHEDULER_QUEUE,
+    ),
+    Rule(
+        "CheckpointCompleted",
+        PROJECT_BUS,
+        {"source": [SOURCE_AGENT], "detail-type": [DETAIL_CHECKPOINT_COMPLETED]},
+        "checkpoint_completed",
+    ),
+    Rule(
+        "JobHeartbeat",
+        PROJECT_BUS,
+        {"source": [SOURCE_AGENT], "detail-type": [DETAIL_JOB_HEARTBEAT]},
+        "heartbeat",
+    ),
+    Rule(
+        "SpotInterruptionWarning",
+        DEFAULT_BUS,
+        {"source": ["aws.ec2"], "detail-type": [DETAIL_SPOT_WARNING]},
+        "spot_interruption",
+    ),
+    Rule(
+        "RebalanceRecommendation",
+        DEFAULT_BUS,
+        {"source": ["aws.ec2"], "detail-type": [DETAIL_REBALANCE]},
+        "rebalance",
+    ),
+    Rule(
+        "BatchJobStateChange",
+        DEFAULT_BUS,
+        {
+            "source": ["aws.batch"],
+            "detail-type": [DETAIL_BATCH_STATE_CHANGE],
+            "detail": {"jobName": [{"prefix": "spotline-"}]},
+        },
+        "batch_state_change",
+    ),
 )
 
 # --- functions and workflows -----------------------------------------------------------
@@ -167,24 +210,55 @@ class Function:
 
 FUNCTIONS: tuple[Function, ...] = (
     # Cancelling a running job releases its GPUs (Ledger) and its instance entries (Instances).
-    Function("api", "api", reads=("Jobs", "Timeline"),
-             writes=("Jobs", "Timeline", "Idempotency", "Ledger", "Instances")),
-    Function("scheduler", "scheduler", timeout_s=60,
-             reads=("Jobs", "Ledger"), writes=("Jobs", "Timeline", "Ledger", "Instances")),
-    Function("spot_interruption", "spot_interruption",
-             reads=("Jobs", "Instances"), writes=("Jobs", "Timeline", "Idempotency")),
+    Function(
+        "api",
+        "api",
+        reads=("Jobs", "Timeline"),
+        writes=("Jobs", "Timeline", "Idempotency", "Ledger", "Instances"),
+    ),
+    Function(
+        "scheduler",
+        "scheduler",
+        timeout_s=60,
+        reads=("Jobs", "Ledger"),
+        writes=("Jobs", "Timeline", "Ledger", "Instances"),
+    ),
+    Function(
+        "spot_interruption",
+        "spot_interruption",
+        reads=("Jobs", "Instances"),
+        writes=("Jobs", "Timeline", "Idempotency"),
+    ),
     Function("rebalance", "rebalance", reads=("Jobs", "Instances"), writes=("Jobs", "Idempotency")),
-    Function("checkpoint_completed", "checkpoint_completed", reads=("Jobs",),
-             writes=("Jobs", "Timeline", "Idempotency")),
+    Function(
+        "checkpoint_completed",
+        "checkpoint_completed",
+        reads=("Jobs",),
+        writes=("Jobs", "Timeline", "Idempotency"),
+    ),
     # A heartbeat names the EC2 instance the job runs on (Instances: for Spot warnings).
     Function("heartbeat", "heartbeat", reads=("Jobs",), writes=("Jobs", "Instances")),
-    Function("batch_state_change", "batch_state_change",
-             reads=("Jobs", "Ledger"), writes=("Jobs", "Timeline", "Ledger", "Instances", "Idempotency")),
-    Function("reconciler", "reconciler", timeout_s=120,
-             reads=("Jobs", "Ledger"), writes=("Jobs", "Timeline", "Ledger", "Instances")),
+    Function(
+        "batch_state_change",
+        "batch_state_change",
+        reads=("Jobs", "Ledger"),
+        writes=("Jobs", "Timeline", "Ledger", "Instances", "Idempotency"),
+    ),
+    Function(
+        "reconciler",
+        "reconciler",
+        timeout_s=120,
+        reads=("Jobs", "Ledger"),
+        writes=("Jobs", "Timeline", "Ledger", "Instances"),
+    ),
     # Lambda tasks of the workflows: one entry point, dispatched on the input's "task" field.
-    Function("workflow_tasks", "workflow_tasks", timeout_s=60,
-             reads=("Jobs", "Ledger", "Instances"), writes=("Jobs", "Timeline", "Ledger", "Instances")),
+    Function(
+        "workflow_tasks",
+        "workflow_tasks",
+        timeout_s=60,
+        reads=("Jobs", "Ledger", "Instances"),
+        writes=("Jobs", "Timeline", "Ledger", "Instances"),
+    ),
 )
 
 
@@ -241,10 +315,18 @@ class StateMachine:
 
 
 STATE_MACHINES: tuple[StateMachine, ...] = (
-    StateMachine("preempt", "preempt.asl.json", ENV_PREEMPT_STATE_MACHINE_ARN,
-                 {"WorkflowTasksFunctionArn": "workflow_tasks"}),
-    StateMachine("launch", "launch.asl.json", ENV_LAUNCH_STATE_MACHINE_ARN,
-                 {"WorkflowTasksFunctionArn": "workflow_tasks"}),
+    StateMachine(
+        "preempt",
+        "preempt.asl.json",
+        ENV_PREEMPT_STATE_MACHINE_ARN,
+        {"WorkflowTasksFunctionArn": "workflow_tasks"},
+    ),
+    StateMachine(
+        "launch",
+        "launch.asl.json",
+        ENV_LAUNCH_STATE_MACHINE_ARN,
+        {"WorkflowTasksFunctionArn": "workflow_tasks"},
+    ),
 )
 
 # Periodic triggers: the scheduler's tick (aging, deadlines) and the reconciler.

@@ -18,7 +18,6 @@ app = typer.Typer(
 )
 
 
-
 @app.callback()
 def main() -> None:
     """Spotline: schedule training jobs on elastic GPUs."""

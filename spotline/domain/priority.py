@@ -69,26 +69,17 @@ def effective_priority(
     Properties (tested): waiting longer, a closer deadline and more disruptions suffered each
     never lower it.
     """
-    age = min(1.0, wait_s(job, now) / weights.max_age_s)
-    history = min(job.disruptions, weights.history_cap) / weights.history_cap
-    size = min(1.0, job.gpus / weights.size_norm_gpus)
-    return (
-        weights.class_step * job.priority.rank
-        + weights.age * age
-        + weights.deadline * deadline_urgency(job, now, weights, remaining_s)
-        + weights.size * size
-        + weights.fairshare * fairshare
-        + weights.history * history
-    )
+    return PriorityScorer(now, weights, {job.team: fairshare}, lambda _: remaining_s)(job)
 
 
 class PriorityScorer:
     """`effective_priority` of many jobs at one `now`, for a scheduling pass.
 
-    The terms that depend only on a job's class, size, team or disruptions are computed once per
-    distinct value and kept; the result is the same float `effective_priority` gives (the same
-    terms, added in the same order; tested). `remaining_s(job)`, the job's estimated remaining
-    run time, is asked for only for a job with a deadline, the one term that reads it.
+    The formula is written here once (`effective_priority` scores one job with it). The terms
+    that depend only on a job's class, size, team or disruptions are computed once per distinct
+    value and kept (tested: scoring many jobs with one scorer gives each job's own score).
+    `remaining_s(job)`, the job's estimated remaining run time, is asked for only for a job with
+    a deadline, the one term that reads it.
     """
 
     def __init__(
@@ -113,12 +104,10 @@ class PriorityScorer:
         now = self._now
         end = now if job.started_at is None else job.started_at
         age = min(1.0, max(0.0, end - job.enqueued_at) / weights.max_age_s)
-        deadline = spec.deadline_at
-        if deadline is None:
+        if spec.deadline is None:
             urgency = 0.0
         else:
-            slack = deadline - now - self._remaining_s(job)
-            urgency = min(1.0, max(0.0, 1.0 - slack / weights.deadline_horizon_s))
+            urgency = deadline_urgency(job, now, weights, self._remaining_s(job))
         size = self._size.get(spec.gpus)
         if size is None:
             size = self._size[spec.gpus] = weights.size * min(1.0, spec.gpus / weights.size_norm_gpus)

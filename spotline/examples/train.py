@@ -67,8 +67,11 @@ class TrainState:
 
     def to_checkpoint(self, config: TrainConfig) -> dict[str, Any]:
         return {
-            "step": self.step, "config": config.identity(),
-            "params": self.params, "adam_m": self.adam_m, "adam_v": self.adam_v,
+            "step": self.step,
+            "config": config.identity(),
+            "params": self.params,
+            "adam_m": self.adam_m,
+            "adam_v": self.adam_v,
             # The bit generator's state (128-bit integers for PCG64): without it a resumed run
             # would draw different mini-batches from the uninterrupted one.
             "rng": self.rng.bit_generator.state,
@@ -78,8 +81,13 @@ class TrainState:
     def from_checkpoint(cls, body: Mapping[str, Any]) -> TrainState:
         rng = np.random.default_rng()
         rng.bit_generator.state = body["rng"]
-        return cls(step=int(body["step"]), params=dict(body["params"]), adam_m=dict(body["adam_m"]),
-                   adam_v=dict(body["adam_v"]), rng=rng)
+        return cls(
+            step=int(body["step"]),
+            params=dict(body["params"]),
+            adam_m=dict(body["adam_m"]),
+            adam_v=dict(body["adam_v"]),
+            rng=rng,
+        )
 
 
 def make_dataset(config: TrainConfig) -> tuple[Array, Labels]:
@@ -101,7 +109,8 @@ def initial_state(config: TrainConfig) -> TrainState:
         "b2": np.zeros(config.classes),
     }
     return TrainState(
-        step=0, params=params,
+        step=0,
+        params=params,
         adam_m={name: np.zeros_like(value) for name, value in params.items()},
         adam_v={name: np.zeros_like(value) for name, value in params.items()},
         rng=np.random.default_rng([config.seed, 2]),
@@ -128,8 +137,12 @@ def train_step(state: TrainState, config: TrainConfig, x: Array, y: Labels) -> f
     d_logits[np.arange(len(yb)), yb] -= 1.0
     d_logits /= len(yb)
     d_hidden = (d_logits @ params["W2"].T) * (1.0 - hidden**2)
-    grads = {"W2": hidden.T @ d_logits, "b2": d_logits.sum(axis=0),
-             "W1": xb.T @ d_hidden, "b1": d_hidden.sum(axis=0)}
+    grads = {
+        "W2": hidden.T @ d_logits,
+        "b2": d_logits.sum(axis=0),
+        "W1": xb.T @ d_hidden,
+        "b1": d_hidden.sum(axis=0),
+    }
     t = state.step + 1
     for name in PARAM_NAMES:
         state.adam_m[name] = ADAM_BETA1 * state.adam_m[name] + (1 - ADAM_BETA1) * grads[name]
@@ -155,8 +168,13 @@ def accuracy(params: Mapping[str, Array], x: Array, y: Labels) -> float:
     return float(np.mean(np.argmax(forward(params, x)[1], axis=1) == y))
 
 
-def train(config: TrainConfig, agent: Agent, *, step_time_s: float = 0.0,
-          clock: Callable[[], float] = time.monotonic) -> int:
+def train(
+    config: TrainConfig,
+    agent: Agent,
+    *,
+    step_time_s: float = 0.0,
+    clock: Callable[[], float] = time.monotonic,
+) -> int:
     """Run (or resume) training under `agent`; returns the process exit status."""
     x, y = make_dataset(config)
     restored = agent.restore()
@@ -165,8 +183,12 @@ def train(config: TrainConfig, agent: Agent, *, step_time_s: float = 0.0,
     else:
         written_with = restored.state.get("config") if isinstance(restored.state, dict) else None
         if written_with != config.identity():
-            log.error("checkpoint %s was written with %s, not %s", restored.record.uri, written_with,
-                      config.identity())
+            log.error(
+                "checkpoint %s was written with %s, not %s",
+                restored.record.uri,
+                written_with,
+                config.identity(),
+            )
             return 2
         state = TrainState.from_checkpoint(restored.state)
         log.info("resuming from step %d", state.step)
@@ -185,15 +207,24 @@ def train(config: TrainConfig, agent: Agent, *, step_time_s: float = 0.0,
         utilization = busy_s / max(clock() - started, 1e-9)
         if state.step % log_every == 0:
             log.info("step %d/%d loss %.4f", state.step, config.steps, loss)
-        if not agent.step(state.step, state.step / config.steps, lambda: state.to_checkpoint(config),
-                          utilization=min(1.0, utilization)):
+        if not agent.step(
+            state.step,
+            state.step / config.steps,
+            lambda: state.to_checkpoint(config),
+            utilization=min(1.0, utilization),
+        ):
             return EXIT_STOPPED
 
     digest = weights_sha256(state.params)
     record = agent.finish(state.step, state.to_checkpoint(config), meta={"weights_sha256": digest})
     result = {
-        "job_id": agent.job_id, "steps": state.step, "seed": config.seed, "weights_sha256": digest,
-        "accuracy": accuracy(state.params, x, y), "last_loss": loss, "resumed_from_step": resumed_from,
+        "job_id": agent.job_id,
+        "steps": state.step,
+        "seed": config.seed,
+        "weights_sha256": digest,
+        "accuracy": accuracy(state.params, x, y),
+        "last_loss": loss,
+        "resumed_from_step": resumed_from,
         "checkpoint_uri": record.uri if record else None,
     }
     print(json.dumps(result), flush=True)
@@ -201,20 +232,30 @@ def train(config: TrainConfig, agent: Agent, *, step_time_s: float = 0.0,
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m spotline.examples.train",
-                                     description="A small resumable training loop under the Spotline agent.")
+    parser = argparse.ArgumentParser(
+        prog="python -m spotline.examples.train",
+        description="A small resumable training loop under the Spotline agent.",
+    )
     parser.add_argument("--steps", type=int, required=True, help="total training steps")
     parser.add_argument("--seed", type=int, default=0, help="seeds the data, the weights and the batches")
     parser.add_argument("--step-time-s", type=float, default=0.0, help="simulated work per step (seconds)")
-    parser.add_argument("--checkpoint-uri", default=None,
-                        help="s3://bucket/prefix/ or file:///dir/ (default: SPOTLINE_CHECKPOINT_URI)")
-    parser.add_argument("--checkpoint-interval-s", type=float, default=None,
-                        help="periodic checkpoint interval (default: SPOTLINE_CHECKPOINT_INTERVAL_S or 600)")
+    parser.add_argument(
+        "--checkpoint-uri",
+        default=None,
+        help="s3://bucket/prefix/ or file:///dir/ (default: SPOTLINE_CHECKPOINT_URI)",
+    )
+    parser.add_argument(
+        "--checkpoint-interval-s",
+        type=float,
+        default=None,
+        help="periodic checkpoint interval (default: SPOTLINE_CHECKPOINT_INTERVAL_S or 600)",
+    )
     args = parser.parse_args(argv)
     if args.steps < 1:
         parser.error("--steps must be >= 1")
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
-                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    logging.basicConfig(
+        level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(name)s %(levelname)s %(message)s"
+    )
     overrides: dict[str, Any] = {}
     if args.checkpoint_uri:
         overrides["checkpoint_uri"] = args.checkpoint_uri

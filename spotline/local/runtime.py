@@ -335,4 +335,3 @@ class LocalControlPlane:
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = value
-

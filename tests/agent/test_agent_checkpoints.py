@@ -29,12 +29,28 @@ JOB = "job-7"
 TABLE = "spotline-jobs"
 
 
-def make_agent(tmp_path: Path, clock: FakeClock, publisher: RecordingPublisher, *,
-               inject: dict[str, Any] | None = None, **settings: Any) -> Agent:
-    defaults: dict[str, Any] = {"job_id": JOB, "instance_id": "local-0", "checkpoint_interval_s": 60.0,
-                                "heartbeat_s": 0.0}
-    return Agent(AgentSettings(**{**defaults, **settings}), store=LocalCheckpointStore(tmp_path / "ckpt"),
-                 publisher=publisher, clock=clock, sleep=clock.sleep, **(inject or {}))
+def make_agent(
+    tmp_path: Path,
+    clock: FakeClock,
+    publisher: RecordingPublisher,
+    *,
+    inject: dict[str, Any] | None = None,
+    **settings: Any,
+) -> Agent:
+    defaults: dict[str, Any] = {
+        "job_id": JOB,
+        "instance_id": "local-0",
+        "checkpoint_interval_s": 60.0,
+        "heartbeat_s": 0.0,
+    }
+    return Agent(
+        AgentSettings(**{**defaults, **settings}),
+        store=LocalCheckpointStore(tmp_path / "ckpt"),
+        publisher=publisher,
+        clock=clock,
+        sleep=clock.sleep,
+        **(inject or {}),
+    )
 
 
 def completed(publisher: RecordingPublisher) -> list[dict[str, Any]]:
@@ -78,20 +94,26 @@ def jobs_table() -> Iterator[Any]:
     with mock_aws():
         client = boto3.client("dynamodb", region_name="us-east-1")
         client.create_table(
-            TableName=TABLE, BillingMode="PAY_PER_REQUEST",
+            TableName=TABLE,
+            BillingMode="PAY_PER_REQUEST",
             KeySchema=[{"AttributeName": "job_id", "KeyType": "HASH"}],
             AttributeDefinitions=[{"AttributeName": "job_id", "AttributeType": "S"}],
         )
-        client.put_item(TableName=TABLE, Item={"job_id": {"S": JOB}, "state": {"S": "RUNNING"},
-                                               "spec": {"S": "x" * 10_000}})
+        client.put_item(
+            TableName=TABLE,
+            Item={"job_id": {"S": JOB}, "state": {"S": "RUNNING"}, "spec": {"S": "x" * 10_000}},
+        )
         yield client
 
 
 def request_checkpoint(client: Any, at: float) -> None:
     """What the control plane's checkpoint-then-preempt workflow does."""
-    client.update_item(TableName=TABLE, Key={"job_id": {"S": JOB}},
-                       UpdateExpression="SET checkpoint_requested_at = :t",
-                       ExpressionAttributeValues={":t": {"N": repr(at)}})
+    client.update_item(
+        TableName=TABLE,
+        Key={"job_id": {"S": JOB}},
+        UpdateExpression="SET checkpoint_requested_at = :t",
+        ExpressionAttributeValues={":t": {"N": repr(at)}},
+    )
 
 
 def test_checkpoint_on_request_from_the_jobs_table(tmp_path: Path, clock: FakeClock, jobs_table: Any) -> None:
@@ -104,8 +126,9 @@ def test_checkpoint_on_request_from_the_jobs_table(tmp_path: Path, clock: FakeCl
 
     publisher = RecordingPublisher()
     poller = JobRecordPoller(SpyClient(), TABLE, JOB)  # type: ignore[arg-type]
-    agent = make_agent(tmp_path, clock, publisher, poll_s=5.0, checkpoint_interval_s=0,
-                       inject={"job_poller": poller})
+    agent = make_agent(
+        tmp_path, clock, publisher, poll_s=5.0, checkpoint_interval_s=0, inject={"job_poller": poller}
+    )
 
     # A request left over from an earlier run of the job (before this process started) is stale.
     request_checkpoint(jobs_table, clock.now - 30)
@@ -149,8 +172,9 @@ def test_a_request_made_while_writing_is_answered_by_the_next_checkpoint(
 
     poller = Poller()
     publisher = RecordingPublisher()
-    agent = make_agent(tmp_path, clock, publisher, poll_s=1.0, checkpoint_interval_s=0,
-                       inject={"job_poller": poller})
+    agent = make_agent(
+        tmp_path, clock, publisher, poll_s=1.0, checkpoint_interval_s=0, inject={"job_poller": poller}
+    )
     clock.advance(1)
     poller.requested_at = clock.now
     agent.poll_once()
@@ -235,8 +259,14 @@ def test_heartbeats_carry_the_last_reported_step(tmp_path: Path, clock: FakeCloc
 
     beats = [d for kind, d in publisher.events if kind == DETAIL_JOB_HEARTBEAT]
     assert len(beats) == 2
-    assert beats[1] == {"job_id": JOB, "instance_id": "local-0", "step": 12, "progress": 0.12,
-                        "utilization": 0.9, "last_checkpoint_step": None}
+    assert beats[1] == {
+        "job_id": JOB,
+        "instance_id": "local-0",
+        "step": 12,
+        "progress": 0.12,
+        "utilization": 0.9,
+        "last_checkpoint_step": None,
+    }
 
 
 def test_under_the_wrapper_heartbeats_go_to_the_status_file(tmp_path: Path, clock: FakeClock) -> None:
@@ -252,12 +282,22 @@ def test_under_the_wrapper_heartbeats_go_to_the_status_file(tmp_path: Path, cloc
 
 
 def test_settings_from_env() -> None:
-    env = {"SPOTLINE_JOB_ID": "j1", "SPOTLINE_CHECKPOINT_URI": "s3://b/p/", "SPOTLINE_JOBS_TABLE": "t",
-           "SPOTLINE_EVENT_BUS": "bus", "SPOTLINE_INSTANCE_ID": "local-3",
-           "SPOTLINE_CHECKPOINT_INTERVAL_S": "2.5", "SPOTLINE_AGENT_POLL_S": "0.5"}
+    env = {
+        "SPOTLINE_JOB_ID": "j1",
+        "SPOTLINE_CHECKPOINT_URI": "s3://b/p/",
+        "SPOTLINE_JOBS_TABLE": "t",
+        "SPOTLINE_EVENT_BUS": "bus",
+        "SPOTLINE_INSTANCE_ID": "local-3",
+        "SPOTLINE_CHECKPOINT_INTERVAL_S": "2.5",
+        "SPOTLINE_AGENT_POLL_S": "0.5",
+    }
     settings = AgentSettings.from_env(env)
     assert (settings.job_id, settings.checkpoint_uri, settings.jobs_table, settings.event_bus) == (
-        "j1", "s3://b/p/", "t", "bus")
+        "j1",
+        "s3://b/p/",
+        "t",
+        "bus",
+    )
     assert (settings.instance_id, settings.checkpoint_interval_s, settings.poll_s) == ("local-3", 2.5, 0.5)
     assert settings.imds_endpoint is None  # not on AWS: no instance metadata probing
     assert AgentSettings.from_env({}).job_id == "local"

@@ -33,7 +33,8 @@ def bus_to_queue() -> Iterator[tuple[Any, str]]:
         events.create_event_bus(Name=BUS)
         queue_url = sqs.create_queue(QueueName="agent-events")["QueueUrl"]
         queue_arn = sqs.get_queue_attributes(QueueUrl=queue_url, AttributeNames=["QueueArn"])["Attributes"][
-            "QueueArn"]
+            "QueueArn"
+        ]
         for rule in RULES:
             if rule.pattern["source"] == [SOURCE_AGENT]:
                 events.put_rule(Name=rule.name, EventBusName=BUS, EventPattern=json.dumps(rule.pattern))
@@ -53,7 +54,9 @@ def test_checkpoint_completed_and_heartbeat_reach_the_bus(
     events, queue_url = bus_to_queue
     agent = Agent(
         AgentSettings(job_id="job-e", instance_id="local-1", heartbeat_s=30, checkpoint_interval_s=0),
-        store=LocalCheckpointStore(tmp_path), publisher=EventBridgePublisher(events, BUS), clock=clock,
+        store=LocalCheckpointStore(tmp_path),
+        publisher=EventBridgePublisher(events, BUS),
+        clock=clock,
     )
 
     agent.report(10, 0.25, utilization=0.8)
@@ -66,10 +69,19 @@ def test_checkpoint_completed_and_heartbeat_reach_the_bus(
     done = received[DETAIL_CHECKPOINT_COMPLETED]["detail"]
     assert record is not None
     assert {k: done[k] for k in ("job_id", "checkpoint_uri", "step", "progress")} == {
-        "job_id": "job-e", "checkpoint_uri": record.uri, "step": 10, "progress": 0.25}
+        "job_id": "job-e",
+        "checkpoint_uri": record.uri,
+        "step": 10,
+        "progress": 0.25,
+    }
     beat = received[DETAIL_JOB_HEARTBEAT]["detail"]
     assert {k: beat[k] for k in ("job_id", "instance_id", "step", "progress", "utilization")} == {
-        "job_id": "job-e", "instance_id": "local-1", "step": 10, "progress": 0.25, "utilization": 0.8}
+        "job_id": "job-e",
+        "instance_id": "local-1",
+        "step": 10,
+        "progress": 0.25,
+        "utilization": 0.8,
+    }
 
 
 def test_a_missing_bus_is_logged_not_raised(bus_to_queue: tuple[Any, str]) -> None:

@@ -143,15 +143,27 @@ def test_local_store_leaves_no_temp_files_and_ignores_stray_ones(tmp_path: Path)
 
 
 def test_manifest_records_what_the_control_plane_needs(store: CheckpointStore) -> None:
-    store.save(7, b"x", encoding="bytes", job_id="job-1", created_at=123.5, progress=0.25,
-               reason="requested", meta={"instance_id": "i-1"})
+    store.save(
+        7,
+        b"x",
+        encoding="bytes",
+        job_id="job-1",
+        created_at=123.5,
+        progress=0.25,
+        reason="requested",
+        meta={"instance_id": "i-1"},
+    )
     raw = store._get("manifest-000000000007.json")
     assert raw is not None
     body = json.loads(raw)
 
     assert body["format"] == "spotline-checkpoint/1"
     assert {k: body[k] for k in ("job_id", "step", "progress", "reason", "created_at", "final")} == {
-        "job_id": "job-1", "step": 7, "progress": 0.25, "reason": "requested", "created_at": 123.5,
+        "job_id": "job-1",
+        "step": 7,
+        "progress": 0.25,
+        "reason": "requested",
+        "created_at": 123.5,
         "final": False,
     }
     assert body["meta"] == {"instance_id": "i-1"}

@@ -55,15 +55,19 @@ def wait_for(check: Callable[[], Any], timeout_s: float) -> Any:
 
 def test_checkpoint_request_via_the_jobs_table_reaches_a_running_job(endpoint: str, tmp_path: Path) -> None:
     dynamodb, events, sqs, s3 = (client(endpoint, s) for s in ("dynamodb", "events", "sqs", "s3"))
-    dynamodb.create_table(TableName=TABLE, BillingMode="PAY_PER_REQUEST",
-                          KeySchema=[{"AttributeName": "job_id", "KeyType": "HASH"}],
-                          AttributeDefinitions=[{"AttributeName": "job_id", "AttributeType": "S"}])
+    dynamodb.create_table(
+        TableName=TABLE,
+        BillingMode="PAY_PER_REQUEST",
+        KeySchema=[{"AttributeName": "job_id", "KeyType": "HASH"}],
+        AttributeDefinitions=[{"AttributeName": "job_id", "AttributeType": "S"}],
+    )
     dynamodb.put_item(TableName=TABLE, Item={"job_id": {"S": JOB}, "state": {"S": "RUNNING"}})
     s3.create_bucket(Bucket=BUCKET)
     events.create_event_bus(Name=BUS)
     queue_url = sqs.create_queue(QueueName="agent-events")["QueueUrl"]
     queue_arn = sqs.get_queue_attributes(QueueUrl=queue_url, AttributeNames=["QueueArn"])["Attributes"][
-        "QueueArn"]
+        "QueueArn"
+    ]
     for rule in RULES:
         if rule.pattern["source"] == [SOURCE_AGENT]:
             events.put_rule(Name=rule.name, EventBusName=BUS, EventPattern=json.dumps(rule.pattern))
@@ -73,20 +77,34 @@ def test_checkpoint_request_via_the_jobs_table_reaches_a_running_job(endpoint: s
     def agent_events(detail_type: str, **match: Any) -> list[dict[str, Any]]:
         reply = sqs.receive_message(QueueUrl=queue_url, MaxNumberOfMessages=10, WaitTimeSeconds=0)
         received.extend(json.loads(m["Body"]) for m in reply.get("Messages", []))
-        return [e["detail"] for e in received if e["detail-type"] == detail_type
-                and all(e["detail"].get(k) == v for k, v in match.items())]
+        return [
+            e["detail"]
+            for e in received
+            if e["detail-type"] == detail_type and all(e["detail"].get(k) == v for k, v in match.items())
+        ]
 
     env = {k: v for k, v in os.environ.items() if not k.startswith("SPOTLINE_")}
     env.update(
-        PYTHONPATH=str(REPO), AWS_ENDPOINT_URL=endpoint, AWS_DEFAULT_REGION="us-east-1",
-        AWS_ACCESS_KEY_ID="testing", AWS_SECRET_ACCESS_KEY="testing",
-        SPOTLINE_JOB_ID=JOB, SPOTLINE_INSTANCE_ID="local-i-1", SPOTLINE_JOBS_TABLE=TABLE,
-        SPOTLINE_EVENT_BUS=BUS, SPOTLINE_CHECKPOINT_URI=f"s3://{BUCKET}/checkpoints/team-a/{JOB}/",
-        SPOTLINE_CHECKPOINT_INTERVAL_S="3600", SPOTLINE_AGENT_POLL_S=str(POLL_S), SPOTLINE_HEARTBEAT_S="0.5",
+        PYTHONPATH=str(REPO),
+        AWS_ENDPOINT_URL=endpoint,
+        AWS_DEFAULT_REGION="us-east-1",
+        AWS_ACCESS_KEY_ID="testing",
+        AWS_SECRET_ACCESS_KEY="testing",
+        SPOTLINE_JOB_ID=JOB,
+        SPOTLINE_INSTANCE_ID="local-i-1",
+        SPOTLINE_JOBS_TABLE=TABLE,
+        SPOTLINE_EVENT_BUS=BUS,
+        SPOTLINE_CHECKPOINT_URI=f"s3://{BUCKET}/checkpoints/team-a/{JOB}/",
+        SPOTLINE_CHECKPOINT_INTERVAL_S="3600",
+        SPOTLINE_AGENT_POLL_S=str(POLL_S),
+        SPOTLINE_HEARTBEAT_S="0.5",
     )
     process = subprocess.Popen(
         [sys.executable, "-m", "spotline.examples.train", "--steps", "3000", "--step-time-s", "0.01"],
-        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     try:
         # Given a running job (it sends heartbeats)
@@ -95,9 +113,12 @@ def test_checkpoint_request_via_the_jobs_table_reaches_a_running_job(endpoint: s
 
         # When the control plane asks for a checkpoint on the job's item
         requested_at = time.time()
-        dynamodb.update_item(TableName=TABLE, Key={"job_id": {"S": JOB}},
-                             UpdateExpression="SET checkpoint_requested_at = :t",
-                             ExpressionAttributeValues={":t": {"N": repr(requested_at)}})
+        dynamodb.update_item(
+            TableName=TABLE,
+            Key={"job_id": {"S": JOB}},
+            UpdateExpression="SET checkpoint_requested_at = :t",
+            ExpressionAttributeValues={":t": {"N": repr(requested_at)}},
+        )
 
         # Then a Checkpoint Completed answering it arrives within about one poll interval
         [done] = wait_for(lambda: agent_events(DETAIL_CHECKPOINT_COMPLETED, reason="requested"), 10)

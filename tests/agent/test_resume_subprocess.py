@@ -25,22 +25,36 @@ SEED = 11
 
 
 def train_command(*extra: str) -> list[str]:
-    return [sys.executable, "-m", "spotline.examples.train", "--steps", str(STEPS), "--seed", str(SEED),
-            *extra]
+    return [
+        sys.executable,
+        "-m",
+        "spotline.examples.train",
+        "--steps",
+        str(STEPS),
+        "--seed",
+        str(SEED),
+        *extra,
+    ]
 
 
 def env_for(store: Path, **extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("SPOTLINE_")}
-    env.update(SPOTLINE_JOB_ID="job-r", SPOTLINE_INSTANCE_ID="local-0",
-               SPOTLINE_CHECKPOINT_URI=store.as_uri(), SPOTLINE_CHECKPOINT_INTERVAL_S="3600",
-               SPOTLINE_HEARTBEAT_S="0", PYTHONPATH=str(REPO))
+    env.update(
+        SPOTLINE_JOB_ID="job-r",
+        SPOTLINE_INSTANCE_ID="local-0",
+        SPOTLINE_CHECKPOINT_URI=store.as_uri(),
+        SPOTLINE_CHECKPOINT_INTERVAL_S="3600",
+        SPOTLINE_HEARTBEAT_S="0",
+        PYTHONPATH=str(REPO),
+    )
     env.update(extra)
     return env
 
 
 def run_to_end(store: Path, **env: str) -> dict[str, Any]:
-    done = subprocess.run(train_command(), env=env_for(store, **env), capture_output=True, text=True,
-                          timeout=60, check=False)
+    done = subprocess.run(
+        train_command(), env=env_for(store, **env), capture_output=True, text=True, timeout=60, check=False
+    )
     assert done.returncode == 0, done.stderr
     result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
     return result
@@ -50,9 +64,13 @@ def start_and_signal_at(
     store: Path, step: int, sig: int, *command_prefix: str, **env: str
 ) -> tuple[int, str]:
     """Start a run (slowed to 5 ms a step), send `sig` once it logs `step`; (exit status, stderr)."""
-    process = subprocess.Popen([*command_prefix, *train_command("--step-time-s", "0.005")],
-                               env=env_for(store, **env), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                               text=True)
+    process = subprocess.Popen(
+        [*command_prefix, *train_command("--step-time-s", "0.005")],
+        env=env_for(store, **env),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     assert process.stderr is not None
     seen: list[str] = []
     try:
@@ -125,15 +143,27 @@ def test_different_seed_gives_different_weights(
     uninterrupted: tuple[dict[str, Any], Path], tmp_path: Path
 ) -> None:
     # Guards the two tests above against a hash that ignores the weights.
-    done = subprocess.run([*train_command()[:-1], str(SEED + 1)], env=env_for(tmp_path), capture_output=True,
-                          text=True, timeout=60, check=True)
+    done = subprocess.run(
+        [*train_command()[:-1], str(SEED + 1)],
+        env=env_for(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
     assert json.loads(done.stdout)["weights_sha256"] != uninterrupted[0]["weights_sha256"]
 
 
 def test_a_checkpoint_of_another_configuration_is_refused(tmp_path: Path) -> None:
     run_to_end(tmp_path)
-    done = subprocess.run([*train_command()[:-1], str(SEED + 1)], env=env_for(tmp_path), capture_output=True,
-                          text=True, timeout=60, check=False)
+    done = subprocess.run(
+        [*train_command()[:-1], str(SEED + 1)],
+        env=env_for(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert done.returncode == 2 and "was written with" in done.stderr
 
 
@@ -145,8 +175,11 @@ def test_wrapper_forwards_sigterm_and_relays_the_childs_heartbeats(tmp_path: Pat
     assert code == EXIT_STOPPED, stderr
     [record] = LocalCheckpointStore(tmp_path).manifests()
     assert record.reason == "sigterm"
-    beats = [json.loads(line.split("Job Heartbeat ", 1)[1]) for line in stderr.splitlines()
-             if "Job Heartbeat {" in line]
+    beats = [
+        json.loads(line.split("Job Heartbeat ", 1)[1])
+        for line in stderr.splitlines()
+        if "Job Heartbeat {" in line
+    ]
     # Sent by the wrapper (the child wrote its figures to the status file instead of sending them).
     assert beats and all(b["job_id"] == "job-r" and b["instance_id"] == "local-0" for b in beats)
     assert max(b["step"] for b in beats) > 0 and max(b["progress"] or 0 for b in beats) > 0
@@ -155,10 +188,19 @@ def test_wrapper_forwards_sigterm_and_relays_the_childs_heartbeats(tmp_path: Pat
 def test_wrapper_stops_a_command_that_does_not_use_the_library() -> None:
     # It cannot checkpoint: SIGTERM simply ends it, and the status says so.
     process = subprocess.Popen(
-        [sys.executable, "-m", "spotline.agent", "--", sys.executable, "-c",
-         "import time; print('ready', flush=True); time.sleep(30)"],
+        [
+            sys.executable,
+            "-m",
+            "spotline.agent",
+            "--",
+            sys.executable,
+            "-c",
+            "import time; print('ready', flush=True); time.sleep(30)",
+        ],
         env={**os.environ, "PYTHONPATH": str(REPO), "SPOTLINE_HEARTBEAT_S": "0"},
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     assert process.stdout is not None and process.stdout.readline().strip() == "ready"
     process.send_signal(signal.SIGTERM)
@@ -171,14 +213,24 @@ def test_wrapper_stops_a_command_that_does_not_use_the_library() -> None:
     [("raise SystemExit(3)", 3), ("import os, signal; os.kill(os.getpid(), signal.SIGKILL)", 128 + 9)],
 )
 def test_wrapper_passes_the_exit_status_through(script: str, expected: int) -> None:
-    done = subprocess.run([sys.executable, "-m", "spotline.agent", "--", sys.executable, "-c", script],
-                          env={**os.environ, "PYTHONPATH": str(REPO), "SPOTLINE_HEARTBEAT_S": "0"},
-                          capture_output=True, text=True, timeout=30, check=False)
+    done = subprocess.run(
+        [sys.executable, "-m", "spotline.agent", "--", sys.executable, "-c", script],
+        env={**os.environ, "PYTHONPATH": str(REPO), "SPOTLINE_HEARTBEAT_S": "0"},
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
     assert done.returncode == expected, done.stderr
 
 
 def test_wrapper_needs_a_command() -> None:
-    done = subprocess.run([sys.executable, "-m", "spotline.agent"],
-                          env={**os.environ, "PYTHONPATH": str(REPO)},
-                          capture_output=True, text=True, timeout=30, check=False)
+    done = subprocess.run(
+        [sys.executable, "-m", "spotline.agent"],
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
     assert done.returncode == 2 and "no command" in done.stderr

@@ -55,7 +55,9 @@ def test_a_spot_notice_means_checkpoint_now_once(
     publisher = RecordingPublisher()
     agent = Agent(
         AgentSettings(job_id="job-s", checkpoint_interval_s=3600, heartbeat_s=0, spot_poll_s=5.0),
-        store=LocalCheckpointStore(tmp_path), publisher=publisher, imds=InstanceMetadata(endpoint),
+        store=LocalCheckpointStore(tmp_path),
+        publisher=publisher,
+        imds=InstanceMetadata(endpoint),
         clock=clock,
     )
     assert agent.instance_id == state.instance_id  # no SPOTLINE_INSTANCE_ID: from metadata
@@ -78,16 +80,19 @@ def test_a_spot_notice_means_checkpoint_now_once(
     assert agent.checkpoint_reason() is None
     events = [d for kind, d in publisher.events if kind == DETAIL_CHECKPOINT_COMPLETED]
     assert [(e["reason"], e["step"], e["instance_id"]) for e in events] == [
-        ("spot-interruption", 99, state.instance_id)]
+        ("spot-interruption", 99, state.instance_id)
+    ]
 
 
 def test_metadata_outage_does_not_stop_training(tmp_path: Path, clock: FakeClock) -> None:
     publisher = RecordingPublisher()
     agent = Agent(
         AgentSettings(job_id="job-s", heartbeat_s=1.0),
-        store=LocalCheckpointStore(tmp_path), publisher=publisher,
+        store=LocalCheckpointStore(tmp_path),
+        publisher=publisher,
         # Nothing listens on port 9 (discard): connection refused, at once.
-        imds=InstanceMetadata("http://127.0.0.1:9", timeout_s=0.5), clock=clock,
+        imds=InstanceMetadata("http://127.0.0.1:9", timeout_s=0.5),
+        clock=clock,
     )
 
     agent.poll_once()
@@ -107,7 +112,10 @@ def test_metadata_outage_does_not_stop_training(tmp_path: Path, clock: FakeClock
         ({"AWS_BATCH_JOB_ID": "abc", "AWS_EC2_METADATA_DISABLED": "true"}, None),
         # The local runtime sets AWS_BATCH_JOB_ID like Batch, and names the instance itself.
         ({"AWS_BATCH_JOB_ID": "abc", "SPOTLINE_INSTANCE_ID": "local-1"}, None),
-        ({"SPOTLINE_INSTANCE_ID": "local-1", "AWS_EC2_METADATA_SERVICE_ENDPOINT": "http://h:1"}, "http://h:1"),
+        (
+            {"SPOTLINE_INSTANCE_ID": "local-1", "AWS_EC2_METADATA_SERVICE_ENDPOINT": "http://h:1"},
+            "http://h:1",
+        ),
     ],
 )
 def test_where_the_agent_looks_for_instance_metadata(env: dict[str, str], expected: str | None) -> None:
@@ -135,8 +143,10 @@ def test_background_polling_sees_a_notice_even_while_the_control_plane_hangs(
     endpoint, state = imds
     agent = Agent(
         AgentSettings(job_id="job-s", heartbeat_s=0, poll_s=0.05, spot_poll_s=0.05),
-        store=LocalCheckpointStore(tmp_path), publisher=RecordingPublisher(),
-        job_poller=HangingPoller(), imds=InstanceMetadata(endpoint),  # type: ignore[arg-type]
+        store=LocalCheckpointStore(tmp_path),
+        publisher=RecordingPublisher(),
+        job_poller=HangingPoller(),
+        imds=InstanceMetadata(endpoint),  # type: ignore[arg-type]
     )
     with agent:
         time.sleep(0.2)  # the control thread is now stuck

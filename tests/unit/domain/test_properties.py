@@ -439,9 +439,10 @@ def test_more_disruptions_never_lower_effective_priority(
 def test_the_pass_scorer_gives_exactly_effective_priority(
     data: st.DataObject, later: float, share: float, weights: PriorityWeights
 ) -> None:
-    """The pass ranks with `PriorityScorer` (terms kept per class, size, team and history): the
-    same floats as `effective_priority`, for pending and running jobs, with and without deadlines,
-    scoring several jobs with one scorer (its kept terms must not leak between jobs)."""
+    """The pass scores its whole window with one `PriorityScorer`, which keeps terms per class,
+    size, team and history: each job gets exactly the float `effective_priority` gives it alone,
+    for pending and running jobs, with and without deadlines (kept terms must not leak between
+    jobs)."""
     subjects = data.draw(
         st.lists(pending("j") | running("j").map(lambda b: b.build()), min_size=1, max_size=6)
     )
