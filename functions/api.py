@@ -85,7 +85,8 @@ def list_jobs(
     plane = control_plane()
     records, token = service.list_jobs(plane, _team(), state=state, limit=limit, next_token=next_token)
     now = plane.clock()
-    return JobList(jobs=[service.job_view(plane, r, now) for r in records], next_token=token)
+    usage = plane.ledger.fairshare_usage()  # once for the page
+    return JobList(jobs=[service.job_view(plane, r, now, usage) for r in records], next_token=token)
 
 
 @app.get("/jobs/<job_id>", summary="One job")

@@ -298,7 +298,11 @@ class JobRepository:
         roles: list[tuple[str, str]] = []
         if releasing and record.job.pool is not None:
             items, item_roles = self.ledger.release_items(
-                pool=record.job.pool, team=record.team, gpus=record.gpus_held
+                pool=record.job.pool,
+                team=record.team,
+                gpus=record.gpus_held,
+                held_since=record.admitted_at,
+                now=now,
             )
             extra += items
             roles += item_roles

@@ -1,5 +1,9 @@
 """The Ledger table: GPUs in use per pool ("POOL#<name>") and per team ("TEAM#<team>").
 
+A team's item also keeps its past GPU usage for fair-share, in buckets (attributes
+`usage_<bucket start>`, `spotline.domain.usage`): the release of a job's GPUs adds its run to them in the
+same transaction, so a run is counted exactly once.
+
 The scheduling pass decides with its own working ledger (domain `Ledger`); this table is what
 makes the decision safe when two passes race, or a pass races a release: every admission
 reserves in the same transaction that moves the job to ADMITTED, under the condition
@@ -19,7 +23,8 @@ from spotline.aws.dynamo import (
     serialize,
     serialize_item,
 )
-from spotline.aws.errors import CapacityExhausted, storage_errors
+from spotline.aws.errors import CapacityExhausted, ConditionFailed, storage_errors
+from spotline.domain.usage import run_buckets
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
@@ -33,9 +38,14 @@ def team_key(team: str) -> str:
     return f"TEAM#{team}"
 
 
+USAGE_PREFIX = "usage_"
+FAIRSHARE_KEY = "FAIRSHARE"
+
+
 class LedgerRepository:
-    def __init__(self, client: DynamoDBClient, table_name: str) -> None:
+    def __init__(self, client: DynamoDBClient, table_name: str, *, usage_half_life_s: float) -> None:
         self.table = DynamoTable(client, table_name)
+        self.usage_half_life_s = usage_half_life_s
 
     def reserve_items(
         self, *, pool: str, capacity_gpus: int, team: str, team_limit_gpus: int | None, gpus: int
@@ -54,16 +64,20 @@ class LedgerRepository:
         return items, roles
 
     def release_items(
-        self, *, pool: str, team: str, gpus: int
+        self, *, pool: str, team: str, gpus: int, held_since: float | None = None, now: float | None = None
     ) -> tuple[list[TransactItem], list[tuple[str, str]]]:
-        """Updates that give back `gpus`.
+        """Updates that give back `gpus`, and add the run (held from `held_since` to `now`) to
+        the team's usage buckets.
 
         A release is not conditional on the counters: a job leaving must never be blocked by a
         drifted counter (admission is where the limit is enforced, and the reconciler reports
         drift between this table and the active index).
         """
+        usage: dict[int, float] = {}
+        if held_since is not None and now is not None:
+            usage = run_buckets(gpus, held_since, now, self.usage_half_life_s)
         return (
-            [self._give(pool_key(pool), gpus), self._give(team_key(team), gpus)],
+            [self._give(pool_key(pool), gpus), self._give(team_key(team), gpus, usage)],
             [("other", f"ledger {pool}"), ("other", f"ledger {team}")],
         )
 
@@ -79,21 +93,77 @@ class LedgerRepository:
             update["ConditionExpression"] = f"attribute_not_exists({used}) OR {used} <= {expr.value(limit)}"
         return {"Update": expr.attach(update)}
 
-    def _give(self, key: str, gpus: int) -> TransactItem:
+    def _give(self, key: str, gpus: int, usage: dict[int, float] | None = None) -> TransactItem:
         expr = Expression()
         used = expr.name("used_gpus")
+        zero = expr.value(0)
+        sets = [f"{used} = if_not_exists({used}, {zero}) - {expr.value(gpus)}"]
+        for begins, gpu_s in sorted((usage or {}).items()):
+            bucket = expr.name(f"{USAGE_PREFIX}{begins}")
+            sets.append(f"{bucket} = if_not_exists({bucket}, {zero}) + {expr.value(gpu_s)}")
         update = {
             "TableName": self.table.name,
             "Key": serialize_item({"pk": key}),
-            "UpdateExpression": f"SET {used} = if_not_exists({used}, {expr.value(0)}) - {expr.value(gpus)}",
+            "UpdateExpression": "SET " + ", ".join(sets),
         }
         return {"Update": expr.attach(update)}
+
+    def usage_buckets(self, teams: Iterable[str]) -> dict[str, dict[int, float]]:
+        """Each team's usage buckets (bucket start -> scaled GPU-seconds; `spotline.domain.usage`), empty
+        for a team that never released GPUs."""
+        teams = list(teams)
+        buckets: dict[str, dict[int, float]] = {team: {} for team in teams}
+        for key, item in self._items(team_key(t) for t in teams).items():
+            buckets[key.removeprefix("TEAM#")] = {
+                int(name.removeprefix(USAGE_PREFIX)): float(value)
+                for name, value in item.items()
+                if name.startswith(USAGE_PREFIX) and name.removeprefix(USAGE_PREFIX).isdigit()
+            }
+        return buckets
 
     def usage(self, pools: Iterable[str], teams: Iterable[str]) -> tuple[dict[str, int], dict[str, int]]:
         """GPUs in use per pool and per team, as the ledger counts them (one BatchGetItem per
         100 keys: the number of pools and teams, not of jobs)."""
-        keys = [pool_key(p) for p in pools] + [team_key(t) for t in teams]
-        found: dict[str, int] = {}
+        items = self._items([*(pool_key(p) for p in pools), *(team_key(t) for t in teams)])
+        found = {key: int(item.get("used_gpus", 0)) for key, item in items.items()}
+        pool_usage = {k.removeprefix("POOL#"): v for k, v in found.items() if k.startswith("POOL#")}
+        team_usage = {k.removeprefix("TEAM#"): v for k, v in found.items() if k.startswith("TEAM#")}
+        return pool_usage, team_usage
+
+    def put_fairshare_usage(self, usage_gpu_hours: Mapping[str, float], now: float) -> None:
+        """Keep the team usage that the latest scheduling pass used (the API reads it to show
+        effective priorities); a pass that started earlier never overwrites a later one."""
+        expr = Expression()
+        at = expr.name("at")
+        update: dict[str, Any] = {
+            "TableName": self.table.name,
+            "Key": serialize_item({"pk": FAIRSHARE_KEY}),
+            "UpdateExpression": f"SET {at} = {expr.value(now)}, {expr.name('usage_gpu_hours')} = "
+            f"{expr.value(dict(usage_gpu_hours))}",
+            "ConditionExpression": f"attribute_not_exists({at}) OR {at} <= {expr.value(now)}",
+        }
+        try:
+            with storage_errors():
+                self.table.client.update_item(**expr.attach(update))
+        except ConditionFailed:
+            pass  # a later pass already wrote its usage
+
+    def fairshare_usage(self) -> dict[str, float]:
+        """The team usage (GPU-hours) of the latest scheduling pass; empty before the first."""
+        with storage_errors():
+            response = self.table.client.get_item(
+                TableName=self.table.name, Key=serialize_item({"pk": FAIRSHARE_KEY})
+            )
+        raw = response.get("Item")
+        if raw is None:
+            return {}
+        usage = deserialize_item(raw).get("usage_gpu_hours") or {}
+        return {str(team): float(value) for team, value in usage.items()}
+
+    def _items(self, keys: Iterable[str]) -> dict[str, dict[str, Any]]:
+        """The items with these keys (one BatchGetItem per 100 keys), by key."""
+        keys = list(dict.fromkeys(keys))
+        found: dict[str, dict[str, Any]] = {}
         for start in range(0, len(keys), 100):
             pending: Any = {
                 self.table.name: {"Keys": [serialize_item({"pk": k}) for k in keys[start : start + 100]]}
@@ -103,11 +173,9 @@ class LedgerRepository:
                     response = self.table.client.batch_get_item(RequestItems=pending)
                 for raw in response.get("Responses", {}).get(self.table.name, []):
                     item = deserialize_item(raw)
-                    found[str(item["pk"])] = int(item.get("used_gpus", 0))
+                    found[str(item["pk"])] = item
                 pending = response.get("UnprocessedKeys") or None
-        pool_usage = {k.removeprefix("POOL#"): v for k, v in found.items() if k.startswith("POOL#")}
-        team_usage = {k.removeprefix("TEAM#"): v for k, v in found.items() if k.startswith("TEAM#")}
-        return pool_usage, team_usage
+        return found
 
     def set_usage(self, pool_usage: Mapping[str, int], team_usage: Mapping[str, int]) -> None:
         """Overwrite the counters (tests and the local runtime's bootstrap)."""

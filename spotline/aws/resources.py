@@ -209,11 +209,12 @@ class Function:
 
 
 FUNCTIONS: tuple[Function, ...] = (
-    # Cancelling a running job releases its GPUs (Ledger) and its instance entries (Instances).
+    # Cancelling a running job releases its GPUs (Ledger) and its instance entries (Instances);
+    # a job's effective priority uses the fair-share usage the latest pass kept (Ledger).
     Function(
         "api",
         "api",
-        reads=("Jobs", "Timeline"),
+        reads=("Jobs", "Timeline", "Ledger"),
         writes=("Jobs", "Timeline", "Idempotency", "Ledger", "Instances"),
     ),
     Function(

@@ -107,12 +107,16 @@ class JobView(BaseModel):
     spec: dict[str, Any]
 
 
-def job_view(cp: ControlPlane, record: JobRecord, now: float) -> JobView:
+def job_view(
+    cp: ControlPlane, record: JobRecord, now: float, usage_gpu_hours: Mapping[str, float] | None = None
+) -> JobView:
+    """What the API shows of a job. Its effective priority uses the team usage of the latest
+    scheduling pass (`usage_gpu_hours`, read from the ledger when not given)."""
     job = record.job
     priority: float | None = None
     if job.state not in TERMINAL_STATES:
-        # Fair-share usage is not tracked yet, so every team has factor 1.0 (see fairshare_factor).
-        fairshare = fairshare_factor(job.team, {t.team: t for t in cp.config.teams}, {})
+        usage = cp.ledger.fairshare_usage() if usage_gpu_hours is None else usage_gpu_hours
+        fairshare = fairshare_factor(job.team, {t.team: t for t in cp.config.teams}, usage)
         priority = round(
             effective_priority(
                 job,

@@ -77,7 +77,9 @@ def build_control_plane(
     """The control plane over `clients`; any adapter may be replaced (the local runtime passes
     its own `launcher`)."""
     timeline = TimelineRepository(clients.dynamodb, settings.timeline_table)
-    ledger = LedgerRepository(clients.dynamodb, settings.ledger_table)
+    ledger = LedgerRepository(
+        clients.dynamodb, settings.ledger_table, usage_half_life_s=settings.config.scheduler.usage_half_life_s
+    )
     publisher = EventPublisher(event_sink or EventBridgeSink(clients.events, settings.event_bus))
     jobs = JobRepository(
         clients.dynamodb, settings.jobs_table, timeline, ledger, listeners=[publisher.on_commit]

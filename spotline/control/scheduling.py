@@ -29,6 +29,7 @@ from spotline.domain import (
     plan_with_stats,
 )
 from spotline.domain.priority import wait_s
+from spotline.domain.usage import decayed_usage_gpu_s
 
 logger = logging.getLogger(__name__)
 
@@ -52,15 +53,35 @@ class PassResult:
     window_by_class: dict[str, int] = field(default_factory=dict)
 
 
-def build_snapshot(cp: ControlPlane, active: list[JobRecord]) -> ClusterSnapshot:
+def team_usage_gpu_hours(cp: ControlPlane, active: list[JobRecord], now: float) -> dict[str, float]:
+    """Each team's decayed GPU usage at `now` (fair-share's input): its completed runs from the
+    ledger's usage buckets (one BatchGetItem per 100 teams) plus its jobs holding GPUs now."""
+    teams = {t.team for t in cp.config.teams} | {r.team for r in active}
+    buckets = cp.ledger.usage_buckets(teams)
+    running: dict[str, list[tuple[int, float]]] = {}
+    for r in active:
+        if r.gpus_held > 0 and r.admitted_at is not None:
+            running.setdefault(r.team, []).append((r.gpus_held, r.admitted_at))
+    half_life = cp.config.scheduler.usage_half_life_s
+    return {
+        team: decayed_usage_gpu_s(buckets.get(team, {}), running.get(team, ()), now, half_life) / 3600.0
+        for team in sorted(teams)
+    }
+
+
+def build_snapshot(cp: ControlPlane, active: list[JobRecord], now: float) -> ClusterSnapshot:
     pools = cp.config.pools_by_name
     allocations = [
         Allocation(job=r.job, pool=r.job.pool, gpus=r.gpus_held, draining_for=r.draining_for)
         for r in active
         if r.job.pool in pools and r.gpus_held > 0
     ]
-    # Decayed fair-share usage is not tracked yet: every team's factor is 1.0.
-    return ClusterSnapshot.build(pools=cp.config.pools, allocations=allocations, quotas=cp.config.teams)
+    return ClusterSnapshot.build(
+        pools=cp.config.pools,
+        allocations=allocations,
+        quotas=cp.config.teams,
+        usage_gpu_hours=team_usage_gpu_hours(cp, active, now),
+    )
 
 
 def scheduling_pass(cp: ControlPlane) -> PassResult:
@@ -71,7 +92,9 @@ def scheduling_pass(cp: ControlPlane) -> PassResult:
     active = cp.jobs.active()
     result.active_items_read = len(active)
     active_by_id = {r.id: r for r in active}
-    snapshot = build_snapshot(cp, active)
+    snapshot = build_snapshot(cp, active, now)
+    # What the API shows as a job's effective priority uses the usage of the latest pass.
+    cp.ledger.put_fairshare_usage(snapshot.usage_gpu_hours, now)
 
     decisions, stats = plan_with_stats(snapshot, queue, now, cp.config.scheduler, cp.rng)
     result.candidates = stats.candidates_examined

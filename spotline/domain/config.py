@@ -128,3 +128,6 @@ class SchedulerConfig(BaseModel):
     spot_slack_factor: float = Field(default=2.0, ge=0)
     # Run time assumed for a job that declares none and reports no progress.
     default_runtime_s: float = Field(default=3600.0, gt=0)
+    # Half-life of the decayed GPU usage that fair-share compares between teams (Slurm's
+    # PriorityDecayHalfLife, whose default is 7 days): `spotline.domain.usage`.
+    usage_half_life_s: float = Field(default=7 * 24 * 3600.0, gt=0)

@@ -41,7 +41,8 @@ class SimSettings:
     # The periodic scheduling pass (aging, protection periods running out) when nothing else
     # happens: an EventBridge schedule in production; Slurm's PriorityCalcPeriod is also 5 min.
     tick_s: float = 300.0
-    # Fair-share usage decays with this half-life (Slurm's PriorityDecayHalfLife default, 7 days).
+    # Slurm's fair-share usage decays with this half-life (its PriorityDecayHalfLife default, 7
+    # days); Spotline's comes from its own `SchedulerConfig.usage_half_life_s` (also 7 days).
     usage_half_life_s: float = 7 * DAY_S
 
 

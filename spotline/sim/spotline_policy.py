@@ -66,7 +66,7 @@ class SpotlinePolicy:
         self.quotas: dict[str, TeamQuota] = {q.team: q for q in shares.quotas()}
         self.rng = random.Random(f"spotline-sim:{seed}:policy:{self.name}")
         self.queue = SortedQueue()
-        self.usage = DecayedUsage(settings.usage_half_life_s)
+        self.usage = DecayedUsage(config.usage_half_life_s)
         self.records: dict[int, Job] = {}
         self.allocations: dict[str, Allocation] = {}
         self.by_id: dict[str, SimJob] = {}

@@ -11,12 +11,15 @@ from typing import Any
 
 import pytest
 
+import functions.batch_state_change
 import functions.scheduler
 from spotline.aws.jobs import Disruption, JobRecord
+from spotline.control.jobs import job_view
 from spotline.control.scheduling import scheduling_pass
 from spotline.domain import PRIORITIES_HIGH_FIRST, Job, JobSpec, JobState
+from spotline.domain.usage import decayed_usage_gpu_s, run_buckets
 
-from .conftest import Deployment, context, load_event, start, submit
+from .conftest import Deployment, batch_event, context, load_event, start, submit
 
 
 def test_a_pass_admits_what_fits_and_starts_one_launch_workflow_each(deployment: Deployment) -> None:
@@ -249,3 +252,48 @@ def test_window_reads_the_oldest_of_each_class(deployment: Deployment, priority:
     submitted = [r.job.submitted_at for r in head]
     assert len(head) == window and submitted == sorted(submitted)
     assert all(r.job.priority.value == priority for r in head)
+
+
+def test_fair_share_puts_the_team_that_used_fewer_gpus_first(deployment: Deployment) -> None:
+    # Given vision ran 8 GPUs for 10 hours, and nlp used nothing
+    plane = deployment.plane
+    t0 = deployment.clock.freeze(1_800_000_000.0)
+    used = start(deployment, submit(deployment, team="vision"))
+    assert used.batch_job_id is not None
+    now = deployment.clock.advance(10 * 3600)
+    functions.batch_state_change.handler(
+        batch_event(used.id, used.batch_job_id, "SUCCEEDED", started_at_ms=int(t0 * 1000)),
+        context("batch_state_change"),
+    )
+
+    # Then releasing its GPUs kept the run in vision's usage buckets on the ledger
+    half_life = plane.config.scheduler.usage_half_life_s
+    assert plane.ledger.usage_buckets(["vision", "nlp"]) == {
+        "vision": pytest.approx(run_buckets(8, t0, now, half_life)),
+        "nlp": {},
+    }
+
+    # When a vision job and then an nlp job ask for the 8 On-Demand GPUs and a pass runs
+    deployment.clock.advance(60)
+    first = submit(deployment, team="vision", spot="never")
+    deployment.clock.advance(60)
+    second = submit(deployment, team="nlp", spot="never")
+    result = scheduling_pass(plane)
+
+    # Then the nlp job is admitted first: vision's usage lowers its fair-share factor
+    assert result.admitted == [(second.id, "a100-on-demand")]
+    assert plane.jobs.get(first.id).state is JobState.PENDING
+    usage = plane.ledger.fairshare_usage()
+    buckets = run_buckets(8, t0, now, half_life)
+    expected_vision = decayed_usage_gpu_s(buckets, [], deployment.clock(), half_life)
+    assert usage["vision"] == pytest.approx(expected_vision / 3600.0)
+    assert usage["vision"] == pytest.approx(80.0, rel=0.03)  # 80 GPU-hours, barely decayed yet
+    assert usage["nlp"] == 0.0
+
+    # And the API shows the effective priority with the same usage: vision holds all of the
+    # usage on half of the shares, so its factor is 2^-2 and it gets a quarter of the weight
+    view = job_view(plane, plane.jobs.get(first.id), deployment.clock())
+    weights = plane.config.scheduler.weights
+    assert view.effective_priority is not None
+    fixed = weights.class_step + weights.size * 8 / weights.size_norm_gpus + weights.fairshare / 4
+    assert view.effective_priority == pytest.approx(fixed, abs=weights.age * 120 / weights.max_age_s + 0.01)
