@@ -1,5 +1,5 @@
 """Periodic reconciler: moves on jobs whose expected event never came (see
-spotline.control.reconciler), and reports drift between the ledger and the jobs."""
+spotline.control.reconciler), and reports (then repairs) drift between the ledger and the jobs."""
 
 from __future__ import annotations
 
@@ -19,11 +19,19 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     result = reconcile(control_plane())
     metrics.add_metric(name="ReconcilerRequeued", unit=MetricUnit.Count, value=len(result.requeued))
     metrics.add_metric(name="LedgerDrift", unit=MetricUnit.Count, value=len(result.drift))
+    metrics.add_metric(name="LedgerRepaired", unit=MetricUnit.Count, value=len(result.repaired))
     logger.info(
-        "reconciled", extra={"examined": result.examined, "requeued": result.requeued, "drift": result.drift}
+        "reconciled",
+        extra={
+            "examined": result.examined,
+            "requeued": result.requeued,
+            "drift": result.drift,
+            "repaired": result.repaired,
+        },
     )
     return {
         "examined": result.examined,
         "requeued": [list(requeued) for requeued in result.requeued],
         "drift": {key: list(counts) for key, counts in result.drift.items()},
+        "repaired": {key: list(counts) for key, counts in result.repaired.items()},
     }

@@ -40,6 +40,8 @@ def team_key(team: str) -> str:
 
 USAGE_PREFIX = "usage_"
 FAIRSHARE_KEY = "FAIRSHARE"
+# On a counter: the (ledger, expected) drift the reconciler saw last time (`repair_drift`).
+DRIFT_MARK = "drift_seen"
 
 
 class LedgerRepository:
@@ -124,11 +126,70 @@ class LedgerRepository:
     def usage(self, pools: Iterable[str], teams: Iterable[str]) -> tuple[dict[str, int], dict[str, int]]:
         """GPUs in use per pool and per team, as the ledger counts them (one BatchGetItem per
         100 keys: the number of pools and teams, not of jobs)."""
-        items = self._items([*(pool_key(p) for p in pools), *(team_key(t) for t in teams)])
-        found = {key: int(item.get("used_gpus", 0)) for key, item in items.items()}
+        counters = self.counters(pools, teams)
+        found = {key: used for key, (used, _) in counters.items()}
         pool_usage = {k.removeprefix("POOL#"): v for k, v in found.items() if k.startswith("POOL#")}
         team_usage = {k.removeprefix("TEAM#"): v for k, v in found.items() if k.startswith("TEAM#")}
         return pool_usage, team_usage
+
+    def counters(
+        self, pools: Iterable[str], teams: Iterable[str]
+    ) -> dict[str, tuple[int, tuple[int, int] | None]]:
+        """Each counter item ("POOL#x", "TEAM#y") that exists: GPUs in use, and the drift the
+        reconciler last marked on it ((ledger, expected) or None). Strongly consistent reads."""
+        items = self._items([*(pool_key(p) for p in pools), *(team_key(t) for t in teams)], consistent=True)
+        counters: dict[str, tuple[int, tuple[int, int] | None]] = {}
+        for key, item in items.items():
+            seen = item.get(DRIFT_MARK)
+            mark = (int(seen[0]), int(seen[1])) if isinstance(seen, list) and len(seen) == 2 else None
+            counters[key] = (int(item.get("used_gpus", 0)), mark)
+        return counters
+
+    def mark_drift(self, key: str, ledger: int, expected: int) -> bool:
+        """Note on a counter that it read `ledger` where the jobs say `expected`, if it still
+        reads `ledger`. False when it moved meanwhile."""
+        expr = Expression()
+        used = expr.name("used_gpus")
+        update = {
+            "TableName": self.table.name,
+            "Key": serialize_item({"pk": key}),
+            "UpdateExpression": f"SET {expr.name(DRIFT_MARK)} = {expr.value([ledger, expected])}",
+            "ConditionExpression": f"{used} = {expr.value(ledger)}",
+        }
+        return self._conditional_update(update, expr)
+
+    def repair_drift(self, key: str, ledger: int, expected: int) -> bool:
+        """Set a counter to `expected` if it still reads `ledger` and carries the same drift mark
+        (seen by an earlier reconciler run); False when anything moved meanwhile."""
+        expr = Expression()
+        used, mark = expr.name("used_gpus"), expr.name(DRIFT_MARK)
+        update = {
+            "TableName": self.table.name,
+            "Key": serialize_item({"pk": key}),
+            "UpdateExpression": f"SET {used} = {expr.value(expected)} REMOVE {mark}",
+            "ConditionExpression": (
+                f"{used} = {expr.value(ledger)} AND {mark} = {expr.value([ledger, expected])}"
+            ),
+        }
+        return self._conditional_update(update, expr)
+
+    def clear_drift_mark(self, key: str) -> None:
+        expr = Expression()
+        update = {
+            "TableName": self.table.name,
+            "Key": serialize_item({"pk": key}),
+            "UpdateExpression": f"REMOVE {expr.name(DRIFT_MARK)}",
+            "ConditionExpression": f"attribute_exists({expr.name('pk')})",
+        }
+        self._conditional_update(update, expr)
+
+    def _conditional_update(self, update: dict[str, Any], expr: Expression) -> bool:
+        try:
+            with storage_errors():
+                self.table.client.update_item(**expr.attach(update))
+        except ConditionFailed:
+            return False
+        return True
 
     def put_fairshare_usage(self, usage_gpu_hours: Mapping[str, float], now: float) -> None:
         """Keep the team usage that the latest scheduling pass used (the API reads it to show
@@ -160,13 +221,16 @@ class LedgerRepository:
         usage = deserialize_item(raw).get("usage_gpu_hours") or {}
         return {str(team): float(value) for team, value in usage.items()}
 
-    def _items(self, keys: Iterable[str]) -> dict[str, dict[str, Any]]:
+    def _items(self, keys: Iterable[str], *, consistent: bool = False) -> dict[str, dict[str, Any]]:
         """The items with these keys (one BatchGetItem per 100 keys), by key."""
         keys = list(dict.fromkeys(keys))
         found: dict[str, dict[str, Any]] = {}
         for start in range(0, len(keys), 100):
             pending: Any = {
-                self.table.name: {"Keys": [serialize_item({"pk": k}) for k in keys[start : start + 100]]}
+                self.table.name: {
+                    "Keys": [serialize_item({"pk": k}) for k in keys[start : start + 100]],
+                    "ConsistentRead": consistent,
+                }
             }
             while pending:
                 with storage_errors():

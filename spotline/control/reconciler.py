@@ -10,6 +10,13 @@ It reads only the `active` index (jobs holding GPUs: bounded by the cluster, nev
    started): stop it and requeue with the work lost since its last checkpoint.
 4. RUNNING without a heartbeat for `heartbeat_timeout_s`: the host is presumed lost; stop it
    and requeue it as INTERRUPTED.
+
+It also compares the ledger's counters with the GPUs the active jobs hold. Every change moves
+both in one transaction, but the active index is eventually consistent, so a difference seen once
+may be a race: it is marked on the counter, and repaired (set to what the jobs hold) only when
+the next run sees the same difference again and the counter has not moved since (a conditional
+write). A counter that drifted high would otherwise keep GPUs idle for good; one that drifted low
+would let the pool be over-committed.
 """
 
 from __future__ import annotations
@@ -19,6 +26,7 @@ from dataclasses import dataclass, field
 
 from spotline.aws.errors import InvalidTransition, StaleJobError
 from spotline.aws.jobs import Disruption, JobRecord
+from spotline.aws.ledger import pool_key, team_key
 from spotline.control.lifecycle import requeue_after_disruption, requeue_unstarted
 from spotline.control.plane import ControlPlane
 from spotline.domain import JobState
@@ -32,6 +40,8 @@ class ReconcileResult:
     requeued: list[tuple[str, str]] = field(default_factory=list)  # (job id, why)
     # Ledger counters that differ from the sum over the active index ({"POOL#x": (ledger, active)}).
     drift: dict[str, tuple[int, int]] = field(default_factory=dict)
+    # Those set to what the active jobs hold: the same drift was seen on the previous run too.
+    repaired: dict[str, tuple[int, int]] = field(default_factory=dict)
 
 
 def reconcile(cp: ControlPlane) -> ReconcileResult:
@@ -41,9 +51,10 @@ def reconcile(cp: ControlPlane) -> ReconcileResult:
     active = cp.jobs.active()
     result.examined = len(active)
     # Compare before acting: a requeue below changes the ledger but not this snapshot.
-    result.drift = ledger_drift(cp, active)
+    result.drift, marks = ledger_drift(cp, active)
     if result.drift:
         logger.warning("ledger drift", extra={"drift": result.drift, "pools": [p.name for p in config.pools]})
+    result.repaired = repair_drift(cp, result.drift, marks)
     for record in active:
         try:
             why = _stuck(cp, record, now)
@@ -108,23 +119,44 @@ def _stuck(cp: ControlPlane, record: JobRecord, now: float) -> str | None:
     return None
 
 
-def ledger_drift(cp: ControlPlane, active: list[JobRecord]) -> dict[str, tuple[int, int]]:
-    """Counters of the ledger that disagree with the jobs holding GPUs. Reported, not repaired:
-    the active index is eventually consistent, so a disagreement seen once may be a race."""
+def ledger_drift(
+    cp: ControlPlane, active: list[JobRecord]
+) -> tuple[dict[str, tuple[int, int]], dict[str, tuple[int, int] | None]]:
+    """Counters of the ledger that disagree with the jobs holding GPUs ({key: (ledger, jobs)}),
+    and the drift marked on each counter by the previous run."""
     pools = [p.name for p in cp.config.pools]
     teams = sorted({t.team for t in cp.config.teams} | {r.team for r in active})
-    pool_usage, team_usage = cp.ledger.usage(pools, teams)
-    expected_pool: dict[str, int] = {}
-    expected_team: dict[str, int] = {}
+    counters = cp.ledger.counters(pools, teams)
+    expected: dict[str, int] = {}
     for record in active:
         if record.job.pool is not None:
-            expected_pool[record.job.pool] = expected_pool.get(record.job.pool, 0) + record.gpus_held
-        expected_team[record.team] = expected_team.get(record.team, 0) + record.gpus_held
+            key = pool_key(record.job.pool)
+            expected[key] = expected.get(key, 0) + record.gpus_held
+        expected[team_key(record.team)] = expected.get(team_key(record.team), 0) + record.gpus_held
     drift: dict[str, tuple[int, int]] = {}
-    for pool in pools:
-        if pool_usage.get(pool, 0) != expected_pool.get(pool, 0):
-            drift[f"POOL#{pool}"] = (pool_usage.get(pool, 0), expected_pool.get(pool, 0))
-    for team in teams:
-        if team_usage.get(team, 0) != expected_team.get(team, 0):
-            drift[f"TEAM#{team}"] = (team_usage.get(team, 0), expected_team.get(team, 0))
-    return drift
+    for key in [*(pool_key(p) for p in pools), *(team_key(t) for t in teams)]:
+        used = counters.get(key, (0, None))[0]
+        if used != expected.get(key, 0):
+            drift[key] = (used, expected.get(key, 0))
+    return drift, {key: mark for key, (_, mark) in counters.items()}
+
+
+def repair_drift(
+    cp: ControlPlane, drift: dict[str, tuple[int, int]], marks: dict[str, tuple[int, int] | None]
+) -> dict[str, tuple[int, int]]:
+    """Repair each drift that the previous run marked identically; mark the new ones; clear the
+    marks of counters that agree again. Returns the repaired counters."""
+    repaired: dict[str, tuple[int, int]] = {}
+    for key, (ledger, expected) in drift.items():
+        if marks.get(key) == (ledger, expected):
+            if cp.ledger.repair_drift(key, ledger, expected):
+                logger.warning(
+                    "ledger counter repaired", extra={"counter": key, "from": ledger, "to": expected}
+                )
+                repaired[key] = (ledger, expected)
+        else:
+            cp.ledger.mark_drift(key, ledger, expected)
+    for key, mark in marks.items():
+        if mark is not None and key not in drift:
+            cp.ledger.clear_drift_mark(key)
+    return repaired

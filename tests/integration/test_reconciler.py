@@ -16,7 +16,7 @@ def test_a_healthy_cluster_is_left_alone(deployment: Deployment) -> None:
 
     result = functions.reconciler.handler(load_event("scheduled_event"), context("reconciler"))
 
-    assert result == {"examined": 1, "requeued": [], "drift": {}}
+    assert result == {"examined": 1, "requeued": [], "drift": {}, "repaired": {}}
     assert deployment.plane.jobs.get(running.id).state is JobState.RUNNING
 
 
@@ -74,11 +74,64 @@ def test_a_running_job_without_heartbeats_is_presumed_lost_with_its_host(deploym
     assert entries[-2].target == "INTERRUPTED" and "no heartbeat" in entries[-2].reason
 
 
-def test_ledger_drift_is_reported(deployment: Deployment) -> None:
+def test_ledger_drift_is_reported_then_repaired_when_seen_again(deployment: Deployment) -> None:
+    # Given a pool counter that says 3 GPUs where the running job holds 8
     deployment.clock.freeze()
     start(deployment, submit(deployment))
-    deployment.plane.ledger.set_usage({"a100-spot": 3}, {})
+    ledger = deployment.plane.ledger
+    ledger.set_usage({"a100-spot": 3}, {})
 
+    # When the reconciler runs, it reports the drift and only marks it: it may be a race
+    first = functions.reconciler.handler(load_event("scheduled_event"), context("reconciler"))
+    assert first["drift"] == {"POOL#a100-spot": [3, 8]} and first["repaired"] == {}
+    assert ledger.usage(["a100-spot"], [])[0] == {"a100-spot": 3}
+
+    # Then the next run, seeing the same drift, sets the counter to what the jobs hold
+    second = functions.reconciler.handler(load_event("scheduled_event"), context("reconciler"))
+    assert second["repaired"] == {"POOL#a100-spot": [3, 8]}
+    assert ledger.usage(["a100-spot"], [])[0] == {"a100-spot": 8}
+    assert ledger.counters(["a100-spot"], [])["POOL#a100-spot"] == (8, None)
+
+    # And a run after that finds nothing to report
+    third = functions.reconciler.handler(load_event("scheduled_event"), context("reconciler"))
+    assert third["drift"] == {} and third["repaired"] == {}
+
+
+def test_a_drift_that_changed_between_runs_is_not_repaired(deployment: Deployment) -> None:
+    deployment.clock.freeze()
+    start(deployment, submit(deployment))
+    ledger = deployment.plane.ledger
+    ledger.set_usage({"a100-spot": 3}, {})
+    functions.reconciler.handler(load_event("scheduled_event"), context("reconciler"))
+
+    # When the counter moves before the next run (a release, an admission racing the read)
+    ledger.set_usage({"a100-spot": 5}, {})
+    again = functions.reconciler.handler(load_event("scheduled_event"), context("reconciler"))
+
+    # Then the new drift is only marked, not repaired
+    assert again["drift"] == {"POOL#a100-spot": [5, 8]} and again["repaired"] == {}
+    assert ledger.counters(["a100-spot"], [])["POOL#a100-spot"] == (5, (5, 8))
+
+
+def test_a_repair_loses_to_a_counter_that_moved_after_the_read(deployment: Deployment) -> None:
+    deployment.clock.freeze()
+    ledger = deployment.plane.ledger
+    ledger.set_usage({"a100-spot": 3}, {})
+    assert ledger.mark_drift("POOL#a100-spot", 3, 0)
+    ledger.set_usage({"a100-spot": 4}, {})  # moved after the reconciler read 3
+
+    assert not ledger.repair_drift("POOL#a100-spot", 3, 0)
+    assert ledger.usage(["a100-spot"], [])[0] == {"a100-spot": 4}
+
+
+def test_a_counter_that_agrees_again_loses_its_mark(deployment: Deployment) -> None:
+    deployment.clock.freeze()
+    ledger = deployment.plane.ledger
+    ledger.set_usage({"a100-spot": 3}, {})
+    functions.reconciler.handler(load_event("scheduled_event"), context("reconciler"))
+    assert ledger.counters(["a100-spot"], [])["POOL#a100-spot"] == (3, (3, 0))
+
+    ledger.set_usage({"a100-spot": 0}, {})
     result = functions.reconciler.handler(load_event("scheduled_event"), context("reconciler"))
 
-    assert result["drift"] == {"POOL#a100-spot": [3, 8]}
+    assert result["drift"] == {} and ledger.counters(["a100-spot"], [])["POOL#a100-spot"] == (0, None)
