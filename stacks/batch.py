@@ -123,7 +123,9 @@ class TrainingCompute(Construct):
         checkpoint_objects_id = finding_resource(self, checkpoint_objects)
         self.job_role.add_to_policy(
             iam.PolicyStatement(
-                actions=["s3:GetObject", "s3:PutObject", "s3:AbortMultipartUpload"],
+                # DeleteObject: the agent prunes its job's older checkpoints (in the versioned
+                # bucket a delete marker; the lifecycle rule expires the old version).
+                actions=["s3:GetObject", "s3:PutObject", "s3:AbortMultipartUpload", "s3:DeleteObject"],
                 resources=[checkpoint_objects],
             )
         )

@@ -380,6 +380,11 @@ class Agent:
                 DETAIL_CHECKPOINT_COMPLETED,
                 checkpoint_completed_detail(record, instance_id=self.instance_id, requested_at=answered),
             )
+            if self.store is not None and self.settings.keep_checkpoints > 0:
+                # After the event: a preemption waiting for this checkpoint does not wait for it.
+                pruned = self.store.prune(self.settings.keep_checkpoints, newest=record)
+                if pruned:
+                    log.info("pruned %d older checkpoint(s) (steps %s)", len(pruned), pruned)
         return record
 
     def finish(

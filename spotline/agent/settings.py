@@ -22,6 +22,8 @@ from spotline.aws.resources import (
 
 # Agent-only knobs (not part of the job definition contract yet).
 AGENT_ENV_HEARTBEAT_S = "SPOTLINE_HEARTBEAT_S"
+# How many durable checkpoints a job keeps (older ones are pruned after each checkpoint); 0 keeps all.
+AGENT_ENV_KEEP_CHECKPOINTS = "SPOTLINE_KEEP_CHECKPOINTS"
 # Set by the command wrapper for its child: a library-using child writes its step / progress there
 # so that the wrapper's heartbeats carry them and the child does not send heartbeats of its own.
 AGENT_ENV_STATUS_FILE = "SPOTLINE_AGENT_STATUS_FILE"
@@ -38,6 +40,7 @@ DEFAULT_JOB_ID = "local"
 DEFAULT_CHECKPOINT_INTERVAL_S = 600.0
 DEFAULT_POLL_S = 5.0
 DEFAULT_HEARTBEAT_S = 30.0
+DEFAULT_KEEP_CHECKPOINTS = 3
 # AWS publishes the Spot instance-action two minutes ahead and recommends polling every 5 s.
 SPOT_POLL_S = 5.0
 
@@ -62,6 +65,8 @@ class AgentSettings:
     spot_poll_s: float = SPOT_POLL_S
     imds_endpoint: str | None = None
     status_file: str | None = None
+    # Durable checkpoints kept per job (the newest ones); 0 keeps every checkpoint.
+    keep_checkpoints: int = DEFAULT_KEEP_CHECKPOINTS
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> AgentSettings:
@@ -80,6 +85,7 @@ class AgentSettings:
             heartbeat_s=_seconds(env, AGENT_ENV_HEARTBEAT_S, DEFAULT_HEARTBEAT_S),
             imds_endpoint=imds_endpoint_from_env(env),
             status_file=_text(env, AGENT_ENV_STATUS_FILE),
+            keep_checkpoints=_count(env, AGENT_ENV_KEEP_CHECKPOINTS, DEFAULT_KEEP_CHECKPOINTS),
         )
 
 
@@ -115,3 +121,16 @@ def _seconds(env: Mapping[str, str], name: str, default: float) -> float:
         return float(raw)
     except ValueError as exc:
         raise ValueError(f"{name} must be a number of seconds, got {raw!r}") from exc
+
+
+def _count(env: Mapping[str, str], name: str, default: int) -> int:
+    raw = _text(env, name)
+    if raw is None:
+        return default
+    try:
+        value = int(raw)
+    except ValueError as exc:
+        raise ValueError(f"{name} must be a whole number, got {raw!r}") from exc
+    if value < 0:
+        raise ValueError(f"{name} must be 0 (keep all) or more, got {value}")
+    return value

@@ -11,6 +11,9 @@ that goes by manifests never sees a torn checkpoint: data without a manifest (a 
 between steps 1 and 2) is ignored, and a manifest whose data is missing or does not match its
 hash is skipped in favour of the next older one. Zero-padded steps make the manifests' lexical
 order their step order.
+
+Pruning (`prune`) runs the protocol backwards: a checkpoint's manifest is deleted before its
+data, so a reader never finds a manifest whose data was pruned.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import io
 import json
 import logging
 import os
+import re
 import uuid
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -35,6 +39,8 @@ log = logging.getLogger(__name__)
 MANIFEST_FORMAT = "spotline-checkpoint/1"
 MANIFEST_PREFIX = "manifest-"
 DATA_PREFIX = "data/"
+_MANIFEST_KEY = re.compile(r"manifest-(\d{12})\.json")
+_DATA_KEY = re.compile(r"data/step-(\d{12})-[^/]+")
 
 
 class CheckpointError(RuntimeError):
@@ -82,6 +88,10 @@ class CheckpointStore(abc.ABC):
     @abc.abstractmethod
     def _keys(self, prefix: str) -> list[str]:
         """Keys (relative to the store) that start with `prefix`."""
+
+    @abc.abstractmethod
+    def _delete(self, key: str) -> None:
+        """Remove the object; nothing happens if it does not exist."""
 
     # -- the protocol -----------------------------------------------------------------------
 
@@ -157,6 +167,42 @@ class CheckpointStore(abc.ABC):
             return None
         return data
 
+    def prune(self, keep: int, *, newest: CheckpointRecord) -> list[int]:
+        """Delete the checkpoints older than the `keep` newest ones, and data older than those
+        that no manifest names; the steps pruned.
+
+        `newest` is the checkpoint this writer just made durable: nothing is pruned unless it is
+        among the `keep` newest manifests (so pruning never removes the checkpoint a restart
+        would resume from in favour of newer ones it has not checked). Manifests go before their
+        data. A failure is logged and stops the pruning: it never fails the checkpoint.
+        """
+        if keep <= 0:
+            return []
+        pruned: list[int] = []
+        try:
+            steps = sorted(
+                {
+                    int(m.group(1))
+                    for key in self._keys(MANIFEST_PREFIX)
+                    if (m := _MANIFEST_KEY.fullmatch(key))
+                },
+                reverse=True,
+            )
+            kept = steps[:keep]
+            if newest.step not in kept:
+                return []
+            for step in steps[keep:]:
+                self._delete(manifest_key(step))
+                pruned.append(step)
+            oldest_kept = min(kept)
+            for key in self._keys(f"{DATA_PREFIX}step-"):
+                match = _DATA_KEY.fullmatch(key)
+                if match and int(match.group(1)) < oldest_kept:
+                    self._delete(key)
+        except Exception as exc:  # pruning is housekeeping: the checkpoint itself is durable
+            log.warning("pruning old checkpoints under %s failed: %s", self.uri, exc)
+        return pruned
+
     def _parse_manifest(self, key: str, raw: bytes) -> CheckpointRecord | None:
         try:
             body = json.loads(raw)
@@ -208,6 +254,9 @@ class LocalCheckpointStore(CheckpointStore):
         except FileNotFoundError:
             return None
 
+    def _delete(self, key: str) -> None:
+        self._path(key).unlink(missing_ok=True)
+
     def _keys(self, prefix: str) -> list[str]:
         directory, _, name_prefix = prefix.rpartition("/")
         base = self._path(directory) if directory else self.root
@@ -254,6 +303,11 @@ class S3CheckpointStore(CheckpointStore):
         except self.client.exceptions.NoSuchKey:
             return None
         return response["Body"].read()
+
+    def _delete(self, key: str) -> None:
+        # In the versioned bucket this adds a delete marker; the lifecycle rule expires the
+        # superseded version.
+        self.client.delete_object(Bucket=self.bucket, Key=self.prefix + key)
 
     def _keys(self, prefix: str) -> list[str]:
         keys: list[str] = []

@@ -281,6 +281,26 @@ def test_under_the_wrapper_heartbeats_go_to_the_status_file(tmp_path: Path, cloc
     assert json.loads(status.read_text())["step"] == 5
 
 
+def test_older_checkpoints_are_pruned_after_each_checkpoint(tmp_path: Path, clock: FakeClock) -> None:
+    publisher = RecordingPublisher()
+    agent = make_agent(tmp_path, clock, publisher, keep_checkpoints=2)
+    for step in range(1, 6):
+        agent.checkpoint(step, {"w": step})
+
+    store = LocalCheckpointStore(tmp_path / "ckpt")
+    assert [r.step for r in store.manifests()] == [5, 4]
+    assert len(completed(publisher)) == 5  # every checkpoint was still reported
+    restored = make_agent(tmp_path, clock, RecordingPublisher()).restore()
+    assert restored is not None and restored.step == 5
+
+
+def test_keep_zero_keeps_every_checkpoint(tmp_path: Path, clock: FakeClock) -> None:
+    agent = make_agent(tmp_path, clock, RecordingPublisher(), keep_checkpoints=0)
+    for step in range(1, 6):
+        agent.checkpoint(step, {"w": step})
+    assert len(LocalCheckpointStore(tmp_path / "ckpt").manifests()) == 5
+
+
 def test_settings_from_env() -> None:
     env = {
         "SPOTLINE_JOB_ID": "j1",
@@ -303,3 +323,8 @@ def test_settings_from_env() -> None:
     assert AgentSettings.from_env({}).job_id == "local"
     with pytest.raises(ValueError, match="SPOTLINE_AGENT_POLL_S"):
         AgentSettings.from_env({"SPOTLINE_AGENT_POLL_S": "soon"})
+    assert AgentSettings.from_env({}).keep_checkpoints == 3
+    assert AgentSettings.from_env({"SPOTLINE_KEEP_CHECKPOINTS": "0"}).keep_checkpoints == 0
+    for bad in ("-1", "two"):
+        with pytest.raises(ValueError, match="SPOTLINE_KEEP_CHECKPOINTS"):
+            AgentSettings.from_env({"SPOTLINE_KEEP_CHECKPOINTS": bad})

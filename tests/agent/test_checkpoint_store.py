@@ -191,3 +191,67 @@ def test_open_store_understands_s3_file_and_plain_paths(tmp_path: Path) -> None:
         open_store("s3:///nobucket")
     with pytest.raises(ValueError, match="unsupported"):
         open_store("gs://bucket/x")
+
+
+def keys(store: CheckpointStore) -> list[str]:
+    return sorted(store._keys("manifest-") + store._keys("data/"))
+
+
+def test_prune_keeps_the_newest_checkpoints_and_deletes_older_data(store: CheckpointStore) -> None:
+    for step in (1, 2, 3, 4):
+        save(store, step, f"state {step}".encode())
+    store._put("data/step-000000000002-deadbeef0000.bin", b"torn")  # data a killed writer left
+    store._put("data/step-000000000009-deadbeef0000.bin", b"torn, newer")  # a writer still writing?
+    newest = store.manifests()[0]
+
+    pruned = store.prune(2, newest=newest)
+
+    assert pruned == [2, 1]
+    assert [r.step for r in store.manifests()] == [4, 3]
+    data_steps = sorted(int(k.split("-")[1]) for k in store._keys("data/"))
+    assert data_steps == [3, 4, 9]  # older data goes; data newer than the kept ones stays
+    found = store.latest()
+    assert found is not None and (found[0].step, found[1]) == (4, b"state 4")
+
+
+def test_prune_deletes_a_manifest_before_its_data(tmp_path: Path) -> None:
+    deleted: list[str] = []
+
+    class Recording(LocalCheckpointStore):
+        def _delete(self, key: str) -> None:
+            deleted.append(key.split("/")[0].split("-")[0])
+            super()._delete(key)
+
+    store = Recording(tmp_path)
+    save(store, 1, b"one")
+    save(store, 2, b"two")
+    store.prune(1, newest=store.manifests()[0])
+
+    assert deleted == ["manifest", "data"]
+
+
+def test_prune_leaves_everything_when_the_new_checkpoint_is_not_among_the_newest(
+    store: CheckpointStore,
+) -> None:
+    mine = store.save(3, b"mine", encoding="bytes", job_id="job-1", created_at=1.0)
+    for step in (7, 8):  # higher steps written by someone else since
+        save(store, step, b"other")
+    before = keys(store)
+
+    assert store.prune(2, newest=mine) == []
+    assert keys(store) == before
+
+
+def test_prune_zero_keeps_all_and_a_failing_delete_does_not_raise(tmp_path: Path) -> None:
+    class Failing(LocalCheckpointStore):
+        def _delete(self, key: str) -> None:
+            raise OSError("read-only file system")
+
+    store = Failing(tmp_path)
+    for step in (1, 2, 3):
+        save(store, step, b"x")
+    newest = store.manifests()[0]
+
+    assert store.prune(0, newest=newest) == []
+    assert store.prune(1, newest=newest) == []  # logged, not raised
+    assert [r.step for r in store.manifests()] == [3, 2, 1]

@@ -544,11 +544,13 @@ def test_job_role_writes_checkpoints_emits_agent_events_and_reads_its_job(synthe
         "s3:GetObject",
         "s3:PutObject",
         "s3:AbortMultipartUpload",
+        "s3:DeleteObject",
         "s3:ListBucket",
         "events:PutEvents",
         "dynamodb:GetItem",
     }
     assert by_action["s3:PutObject"]["Resource"] == [f"{bucket}/checkpoints/*"]
+    assert by_action["s3:DeleteObject"]["Resource"] == [f"{bucket}/checkpoints/*"]
     assert by_action["s3:ListBucket"]["Condition"] == {"StringLike": {"s3:prefix": ["checkpoints/*"]}}
     put = by_action["events:PutEvents"]
     assert put["Resource"] == [f"<{synthesized.logical_id(stack.messaging.bus)}.Arn>"]
