@@ -4,7 +4,7 @@ notice / SIGTERM, heartbeats. Library: `Agent`; command wrapper: `python -m spot
 from spotline.agent.agent import EXIT_STOPPED, Agent, CheckpointReason, Restored
 from spotline.agent.events import EventBridgePublisher, EventPublisher, LogPublisher, RecordingPublisher
 from spotline.agent.settings import AgentSettings
-from spotline.agent.signals import InstanceMetadata, JobRecordPoller, SpotInstanceAction
+from spotline.agent.signals import InstanceMetadata, JobRecordPoller, JobSignals, SpotInstanceAction
 from spotline.agent.state import decode_state, encode_state
 from spotline.agent.store import (
     CheckpointError,
@@ -27,6 +27,7 @@ __all__ = [
     "EventPublisher",
     "InstanceMetadata",
     "JobRecordPoller",
+    "JobSignals",
     "LocalCheckpointStore",
     "LogPublisher",
     "RecordingPublisher",

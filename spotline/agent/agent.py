@@ -20,6 +20,11 @@ checkpoint happens, whatever asked for it:
 * on a Spot interruption notice (instance metadata, polled every 5 s on AWS): once per notice;
 * on SIGTERM: checkpoint, then `step()` returns False and the loop should exit.
 
+A container whose Batch job is not the run the control plane recorded for the job (a launch
+submitted twice, a run already replaced) is a stray: once the job's item names another run,
+`step()` returns False without a checkpoint, and no checkpoint is written, so the stray can never
+put manifests beside those of the real run.
+
 After each durable checkpoint the agent emits `Checkpoint Completed`; the background thread emits
 `Job Heartbeat` with the last step / progress / utilization the loop reported.
 """
@@ -38,7 +43,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 from types import FrameType, TracebackType
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 import boto3
 
@@ -52,7 +57,7 @@ from spotline.agent.events import (
     heartbeat_detail,
 )
 from spotline.agent.settings import AgentSettings
-from spotline.agent.signals import InstanceMetadata, JobRecordPoller, SpotInstanceAction
+from spotline.agent.signals import InstanceMetadata, JobRecordPoller, JobSignals, SpotInstanceAction
 from spotline.agent.state import decode_state, encode_state
 from spotline.agent.store import CheckpointRecord, CheckpointStore, open_store
 from spotline.aws.clients import AwsClients
@@ -92,6 +97,12 @@ class Restored:
     record: CheckpointRecord
 
 
+class JobSignalSource(Protocol):
+    """Where the agent reads its job's signals (`JobRecordPoller` on DynamoDB)."""
+
+    def read(self) -> JobSignals: ...
+
+
 class Agent:
     """See the module docstring. Every collaborator is injectable; `from_env` wires the real ones."""
 
@@ -101,7 +112,7 @@ class Agent:
         *,
         store: CheckpointStore | None = None,
         publisher: EventPublisher | None = None,
-        job_poller: JobRecordPoller | None = None,
+        job_poller: JobSignalSource | None = None,
         imds: InstanceMetadata | None = None,
         clock: Callable[[], float] = time.time,
         sleep: Callable[[float], None] = time.sleep,
@@ -131,6 +142,8 @@ class Agent:
         # main thread, possibly while it holds self._lock).
         self._sigterm = False
         self._sigterm_answered = False
+        # The job's item names another Batch job as its run: this container is a stray.
+        self.stray_of: str | None = None
         self._last_checkpoint_at = now
         self.last_checkpoint: CheckpointRecord | None = None
         self._step = 0
@@ -249,7 +262,7 @@ class Agent:
 
     @property
     def stop_requested(self) -> bool:
-        return self._sigterm
+        return self._sigterm or self.stray_of is not None
 
     # -- resume ---------------------------------------------------------------------------------
 
@@ -311,6 +324,9 @@ class Agent:
         # state_fn runs or the checkpoint is written) is not answered by it.
         captured_at = self._clock()
         self.report(step, progress, utilization)
+        if self.stray_of is not None:
+            log.warning("stopping at step %d: this run is not the job's (it runs %s)", step, self.stray_of)
+            return False
         reason = self.checkpoint_reason()
         if reason is not None:
             try:
@@ -347,6 +363,11 @@ class Agent:
         sigterm_seen = self._sigterm
         with self._lock:
             request = self._pending_request
+        if self.stray_of is not None:
+            log.warning(
+                "checkpoint at step %d skipped: this run is not the job's (%s is)", step, self.stray_of
+            )
+            return None
         if self.store is None:
             log.warning("checkpoint at step %d (%s) skipped: no checkpoint store configured", step, reason)
             record = None
@@ -458,13 +479,23 @@ class Agent:
     def _poll_job_record(self) -> None:
         assert self.job_poller is not None
         try:
-            requested_at = self.job_poller.checkpoint_requested_at()
+            signals = self.job_poller.read()
         except Exception as exc:  # keep training through a control-plane outage
             self._poll_failures += 1
             if self._poll_failures in (1, 10) or self._poll_failures % 100 == 0:
                 log.warning("reading job %s failed (%d times): %s", self.job_id, self._poll_failures, exc)
             return
         self._poll_failures = 0
+        own_run = self.settings.batch_job_id
+        if own_run and signals.batch_job_id and signals.batch_job_id != own_run and self.stray_of is None:
+            log.warning(
+                "job %s runs as Batch job %s, not this one (%s): stopping",
+                self.job_id,
+                signals.batch_job_id,
+                own_run,
+            )
+            self.stray_of = signals.batch_job_id
+        requested_at = signals.checkpoint_requested_at
         if requested_at is None:
             return
         with self._lock:

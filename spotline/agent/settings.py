@@ -28,13 +28,16 @@ AGENT_ENV_KEEP_CHECKPOINTS = "SPOTLINE_KEEP_CHECKPOINTS"
 # so that the wrapper's heartbeats carry them and the child does not send heartbeats of its own.
 AGENT_ENV_STATUS_FILE = "SPOTLINE_AGENT_STATUS_FILE"
 
+# Set by AWS Batch in every container (and by the local fleet): the run's Batch job id.
+ENV_BATCH_JOB_ID = "AWS_BATCH_JOB_ID"
+
 # Standard AWS SDK variables for instance metadata, honoured the way botocore honours them.
 ENV_IMDS_ENDPOINT = "AWS_EC2_METADATA_SERVICE_ENDPOINT"
 ENV_IMDS_DISABLED = "AWS_EC2_METADATA_DISABLED"
 IMDS_DEFAULT_ENDPOINT = "http://169.254.169.254"
 # Present inside an AWS Batch / ECS container: the only places where the agent talks to IMDS
 # without being told to (a laptop has no IMDS, and probing 169.254.169.254 there only costs time).
-_ON_AWS_MARKERS = ("AWS_BATCH_JOB_ID", "ECS_CONTAINER_METADATA_URI_V4", "ECS_CONTAINER_METADATA_URI")
+_ON_AWS_MARKERS = (ENV_BATCH_JOB_ID, "ECS_CONTAINER_METADATA_URI_V4", "ECS_CONTAINER_METADATA_URI")
 
 DEFAULT_JOB_ID = "local"
 DEFAULT_CHECKPOINT_INTERVAL_S = 600.0
@@ -67,6 +70,8 @@ class AgentSettings:
     status_file: str | None = None
     # Durable checkpoints kept per job (the newest ones); 0 keeps every checkpoint.
     keep_checkpoints: int = DEFAULT_KEEP_CHECKPOINTS
+    # This container's Batch job (AWS_BATCH_JOB_ID, which Batch and the local fleet set).
+    batch_job_id: str | None = None
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> AgentSettings:
@@ -86,6 +91,7 @@ class AgentSettings:
             imds_endpoint=imds_endpoint_from_env(env),
             status_file=_text(env, AGENT_ENV_STATUS_FILE),
             keep_checkpoints=_count(env, AGENT_ENV_KEEP_CHECKPOINTS, DEFAULT_KEEP_CHECKPOINTS),
+            batch_job_id=_text(env, ENV_BATCH_JOB_ID),
         )
 
 

@@ -25,12 +25,24 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 REQUEST_ATTRIBUTE = "checkpoint_requested_at"
+# The Batch job the control plane recorded as the job's current run (`JobRecord.batch_job_id`).
+RUN_ATTRIBUTE = "batch_job_id"
+
+
+@dataclass(frozen=True)
+class JobSignals:
+    """What the agent reads from its job's item at each poll."""
+
+    checkpoint_requested_at: float | None = None
+    # The run the control plane recorded (None until it has recorded one): a container whose own
+    # Batch job id differs is a stray run (a launch submitted twice, a run already replaced).
+    batch_job_id: str | None = None
 
 
 class JobRecordPoller:
-    """Reads `checkpoint_requested_at` (epoch seconds) from the job's own item.
+    """Reads `checkpoint_requested_at` (epoch seconds) and the recorded run from the job's own item.
 
-    One consistent GetItem that projects the single attribute: about 1 read unit per poll,
+    One consistent GetItem that projects those two attributes: about 1 read unit per poll,
     whatever the size of the job's item.
     """
 
@@ -39,22 +51,26 @@ class JobRecordPoller:
         self.table = table
         self.job_id = job_id
 
-    def checkpoint_requested_at(self) -> float | None:
+    def read(self) -> JobSignals:
         response = self.client.get_item(
             TableName=self.table,
             Key={JOBS.partition_key: {"S": self.job_id}},
-            ProjectionExpression="#requested",
-            ExpressionAttributeNames={"#requested": REQUEST_ATTRIBUTE},
+            ProjectionExpression="#requested, #run",
+            ExpressionAttributeNames={"#requested": REQUEST_ATTRIBUTE, "#run": RUN_ATTRIBUTE},
             ConsistentRead=True,
         )
-        value = response.get("Item", {}).get(REQUEST_ATTRIBUTE)
-        if value is None:
-            return None
-        if "N" in value:
-            return float(value["N"])
-        if "S" in value:  # tolerate a string-typed timestamp from a hand-written item
-            return float(value["S"])
-        return None
+        item = response.get("Item", {})
+        requested: float | None = None
+        value = item.get(REQUEST_ATTRIBUTE)
+        if value is not None and "N" in value:
+            requested = float(value["N"])
+        elif value is not None and "S" in value:  # tolerate a string-typed timestamp from a hand-written item
+            requested = float(value["S"])
+        run = item.get(RUN_ATTRIBUTE, {}).get("S")
+        return JobSignals(checkpoint_requested_at=requested, batch_job_id=run)
+
+    def checkpoint_requested_at(self) -> float | None:
+        return self.read().checkpoint_requested_at
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ from spotline.agent import (
     AgentSettings,
     CheckpointReason,
     JobRecordPoller,
+    JobSignals,
     LocalCheckpointStore,
     RecordingPublisher,
 )
@@ -154,11 +155,62 @@ def test_checkpoint_on_request_from_the_jobs_table(tmp_path: Path, clock: FakeCl
     clock.advance(5)
     agent.poll_once()
     assert agent.checkpoint_reason() is None
-    # One cheap read: the single attribute, consistently, by key.
+    # One cheap read: two attributes, consistently, by key.
     assert calls[0]["Key"] == {"job_id": {"S": JOB}}
     assert calls[0]["ConsistentRead"] is True
-    assert calls[0]["ProjectionExpression"] == "#requested"
-    assert calls[0]["ExpressionAttributeNames"] == {"#requested": "checkpoint_requested_at"}
+    assert calls[0]["ProjectionExpression"] == "#requested, #run"
+    assert calls[0]["ExpressionAttributeNames"] == {
+        "#requested": "checkpoint_requested_at",
+        "#run": "batch_job_id",
+    }
+
+
+def test_a_stray_run_stops_without_writing_a_checkpoint(
+    tmp_path: Path, clock: FakeClock, jobs_table: Any
+) -> None:
+    # Given a container of Batch job b-1 while the control plane recorded b-2 as the job's run
+    publisher = RecordingPublisher()
+    poller = JobRecordPoller(jobs_table, TABLE, JOB)
+    agent = make_agent(
+        tmp_path,
+        clock,
+        publisher,
+        poll_s=5.0,
+        batch_job_id="b-1",
+        inject={"job_poller": poller},
+    )
+    assert agent.step(1, 0.1, lambda: {"w": 1}) is True  # nothing recorded yet: keep going
+    set_run(jobs_table, "b-1")
+    clock.advance(5)
+    agent.poll_once()
+    assert agent.step(2, 0.2, lambda: {"w": 2}) is True and agent.stray_of is None  # our own run
+
+    # When the job's item names the other run
+    set_run(jobs_table, "b-2")
+    clock.advance(5)
+    agent.poll_once()
+
+    # Then the loop is told to stop, and no checkpoint is written even if one is asked for
+    assert agent.stray_of == "b-2" and agent.stop_requested
+    assert agent.step(3, 0.3, lambda: {"w": 3}) is False
+    assert agent.checkpoint(3, {"w": 3}) is None
+    assert completed(publisher) == [] and LocalCheckpointStore(tmp_path / "ckpt").manifests() == []
+
+
+def test_the_run_attribute_is_the_one_the_control_plane_writes() -> None:
+    from spotline.agent.signals import RUN_ATTRIBUTE
+    from spotline.aws.jobs import _RECORD_FIELDS
+
+    assert RUN_ATTRIBUTE in _RECORD_FIELDS
+
+
+def set_run(client: Any, batch_job_id: str) -> None:
+    client.update_item(
+        TableName=TABLE,
+        Key={"job_id": {"S": JOB}},
+        UpdateExpression="SET batch_job_id = :b",
+        ExpressionAttributeValues={":b": {"S": batch_job_id}},
+    )
 
 
 def test_a_request_made_while_writing_is_answered_by_the_next_checkpoint(
@@ -167,8 +219,8 @@ def test_a_request_made_while_writing_is_answered_by_the_next_checkpoint(
     class Poller:
         requested_at: float | None = None
 
-        def checkpoint_requested_at(self) -> float | None:
-            return self.requested_at
+        def read(self) -> JobSignals:
+            return JobSignals(checkpoint_requested_at=self.requested_at)
 
     poller = Poller()
     publisher = RecordingPublisher()
@@ -324,6 +376,7 @@ def test_settings_from_env() -> None:
     with pytest.raises(ValueError, match="SPOTLINE_AGENT_POLL_S"):
         AgentSettings.from_env({"SPOTLINE_AGENT_POLL_S": "soon"})
     assert AgentSettings.from_env({}).keep_checkpoints == 3
+    assert AgentSettings.from_env({"AWS_BATCH_JOB_ID": "b-9"}).batch_job_id == "b-9"
     assert AgentSettings.from_env({"SPOTLINE_KEEP_CHECKPOINTS": "0"}).keep_checkpoints == 0
     for bad in ("-1", "two"):
         with pytest.raises(ValueError, match="SPOTLINE_KEEP_CHECKPOINTS"):

@@ -13,6 +13,7 @@ from spotline.agent import (
     AgentSettings,
     CheckpointReason,
     InstanceMetadata,
+    JobSignals,
     LocalCheckpointStore,
     RecordingPublisher,
     SpotInstanceAction,
@@ -136,9 +137,9 @@ def test_background_polling_sees_a_notice_even_while_the_control_plane_hangs(
     release = threading.Event()
 
     class HangingPoller:  # a DynamoDB call stuck in its timeouts
-        def checkpoint_requested_at(self) -> float | None:
+        def read(self) -> JobSignals:
             release.wait(10)
-            return None
+            return JobSignals()
 
     endpoint, state = imds
     agent = Agent(
