@@ -72,8 +72,8 @@ class LedgerRepository:
         the team's usage buckets.
 
         A release is not conditional on the counters: a job leaving must never be blocked by a
-        drifted counter (admission is where the limit is enforced, and the reconciler reports
-        drift between this table and the active index).
+        drifted counter (admission is where the limit is enforced, and the reconciler reports and
+        repairs drift between this table and the active index).
         """
         usage: dict[int, float] = {}
         if held_since is not None and now is not None:
@@ -154,7 +154,7 @@ class LedgerRepository:
             "TableName": self.table.name,
             "Key": serialize_item({"pk": key}),
             "UpdateExpression": f"SET {expr.name(DRIFT_MARK)} = {expr.value([ledger, expected])}",
-            "ConditionExpression": f"{used} = {expr.value(ledger)}",
+            "ConditionExpression": _reads(used, ledger, expr),
         }
         return self._conditional_update(update, expr)
 
@@ -163,13 +163,12 @@ class LedgerRepository:
         (seen by an earlier reconciler run); False when anything moved meanwhile."""
         expr = Expression()
         used, mark = expr.name("used_gpus"), expr.name(DRIFT_MARK)
+        marked = [ledger, expected]
         update = {
             "TableName": self.table.name,
             "Key": serialize_item({"pk": key}),
             "UpdateExpression": f"SET {used} = {expr.value(expected)} REMOVE {mark}",
-            "ConditionExpression": (
-                f"{used} = {expr.value(ledger)} AND {mark} = {expr.value([ledger, expected])}"
-            ),
+            "ConditionExpression": f"({_reads(used, ledger, expr)}) AND {mark} = {expr.value(marked)}",
         }
         return self._conditional_update(update, expr)
 
@@ -248,3 +247,9 @@ class LedgerRepository:
             *((team_key(t), u) for t, u in team_usage.items()),
         ]:
             self.table.put({"Item": {"pk": serialize(key), "used_gpus": serialize(used)}})
+
+
+def _reads(used: str, value: int, expr: Expression) -> str:
+    """A condition that the counter `used` reads `value` (a missing counter reads 0)."""
+    condition = f"{used} = {expr.value(value)}"
+    return f"attribute_not_exists({used}) OR {condition}" if value == 0 else condition

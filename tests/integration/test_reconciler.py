@@ -135,3 +135,17 @@ def test_a_counter_that_agrees_again_loses_its_mark(deployment: Deployment) -> N
     result = functions.reconciler.handler(load_event("scheduled_event"), context("reconciler"))
 
     assert result["drift"] == {} and ledger.counters(["a100-spot"], [])["POOL#a100-spot"] == (0, None)
+
+
+def test_a_counter_item_that_is_missing_is_repaired_too(deployment: Deployment) -> None:
+    deployment.clock.freeze()
+    start(deployment, submit(deployment))
+    ledger = deployment.plane.ledger
+    ledger.table.client.delete_item(TableName=ledger.table.name, Key={"pk": {"S": "POOL#a100-spot"}})
+
+    first = functions.reconciler.handler(load_event("scheduled_event"), context("reconciler"))
+    second = functions.reconciler.handler(load_event("scheduled_event"), context("reconciler"))
+
+    assert first["drift"] == {"POOL#a100-spot": [0, 8]} and first["repaired"] == {}
+    assert second["repaired"] == {"POOL#a100-spot": [0, 8]}
+    assert ledger.usage(["a100-spot"], [])[0] == {"a100-spot": 8}
