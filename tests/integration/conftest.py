@@ -390,17 +390,32 @@ def submit(dep: Deployment, team: str = "vision", **spec: Any) -> JobRecord:
 
 
 def start(
-    dep: Deployment, record: JobRecord, *, pool: str = "a100-spot", instance_id: str = "i-0aaaaaaaaaaaaaaa1"
+    dep: Deployment,
+    record: JobRecord,
+    *,
+    pool: str = "a100-spot",
+    instance_id: str = "i-0aaaaaaaaaaaaaaa1",
+    launch_workflow_runs: bool = False,
 ) -> JobRecord:
     """PENDING -> ADMITTED (in `pool`) -> RUNNING on `instance_id`, through the admission and the
-    Batch handler, as a RUNNING event from Batch would."""
+    Batch handler, as a RUNNING event from Batch would. With `launch_workflow_runs` (a deployment
+    whose workflows execute), the launch workflow that the admission starts submits and records
+    the Batch job; otherwise this helper does what its tasks do."""
     import functions.batch_state_change
     from spotline.control.scheduling import admit
     from spotline.control.workflow_tasks import record_batch_job, submit_batch_job
 
     admitted = admit(dep.plane, record, pool, "admitted by the test", now=dep.clock())
-    batch_job_id = submit_batch_job(dep.plane, record.id, version=admitted.version, pool=pool)["batch_job_id"]
-    record_batch_job(dep.plane, record.id, version=admitted.version, batch_job_id=batch_job_id)
+    if launch_workflow_runs:
+        deadline = time.time() + 10
+        while (batch_job_id := dep.plane.jobs.get(record.id).batch_job_id) is None:
+            assert time.time() < deadline, "the launch workflow recorded no Batch job"
+            time.sleep(0.05)
+    else:
+        batch_job_id = submit_batch_job(dep.plane, record.id, version=admitted.version, pool=pool)[
+            "batch_job_id"
+        ]
+        record_batch_job(dep.plane, record.id, version=admitted.version, batch_job_id=batch_job_id)
     container = f"arn:aws:ecs:{REGION}:{ACCOUNT}:container-instance/spotline-{pool}/{uuid.uuid4().hex}"
     dep.resolver.mapping[container] = instance_id
     functions.batch_state_change.handler(

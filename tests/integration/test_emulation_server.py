@@ -74,7 +74,7 @@ def test_a_preemption_round_trip_over_the_server(server_deployment: Deployment) 
     plane = dep.plane
     with dispatch_lambda_tasks({"workflow_tasks": functions.workflow_tasks.handler}):
         # Given a running job asked to checkpoint
-        running = start(dep, submit(dep))
+        running = start(dep, submit(dep), launch_workflow_runs=True)
         now = time.time()
         start_disruption(
             plane,

@@ -56,7 +56,7 @@ def test_preemption_waits_for_the_agents_checkpoint_then_stops_and_requeues(
 ) -> None:
     dep = sfn_deployment
     # Given a running job asked to checkpoint (its preempt workflow started, 20 s of grace)
-    running = start(dep, submit(dep))
+    running = start(dep, submit(dep), launch_workflow_runs=True)
     now = dep.clock()
     marked = start_disruption(
         dep.plane,
@@ -100,7 +100,7 @@ def test_preemption_without_a_checkpoint_times_out_and_still_stops_the_job(
 ) -> None:
     dep = sfn_deployment
     # Given a running job whose agent never answers, with a 1 s deadline
-    running = start(dep, submit(dep))
+    running = start(dep, submit(dep), launch_workflow_runs=True)
     now = dep.clock()
     marked = start_disruption(
         dep.plane,
@@ -130,7 +130,7 @@ def test_preemption_without_a_checkpoint_times_out_and_still_stops_the_job(
 def test_preemption_after_an_early_checkpoint_does_not_wait(sfn_deployment: Deployment) -> None:
     dep = sfn_deployment
     # Given a job marked CHECKPOINTING whose agent checkpointed before the workflow began
-    running = start(dep, submit(dep))
+    running = start(dep, submit(dep), launch_workflow_runs=True)
     now = dep.clock()
     marked = dep.plane.jobs.transition(
         running,
@@ -165,7 +165,7 @@ def test_preemption_after_an_early_checkpoint_does_not_wait(sfn_deployment: Depl
 def test_a_spot_warning_runs_the_same_workflow_and_ends_interrupted(sfn_deployment: Deployment) -> None:
     dep = sfn_deployment
     # Given a job running on the instance named in AWS's sample warning
-    running = start(dep, submit(dep), instance_id="i-1234567890abcdef0")
+    running = start(dep, submit(dep), instance_id="i-1234567890abcdef0", launch_workflow_runs=True)
 
     # When the warning arrives (now) and the agent checkpoints within the notice
     event = eventbridge("spot_interruption_warning", time=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
