@@ -69,9 +69,6 @@ class JobRecordPoller:
         run = item.get(RUN_ATTRIBUTE, {}).get("S")
         return JobSignals(checkpoint_requested_at=requested, batch_job_id=run)
 
-    def checkpoint_requested_at(self) -> float | None:
-        return self.read().checkpoint_requested_at
-
 
 @dataclass(frozen=True)
 class SpotInstanceAction:
