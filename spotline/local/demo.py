@@ -33,6 +33,9 @@ class DemoJob:
     steps: int
     submit_at_s: float
     spot: str = "auto"
+    # Submit no earlier than `submit_at_s`, and only once each of these jobs is RUNNING and has
+    # written a checkpoint: the story needs running victims, however slow the machine is.
+    after_running: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -51,7 +54,14 @@ DEFAULT_SCENARIO = Scenario(
         DemoJob("vision-sweep", "vision", "low", steps=120, submit_at_s=0.0, spot="never"),
         DemoJob("vision-ablation", "vision", "low", steps=110, submit_at_s=0.0),
         DemoJob("nlp-pretrain", "nlp", "normal", steps=150, submit_at_s=0.5),
-        DemoJob("nlp-hotfix-eval", "nlp", "critical", steps=60, submit_at_s=9.0),
+        DemoJob(
+            "nlp-hotfix-eval",
+            "nlp",
+            "critical",
+            steps=60,
+            submit_at_s=9.0,
+            after_running=("vision-sweep", "vision-ablation"),
+        ),
     ),
     reclaim_at_s=16.0,
     reclaim_job="nlp-pretrain",
@@ -62,7 +72,7 @@ SHORT_SCENARIO = Scenario(
     jobs=(
         DemoJob("low-1", "vision", "low", steps=60, submit_at_s=0.0, spot="never"),
         DemoJob("normal-1", "nlp", "normal", steps=60, submit_at_s=0.0),
-        DemoJob("critical-1", "nlp", "critical", steps=25, submit_at_s=6.0),
+        DemoJob("critical-1", "nlp", "critical", steps=25, submit_at_s=6.0, after_running=("low-1",)),
     ),
     reclaim_at_s=10.0,
     reclaim_job="normal-1",
@@ -159,6 +169,10 @@ def _play(
     while True:
         now = time.time() - start
         while pending and pending[0].submit_at_s <= now:
+            if not all(
+                _running_with_checkpoint(api, headers, ids, scenario, key) for key in pending[0].after_running
+            ):
+                break
             job = pending.pop(0)
             response = api.post("/jobs", json=job_body(job, scenario), headers=headers[job.team])
             response.raise_for_status()
@@ -199,6 +213,17 @@ def _play(
         )
     result.timeline.sort(key=lambda e: e.t)
     return result
+
+
+def _running_with_checkpoint(
+    api: httpx.Client, headers: dict[str, Any], ids: dict[str, str], scenario: Scenario, key: str
+) -> bool:
+    job_id = ids.get(key)
+    if job_id is None:
+        return False
+    team = next(j.team for j in scenario.jobs if j.key == key)
+    view = api.get(f"/jobs/{job_id}", headers=headers[team]).json()
+    return bool(view["state"] == "RUNNING" and view["last_checkpoint"] is not None)
 
 
 def _reclaim(
