@@ -8,11 +8,16 @@ The scheduling pass decides with its own working ledger (domain `Ledger`); this 
 makes the decision safe when two passes race, or a pass races a release: every admission
 reserves in the same transaction that moves the job to ADMITTED, under the condition
 `used + gpus <= capacity`, so the pool can never be over-committed whatever runs concurrently.
+
+Every admission and release also counts itself on the counter (`moves`), so the reconciler can
+tell a counter that has not changed since it last looked from one that merely reads the same
+value again (an admission and a release in between).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from spotline.aws.dynamo import (
@@ -40,8 +45,20 @@ def team_key(team: str) -> str:
 
 USAGE_PREFIX = "usage_"
 FAIRSHARE_KEY = "FAIRSHARE"
-# On a counter: the (ledger, expected) drift the reconciler saw last time (`repair_drift`).
+# On a counter: the (ledger, expected, moves) drift the reconciler saw last time (`repair_drift`).
 DRIFT_MARK = "drift_seen"
+# On a counter: how many admissions, releases and repairs have changed it.
+MOVES = "moves"
+
+
+@dataclass(frozen=True)
+class Counter:
+    """A ledger counter as read: GPUs in use, how many writes have changed it, and the drift
+    the reconciler marked on it ((ledger, expected, moves) or None)."""
+
+    used: int
+    moves: int = 0
+    drift_mark: tuple[int, int, int] | None = None
 
 
 class LedgerRepository:
@@ -85,11 +102,12 @@ class LedgerRepository:
 
     def _take(self, key: str, gpus: int, limit: int | None) -> TransactItem:
         expr = Expression()
-        used = expr.name("used_gpus")
+        used, moves, zero = expr.name("used_gpus"), expr.name(MOVES), expr.value(0)
         update: dict[str, Any] = {
             "TableName": self.table.name,
             "Key": serialize_item({"pk": key}),
-            "UpdateExpression": f"SET {used} = if_not_exists({used}, {expr.value(0)}) + {expr.value(gpus)}",
+            "UpdateExpression": f"SET {used} = if_not_exists({used}, {zero}) + {expr.value(gpus)}, "
+            f"{moves} = if_not_exists({moves}, {zero}) + {expr.value(1)}",
         }
         if limit is not None:
             update["ConditionExpression"] = f"attribute_not_exists({used}) OR {used} <= {expr.value(limit)}"
@@ -97,9 +115,11 @@ class LedgerRepository:
 
     def _give(self, key: str, gpus: int, usage: dict[int, float] | None = None) -> TransactItem:
         expr = Expression()
-        used = expr.name("used_gpus")
-        zero = expr.value(0)
-        sets = [f"{used} = if_not_exists({used}, {zero}) - {expr.value(gpus)}"]
+        used, moves, zero = expr.name("used_gpus"), expr.name(MOVES), expr.value(0)
+        sets = [
+            f"{used} = if_not_exists({used}, {zero}) - {expr.value(gpus)}",
+            f"{moves} = if_not_exists({moves}, {zero}) + {expr.value(1)}",
+        ]
         for begins, gpu_s in sorted((usage or {}).items()):
             bucket = expr.name(f"{USAGE_PREFIX}{begins}")
             sets.append(f"{bucket} = if_not_exists({bucket}, {zero}) + {expr.value(gpu_s)}")
@@ -127,48 +147,49 @@ class LedgerRepository:
         """GPUs in use per pool and per team, as the ledger counts them (one BatchGetItem per
         100 keys: the number of pools and teams, not of jobs)."""
         counters = self.counters(pools, teams)
-        found = {key: used for key, (used, _) in counters.items()}
+        found = {key: counter.used for key, counter in counters.items()}
         pool_usage = {k.removeprefix("POOL#"): v for k, v in found.items() if k.startswith("POOL#")}
         team_usage = {k.removeprefix("TEAM#"): v for k, v in found.items() if k.startswith("TEAM#")}
         return pool_usage, team_usage
 
-    def counters(
-        self, pools: Iterable[str], teams: Iterable[str]
-    ) -> dict[str, tuple[int, tuple[int, int] | None]]:
-        """Each counter item ("POOL#x", "TEAM#y") that exists: GPUs in use, and the drift the
-        reconciler last marked on it ((ledger, expected) or None). Strongly consistent reads."""
+    def counters(self, pools: Iterable[str], teams: Iterable[str]) -> dict[str, Counter]:
+        """Each counter item ("POOL#x", "TEAM#y") that exists. Strongly consistent reads."""
         items = self._items([*(pool_key(p) for p in pools), *(team_key(t) for t in teams)], consistent=True)
-        counters: dict[str, tuple[int, tuple[int, int] | None]] = {}
+        counters: dict[str, Counter] = {}
         for key, item in items.items():
             seen = item.get(DRIFT_MARK)
-            mark = (int(seen[0]), int(seen[1])) if isinstance(seen, list) and len(seen) == 2 else None
-            counters[key] = (int(item.get("used_gpus", 0)), mark)
+            mark = (
+                (int(seen[0]), int(seen[1]), int(seen[2]))
+                if isinstance(seen, list) and len(seen) == 3
+                else None
+            )
+            counters[key] = Counter(int(item.get("used_gpus", 0)), int(item.get(MOVES, 0)), mark)
         return counters
 
-    def mark_drift(self, key: str, ledger: int, expected: int) -> bool:
-        """Note on a counter that it read `ledger` where the jobs say `expected`, if it still
-        reads `ledger`. False when it moved meanwhile."""
+    def mark_drift(self, key: str, ledger: int, expected: int, moves: int) -> bool:
+        """Note on a counter that it read `ledger` after `moves` changes where the jobs say
+        `expected`, if no change came since. False when one did."""
         expr = Expression()
-        used = expr.name("used_gpus")
         update = {
             "TableName": self.table.name,
             "Key": serialize_item({"pk": key}),
-            "UpdateExpression": f"SET {expr.name(DRIFT_MARK)} = {expr.value([ledger, expected])}",
-            "ConditionExpression": _reads(used, ledger, expr),
+            "UpdateExpression": f"SET {expr.name(DRIFT_MARK)} = {expr.value([ledger, expected, moves])}",
+            "ConditionExpression": _reads(expr.name(MOVES), moves, expr),
         }
         return self._conditional_update(update, expr)
 
-    def repair_drift(self, key: str, ledger: int, expected: int) -> bool:
-        """Set a counter to `expected` if it still reads `ledger` and carries the same drift mark
-        (seen by an earlier reconciler run); False when anything moved meanwhile."""
+    def repair_drift(self, key: str, ledger: int, expected: int, moves: int) -> bool:
+        """Set a counter to `expected` if an earlier reconciler run marked the same drift after
+        the same number of changes, and none came since; False otherwise."""
         expr = Expression()
-        used, mark = expr.name("used_gpus"), expr.name(DRIFT_MARK)
-        marked = [ledger, expected]
+        used, mark, moved = expr.name("used_gpus"), expr.name(DRIFT_MARK), expr.name(MOVES)
+        marked = expr.value([ledger, expected, moves])
         update = {
             "TableName": self.table.name,
             "Key": serialize_item({"pk": key}),
-            "UpdateExpression": f"SET {used} = {expr.value(expected)} REMOVE {mark}",
-            "ConditionExpression": f"({_reads(used, ledger, expr)}) AND {mark} = {expr.value(marked)}",
+            "UpdateExpression": f"SET {used} = {expr.value(expected)}, "
+            f"{moved} = if_not_exists({moved}, {expr.value(0)}) + {expr.value(1)} REMOVE {mark}",
+            "ConditionExpression": f"({_reads(moved, moves, expr)}) AND {mark} = {marked}",
         }
         return self._conditional_update(update, expr)
 
@@ -249,7 +270,7 @@ class LedgerRepository:
             self.table.put({"Item": {"pk": serialize(key), "used_gpus": serialize(used)}})
 
 
-def _reads(used: str, value: int, expr: Expression) -> str:
-    """A condition that the counter `used` reads `value` (a missing counter reads 0)."""
-    condition = f"{used} = {expr.value(value)}"
-    return f"attribute_not_exists({used}) OR {condition}" if value == 0 else condition
+def _reads(name: str, value: int, expr: Expression) -> str:
+    """A condition that the number `name` reads `value` (a missing one reads 0)."""
+    condition = f"{name} = {expr.value(value)}"
+    return f"attribute_not_exists({name}) OR {condition}" if value == 0 else condition

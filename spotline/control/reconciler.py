@@ -12,11 +12,13 @@ It reads only the `active` index (jobs holding GPUs: bounded by the cluster, nev
    and requeue it as INTERRUPTED.
 
 It also compares the ledger's counters with the GPUs the active jobs hold. Every change moves
-both in one transaction, but the active index is eventually consistent, so a difference seen once
-may be a race: it is marked on the counter, and repaired (set to what the jobs hold) only when
-the next run sees the same difference again and the counter has not moved since (a conditional
-write). A counter that drifted high would otherwise keep GPUs idle for good; one that drifted low
-would let the pool be over-committed.
+both in one transaction, but the reads are not one snapshot (and the active index is eventually
+consistent), so a difference seen once may be a race: it is marked on the counter with the
+counter's change count, and repaired (set to what the jobs hold) only when the next run sees the
+same difference and no admission or release has changed the counter since the mark (a
+conditional write on the count). A race needs a change, so it cannot be repaired by mistake,
+even when the same race happens twice. A counter that drifted high would otherwise keep GPUs
+idle for good; one that drifted low would let the pool be over-committed.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from dataclasses import dataclass, field
 
 from spotline.aws.errors import InvalidTransition, StaleJobError
 from spotline.aws.jobs import Disruption, JobRecord
-from spotline.aws.ledger import pool_key, team_key
+from spotline.aws.ledger import Counter, pool_key, team_key
 from spotline.control.lifecycle import requeue_after_disruption, requeue_unstarted
 from spotline.control.plane import ControlPlane
 from spotline.domain import JobState
@@ -40,7 +42,8 @@ class ReconcileResult:
     requeued: list[tuple[str, str]] = field(default_factory=list)  # (job id, why)
     # Ledger counters that differ from the sum over the active index ({"POOL#x": (ledger, active)}).
     drift: dict[str, tuple[int, int]] = field(default_factory=dict)
-    # Those set to what the active jobs hold: the same drift was seen on the previous run too.
+    # Those set to what the active jobs hold: the previous run saw the same drift, and the
+    # counter has not changed since.
     repaired: dict[str, tuple[int, int]] = field(default_factory=dict)
 
 
@@ -51,10 +54,10 @@ def reconcile(cp: ControlPlane) -> ReconcileResult:
     active = cp.jobs.active()
     result.examined = len(active)
     # Compare before acting: a requeue below changes the ledger but not this snapshot.
-    result.drift, marks = ledger_drift(cp, active)
+    result.drift, counters = ledger_drift(cp, active)
     if result.drift:
         logger.warning("ledger drift", extra={"drift": result.drift, "pools": [p.name for p in config.pools]})
-    result.repaired = repair_drift(cp, result.drift, marks)
+    result.repaired = repair_drift(cp, result.drift, counters)
     for record in active:
         try:
             why = _stuck(cp, record, now)
@@ -121,9 +124,9 @@ def _stuck(cp: ControlPlane, record: JobRecord, now: float) -> str | None:
 
 def ledger_drift(
     cp: ControlPlane, active: list[JobRecord]
-) -> tuple[dict[str, tuple[int, int]], dict[str, tuple[int, int] | None]]:
+) -> tuple[dict[str, tuple[int, int]], dict[str, Counter]]:
     """Counters of the ledger that disagree with the jobs holding GPUs ({key: (ledger, jobs)}),
-    and the drift marked on each counter by the previous run."""
+    and the counters as read (with the drift marked on each by the previous run)."""
     pools = [p.name for p in cp.config.pools]
     teams = sorted({t.team for t in cp.config.teams} | {r.team for r in active})
     counters = cp.ledger.counters(pools, teams)
@@ -135,28 +138,30 @@ def ledger_drift(
         expected[team_key(record.team)] = expected.get(team_key(record.team), 0) + record.gpus_held
     drift: dict[str, tuple[int, int]] = {}
     for key in [*(pool_key(p) for p in pools), *(team_key(t) for t in teams)]:
-        used = counters.get(key, (0, None))[0]
+        used = counters[key].used if key in counters else 0
         if used != expected.get(key, 0):
             drift[key] = (used, expected.get(key, 0))
-    return drift, {key: mark for key, (_, mark) in counters.items()}
+    return drift, counters
 
 
 def repair_drift(
-    cp: ControlPlane, drift: dict[str, tuple[int, int]], marks: dict[str, tuple[int, int] | None]
+    cp: ControlPlane, drift: dict[str, tuple[int, int]], counters: dict[str, Counter]
 ) -> dict[str, tuple[int, int]]:
-    """Repair each drift that the previous run marked identically; mark the new ones; clear the
-    marks of counters that agree again. Returns the repaired counters."""
+    """Repair each drift that the previous run marked identically with no change to the counter
+    since; mark the others; clear the marks of counters that agree again. Returns the repaired
+    counters."""
     repaired: dict[str, tuple[int, int]] = {}
     for key, (ledger, expected) in drift.items():
-        if marks.get(key) == (ledger, expected):
-            if cp.ledger.repair_drift(key, ledger, expected):
+        counter = counters.get(key, Counter(0))
+        if counter.drift_mark == (ledger, expected, counter.moves):
+            if cp.ledger.repair_drift(key, ledger, expected, counter.moves):
                 logger.warning(
                     "ledger counter repaired", extra={"counter": key, "from": ledger, "to": expected}
                 )
                 repaired[key] = (ledger, expected)
         else:
-            cp.ledger.mark_drift(key, ledger, expected)
-    for key, mark in marks.items():
-        if mark is not None and key not in drift:
+            cp.ledger.mark_drift(key, ledger, expected, counter.moves)
+    for key, counter in counters.items():
+        if counter.drift_mark is not None and key not in drift:
             cp.ledger.clear_drift_mark(key)
     return repaired

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functions.reconciler
 from spotline.aws.jobs import Disruption
+from spotline.aws.ledger import Counter, LedgerRepository
 from spotline.control.scheduling import admit
 from spotline.domain import JobState
 
@@ -90,7 +91,7 @@ def test_ledger_drift_is_reported_then_repaired_when_seen_again(deployment: Depl
     second = functions.reconciler.handler(load_event("scheduled_event"), context("reconciler"))
     assert second["repaired"] == {"POOL#a100-spot": [3, 8]}
     assert ledger.usage(["a100-spot"], [])[0] == {"a100-spot": 8}
-    assert ledger.counters(["a100-spot"], [])["POOL#a100-spot"] == (8, None)
+    assert ledger.counters(["a100-spot"], [])["POOL#a100-spot"] == Counter(8, moves=1)
 
     # And a run after that finds nothing to report
     third = functions.reconciler.handler(load_event("scheduled_event"), context("reconciler"))
@@ -110,18 +111,52 @@ def test_a_drift_that_changed_between_runs_is_not_repaired(deployment: Deploymen
 
     # Then the new drift is only marked, not repaired
     assert again["drift"] == {"POOL#a100-spot": [5, 8]} and again["repaired"] == {}
-    assert ledger.counters(["a100-spot"], [])["POOL#a100-spot"] == (5, (5, 8))
+    assert ledger.counters(["a100-spot"], [])["POOL#a100-spot"] == Counter(5, drift_mark=(5, 8, 0))
 
 
 def test_a_repair_loses_to_a_counter_that_moved_after_the_read(deployment: Deployment) -> None:
     deployment.clock.freeze()
     ledger = deployment.plane.ledger
     ledger.set_usage({"a100-spot": 3}, {})
-    assert ledger.mark_drift("POOL#a100-spot", 3, 0)
-    ledger.set_usage({"a100-spot": 4}, {})  # moved after the reconciler read 3
+    assert ledger.mark_drift("POOL#a100-spot", 3, 0, moves=0)
+    take_and_give(ledger, "a100-spot", 1, give=False)  # an admission after the reconciler read 3
 
-    assert not ledger.repair_drift("POOL#a100-spot", 3, 0)
+    assert not ledger.repair_drift("POOL#a100-spot", 3, 0, moves=0)
     assert ledger.usage(["a100-spot"], [])[0] == {"a100-spot": 4}
+
+
+def test_the_same_drift_after_an_admission_and_a_release_is_marked_again_not_repaired(
+    deployment: Deployment,
+) -> None:
+    # Given a drift the reconciler marked
+    deployment.clock.freeze()
+    ledger = deployment.plane.ledger
+    ledger.set_usage({"a100-spot": 3}, {})
+    functions.reconciler.handler(load_event("scheduled_event"), context("reconciler"))
+    assert ledger.counters(["a100-spot"], [])["POOL#a100-spot"] == Counter(3, drift_mark=(3, 0, 0))
+
+    # When a job takes 4 GPUs and gives them back before the next run (the counter reads 3 again:
+    # what a race of the reads against an admission looks like, twice in a row)
+    take_and_give(ledger, "a100-spot", 4)
+    again = functions.reconciler.handler(load_event("scheduled_event"), context("reconciler"))
+
+    # Then the same drift is only marked again, at the new change count
+    assert again["drift"] == {"POOL#a100-spot": [3, 0]} and again["repaired"] == {}
+    assert ledger.counters(["a100-spot"], [])["POOL#a100-spot"] == Counter(3, moves=2, drift_mark=(3, 0, 2))
+    # And repaired by the run after, the counter having stayed still
+    third = functions.reconciler.handler(load_event("scheduled_event"), context("reconciler"))
+    assert third["repaired"] == {"POOL#a100-spot": [3, 0]}
+    assert ledger.usage(["a100-spot"], [])[0] == {"a100-spot": 0}
+
+
+def take_and_give(ledger: LedgerRepository, pool: str, gpus: int, *, give: bool = True) -> None:
+    """Apply a job's admission (and release) to a pool counter, as the job transactions do."""
+    take, _ = ledger.reserve_items(
+        pool=pool, capacity_gpus=16, team="vision", team_limit_gpus=None, gpus=gpus
+    )
+    give_items, _ = ledger.release_items(pool=pool, team="vision", gpus=gpus)
+    for item in [take[0], *(give_items[:1] if give else [])]:
+        ledger.table.client.update_item(**item["Update"])
 
 
 def test_a_counter_that_agrees_again_loses_its_mark(deployment: Deployment) -> None:
@@ -129,12 +164,12 @@ def test_a_counter_that_agrees_again_loses_its_mark(deployment: Deployment) -> N
     ledger = deployment.plane.ledger
     ledger.set_usage({"a100-spot": 3}, {})
     functions.reconciler.handler(load_event("scheduled_event"), context("reconciler"))
-    assert ledger.counters(["a100-spot"], [])["POOL#a100-spot"] == (3, (3, 0))
+    assert ledger.counters(["a100-spot"], [])["POOL#a100-spot"] == Counter(3, drift_mark=(3, 0, 0))
 
     ledger.set_usage({"a100-spot": 0}, {})
     result = functions.reconciler.handler(load_event("scheduled_event"), context("reconciler"))
 
-    assert result["drift"] == {} and ledger.counters(["a100-spot"], [])["POOL#a100-spot"] == (0, None)
+    assert result["drift"] == {} and ledger.counters(["a100-spot"], [])["POOL#a100-spot"] == Counter(0)
 
 
 def test_a_counter_item_that_is_missing_is_repaired_too(deployment: Deployment) -> None:
