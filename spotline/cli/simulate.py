@@ -144,6 +144,9 @@ def simulate_command(
                 workers=workers,
             )
         except ValueError as error:
+            if sink_file is not None and decisions is not None:
+                sink_file.close()
+                decisions.unlink(missing_ok=True)  # nothing half-written
             typer.secho(f"error: {error}", err=True, fg="red")
             raise typer.Exit(2) from None
     finally:

@@ -149,6 +149,11 @@ class JobSpec(BaseModel):
     def _gang_divides_gpus(self) -> JobSpec:
         if self.gpus % self.nodes != 0:
             raise ValueError(f"nodes: gang size {self.nodes} does not divide gpus={self.gpus}")
+        if self.nodes > 1 and self.spot is SpotPreference.REQUIRED:
+            raise ValueError(
+                "spot: a multi-node job runs only On-Demand (AWS Batch runs no multi-node parallel job"
+                " on Spot); use spot auto or never"
+            )
         if (
             self.max_runtime_s is not None
             and self.expected_runtime_s is not None
@@ -268,8 +273,12 @@ class Pool(BaseModel):
         return job.gpus
 
     def can_host(self, job: Job) -> bool:
-        """GPU type and node shape allow the job here (capacity aside)."""
+        """GPU type and node shape allow the job here (capacity aside). A gang job (nodes > 1)
+        runs only On-Demand: AWS Batch runs no multi-node parallel job on a Spot compute
+        environment."""
         if job.spec.gpu_type is not None and job.spec.gpu_type != self.gpu_type:
+            return False
+        if job.nodes > 1 and self.is_spot:
             return False
         return job.spec.gpus_per_node <= self.gpus_per_node and self.demand_gpus(job) <= self.capacity_gpus
 

@@ -100,8 +100,11 @@ class PoolState:
         return job.nodes * self.pool.gpus_per_node if job.nodes > 1 else job.gpus
 
     def hosts(self, job: SimJob) -> bool:
-        """The job's shape and GPU type fit this pool at all (capacity aside)."""
+        """The job's shape and GPU type fit this pool at all (capacity aside); a gang job only
+        On-Demand (`Pool.can_host`: AWS Batch runs no multi-node parallel job on Spot)."""
         if job.gpu_type is not None and job.gpu_type != self.pool.gpu_type:
+            return False
+        if job.nodes > 1 and self.pool.is_spot:
             return False
         if job.nodes == 1 and job.gpus > self.pool.gpus_per_node:
             return False

@@ -11,7 +11,7 @@ from typing import Any
 
 from spotline.domain.config import SchedulerConfig
 from spotline.domain.models import Pool
-from spotline.sim.engine import DecisionSink, Policy, Sample, Simulation
+from spotline.sim.engine import DecisionSink, Policy, PoolState, Sample, Simulation
 from spotline.sim.metrics import policy_metrics
 from spotline.sim.model import SimJob, SimSettings, TeamShares, build_jobs, team_shares
 from spotline.sim.peers import FifoPolicy, KueuePolicy, PriorityRandomPolicy, SlurmPolicy
@@ -81,6 +81,30 @@ def make_policy(
     raise ValueError(f"unknown policy {name!r} (one of {', '.join(POLICIES)})")
 
 
+def check_hostable(trace: Trace, pools: Sequence[Pool], settings: SimSettings) -> None:
+    """Raise ValueError naming the jobs that no pool can ever host (they would wait forever in
+    every policy): too many GPUs, an unknown GPU type, or a gang job (On-Demand only) larger than
+    the On-Demand pools."""
+    states = [PoolState(i, p, p.capacity_gpus) for i, p in enumerate(pools)]
+    bad = [
+        job
+        for job in build_jobs(trace.jobs, settings, 0, GPUS_PER_NODE)
+        if not any((job.spot_ok or not ps.is_spot) and ps.hosts(job) for ps in states)
+    ]
+    if not bad:
+        return
+    shapes = ", ".join(f"{p.name}: {p.capacity_gpus} GPUs" for p in pools)
+    first = ", ".join(
+        f"{j.id} ({j.gpus} GPUs on {j.nodes} node(s){'' if j.gpu_type is None else ', ' + j.gpu_type}"
+        f"{'' if j.spot_ok else ', On-Demand only'})"
+        for j in bad[:3]
+    )
+    raise ValueError(
+        f"{len(bad)} job(s) fit no pool ({shapes}; a multi-node job runs only On-Demand), e.g. {first}:"
+        " give the cluster more GPUs or a smaller Spot fraction"
+    )
+
+
 def run_policy(
     trace: Trace,
     name: str,
@@ -134,6 +158,7 @@ def simulate(
     else:
         gpus = sum(p.capacity_gpus for p in pools)
         spot_fraction = sum(p.capacity_gpus for p in pools if p.is_spot) / gpus if gpus else 0.0
+    check_hostable(trace, pools, settings)
     shares = team_shares(trace.jobs, {p.name: p.capacity_gpus for p in pools})
     report = SimulationReport(
         trace=trace_name or trace.source, gpus=gpus, seed=seed, spot_fraction=spot_fraction

@@ -65,7 +65,9 @@ def test_convert_then_simulate_writes_the_contract(tmp_path: Path) -> None:
             "--trace",
             str(trace),
             "--gpus",
-            "16",
+            "32",
+            "--spot-fraction",
+            "0.5",
             "--json",
             str(out),
             "--decisions",
@@ -80,7 +82,7 @@ def test_convert_then_simulate_writes_the_contract(tmp_path: Path) -> None:
     assert "spotline" in result.output and "events/s" in result.output
     report = json.loads(out.read_text())
     assert set(report) == {"trace", "gpus", "seed", "policies"}
-    assert (report["gpus"], report["seed"]) == (16, 2)
+    assert (report["gpus"], report["seed"]) == (32, 2)
     assert list(report["policies"]) == ["fifo", "priority-random", "kueue", "slurm", "spotline"]
     for metrics in report["policies"].values():
         assert set(metrics) == POLICY_KEYS
@@ -99,6 +101,31 @@ def test_convert_then_simulate_writes_the_contract(tmp_path: Path) -> None:
         "utilization.png",
         "wait_cdf.png",
     ]
+
+
+def test_a_job_that_no_pool_can_host_is_an_error_naming_it(tmp_path: Path) -> None:
+    # A 16-GPU job needs two 8-GPU nodes, and a multi-node job runs only On-Demand (AWS Batch
+    # runs none on Spot): 8 On-Demand GPUs cannot host it, whatever the policy.
+    trace = tmp_path / "t.csv"
+    trace.write_text("job_id,submit_s,duration_s,gpus,team,priority\na,0,60,8,t,low\nbig,5,60,16,t,low\n")
+    decisions = tmp_path / "d.jsonl"
+    result = runner.invoke(
+        app,
+        [
+            "simulate",
+            "--trace",
+            str(trace),
+            "--gpus",
+            "32",
+            "--spot-fraction",
+            "0.75",
+            "--decisions",
+            str(decisions),
+        ],
+    )
+    assert result.exit_code == 2
+    assert "big (16 GPUs on 2 node(s))" in result.output and "On-Demand" in result.output
+    assert not decisions.exists()
 
 
 def test_simulate_one_policy_and_spotline_decides_through_the_domain(tmp_path: Path) -> None:

@@ -57,9 +57,11 @@ def workload() -> Trace:
 
 
 class CheckedSimulation(Simulation):
-    """Checks the pools' books after every start (the only way GPUs are taken)."""
+    """Checks the pools' books after every start (the only way GPUs are taken), and that no
+    multi-node job starts on Spot (AWS Batch runs none there)."""
 
     def start(self, job: SimJob, ps: PoolState, reason: str = "") -> None:
+        assert job.nodes == 1 or not ps.is_spot, f"gang job {job.id} started on Spot"
         super().start(job, ps, reason)
         for pool in self.pools:
             assert 0 <= pool.used <= pool.capacity

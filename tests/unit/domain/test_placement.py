@@ -26,6 +26,7 @@ DEADLINE_JOB = job("d").gpus(8).expected_runtime(HOUR).checkpoint_interval(1800)
     [
         (job("j").build(), A100, config(), ["spot-a100", "od-a100"]),
         (job("j").spot("never").build(), A100, config(), ["od-a100"]),
+        (job("j").gpus(16).nodes(2).build(), A100, config(), ["od-a100"]),  # no gang job on Spot
         (job("j").spot("required").build(), A100, config(), ["spot-a100"]),
         (job("j").spot("required").build(), [OD], config(), []),
         (job("j").critical().build(), A100, config(), ["od-a100"]),
@@ -68,6 +69,7 @@ DEADLINE_JOB = job("d").gpus(8).expected_runtime(HOUR).checkpoint_interval(1800)
     ids=[
         "auto-prefers-spot",
         "never-on-demand-only",
+        "gang-job-on-demand-only",
         "required-spot-only",
         "required-without-spot-pool",
         "on-demand-class",

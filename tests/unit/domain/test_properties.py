@@ -157,7 +157,9 @@ def running(draw: st.DrawFn, job_id: str) -> JobBuilder:
 @st.composite
 def pending(draw: st.DrawFn, job_id: str) -> Job:
     builder = draw(job_shapes(job_id)).submitted(NOW - draw(st.floats(0, 2 * DAY)))
-    builder = builder.spot(draw(st.sampled_from(["auto", "auto", "auto", "never", "required"])))
+    # A gang job may not require Spot (AWS Batch runs no multi-node parallel job there).
+    spots = ["auto", "auto", "auto", "never"] + (["required"] if builder.build().nodes == 1 else [])
+    builder = builder.spot(draw(st.sampled_from(spots)))
     if draw(st.integers(0, 5)) == 0:
         builder = builder.gpu_type(draw(st.sampled_from(["a100", "h100"])))
     if draw(st.booleans()):
