@@ -94,7 +94,12 @@ def _spec(rng: random.Random, name: str, priority: Priority, with_deadline: bool
         image="spotline/train:latest",
         command=["python", "-m", "spotline.examples.train"],
         gpu_type=rng.choice([None, None, "a100", "h100"]),
-        spot=rng.choice([SpotPreference.AUTO] * 6 + [SpotPreference.NEVER, SpotPreference.REQUIRED]),
+        # (A gang job may not require Spot: AWS Batch runs no multi-node parallel job there.)
+        spot=rng.choice(
+            [SpotPreference.AUTO] * 6
+            + [SpotPreference.NEVER]
+            + ([SpotPreference.REQUIRED] if gpus < 16 else [])
+        ),
         expected_runtime_s=rng.choice([None, 1800.0, 3600.0, 4 * 3600.0, 12 * 3600.0]),
         checkpoint_interval_s=rng.choice([600.0, 1800.0]),
         deadline=(
