@@ -86,6 +86,10 @@ def _pick(rng: random.Random, weighted: tuple[tuple[Any, float], ...]) -> Any:
 
 def _spec(rng: random.Random, name: str, priority: Priority, with_deadline: bool) -> JobSpec:
     gpus = _pick(rng, GPUS)
+    gpu_type = rng.choice([None, None, "a100", "h100"])
+    spot = rng.choice([SpotPreference.AUTO] * 6 + [SpotPreference.NEVER, SpotPreference.REQUIRED])
+    if gpus == 16 and spot is SpotPreference.REQUIRED:
+        spot = SpotPreference.AUTO  # a gang job may not require Spot (no multi-node job runs there)
     return JobSpec(
         name=name,
         priority=priority,
@@ -93,13 +97,8 @@ def _spec(rng: random.Random, name: str, priority: Priority, with_deadline: bool
         nodes=2 if gpus == 16 else 1,
         image="spotline/train:latest",
         command=["python", "-m", "spotline.examples.train"],
-        gpu_type=rng.choice([None, None, "a100", "h100"]),
-        # (A gang job may not require Spot: AWS Batch runs no multi-node parallel job there.)
-        spot=rng.choice(
-            [SpotPreference.AUTO] * 6
-            + [SpotPreference.NEVER]
-            + ([SpotPreference.REQUIRED] if gpus < 16 else [])
-        ),
+        gpu_type=gpu_type,
+        spot=spot,
         expected_runtime_s=rng.choice([None, 1800.0, 3600.0, 4 * 3600.0, 12 * 3600.0]),
         checkpoint_interval_s=rng.choice([600.0, 1800.0]),
         deadline=(
