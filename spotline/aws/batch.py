@@ -69,12 +69,22 @@ class BatchLauncher(Protocol):
         ...
 
 
+# Container properties of a Fargate job that a multi-node (EC2-only) definition may not carry.
+_FARGATE_ONLY = frozenset({"networkConfiguration", "fargatePlatformConfiguration", "runtimePlatform"})
+
+
 class AwsBatchLauncher:
     """`BatchLauncher` on AWS Batch.
 
     Batch cannot override a container image per job, so a job whose image differs from the
     base job definition's runs under a derived definition `<base>-<hash of image>`, registered
     once and reused.
+
+    A gang job (nodes > 1) runs as a multi-node parallel job. Without a configured
+    `multinode_job_definition`, it runs under one derived from the base definition,
+    `<base>-mnp-<hash of image>`: the base's container on every node (node range `0:`, open-ended,
+    so SubmitJob's `numNodes` override sets the gang size), registered once and reused. (CDK's
+    MultiNodeJobDefinition cannot write an open-ended range, aws-cdk#29415.)
     """
 
     def __init__(
@@ -83,16 +93,12 @@ class AwsBatchLauncher:
         self.client = client
         self.job_definition = job_definition
         self.multinode_job_definition = multinode_job_definition
-        self._definitions: dict[tuple[str, str], str] = {}
+        self._definitions: dict[tuple[str, str, bool], str] = {}
         self._lock = threading.Lock()
 
     def submit(self, request: BatchJobRequest) -> str:
         gang = request.nodes > 1
-        base = self.multinode_job_definition if gang else self.job_definition
-        if base is None:
-            raise LaunchFailed(
-                f"job {request.job_id} needs {request.nodes} nodes and no multi-node job definition is set"
-            )
+        base = (self.multinode_job_definition or self.job_definition) if gang else self.job_definition
         container: dict[str, Any] = {
             "command": list(request.command),
             "environment": [{"name": k, "value": v} for k, v in sorted(request.environment.items())],
@@ -107,7 +113,7 @@ class AwsBatchLauncher:
         if request.timeout_s is not None:
             kwargs["timeout"] = {"attemptDurationSeconds": max(60, request.timeout_s)}
         try:
-            kwargs["jobDefinition"] = self._definition_for(base, request.image)
+            kwargs["jobDefinition"] = self._definition_for(base, request.image, multinode=gang)
             if gang:
                 kwargs["nodeOverrides"] = {
                     "numNodes": request.nodes,
@@ -131,8 +137,8 @@ class AwsBatchLauncher:
             # An unknown or finished job needs no stopping.
             logger.warning("terminate_job refused", extra={"batch_job_id": batch_job_id, "error": str(error)})
 
-    def _definition_for(self, base: str, image: str) -> str:
-        key = (base, image)
+    def _definition_for(self, base: str, image: str, *, multinode: bool = False) -> str:
+        key = (base, image, multinode)
         with self._lock:
             cached = self._definitions.get(key)
         if cached is not None:
@@ -140,30 +146,73 @@ class AwsBatchLauncher:
         described = self._latest(base)
         if described is None:
             raise LaunchFailed(f"job definition {base} not found")
-        properties = described.get("containerProperties") or {}
-        if described.get("type") != "container" or properties.get("image") in (None, image):
-            arn = str(described["jobDefinitionArn"])
-        else:
-            name = f"{described['jobDefinitionName']}-{hashlib.sha256(image.encode()).hexdigest()[:12]}"
-            derived = self._latest(name)
-            if derived is None:
-                client: Any = self.client  # the stubs' TypedDicts do not fit a copied definition
-                registered = client.register_job_definition(
-                    jobDefinitionName=name,
-                    type="container",
-                    containerProperties={**properties, "image": image},
-                    **{
-                        k: described[k]
-                        for k in ("retryStrategy", "timeout", "platformCapabilities")
-                        if described.get(k)
-                    },
+        kind = described.get("type")
+        if multinode and kind != "multinode":
+            if kind != "container":
+                raise LaunchFailed(
+                    f"job definition {base} is of type {kind}: no multi-node job can derive from it"
                 )
-                arn = str(registered["jobDefinitionArn"])
+            arn = self._derived(described, image, multinode=True)
+        elif multinode:
+            ranges = (described.get("nodeProperties") or {}).get("nodeRangeProperties") or []
+            images = {(r.get("container") or {}).get("image") for r in ranges}
+            arn = (
+                str(described["jobDefinitionArn"])
+                if images <= {image, None}
+                else self._derived(described, image)
+            )
+        else:
+            properties = described.get("containerProperties") or {}
+            if kind != "container" or properties.get("image") in (None, image):
+                arn = str(described["jobDefinitionArn"])
             else:
-                arn = str(derived["jobDefinitionArn"])
+                arn = self._derived(described, image)
         with self._lock:
             self._definitions[key] = arn
         return arn
+
+    def _derived(self, described: dict[str, Any], image: str, *, multinode: bool = False) -> str:
+        """The ARN of `described` with `image` (as a multi-node definition when `multinode`),
+        registered under a name derived from both if no active revision has it yet."""
+        digest = hashlib.sha256(image.encode()).hexdigest()[:12]
+        name = f"{described['jobDefinitionName']}-{'mnp-' if multinode else ''}{digest}"
+        derived = self._latest(name)
+        if derived is not None:
+            return str(derived["jobDefinitionArn"])
+        kept = {
+            k: described[k] for k in ("retryStrategy", "timeout", "platformCapabilities") if described.get(k)
+        }
+        if described.get("type") == "multinode":
+            nodes = dict(described["nodeProperties"])
+            nodes["nodeRangeProperties"] = [
+                {**r, "container": {**(r.get("container") or {}), "image": image}}
+                for r in nodes["nodeRangeProperties"]
+            ]
+            definition: dict[str, Any] = {"type": "multinode", "nodeProperties": nodes}
+        elif multinode:
+            container = {
+                k: v
+                for k, v in (described.get("containerProperties") or {}).items()
+                if k not in _FARGATE_ONLY
+            }
+            definition = {
+                "type": "multinode",
+                "nodeProperties": {
+                    "numNodes": 2,  # a placeholder: each SubmitJob sets the gang size
+                    "mainNode": 0,
+                    "nodeRangeProperties": [
+                        {"targetNodes": "0:", "container": {**container, "image": image}}
+                    ],
+                },
+            }
+        else:
+            definition = {
+                "type": "container",
+                "containerProperties": {**(described.get("containerProperties") or {}), "image": image},
+            }
+        client: Any = self.client  # the stubs' TypedDicts do not fit a copied definition
+        registered = client.register_job_definition(jobDefinitionName=name, **definition, **kept)
+        return str(registered["jobDefinitionArn"])
 
     def _latest(self, name_or_arn: str) -> dict[str, Any] | None:
         if name_or_arn.startswith("arn:"):

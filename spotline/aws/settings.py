@@ -42,7 +42,8 @@ class SpotlineConfig(BaseModel):
 
     pools: tuple[PoolSettings, ...] = Field(min_length=1)
     job_definition: str = Field(min_length=1)
-    # Job definition for gang jobs (nodes > 1): a Batch multi-node parallel definition.
+    # Job definition for gang jobs (nodes > 1): a Batch multi-node parallel definition. None: the
+    # launcher derives one from `job_definition` (`AwsBatchLauncher`).
     multinode_job_definition: str | None = None
     teams: tuple[TeamSettings, ...] = ()
     # IAM principal ARN (user or role), or a local access key -> team.

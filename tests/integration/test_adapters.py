@@ -4,6 +4,7 @@ moto, settings and clients from the environment, and cheap imports of the functi
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import subprocess
@@ -119,9 +120,72 @@ def test_batch_throttling_and_refusals_map_to_named_errors() -> None:
             launcher.submit(request())
 
 
-def test_a_gang_job_without_a_multinode_definition_fails_to_launch() -> None:
-    with pytest.raises(LaunchFailed, match="multi-node"):
-        AwsBatchLauncher(boto3.client("batch", region_name=REGION), DEFINITION).submit(request(nodes=2))
+def test_a_gang_job_runs_under_a_multi_node_definition_derived_from_the_base() -> None:
+    batch = boto3.client("batch", region_name=REGION)
+    launcher = AwsBatchLauncher(batch, DEFINITION)
+    name = f"spotline-training-mnp-{hashlib.sha256(IMAGE.encode()).hexdigest()[:12]}"
+    container = {
+        "command": ["python", "train.py"],
+        "environment": [
+            {"name": resources.AGENT_ENV_EVENT_BUS, "value": "bus"},
+            {"name": resources.AGENT_ENV_JOB_ID, "value": "job-1"},
+        ],
+        "resourceRequirements": [{"type": "GPU", "value": "8"}],
+    }
+
+    def submitted(job_id: str, nodes: int) -> tuple[dict[str, Any], dict[str, Any]]:
+        return {"jobName": "spotline-job-1", "jobId": job_id}, {
+            "jobName": "spotline-job-1",
+            "jobQueue": request().job_queue,
+            "jobDefinition": "arn:mnp",
+            # The definition's node range is open-ended, so the gang size is set here.
+            "nodeOverrides": {
+                "numNodes": nodes,
+                "nodePropertyOverrides": [{"targetNodes": "0:", "containerOverrides": container}],
+            },
+            "tags": {"spotline:job-id": "job-1", "spotline:team": "vision"},
+            "propagateTags": True,
+            "timeout": {"attemptDurationSeconds": 3600},
+        }
+
+    with Stubber(batch) as stub:
+        stub.add_response("describe_job_definitions", described(), {"jobDefinitions": [DEFINITION]})
+        stub.add_response(
+            "describe_job_definitions",
+            {"jobDefinitions": []},
+            {"jobDefinitionName": name, "status": "ACTIVE"},
+        )
+        stub.add_response(
+            "register_job_definition",
+            {"jobDefinitionName": name, "jobDefinitionArn": "arn:mnp", "revision": 1},
+            {
+                "jobDefinitionName": name,
+                "type": "multinode",
+                "nodeProperties": {
+                    "numNodes": 2,
+                    "mainNode": 0,
+                    "nodeRangeProperties": [
+                        {"targetNodes": "0:", "container": {"image": IMAGE, "command": ["true"]}}
+                    ],
+                },
+            },
+        )
+        stub.add_response("submit_job", *submitted("b-4", 2))
+        # The derived definition is reused for a gang of any size without asking Batch again.
+        stub.add_response("submit_job", *submitted("b-5", 4))
+        assert launcher.submit(request(nodes=2)) == "b-4"
+        assert launcher.submit(request(nodes=4)) == "b-5"
+        stub.assert_no_pending_responses()
+
+
+def test_a_base_definition_that_is_not_a_container_one_cannot_start_a_gang() -> None:
+    batch = boto3.client("batch", region_name=REGION)
+    eks = described()
+    eks["jobDefinitions"][0]["type"] = "eks"
+    with Stubber(batch) as stub:
+        stub.add_response("describe_job_definitions", eks)
+        with pytest.raises(LaunchFailed, match="type eks"):
+            AwsBatchLauncher(batch, DEFINITION).submit(request(nodes=2))
 
 
 def test_ecs_container_instances_resolve_to_ec2_instance_ids() -> None:
