@@ -27,6 +27,10 @@ put manifests beside those of the real run.
 
 After each durable checkpoint the agent emits `Checkpoint Completed`; the background thread emits
 `Job Heartbeat` with the last step / progress / utilization the loop reported.
+
+In a gang job (a Batch multi-node parallel job) every node runs the loop and restores the same
+checkpoint, but only the main node writes checkpoints and sends events; the other nodes answer
+the same triggers by writing nothing, so every node stops at the same step on SIGTERM or a stray.
 """
 
 from __future__ import annotations
@@ -368,7 +372,10 @@ class Agent:
                 "checkpoint at step %d skipped: this run is not the job's (%s is)", step, self.stray_of
             )
             return None
-        if self.store is None:
+        if not self.settings.is_main_node:
+            log.debug("checkpoint at step %d (%s) left to the gang's main node", step, reason)
+            record = None
+        elif self.store is None:
             log.warning("checkpoint at step %d (%s) skipped: no checkpoint store configured", step, reason)
             record = None
         else:
@@ -533,7 +540,7 @@ class Agent:
         if self.settings.status_file:
             # Under the command wrapper: it sends the heartbeats, with our figures.
             _write_json_atomically(Path(self.settings.status_file), detail)
-        else:
+        elif self.settings.is_main_node:
             self.publisher.publish(DETAIL_JOB_HEARTBEAT, detail)
 
 

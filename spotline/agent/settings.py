@@ -28,8 +28,12 @@ AGENT_ENV_KEEP_CHECKPOINTS = "SPOTLINE_KEEP_CHECKPOINTS"
 # so that the wrapper's heartbeats carry them and the child does not send heartbeats of its own.
 AGENT_ENV_STATUS_FILE = "SPOTLINE_AGENT_STATUS_FILE"
 
-# Set by AWS Batch in every container (and by the local fleet): the run's Batch job id.
+# Set by AWS Batch in every container (and by the local fleet): the run's Batch job id. A node of
+# a multi-node parallel job is a child job, `<job id>#<node index>`.
 ENV_BATCH_JOB_ID = "AWS_BATCH_JOB_ID"
+# Set by AWS Batch on every node of a multi-node parallel job (a gang job).
+ENV_BATCH_NODE_INDEX = "AWS_BATCH_JOB_NODE_INDEX"
+ENV_BATCH_MAIN_NODE_INDEX = "AWS_BATCH_JOB_MAIN_NODE_INDEX"
 
 # Standard AWS SDK variables for instance metadata, honoured the way botocore honours them.
 ENV_IMDS_ENDPOINT = "AWS_EC2_METADATA_SERVICE_ENDPOINT"
@@ -70,8 +74,21 @@ class AgentSettings:
     status_file: str | None = None
     # Durable checkpoints kept per job (the newest ones); 0 keeps every checkpoint.
     keep_checkpoints: int = DEFAULT_KEEP_CHECKPOINTS
-    # This container's Batch job (AWS_BATCH_JOB_ID, which Batch and the local fleet set).
+    # This container's Batch job (AWS_BATCH_JOB_ID, which Batch and the local fleet set): for a
+    # node of a gang job, the gang's job (the `#<node index>` of the child job dropped).
     batch_job_id: str | None = None
+    # In a gang job: this node's index and the main node's (None elsewhere).
+    node_index: int | None = None
+    main_node_index: int | None = None
+
+    @property
+    def is_main_node(self) -> bool:
+        """True unless this is a node of a gang job other than its main node. Only the main node
+        writes checkpoints and sends events: the nodes of a data-parallel gang hold the same
+        state, and one writer keeps one manifest per checkpoint."""
+        return (
+            self.node_index is None or self.main_node_index is None or self.node_index == self.main_node_index
+        )
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> AgentSettings:
@@ -91,8 +108,18 @@ class AgentSettings:
             imds_endpoint=imds_endpoint_from_env(env),
             status_file=_text(env, AGENT_ENV_STATUS_FILE),
             keep_checkpoints=_count(env, AGENT_ENV_KEEP_CHECKPOINTS, DEFAULT_KEEP_CHECKPOINTS),
-            batch_job_id=_text(env, ENV_BATCH_JOB_ID),
+            batch_job_id=_run_of(_text(env, ENV_BATCH_JOB_ID)),
+            node_index=_index(env, ENV_BATCH_NODE_INDEX),
+            main_node_index=_index(env, ENV_BATCH_MAIN_NODE_INDEX),
         )
+
+
+def _run_of(batch_job_id: str | None) -> str | None:
+    """The Batch job a container runs for: a gang node's child job `<id>#<n>` runs for `<id>`."""
+    if batch_job_id is None:
+        return None
+    parent, sep, index = batch_job_id.rpartition("#")
+    return parent if sep and parent and index.isdigit() else batch_job_id
 
 
 def imds_endpoint_from_env(env: Mapping[str, str]) -> str | None:
@@ -127,6 +154,15 @@ def _seconds(env: Mapping[str, str], name: str, default: float) -> float:
         return float(raw)
     except ValueError as exc:
         raise ValueError(f"{name} must be a number of seconds, got {raw!r}") from exc
+
+
+def _index(env: Mapping[str, str], name: str) -> int | None:
+    raw = _text(env, name)
+    if raw is None:
+        return None
+    if not raw.isdigit():
+        raise ValueError(f"{name} must be a node index (0, 1, ...), got {raw!r}")
+    return int(raw)
 
 
 def _count(env: Mapping[str, str], name: str, default: int) -> int:

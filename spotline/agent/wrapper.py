@@ -95,7 +95,9 @@ class CommandWrapper:
             try:
                 next_heartbeat = self._clock()
                 while True:
-                    if self.settings.heartbeat_s > 0 and self._clock() >= next_heartbeat:
+                    # (In a gang job only the main node reports for the job.)
+                    due = self.settings.heartbeat_s > 0 and self._clock() >= next_heartbeat
+                    if due and self.settings.is_main_node:
                         next_heartbeat = self._clock() + self.settings.heartbeat_s
                         self._heartbeat(status_file)
                     try:

@@ -197,6 +197,69 @@ def test_a_stray_run_stops_without_writing_a_checkpoint(
     assert completed(publisher) == [] and LocalCheckpointStore(tmp_path / "ckpt").manifests() == []
 
 
+def test_a_gang_node_is_not_a_stray_of_its_own_gang(
+    tmp_path: Path, clock: FakeClock, jobs_table: Any
+) -> None:
+    # A node of a multi-node parallel job runs as the child job `<gang id>#<node index>`
+    settings = AgentSettings.from_env({"AWS_BATCH_JOB_ID": "b-1#3", "AWS_BATCH_JOB_NODE_INDEX": "3"})
+    assert settings.batch_job_id == "b-1"
+    agent = make_agent(
+        tmp_path,
+        clock,
+        RecordingPublisher(),
+        poll_s=5.0,
+        batch_job_id=settings.batch_job_id,
+        inject={"job_poller": JobRecordPoller(jobs_table, TABLE, JOB)},
+    )
+    set_run(jobs_table, "b-1")
+    clock.advance(5)
+    agent.poll_once()
+    assert agent.stray_of is None and agent.step(1, 0.1, lambda: {"w": 1}) is True
+
+
+def test_only_the_main_node_of_a_gang_writes_checkpoints_and_sends_events(
+    tmp_path: Path, clock: FakeClock, jobs_table: Any
+) -> None:
+    # Given the main node and a worker node of one gang, both asked for a checkpoint
+    nodes = {}
+    for index in (0, 1):
+        publisher = RecordingPublisher()
+        agent = make_agent(
+            tmp_path / f"node-{index}",
+            clock,
+            publisher,
+            poll_s=5.0,
+            heartbeat_s=30.0,
+            node_index=index,
+            main_node_index=0,
+            inject={"job_poller": JobRecordPoller(jobs_table, TABLE, JOB)},
+        )
+        nodes[index] = (agent, publisher)
+    request_checkpoint(jobs_table, clock() + 1)
+    clock.advance(5)
+    for agent, _ in nodes.values():
+        agent.poll_once()
+        assert agent.checkpoint_reason() is CheckpointReason.REQUESTED
+
+    # When each reaches its next step, then receives SIGTERM
+    for agent, _ in nodes.values():
+        assert agent.step(10, 0.5, lambda: {"w": 10}) is True
+        assert agent.checkpoint_reason() is None  # answered on both: no checkpoint at every step
+        agent.request_stop()
+        assert agent.step(11, 0.55, lambda: {"w": 11}) is False  # both stop at the same step
+
+    # Then the main node wrote both checkpoints and sent their events and its heartbeat; the
+    # worker wrote and sent nothing
+    main, main_events = nodes[0]
+    worker, worker_events = nodes[1]
+    assert sorted(m.step for m in LocalCheckpointStore(tmp_path / "node-0" / "ckpt").manifests()) == [10, 11]
+    assert [d["step"] for d in completed(main_events)] == [10, 11]
+    assert LocalCheckpointStore(tmp_path / "node-1" / "ckpt").manifests() == []
+    assert worker_events.events == []
+    assert any(kind == DETAIL_JOB_HEARTBEAT for kind, _ in main_events.events)
+    assert not worker.settings.is_main_node and main.settings.is_main_node
+
+
 def test_the_run_attribute_is_the_one_the_control_plane_writes() -> None:
     from spotline.agent.signals import RUN_ATTRIBUTE
     from spotline.aws.jobs import _RECORD_FIELDS
@@ -377,6 +440,18 @@ def test_settings_from_env() -> None:
         AgentSettings.from_env({"SPOTLINE_AGENT_POLL_S": "soon"})
     assert AgentSettings.from_env({}).keep_checkpoints == 3
     assert AgentSettings.from_env({"AWS_BATCH_JOB_ID": "b-9"}).batch_job_id == "b-9"
+    gang = AgentSettings.from_env(
+        {"AWS_BATCH_JOB_ID": "b-9#2", "AWS_BATCH_JOB_NODE_INDEX": "2", "AWS_BATCH_JOB_MAIN_NODE_INDEX": "0"}
+    )
+    assert (gang.batch_job_id, gang.node_index, gang.main_node_index, gang.is_main_node) == (
+        "b-9",
+        2,
+        0,
+        False,
+    )
+    assert AgentSettings.from_env({}).is_main_node
+    with pytest.raises(ValueError, match="AWS_BATCH_JOB_NODE_INDEX"):
+        AgentSettings.from_env({"AWS_BATCH_JOB_NODE_INDEX": "main"})
     assert AgentSettings.from_env({"SPOTLINE_KEEP_CHECKPOINTS": "0"}).keep_checkpoints == 0
     for bad in ("-1", "two"):
         with pytest.raises(ValueError, match="SPOTLINE_KEEP_CHECKPOINTS"):

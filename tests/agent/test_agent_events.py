@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -11,7 +12,14 @@ import boto3
 import pytest
 from moto import mock_aws
 
-from spotline.agent import Agent, AgentSettings, EventBridgePublisher, LocalCheckpointStore
+from spotline.agent import (
+    Agent,
+    AgentSettings,
+    EventBridgePublisher,
+    LocalCheckpointStore,
+    RecordingPublisher,
+)
+from spotline.agent.wrapper import CommandWrapper
 from spotline.aws.resources import (
     DETAIL_CHECKPOINT_COMPLETED,
     DETAIL_JOB_HEARTBEAT,
@@ -89,3 +97,15 @@ def test_a_missing_bus_is_logged_not_raised(bus_to_queue: tuple[Any, str]) -> No
     publisher = EventBridgePublisher(events, "no-such-bus", attempts=1)
 
     assert publisher.publish(DETAIL_JOB_HEARTBEAT, {"job_id": "x"}) is False
+
+
+@pytest.mark.parametrize(("node_index", "sends"), [(0, True), (1, False)])
+def test_under_the_wrapper_only_a_gangs_main_node_sends_heartbeats(node_index: int, sends: bool) -> None:
+    publisher = RecordingPublisher()
+    settings = AgentSettings(job_id="job-g", heartbeat_s=0.05, node_index=node_index, main_node_index=0)
+    wrapper = CommandWrapper(settings, publisher=publisher, instance_id="i-1", utilization_probe=lambda: None)
+
+    assert wrapper.run([sys.executable, "-c", "import time; time.sleep(0.6)"]) == 0
+
+    beats = [detail for kind, detail in publisher.events if kind == DETAIL_JOB_HEARTBEAT]
+    assert (len(beats) > 0) is sends and wrapper.heartbeats_sent == len(beats)
