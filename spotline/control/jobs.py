@@ -193,8 +193,9 @@ def validate_spec(cp: ControlPlane, team: str, body: Mapping[str, Any], now: flo
         shapes = ", ".join(
             f"{p.name}: {p.capacity_gpus} GPUs, {p.gpus_per_node}/node" for p in cp.config.pools
         )
+        gang = "; a multi-node job runs only On-Demand" if spec.nodes > 1 else ""
         raise InvalidRequest.field(
-            "gpus", f"no pool can host {spec.gpus} GPUs on {spec.nodes} node(s) of this type ({shapes})"
+            "gpus", f"no pool can host {spec.gpus} GPUs on {spec.nodes} node(s) of this type ({shapes}{gang})"
         )
     return spec
 

@@ -61,6 +61,7 @@ def test_the_team_cannot_be_chosen_in_the_body(deployment: Deployment) -> None:
         ({"gpus": 0}, "gpus"),
         ({"gpus": 9, "nodes": 2}, "nodes"),
         ({"gpus": 16, "nodes": 2, "spot": "required"}, "spot"),  # no multi-node job on Spot
+        ({"gpus": 16, "nodes": 2}, "only On-Demand"),  # the 8 On-Demand GPUs cannot host the gang
         ({"priority": "urgent"}, "priority"),
         ({"gpu_type": "h100"}, "gpu_type"),
         ({"deadline": "2001-01-01T00:00:00Z"}, "deadline"),
