@@ -12,7 +12,7 @@ from __future__ import annotations
 import bisect
 import math
 import random
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -24,6 +24,7 @@ from spotline.domain.preemption import (
     _may_reclaim,
     _reclaim_allowed,
     lost_work_gpu_s,
+    reclaim_allowed_between,
     select_victims,
     shielded,
 )
@@ -184,9 +185,11 @@ def plan(
     now: float,
     config: SchedulerConfig,
     rng: random.Random,
+    *,
+    explain: bool = True,
 ) -> list[Decision]:
     """Decide what to do with the top of the queue now. See `plan_with_stats`."""
-    return plan_with_stats(snapshot, queue, now, config, rng)[0]
+    return plan_with_stats(snapshot, queue, now, config, rng, explain=explain)[0]
 
 
 def plan_with_stats(
@@ -195,6 +198,8 @@ def plan_with_stats(
     now: float,
     config: SchedulerConfig,
     rng: random.Random,
+    *,
+    explain: bool = True,
 ) -> tuple[list[Decision], PlanStats]:
     """Ordered decisions for the window of the queue, and what the pass examined.
 
@@ -207,6 +212,11 @@ def plan_with_stats(
        once it has waited `preemption_delay_s` (unless its class is in `stop_at_once_for`),
        preempt the fewest eligible victims in one pool (the pool needing the fewest, in
        preference order); else wait, with the reason.
+
+    With `explain=False` the pass stops once no job left in its order can be admitted or preempt
+    (`_RunningJobs.nothing_left_to_decide`), and leaves out their `Wait`s: the admissions and
+    preemptions are exactly those of `explain=True` (tested), for a caller that does not show
+    wait reasons (the simulator).
     """
     teams = {*snapshot.usage_gpu_hours, *snapshot.quotas}
     fairshare = fairshare_factors(teams, snapshot.quotas, snapshot.usage_gpu_hours)
@@ -244,9 +254,25 @@ def plan_with_stats(
     waits: dict[tuple[object, ...], tuple[float, str]] = {}
     # The candidate pools of alike jobs (placement reads only what `_alike` holds).
     placements: dict[tuple[object, ...], list[Pool]] = {}
+    # Jobs of each class not yet decided (for `explain=False`'s stop).
+    classes_left: dict[Priority, int] = {}
+    changes = 0  # decisions so far that changed the ledger, the taken victims or the spare GPUs
+    if not explain:
+        for job in window:
+            classes_left[job.priority] = classes_left.get(job.priority, 0) + 1
     for negative, _, _, index in ranked:
         priority = -negative
         job = window[index]
+        if not explain:
+            if decisions and running.nothing_left_to_decide(
+                priority, classes_left, preemptions_left, surplus, taken, changes
+            ):
+                break
+            left = classes_left[job.priority] - 1
+            if left:
+                classes_left[job.priority] = left
+            else:
+                del classes_left[job.priority]
         if job.id in draining:
             count = len(draining[job.id])
             reason = f"waiting for {count} preempted job(s) to checkpoint and leave"
@@ -285,10 +311,12 @@ def plan_with_stats(
             first_shortfall = first_shortfall or shortfall
         if admitted:
             waits.clear()  # the ledger changed
+            changes += 1
             continue
         if surplus and job.priority not in config.stop_at_once_for:
             claim = _claim_surplus(job, pools, surplus, ledger)
             if claim is not None:
+                changes += 1
                 decisions.append(Wait(job, priority, claim))
                 continue
         if preemptions_left <= 0:
@@ -324,6 +352,7 @@ def plan_with_stats(
                 waits[alike] = (priority, reason)
             continue
         waits.clear()  # the ledger changed
+        changes += 1
         pool, victims = best
         taken.update(v.job_id for v in victims)
         preemptions_left -= 1
@@ -402,6 +431,8 @@ class _RunningJobs:
                 bucket.append(alloc)
         # Per pool, per class: the running jobs (shielded ones are dropped when scored).
         self._groups: dict[str, dict[Priority, _Group]] = {}
+        # `nothing_left_to_decide`'s reading of the ledger, and the count of changes it was made at.
+        self._facts: tuple[int, bool, float, set[Priority]] | None = None
         for (pool, cls), allocations in buckets.items():
             self._groups.setdefault(pool, {})[cls] = _Group(allocations=allocations)
 
@@ -469,6 +500,66 @@ class _RunningJobs:
         if taken:
             chosen = [c for c in chosen if c.job_id not in taken]
         return chosen
+
+    def nothing_left_to_decide(
+        self,
+        best: float,
+        classes_left: Mapping[Priority, int],
+        preemptions_left: int,
+        surplus: Mapping[str, int],
+        taken: set[str],
+        changes: int,
+    ) -> bool:
+        """True when no job still to be decided (effective priority at most `best`, classes
+        `classes_left`) can be admitted or preempt, as the ledger stands: every pool is full and
+        no GPUs freed by leaving victims are spare (no admission, no claim); and the preemption
+        budget is spent, or no running job is a victim for any of them (none lower by the
+        margin than `best`, and none on a borrowing team in a class that a class left may
+        reclaim from). Those jobs only wait, which changes nothing, so it stays true for all.
+
+        What it reads of the ledger is kept until `changes` (the pass's count of decisions that
+        changed the ledger, the victims taken or the spare GPUs) moves: `best` only falls."""
+        facts = self._facts
+        if facts is None or facts[0] != changes:
+            facts = self._facts = (changes, *self._blocking_facts(best, surplus, taken))
+        _, full, floor, borrowed = facts
+        if not full:
+            return False
+        if preemptions_left <= 0:
+            return True
+        config = self._config
+        if best - config.preemption_margin > floor:
+            return False
+        return not any(reclaim_allowed_between(v, c, config) for v in borrowed for c in classes_left)
+
+    def _blocking_facts(
+        self, best: float, surplus: Mapping[str, int], taken: set[str]
+    ) -> tuple[bool, float, set[Priority]]:
+        """Whether every pool is full with no spare GPUs; the lowest effective priority of an
+        untaken running job that may be lower by the margin than a job of priority `best` or
+        less (groups of a class that cannot be are skipped); and the classes of running jobs on
+        borrowing teams."""
+        ledger = self.ledger
+        full = all(ledger.free(pool) <= 0 for pool in ledger.pools) and all(v <= 0 for v in surplus.values())
+        if not full:
+            return False, math.inf, set()
+        config = self._config
+        threshold = best - config.preemption_margin
+        step = config.weights.class_step
+        floor = math.inf
+        borrowed: set[Priority] = set()
+        for groups in self._groups.values():
+            for cls, group in groups.items():
+                if not self._class_floor or step * cls.rank < threshold:
+                    for candidate in self._scored(group):
+                        if candidate.job_id not in taken:
+                            floor = min(floor, candidate.effective_priority)
+                            break
+                if cls not in borrowed and any(
+                    borrowed_gpus(team, ledger.team_used, ledger.quotas) > 0 for team in self._teams(group)
+                ):
+                    borrowed.add(cls)
+        return True, floor, borrowed
 
     def _borrowing(self, job: Job, pool: str, groups: dict[Priority, _Group], ledger: Ledger) -> set[str]:
         """The other teams running in `pool` that borrow, if `job`'s team may reclaim there."""

@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from spotline.domain.config import ReclaimPolicy, SchedulerConfig, VictimStrategy
-from spotline.domain.models import Allocation, Job, Pool
+from spotline.domain.models import Allocation, Job, Pool, Priority
 from spotline.domain.quota import Ledger, borrowed_gpus
 
 
@@ -93,14 +93,20 @@ def shielded(allocation: Allocation, now: float, config: SchedulerConfig) -> str
 
 
 def _reclaim_allowed(job: Job, preemptor: Job, config: SchedulerConfig) -> bool:
+    return reclaim_allowed_between(job.priority, preemptor.priority, config)
+
+
+def reclaim_allowed_between(victim: Priority, preemptor: Priority, config: SchedulerConfig) -> bool:
+    """Whether the cohort's reclaim policy lets a job of class `preemptor` reclaim from one of
+    class `victim` (a matter of classes only)."""
     policy = config.reclaim_within_cohort
     if policy is ReclaimPolicy.NEVER:
         return False
     if policy is ReclaimPolicy.ANY:
         return True
     if policy is ReclaimPolicy.LOWER_PRIORITY:
-        return job.priority.rank < preemptor.priority.rank
-    return job.priority.rank <= preemptor.priority.rank
+        return victim.rank < preemptor.rank
+    return victim.rank <= preemptor.rank
 
 
 def _is_lower(candidate: Candidate, preemptor_priority: float, config: SchedulerConfig) -> bool:

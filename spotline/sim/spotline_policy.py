@@ -201,7 +201,7 @@ class SpotlinePolicy:
         self._refresh_checkpoints(now)
         for _ in range(self.MAX_PASSES_AT_ONCE):
             stopped = False
-            for decision in plan(self.snapshot(now), self.queue, now, self.config, self.rng):
+            for decision in plan(self.snapshot(now), self.queue, now, self.config, self.rng, explain=False):
                 if isinstance(decision, Admit):
                     self._admit(decision, now)
                 elif isinstance(decision, Preempt):

@@ -17,6 +17,7 @@ from spotline.domain import (
     ReclaimPolicy,
     SchedulerConfig,
     SortedQueue,
+    plan,
     plan_with_stats,
 )
 
@@ -438,3 +439,30 @@ def test_spare_gpus_of_victims_still_leaving_are_claimed_in_the_next_pass() -> N
         == decisions[2].reason
         == ("waiting for 1 GPUs in od that preempted jobs free as they leave")
     )
+
+
+def test_a_pass_without_explanations_stops_only_once_nothing_is_left_to_decide() -> None:
+    # Given a full pool where team b borrows with two low jobs that scored high when they started
+    snapshot = cluster(
+        [OD16],
+        [
+            job("b1").low().gpus(8).team("b").submitted(NOW - DAY).running_since(NOW - 60).on("od"),
+            job("b2").low().gpus(8).team("b").submitted(NOW - DAY).running_since(NOW - 60).on("od"),
+        ],
+        [quota("a", 8), quota("b", 8)],
+    )
+    pending = [
+        job("h").high().gpus(8).team("a").build(),  # has not waited the preemption delay yet
+        # not enough above b's jobs to preempt them by priority, but team a may reclaim from b
+        job("a1").gpus(8).team("a").submitted(NOW - 2 * HOUR).build(),
+        job("l").low().gpus(8).team("b").build(),  # nothing left for it once a1 has reclaimed
+    ]
+    policy = config(preemption_delay_s=60.0)
+
+    explained = summary(run_plan(snapshot, pending, policy))
+    short = summary(plan(snapshot, SortedQueue.of(pending), NOW, policy, random.Random(0), explain=False))
+
+    # Then both make the reclaim (a stop after h's wait would have missed it); only the last
+    # wait is left out
+    assert explained == [("wait", "h"), ("preempt", "a1", "od", "b1"), ("wait", "l")]
+    assert short == explained[:2]
