@@ -74,12 +74,14 @@ def main(argv: list[str] | None = None) -> None:
             causes.add("arrival")
         return starts_pass
 
-    def planned(snapshot: Any, queue: Any, now: float, config: SchedulerConfig, rng: random.Random) -> Any:
+    def planned(
+        snapshot: Any, queue: Any, now: float, config: SchedulerConfig, rng: random.Random, **options: Any
+    ) -> Any:
         count[0] += 1
         if count[0] % args.every == 0:
             # The queue changes after the pass: keep a copy of it as it was.
             samples.append((snapshot, pickle.loads(pickle.dumps(queue)), now, config, rng.getstate()))
-        decisions = plan(snapshot, queue, now, config, rng)
+        decisions = plan(snapshot, queue, now, config, rng, **options)
         acted[0] = acted[0] or any(isinstance(d, Admit | Preempt) for d in decisions)
         return decisions
 
@@ -121,7 +123,7 @@ def main(argv: list[str] | None = None) -> None:
             began = time.perf_counter()
             for _ in range(3):
                 rng.setstate(state)
-                plan_with_stats(snapshot, queue, now, sized, rng)
+                plan_with_stats(snapshot, queue, now, sized, rng, explain=False)
             total += (time.perf_counter() - began) / 3
         print(f"  window {window:>3}: {1000 * total / max(1, len(samples)):.3f} ms")
 
