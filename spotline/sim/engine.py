@@ -99,6 +99,10 @@ class PoolState:
         """GPUs `job` takes here: a gang job takes whole instances."""
         return job.nodes * self.pool.gpus_per_node if job.nodes > 1 else job.gpus
 
+    def accepts(self, job: SimJob) -> bool:
+        """`job` may ever run here: its Spot preference allows the pool, and the pool hosts it."""
+        return (job.spot_ok or not self.pool.is_spot) and self.hosts(job)
+
     def hosts(self, job: SimJob) -> bool:
         """The job's shape and GPU type fit this pool at all (capacity aside); a gang job only
         On-Demand (`Pool.can_host`: AWS Batch runs no multi-node parallel job on Spot)."""

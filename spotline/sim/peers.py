@@ -59,7 +59,7 @@ class PeerPolicy:
         key = (job.spot_ok, job.gpus, job.nodes, job.gpu_type)
         pools = self._pools_for.get(key)
         if pools is None:
-            pools = [p for p in self._pool_order if (job.spot_ok or not p.is_spot) and p.hosts(job)]
+            pools = [p for p in self._pool_order if p.accepts(job)]
             self._pools_for[key] = pools
         return pools
 

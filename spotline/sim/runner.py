@@ -89,7 +89,7 @@ def check_hostable(trace: Trace, pools: Sequence[Pool], settings: SimSettings) -
     bad = [
         job
         for job in build_jobs(trace.jobs, settings, 0, GPUS_PER_NODE)
-        if not any((job.spot_ok or not ps.is_spot) and ps.hosts(job) for ps in states)
+        if not any(ps.accepts(job) for ps in states)
     ]
     if not bad:
         return
