@@ -170,7 +170,7 @@ def _play(
         now = time.time() - start
         while pending and pending[0].submit_at_s <= now:
             if not all(
-                _running_with_checkpoint(api, headers, ids, scenario, key) for key in pending[0].after_running
+                _running_with_checkpoint(api, headers, ids, team_of, key) for key in pending[0].after_running
             ):
                 break
             job = pending.pop(0)
@@ -216,13 +216,12 @@ def _play(
 
 
 def _running_with_checkpoint(
-    api: httpx.Client, headers: dict[str, Any], ids: dict[str, str], scenario: Scenario, key: str
+    api: httpx.Client, headers: dict[str, Any], ids: dict[str, str], team_of: dict[str, str], key: str
 ) -> bool:
     job_id = ids.get(key)
     if job_id is None:
         return False
-    team = next(j.team for j in scenario.jobs if j.key == key)
-    view = api.get(f"/jobs/{job_id}", headers=headers[team]).json()
+    view = api.get(f"/jobs/{job_id}", headers=headers[team_of[job_id]]).json()
     return bool(view["state"] == "RUNNING" and view["last_checkpoint"] is not None)
 
 
