@@ -35,6 +35,7 @@ from spotline.domain.planner import (
 from spotline.domain.preemption import Candidate, select_victims
 from spotline.domain.priority import effective_priority, fairshare_factor
 from spotline.domain.quota import Ledger, quota_shortfall
+from spotline.domain.running import RunningIndex
 
 __all__ = [
     "PRIORITIES_HIGH_FIRST",
@@ -56,6 +57,7 @@ __all__ = [
     "PriorityWeights",
     "Purchase",
     "ReclaimPolicy",
+    "RunningIndex",
     "SchedulerConfig",
     "SortedQueue",
     "SpotPreference",

@@ -30,6 +30,7 @@ from spotline.domain.preemption import (
 )
 from spotline.domain.priority import PriorityScorer, fairshare_factors, wait_s
 from spotline.domain.quota import Ledger, borrowed_gpus, quota_shortfall
+from spotline.domain.running import RunningIndex
 
 # --- the queue a pass reads ---------------------------------------------------------------
 
@@ -187,9 +188,10 @@ def plan(
     rng: random.Random,
     *,
     explain: bool = True,
+    running: RunningIndex | None = None,
 ) -> list[Decision]:
     """Decide what to do with the top of the queue now. See `plan_with_stats`."""
-    return plan_with_stats(snapshot, queue, now, config, rng, explain=explain)[0]
+    return plan_with_stats(snapshot, queue, now, config, rng, explain=explain, running=running)[0]
 
 
 def plan_with_stats(
@@ -200,6 +202,7 @@ def plan_with_stats(
     rng: random.Random,
     *,
     explain: bool = True,
+    running: RunningIndex | None = None,
 ) -> tuple[list[Decision], PlanStats]:
     """Ordered decisions for the window of the queue, and what the pass examined.
 
@@ -217,6 +220,10 @@ def plan_with_stats(
     (`_RunningJobs.nothing_left_to_decide`), and leaves out their `Wait`s: the admissions and
     preemptions are exactly those of `explain=True` (tested), for a caller that does not show
     wait reasons (the simulator).
+
+    `running`, when given, is the snapshot's allocations already indexed (`RunningIndex`, kept up
+    to date by a caller that owns them across passes); the pass reads it instead of
+    `snapshot.allocations`.
     """
     teams = {*snapshot.usage_gpu_hours, *snapshot.quotas}
     fairshare = fairshare_factors(teams, snapshot.quotas, snapshot.usage_gpu_hours)
@@ -227,9 +234,10 @@ def plan_with_stats(
     window = read_window(queue, config.window_per_class)
     ranked = sorted((-score(job), job.submitted_at, job.id, index) for index, job in enumerate(window))
 
-    running = _RunningJobs(snapshot, score, now, config)
-    ledger = running.ledger
-    draining = running.draining
+    indexed = RunningIndex.of(snapshot.allocations) if running is None else running
+    running_jobs = _RunningJobs(snapshot, indexed, score, now, config)
+    ledger = running_jobs.ledger
+    draining = running_jobs.draining
 
     # A preemptor whose victims are still checkpointing keeps what the pass that chose them
     # reserved for it, so no job of this pass takes the capacity it waits for. What the victims
@@ -264,7 +272,7 @@ def plan_with_stats(
         priority = -negative
         job = window[index]
         if not explain:
-            if decisions and running.nothing_left_to_decide(
+            if decisions and running_jobs.nothing_left_to_decide(
                 priority, classes_left, preemptions_left, surplus, taken, changes
             ):
                 break
@@ -336,7 +344,7 @@ def plan_with_stats(
                 continue
         best: tuple[Pool, list[Candidate]] | None = None
         for pool in pools:
-            possible = running.possible_victims(job, priority, pool.name, ledger, taken)
+            possible = running_jobs.possible_victims(job, priority, pool.name, ledger, taken)
             if not possible:
                 continue  # select_victims would find no eligible victim
             victims = select_victims(job, priority, pool, possible, ledger, now, config, rng)
@@ -364,7 +372,7 @@ def plan_with_stats(
         if not checkpoint:
             reason += f"; stopped at once for a {job.priority.value} job"
         decisions.append(Preempt(job, pool.name, ids, priority, reason, checkpoint=checkpoint))
-    return decisions, PlanStats(candidates_examined=len(window), running_considered=len(snapshot.allocations))
+    return decisions, PlanStats(candidates_examined=len(window), running_considered=len(indexed))
 
 
 @dataclass
@@ -373,8 +381,8 @@ class _Group:
     first needed."""
 
     allocations: list[Allocation]
-    # Their teams (found when first needed).
-    teams: set[str] | None = None
+    # Their teams, with how many of the allocations each has (the index's count, read only).
+    team_counts: Mapping[str, int]
     # Sorted by effective priority (lowest first), with their priorities; and the same per team.
     candidates: list[Candidate] | None = None
     priorities: list[float] = field(default_factory=list)
@@ -399,6 +407,7 @@ class _RunningJobs:
     def __init__(
         self,
         snapshot: ClusterSnapshot,
+        index: RunningIndex,
         score: Callable[[Job], float],
         now: float,
         config: SchedulerConfig,
@@ -409,38 +418,31 @@ class _RunningJobs:
         weights = config.weights
         floors = (weights.age, weights.deadline, weights.size, weights.fairshare, weights.history)
         self._class_floor = min(floors) >= 0
-        # The pass's working ledger (`Ledger.of`, filled in the same walk over the allocations).
-        self.ledger = ledger = Ledger(pools=snapshot.pools, quotas=snapshot.quotas)
-        pool_used, team_used = ledger.pool_used, ledger.team_used
+        # The pass's working ledger (`Ledger.of`, from the index's sums).
+        self.ledger = Ledger(
+            pools=snapshot.pools,
+            quotas=snapshot.quotas,
+            pool_used=dict(index.pool_used),
+            team_used=dict(index.team_used),
+        )
         # Preemptor id -> the allocations checkpointing to make room for it.
-        self.draining: dict[str, list[Allocation]] = {}
-        buckets: dict[tuple[str, Priority], list[Allocation]] = {}
-        for alloc in snapshot.allocations:
-            job = alloc.job
-            pool = alloc.pool
-            gpus = alloc.gpus
-            pool_used[pool] = pool_used.get(pool, 0) + gpus
-            team_used[job.team] = team_used.get(job.team, 0) + gpus
-            if alloc.draining_for is not None:
-                self.draining.setdefault(alloc.draining_for, []).append(alloc)
-            key = (pool, job.spec.priority)
-            bucket = buckets.get(key)
-            if bucket is None:
-                buckets[key] = [alloc]
-            else:
-                bucket.append(alloc)
+        self.draining: dict[str, list[Allocation]] = {
+            preemptor: list(allocations.values()) for preemptor, allocations in index.draining.items()
+        }
         # Per pool, per class: the running jobs (shielded ones are dropped when scored).
-        self._groups: dict[str, dict[Priority, _Group]] = {}
+        self._groups: dict[str, dict[Priority, _Group]] = {
+            pool: {
+                cls: _Group(allocations=list(members.values()), team_counts=index.team_counts[pool][cls])
+                for cls, members in classes.items()
+            }
+            for pool, classes in index.groups.items()
+        }
         # `nothing_left_to_decide`'s reading of the ledger, and the count of changes it was made at.
         self._facts: tuple[int, bool, float, set[Priority]] | None = None
-        for (pool, cls), allocations in buckets.items():
-            self._groups.setdefault(pool, {})[cls] = _Group(allocations=allocations)
 
     @staticmethod
-    def _teams(group: _Group) -> set[str]:
-        if group.teams is None:
-            group.teams = {a.job.team for a in group.allocations}
-        return group.teams
+    def _teams(group: _Group) -> Iterable[str]:
+        return group.team_counts.keys()
 
     def _scored(self, group: _Group) -> list[Candidate]:
         if group.candidates is None:

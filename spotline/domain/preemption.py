@@ -17,9 +17,12 @@ from spotline.domain.models import Allocation, Job, Pool, Priority
 from spotline.domain.quota import Ledger, borrowed_gpus
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Candidate:
-    """A running job that preemption may stop, with what the ordering functions need."""
+    """A running job that preemption may stop, with what the ordering functions need.
+
+    (A plain slotted dataclass, not a frozen one: a pass makes one per running job it scores,
+    and a frozen dataclass's __init__ costs three times as much. Nothing changes a candidate.)"""
 
     allocation: Allocation
     effective_priority: float

@@ -93,32 +93,43 @@ class PriorityScorer:
         self._remaining_s = remaining_s
         self._weights = weights
         self._fairshare = fairshare
+        self._age = weights.age
+        self._max_age_s = weights.max_age_s
         self._class: dict[Priority, float] = {p: weights.class_step * p.rank for p in Priority}
         self._size: dict[int, float] = {}
         self._team: dict[str, float] = {}
         self._history: dict[int, float] = {}
 
     def __call__(self, job: Job) -> float:
-        weights = self._weights
+        # A pass calls this for every job it ranks: attribute and dictionary reads only, with the
+        # clamps of `age` as comparisons (the same values as min(1, max(0, wait) / max_age_s)).
         spec = job.spec
-        now = self._now
-        end = now if job.started_at is None else job.started_at
-        age = min(1.0, max(0.0, end - job.enqueued_at) / weights.max_age_s)
-        if spec.deadline is None:
-            urgency = 0.0
+        started = job.started_at
+        wait = (self._now if started is None else started) - job.enqueued_at
+        if wait <= 0.0:
+            age = self._age * 0.0
+        elif wait >= self._max_age_s:
+            age = self._age * 1.0
         else:
-            urgency = deadline_urgency(job, now, weights, self._remaining_s(job))
-        size = self._size.get(spec.gpus)
+            age = self._age * (wait / self._max_age_s)
+        score = self._class[spec.priority] + age
+        if spec.deadline is not None:
+            weights = self._weights
+            score += weights.deadline * deadline_urgency(job, self._now, weights, self._remaining_s(job))
+        gpus = spec.gpus
+        size = self._size.get(gpus)
         if size is None:
-            size = self._size[spec.gpus] = weights.size * min(1.0, spec.gpus / weights.size_norm_gpus)
+            weights = self._weights
+            size = self._size[gpus] = weights.size * min(1.0, gpus / weights.size_norm_gpus)
         team = self._team.get(job.team)
         if team is None:
-            team = self._team[job.team] = weights.fairshare * self._fairshare.get(job.team, 1.0)
+            team = self._team[job.team] = self._weights.fairshare * self._fairshare.get(job.team, 1.0)
         disruptions = job.preemptions + job.interruptions
         history = self._history.get(disruptions)
         if history is None:
+            weights = self._weights
             history = self._history[disruptions] = weights.history * (
                 min(disruptions, weights.history_cap) / weights.history_cap
             )
-        base = self._class[spec.priority]
-        return base + weights.age * age + weights.deadline * urgency + size + team + history
+        # Without a deadline the deadline term is 0 and adding it changes nothing.
+        return score + size + team + history

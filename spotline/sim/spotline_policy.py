@@ -45,6 +45,7 @@ from spotline.domain import (
     plan,
 )
 from spotline.domain.planner import queue_key
+from spotline.domain.running import RunningIndex
 from spotline.sim.model import Phase, SimJob, SimSettings, TeamShares
 from spotline.sim.usage import DecayedUsage
 
@@ -69,6 +70,8 @@ class SpotlinePolicy:
         self.usage = DecayedUsage(config.usage_half_life_s)
         self.records: dict[int, Job] = {}
         self.allocations: dict[str, Allocation] = {}
+        # The same allocations indexed as a pass reads them, kept up to date (`_hold`, `_drop`).
+        self.running = RunningIndex()
         self.by_id: dict[str, SimJob] = {}
         self._specs: dict[int, JobSpec] = {}
         self._checkpoints: list[tuple[float, int, SimJob, int]] = []
@@ -146,8 +149,17 @@ class SpotlinePolicy:
         position = bisect.bisect_left(entries, queue_key(record), key=lambda e: e[0])
         return position < self.config.window_per_class
 
+    def _hold(self, allocation: Allocation) -> None:
+        """Record `allocation` (a new one, or the job's allocation as it changed)."""
+        job_id = allocation.job.id
+        old = self.allocations.get(job_id)
+        if old is not None:
+            self.running.remove(old)
+        self.allocations[job_id] = allocation
+        self.running.add(allocation)
+
     def on_released(self, job: SimJob) -> None:
-        del self.allocations[job.id]
+        self.running.remove(self.allocations.pop(job.id))
         self.usage.change(job.team, -job.held, self.sim.now)
         if job.phase is Phase.DONE:
             del self.records[job.idx]
@@ -167,7 +179,7 @@ class SpotlinePolicy:
         self.records[job.idx] = record
         allocation = self.allocations[job.id]
         draining_for = allocation.draining_for or f"spot-reclaim:{job.id}"
-        self.allocations[job.id] = allocation.model_copy(update={"job": record, "draining_for": draining_for})
+        self._hold(allocation.model_copy(update={"job": record, "draining_for": draining_for}))
 
     def _refresh_checkpoints(self, now: float) -> None:
         """Apply the `Checkpoint Completed` events of running jobs up to `now`."""
@@ -180,7 +192,7 @@ class SpotlinePolicy:
                 update={"last_checkpoint_at": job.last_checkpoint_at(now)}
             )
             self.records[job.idx] = record
-            self.allocations[job.id] = self.allocations[job.id].model_copy(update={"job": record})
+            self._hold(self.allocations[job.id].model_copy(update={"job": record}))
             self._timer(job, now)
 
     def _timer(self, job: SimJob, now: float) -> None:
@@ -189,10 +201,12 @@ class SpotlinePolicy:
 
     # --- the pass ---------------------------------------------------------------------------
 
-    def snapshot(self, now: float) -> ClusterSnapshot:
+    def _pass_snapshot(self, now: float) -> ClusterSnapshot:
+        """What a pass reads besides the queue. Its allocations are left out: the pass reads them
+        from `self.running`, the same allocations indexed."""
         return ClusterSnapshot.model_construct(
             pools=self._pools,
-            allocations=tuple(self.allocations.values()),
+            allocations=(),
             quotas=self.quotas,
             usage_gpu_hours=self.usage.gpu_hours(now),
         )
@@ -201,7 +215,15 @@ class SpotlinePolicy:
         self._refresh_checkpoints(now)
         for _ in range(self.MAX_PASSES_AT_ONCE):
             stopped = False
-            for decision in plan(self.snapshot(now), self.queue, now, self.config, self.rng, explain=False):
+            for decision in plan(
+                self._pass_snapshot(now),
+                self.queue,
+                now,
+                self.config,
+                self.rng,
+                explain=False,
+                running=self.running,
+            ):
                 if isinstance(decision, Admit):
                     self._admit(decision, now)
                 elif isinstance(decision, Preempt):
@@ -228,9 +250,7 @@ class SpotlinePolicy:
             }
         )
         self.records[job.idx] = record
-        self.allocations[job.id] = Allocation.model_construct(
-            job=record, pool=ps.name, gpus=job.held, draining_for=None
-        )
+        self._hold(Allocation.model_construct(job=record, pool=ps.name, gpus=job.held, draining_for=None))
         self.usage.change(job.team, job.held, now)
         self._timer(job, now)
 
@@ -254,6 +274,8 @@ class SpotlinePolicy:
                 }
             )
             self.records[victim.idx] = record
-            self.allocations[victim_id] = self.allocations[victim_id].model_copy(
-                update={"job": record, "draining_for": decision.job.id}
+            self._hold(
+                self.allocations[victim_id].model_copy(
+                    update={"job": record, "draining_for": decision.job.id}
+                )
             )

@@ -20,6 +20,7 @@ from spotline.domain import (
     plan,
     plan_with_stats,
 )
+from spotline.domain.running import RunningIndex
 
 from .builders import DAY, HOUR, NOW, cluster, config, job, pool, quota, run_plan, summary
 
@@ -466,3 +467,15 @@ def test_a_pass_without_explanations_stops_only_once_nothing_is_left_to_decide()
     # wait is left out
     assert explained == [("wait", "h"), ("preempt", "a1", "od", "b1"), ("wait", "l")]
     assert short == explained[:2]
+
+
+def test_a_running_index_refuses_a_second_allocation_of_a_job_and_the_removal_of_an_unknown_one() -> None:
+    held = job("r1").gpus(8).on("od")
+    index = RunningIndex.of([held])
+    with pytest.raises(ValueError, match="r1 already holds an allocation in pool od"):
+        index.add(held)
+    other = held.model_copy(update={"pool": "spot"})
+    with pytest.raises(KeyError, match="r1 holds no allocation of class normal in pool spot"):
+        index.remove(other)
+    index.remove(held)
+    assert len(index) == 0 and not index.pool_used and not index.groups

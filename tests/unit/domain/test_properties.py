@@ -38,6 +38,7 @@ from spotline.domain import (
 )
 from spotline.domain.planner import estimated_remaining_s
 from spotline.domain.priority import PriorityScorer
+from spotline.domain.running import RunningIndex
 
 from .builders import DAY, HOUR, NOW, JobBuilder, candidate, cluster, job, pool, quota
 
@@ -375,6 +376,43 @@ def test_a_pass_without_explanations_makes_exactly_the_same_admissions_and_preem
     assert short == full[: len(short)]
     assert all(row[0] == "wait" for row in full[len(short) :])
     event(f"waits left out: {min(2, len(full) - len(short))}")
+
+
+def index_state(index: RunningIndex) -> tuple[object, ...]:
+    return (index.pool_used, index.team_used, index.draining, index.groups, index.team_counts, len(index))
+
+
+@PROPERTY
+@given(st.one_of(scenarios(), busy_scenarios()), st.data())
+def test_an_index_kept_up_to_date_equals_one_built_from_scratch_and_decides_the_same(
+    scenario: tuple[ClusterSnapshot, list[Job], SchedulerConfig, int], data: st.DataObject
+) -> None:
+    # (The simulator keeps a `RunningIndex` up to date across passes; the control plane builds one
+    # from the snapshot's allocations in every pass.)
+    snapshot, queue, policy, seed = scenario
+    index = RunningIndex()
+    held: dict[str, Allocation] = {}
+    for allocation in data.draw(st.permutations(snapshot.allocations)):
+        index.add(allocation)
+        held[allocation.job.id] = allocation
+    # Some jobs end, some change (start or stop draining for a preemptor) and come back.
+    changed = data.draw(st.lists(st.sampled_from(sorted(held)), unique=True)) if held else []
+    for job_id in changed:
+        old = held.pop(job_id)
+        index.remove(old)
+        if data.draw(st.booleans()):
+            new = old.model_copy(update={"draining_for": data.draw(st.sampled_from([None, "q00", "gone"]))})
+            index.add(new)
+            held[job_id] = new
+    event(f"changed: {min(2, len(changed))}")
+    now = snapshot.model_copy(update={"allocations": tuple(held.values())})
+    assert index_state(index) == index_state(RunningIndex.of(now.allocations))
+    indexed = plan(now, SortedQueue.of(queue), NOW, policy, random.Random(seed), explain=False, running=index)
+    built = plan(now, SortedQueue.of(queue), NOW, policy, random.Random(seed), explain=False)
+    assert outcome(indexed) == outcome(built)
+    for allocation in list(held.values()):
+        index.remove(allocation)
+    assert index_state(index) == index_state(RunningIndex())
 
 
 # --- select_victims: minimal and eligible, on small clusters ------------------------------
