@@ -10,9 +10,10 @@ quota.
 from __future__ import annotations
 
 import bisect
+import heapq
 import math
 import random
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -166,13 +167,17 @@ class PlanStats:
 
 def read_window(queue: PendingQueue, limit: int) -> list[Job]:
     """The head of each class plus the most urgent deadlines, each job once."""
-    seen: dict[str, Job] = {}
+    window: list[Job] = []
     for priority in PRIORITIES_HIGH_FIRST:
-        for job in queue.head(priority, limit):
-            seen.setdefault(job.id, job)
-    for job in queue.urgent(limit):
-        seen.setdefault(job.id, job)
-    return list(seen.values())
+        window.extend(queue.head(priority, limit))
+    urgent = queue.urgent(limit)
+    if urgent:
+        seen = {job.id for job in window}
+        for job in urgent:
+            if job.id not in seen:
+                seen.add(job.id)
+                window.append(job)
+    return window
 
 
 def estimated_remaining_s(job: Job, now: float, config: SchedulerConfig) -> float:
@@ -232,7 +237,13 @@ def plan_with_stats(
     )
 
     window = read_window(queue, config.window_per_class)
-    ranked = sorted((-score(job), job.submitted_at, job.id, index) for index, job in enumerate(window))
+    # The order of the pass, popped from a heap: a pass without explanations stops early, and
+    # needs only the head of it.
+    ranked = [
+        (-priority, job.submitted_at, job.id, index)
+        for index, (job, priority) in enumerate(zip(window, score.scores(window), strict=True))
+    ]
+    heapq.heapify(ranked)
 
     indexed = RunningIndex.of(snapshot.allocations) if running is None else running
     running_jobs = _RunningJobs(snapshot, indexed, score, now, config)
@@ -267,8 +278,10 @@ def plan_with_stats(
     changes = 0  # decisions so far that changed the ledger, the taken victims or the spare GPUs
     if not explain:
         for job in window:
-            classes_left[job.priority] = classes_left.get(job.priority, 0) + 1
-    for negative, _, _, index in ranked:
+            cls = job.spec.priority
+            classes_left[cls] = classes_left.get(cls, 0) + 1
+    while ranked:
+        negative, _, _, index = heapq.heappop(ranked)
         priority = -negative
         job = window[index]
         if not explain:
@@ -276,11 +289,12 @@ def plan_with_stats(
                 priority, classes_left, preemptions_left, surplus, taken, changes
             ):
                 break
-            left = classes_left[job.priority] - 1
+            cls = job.spec.priority
+            left = classes_left[cls] - 1
             if left:
-                classes_left[job.priority] = left
+                classes_left[cls] = left
             else:
-                del classes_left[job.priority]
+                del classes_left[cls]
         if job.id in draining:
             count = len(draining[job.id])
             reason = f"waiting for {count} preempted job(s) to checkpoint and leave"
@@ -408,7 +422,7 @@ class _RunningJobs:
         self,
         snapshot: ClusterSnapshot,
         index: RunningIndex,
-        score: Callable[[Job], float],
+        score: PriorityScorer,
         now: float,
         config: SchedulerConfig,
     ) -> None:
@@ -446,18 +460,20 @@ class _RunningJobs:
 
     def _scored(self, group: _Group) -> list[Candidate]:
         if group.candidates is None:
-            candidates = []
-            for alloc in group.allocations:
-                if shielded(alloc, self._now, self._config) is not None:
-                    continue  # no preemptor may stop it now
-                priority = self._score(alloc.job)
-                remaining = estimated_remaining_s(alloc.job, self._now, self._config)
-                lost = lost_work_gpu_s(alloc.job, alloc.gpus, self._now, self._config)
-                candidate = Candidate(
-                    allocation=alloc, effective_priority=priority, remaining_s=remaining, lost_work_gpu_s=lost
+            now, config = self._now, self._config
+            # (A shielded job is one no preemptor may stop now.)
+            stoppable = [a for a in group.allocations if shielded(a, now, config) is None]
+            priorities = self._score.scores([a.job for a in stoppable])
+            candidates = [
+                Candidate(
+                    allocation=alloc,
+                    effective_priority=priority,
+                    remaining_s=estimated_remaining_s(alloc.job, now, config),
+                    lost_work_gpu_s=lost_work_gpu_s(alloc.job, alloc.gpus, now, config),
                 )
-                candidates.append(candidate)
-            candidates.sort(key=lambda c: c.effective_priority)
+                for alloc, priority in zip(stoppable, priorities, strict=True)
+            ]
+            candidates.sort(key=_by_priority)
             group.candidates = candidates
             group.priorities = [c.effective_priority for c in candidates]
             for candidate in candidates:
@@ -570,6 +586,10 @@ class _RunningJobs:
             return set()
         teams = set().union(*(self._teams(g) for g in groups.values()))
         return {t for t in teams if t != job.team and borrowed_gpus(t, usage, ledger.quotas) > 0}
+
+
+def _by_priority(candidate: Candidate) -> float:
+    return candidate.effective_priority
 
 
 def _alike(job: Job) -> tuple[object, ...] | None:

@@ -101,35 +101,63 @@ class PriorityScorer:
         self._history: dict[int, float] = {}
 
     def __call__(self, job: Job) -> float:
-        # A pass calls this for every job it ranks: attribute and dictionary reads only, with the
-        # clamps of `age` as comparisons (the same values as min(1, max(0, wait) / max_age_s)).
-        spec = job.spec
-        started = job.started_at
-        wait = (self._now if started is None else started) - job.enqueued_at
-        if wait <= 0.0:
-            age = self._age * 0.0
-        elif wait >= self._max_age_s:
-            age = self._age * 1.0
-        else:
-            age = self._age * (wait / self._max_age_s)
-        score = self._class[spec.priority] + age
-        if spec.deadline is not None:
-            weights = self._weights
-            score += weights.deadline * deadline_urgency(job, self._now, weights, self._remaining_s(job))
-        gpus = spec.gpus
-        size = self._size.get(gpus)
-        if size is None:
-            weights = self._weights
-            size = self._size[gpus] = weights.size * min(1.0, gpus / weights.size_norm_gpus)
-        team = self._team.get(job.team)
-        if team is None:
-            team = self._team[job.team] = self._weights.fairshare * self._fairshare.get(job.team, 1.0)
-        disruptions = job.preemptions + job.interruptions
-        history = self._history.get(disruptions)
-        if history is None:
-            weights = self._weights
-            history = self._history[disruptions] = weights.history * (
-                min(disruptions, weights.history_cap) / weights.history_cap
-            )
-        # Without a deadline the deadline term is 0 and adding it changes nothing.
-        return score + size + team + history
+        return self.scores((job,))[0]
+
+    def scores(self, jobs: Iterable[Job]) -> list[float]:
+        """The effective priority of each of `jobs`, in order.
+
+        A pass scores its whole window and the running jobs it may preempt, so the loop reads
+        each job's fields once, with the clamps of `age` as comparisons (the same values as
+        min(1, max(0, wait) / max_age_s)); the per-value terms come from the caches."""
+        now = self._now
+        w_age = self._age
+        max_age = self._max_age_s
+        classes = self._class
+        sizes = self._size
+        teams = self._team
+        histories = self._history
+        out: list[float] = []
+        append = out.append
+        for job in jobs:
+            spec = job.spec
+            started = job.started_at
+            wait = (now if started is None else started) - job.enqueued_at
+            if wait <= 0.0:
+                age = w_age * 0.0
+            elif wait >= max_age:
+                age = w_age * 1.0
+            else:
+                age = w_age * (wait / max_age)
+            score = classes[spec.priority] + age
+            if spec.deadline is not None:
+                # (Without a deadline the term is 0, and adding it would change nothing.)
+                weights = self._weights
+                score += weights.deadline * deadline_urgency(job, now, weights, self._remaining_s(job))
+            size = sizes.get(spec.gpus)
+            if size is None:
+                size = self._size_term(spec.gpus)
+            team = teams.get(job.team)
+            if team is None:
+                team = self._team_term(job.team)
+            disruptions = job.preemptions + job.interruptions
+            history = histories.get(disruptions)
+            if history is None:
+                history = self._history_term(disruptions)
+            append(score + size + team + history)
+        return out
+
+    def _size_term(self, gpus: int) -> float:
+        weights = self._weights
+        size = self._size[gpus] = weights.size * min(1.0, gpus / weights.size_norm_gpus)
+        return size
+
+    def _team_term(self, team: str) -> float:
+        term = self._team[team] = self._weights.fairshare * self._fairshare.get(team, 1.0)
+        return term
+
+    def _history_term(self, disruptions: int) -> float:
+        weights = self._weights
+        history = self._history[disruptions] = weights.history * (
+            min(disruptions, weights.history_cap) / weights.history_cap
+        )
+        return history

@@ -527,3 +527,29 @@ def test_the_pass_scorer_gives_exactly_effective_priority(
             fairshare=fairshare.get(subject.team, 1.0),
         )
         assert scorer(subject) == expected
+        assert expected == documented_formula(subject, now, weights, remaining_of(subject), fairshare)
+    assert PriorityScorer(now, weights, fairshare, remaining_of).scores(subjects) == [
+        scorer(subject) for subject in subjects
+    ]
+
+
+def documented_formula(
+    subject: Job, now: float, weights: PriorityWeights, remaining: float, fairshare: Mapping[str, float]
+) -> float:
+    """`PriorityWeights`'s formula as its docstring writes it, term by term, left to right (the
+    scorer's comparisons in place of min and max must give the same float)."""
+    end = now if subject.started_at is None else subject.started_at
+    wait = max(0.0, end - subject.enqueued_at)
+    deadline = subject.spec.deadline_at
+    urgency = 0.0
+    if deadline is not None:
+        urgency = min(1.0, max(0.0, 1.0 - (deadline - now - remaining) / weights.deadline_horizon_s))
+    disruptions = subject.preemptions + subject.interruptions
+    return (
+        weights.class_step * subject.priority.rank
+        + weights.age * min(wait / weights.max_age_s, 1.0)
+        + weights.deadline * urgency
+        + weights.size * min(1.0, subject.gpus / weights.size_norm_gpus)
+        + weights.fairshare * fairshare.get(subject.team, 1.0)
+        + weights.history * (min(disruptions, weights.history_cap) / weights.history_cap)
+    )
