@@ -22,7 +22,7 @@ from spotline.control.errors import Conflict, InvalidRequest, Unauthorized
 from spotline.control.lifecycle import iso
 from spotline.control.plane import ControlPlane
 from spotline.domain import TERMINAL_STATES, Job, JobSpec, JobState, Priority, effective_priority
-from spotline.domain.planner import estimated_remaining_s
+from spotline.domain.preemption import estimated_remaining_s
 from spotline.domain.priority import fairshare_factor
 
 logger = logging.getLogger(__name__)

@@ -24,7 +24,7 @@ from spotline.domain.preemption import (
     Candidate,
     _may_reclaim,
     _reclaim_allowed,
-    lost_work_gpu_s,
+    estimated_remaining_s,
     reclaim_allowed_between,
     select_victims,
     shielded,
@@ -178,11 +178,6 @@ def read_window(queue: PendingQueue, limit: int) -> list[Job]:
                 seen.add(job.id)
                 window.append(job)
     return window
-
-
-def estimated_remaining_s(job: Job, now: float, config: SchedulerConfig) -> float:
-    remaining = job.remaining_s(now)
-    return config.default_runtime_s if remaining is None else remaining
 
 
 def plan(
@@ -464,13 +459,10 @@ class _RunningJobs:
             # (A shielded job is one no preemptor may stop now.)
             stoppable = [a for a in group.allocations if shielded(a, now, config) is None]
             priorities = self._score.scores([a.job for a in stoppable])
+            # (Their remaining time and lost work are computed when an ordering reads them.)
+            at = (now, config)
             candidates = [
-                Candidate(
-                    allocation=alloc,
-                    effective_priority=priority,
-                    remaining_s=estimated_remaining_s(alloc.job, now, config),
-                    lost_work_gpu_s=lost_work_gpu_s(alloc.job, alloc.gpus, now, config),
-                )
+                Candidate(alloc, priority, at=at)
                 for alloc, priority in zip(stoppable, priorities, strict=True)
             ]
             candidates.sort(key=_by_priority)

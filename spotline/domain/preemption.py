@@ -10,24 +10,41 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 
 from spotline.domain.config import ReclaimPolicy, SchedulerConfig, VictimStrategy
 from spotline.domain.models import Allocation, Job, Pool, Priority
 from spotline.domain.quota import Ledger, borrowed_gpus
 
 
-@dataclass(slots=True)
 class Candidate:
     """A running job that preemption may stop, with what the ordering functions need.
 
-    (A plain slotted dataclass, not a frozen one: a pass makes one per running job it scores,
-    and a frozen dataclass's __init__ costs three times as much. Nothing changes a candidate.)"""
+    `remaining_s` (estimated remaining run time) and `lost_work_gpu_s` (what stopping it now
+    wastes) are given, or, with `at=(now, config)`, computed when first read: a pass scores every
+    stoppable running job of a group it searches, and orders only those it may stop.
+    """
 
-    allocation: Allocation
-    effective_priority: float
-    remaining_s: float
-    lost_work_gpu_s: float
+    __slots__ = ("_at", "_lost_work_gpu_s", "_remaining_s", "allocation", "effective_priority")
+
+    def __init__(
+        self,
+        allocation: Allocation,
+        effective_priority: float,
+        remaining_s: float | None = None,
+        lost_work_gpu_s: float | None = None,
+        *,
+        at: tuple[float, SchedulerConfig] | None = None,
+    ) -> None:
+        if at is None and (remaining_s is None or lost_work_gpu_s is None):
+            raise ValueError("a candidate needs remaining_s and lost_work_gpu_s, or at=(now, config)")
+        self.allocation = allocation
+        self.effective_priority = effective_priority
+        self._remaining_s = remaining_s
+        self._lost_work_gpu_s = lost_work_gpu_s
+        self._at = at
+
+    def __repr__(self) -> str:
+        return f"Candidate({self.job_id!r}, effective_priority={self.effective_priority!r})"
 
     @property
     def job(self) -> Job:
@@ -36,6 +53,28 @@ class Candidate:
     @property
     def job_id(self) -> str:
         return self.allocation.job.id
+
+    @property
+    def remaining_s(self) -> float:
+        if self._remaining_s is None:
+            assert self._at is not None
+            now, config = self._at
+            self._remaining_s = estimated_remaining_s(self.allocation.job, now, config)
+        return self._remaining_s
+
+    @property
+    def lost_work_gpu_s(self) -> float:
+        if self._lost_work_gpu_s is None:
+            assert self._at is not None
+            now, config = self._at
+            self._lost_work_gpu_s = lost_work_gpu_s(self.allocation.job, self.allocation.gpus, now, config)
+        return self._lost_work_gpu_s
+
+
+def estimated_remaining_s(job: Job, now: float, config: SchedulerConfig) -> float:
+    """The job's estimated remaining run time, or `default_runtime_s` when nothing tells."""
+    remaining = job.remaining_s(now)
+    return config.default_runtime_s if remaining is None else remaining
 
 
 def lost_work_gpu_s(job: Job, gpus: int, now: float, config: SchedulerConfig) -> float:

@@ -19,7 +19,7 @@ from spotline.domain import (
     VictimStrategy,
     select_victims,
 )
-from spotline.domain.preemption import ORDERINGS, eligibility
+from spotline.domain.preemption import ORDERINGS, eligibility, estimated_remaining_s, lost_work_gpu_s
 
 from .builders import NOW, candidate, cluster, config, job, pool, quota
 
@@ -441,3 +441,25 @@ def test_select_victims_edges(
         preemptor, 3000.0, snapshot.pools["p"], cands, ledger, NOW, config(), random.Random(0)
     )
     assert (None if chosen is None else [v.job_id for v in chosen]) == expected
+
+
+def test_a_candidate_computes_its_remaining_time_and_lost_work_when_first_read() -> None:
+    held = (
+        job("r")
+        .gpus(8)
+        .expected_runtime(4 * 3600.0)
+        .running_since(NOW - 3600.0)
+        .checkpointed(NOW - 600.0)
+        .on("p")
+    )
+    lazy = Candidate(held, 100.0, at=(NOW, POLICY))
+    assert lazy.remaining_s == estimated_remaining_s(held.job, NOW, POLICY) == 3 * 3600.0
+    assert (
+        lazy.lost_work_gpu_s
+        == lost_work_gpu_s(held.job, 8, NOW, POLICY)
+        == 8 * (600.0 + POLICY.restart_cost_s)
+    )
+    given = Candidate(held, 100.0, remaining_s=5.0, lost_work_gpu_s=7.0)
+    assert (given.remaining_s, given.lost_work_gpu_s) == (5.0, 7.0)
+    with pytest.raises(ValueError, match="remaining_s and lost_work_gpu_s, or at"):
+        Candidate(held, 100.0, remaining_s=5.0)

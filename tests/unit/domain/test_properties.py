@@ -36,7 +36,7 @@ from spotline.domain import (
     plan,
     select_victims,
 )
-from spotline.domain.planner import estimated_remaining_s
+from spotline.domain.preemption import estimated_remaining_s
 from spotline.domain.priority import PriorityScorer
 from spotline.domain.running import RunningIndex
 
