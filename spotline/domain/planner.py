@@ -167,9 +167,18 @@ class PlanStats:
 
 def read_window(queue: PendingQueue, limit: int) -> list[Job]:
     """The head of each class plus the most urgent deadlines, each job once."""
+    return _read_window(queue, limit)[0]
+
+
+def _read_window(queue: PendingQueue, limit: int) -> tuple[list[Job], dict[Priority, int]]:
+    """`read_window`, and how many of its jobs each class has."""
     window: list[Job] = []
+    counts: dict[Priority, int] = {}
     for priority in PRIORITIES_HIGH_FIRST:
-        window.extend(queue.head(priority, limit))
+        head = queue.head(priority, limit)
+        if head:
+            window.extend(head)
+            counts[priority] = len(head)
     urgent = queue.urgent(limit)
     if urgent:
         seen = {job.id for job in window}
@@ -177,7 +186,9 @@ def read_window(queue: PendingQueue, limit: int) -> list[Job]:
             if job.id not in seen:
                 seen.add(job.id)
                 window.append(job)
-    return window
+                cls = job.spec.priority
+                counts[cls] = counts.get(cls, 0) + 1
+    return window, counts
 
 
 def plan(
@@ -231,7 +242,7 @@ def plan_with_stats(
         now, config.weights, fairshare, lambda job: estimated_remaining_s(job, now, config)
     )
 
-    window = read_window(queue, config.window_per_class)
+    window, classes_left = _read_window(queue, config.window_per_class)
     # The order of the pass, popped from a heap: a pass without explanations stops early, and
     # needs only the head of it.
     ranked = [
@@ -268,13 +279,8 @@ def plan_with_stats(
     waits: dict[tuple[object, ...], tuple[float, str]] = {}
     # The candidate pools of alike jobs (placement reads only what `_alike` holds).
     placements: dict[tuple[object, ...], list[Pool]] = {}
-    # Jobs of each class not yet decided (for `explain=False`'s stop).
-    classes_left: dict[Priority, int] = {}
+    # (`classes_left`: the jobs of each class not yet decided, for `explain=False`'s stop.)
     changes = 0  # decisions so far that changed the ledger, the taken victims or the spare GPUs
-    if not explain:
-        for job in window:
-            cls = job.spec.priority
-            classes_left[cls] = classes_left.get(cls, 0) + 1
     while ranked:
         negative, _, _, index = heapq.heappop(ranked)
         priority = -negative
@@ -384,7 +390,7 @@ def plan_with_stats(
     return decisions, PlanStats(candidates_examined=len(window), running_considered=len(indexed))
 
 
-@dataclass
+@dataclass(slots=True)
 class _Group:
     """The running jobs of one class in one pool, scored (and the shielded ones dropped) when
     first needed."""
@@ -395,7 +401,7 @@ class _Group:
     # Sorted by effective priority (lowest first), with their priorities; and the same per team.
     candidates: list[Candidate] | None = None
     priorities: list[float] = field(default_factory=list)
-    by_team: dict[str, tuple[list[Candidate], list[float]]] = field(default_factory=dict)
+    by_team: dict[str, tuple[list[Candidate], list[float]]] | None = None
     # Whether a preemptor of a class may reclaim from this class (`_reclaim_allowed`).
     reclaim_from: dict[Priority, bool] = field(default_factory=dict)
 
@@ -468,11 +474,18 @@ class _RunningJobs:
             candidates.sort(key=_by_priority)
             group.candidates = candidates
             group.priorities = [c.effective_priority for c in candidates]
-            for candidate in candidates:
-                members, priorities = group.by_team.setdefault(candidate.job.team, ([], []))
+        return group.candidates
+
+    def _by_team(self, group: _Group) -> dict[str, tuple[list[Candidate], list[float]]]:
+        """`_scored` per team (made when a reclaim first needs it)."""
+        if group.by_team is None:
+            by_team: dict[str, tuple[list[Candidate], list[float]]] = {}
+            for candidate in self._scored(group):
+                members, priorities = by_team.setdefault(candidate.job.team, ([], []))
                 members.append(candidate)
                 priorities.append(candidate.effective_priority)
-        return group.candidates
+            group.by_team = by_team
+        return group.by_team
 
     def possible_victims(
         self, job: Job, priority: float, pool: str, ledger: Ledger, taken: set[str]
@@ -502,10 +515,11 @@ class _RunningJobs:
             candidates = self._scored(group)
             cut = bisect.bisect_left(group.priorities, threshold) if lower else 0
             chosen.extend(candidates[:cut])
+            by_team = self._by_team(group) if reclaim else {}
             for team in reclaim:
-                if team not in group.by_team:
+                if team not in by_team:
                     continue  # its jobs of this class are all shielded
-                members, priorities = group.by_team[team]
+                members, priorities = by_team[team]
                 chosen.extend(members[bisect.bisect_left(priorities, threshold) if lower else 0 :])
         if taken:
             chosen = [c for c in chosen if c.job_id not in taken]

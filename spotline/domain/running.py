@@ -93,7 +93,25 @@ class RunningIndex:
         self.count -= 1
 
     def replace(self, old: Allocation, new: Allocation) -> None:
-        """`remove(old)` then `add(new)`, for the same job."""
+        """`remove(old)` then `add(new)`. When only the job's record changed (a checkpoint, a
+        state), the new allocation takes the old one's place and no sum moves."""
+        job, was = new.job, old.job
+        cls = job.spec.priority
+        if (
+            job.id == was.id
+            and new.pool == old.pool
+            and new.gpus == old.gpus
+            and new.draining_for == old.draining_for
+            and job.team == was.team
+            and cls == was.spec.priority
+        ):
+            members = self.groups.get(new.pool, {}).get(cls, {})
+            if job.id not in members:
+                raise KeyError(f"job {job.id} holds no allocation of class {cls.value} in pool {new.pool}")
+            members[job.id] = new
+            if new.draining_for is not None:
+                self.draining[new.draining_for][job.id] = new
+            return
         self.remove(old)
         self.add(new)
 

@@ -153,10 +153,11 @@ class SpotlinePolicy:
         """Record `allocation` (a new one, or the job's allocation as it changed)."""
         job_id = allocation.job.id
         old = self.allocations.get(job_id)
-        if old is not None:
-            self.running.remove(old)
+        if old is None:
+            self.running.add(allocation)
+        else:
+            self.running.replace(old, allocation)
         self.allocations[job_id] = allocation
-        self.running.add(allocation)
 
     def on_released(self, job: SimJob) -> None:
         self.running.remove(self.allocations.pop(job.id))

@@ -395,16 +395,21 @@ def test_an_index_kept_up_to_date_equals_one_built_from_scratch_and_decides_the_
     for allocation in data.draw(st.permutations(snapshot.allocations)):
         index.add(allocation)
         held[allocation.job.id] = allocation
-    # Some jobs end, some change (start or stop draining for a preemptor) and come back.
+    # Some jobs end; some change: a new checkpoint, start or stop draining for a preemptor.
     changed = data.draw(st.lists(st.sampled_from(sorted(held)), unique=True)) if held else []
     for job_id in changed:
         old = held.pop(job_id)
-        index.remove(old)
-        if data.draw(st.booleans()):
+        change = data.draw(st.sampled_from(["end", "checkpoint", "drain"]))
+        event(f"change: {change}")
+        if change == "end":
+            index.remove(old)
+            continue
+        if change == "checkpoint":
+            new = old.model_copy(update={"job": old.job.with_changes(last_checkpoint_at=NOW - 60.0)})
+        else:
             new = old.model_copy(update={"draining_for": data.draw(st.sampled_from([None, "q00", "gone"]))})
-            index.add(new)
-            held[job_id] = new
-    event(f"changed: {min(2, len(changed))}")
+        index.replace(old, new)
+        held[job_id] = new
     now = snapshot.model_copy(update={"allocations": tuple(held.values())})
     assert index_state(index) == index_state(RunningIndex.of(now.allocations))
     indexed = plan(now, SortedQueue.of(queue), NOW, policy, random.Random(seed), explain=False, running=index)
