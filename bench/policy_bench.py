@@ -126,7 +126,13 @@ def run(
         trace = read_philly(trace_path, parse_when(start), parse_when(end, end=True), seed)
         jobs = len(trace.jobs)
         report = simulate(
-            trace, POLICIES, gpus=gpus, seed=seed, trace_name=f"philly {start}..{end}", workers=WORKERS
+            trace,
+            POLICIES,
+            gpus=gpus,
+            seed=seed,
+            trace_name=f"philly {start}..{end}",
+            workers=WORKERS,
+            keep_jobs=False,
         )
         events += report.events
         per_seed.append(report.to_json()["policies"])
@@ -164,7 +170,9 @@ def speed(trace_path: Path = TRACE, gpus: int = GPUS, workers: int = WORKERS) ->
     `workers` processes at once (the machine's CPUs)."""
     trace = read_philly(trace_path, parse_when(WHOLE_START), parse_when(WHOLE_END, end=True), 1)
     began = time.perf_counter()
-    report = simulate(trace, POLICIES, gpus=gpus, seed=1, trace_name="philly (whole)", workers=workers)
+    report = simulate(
+        trace, POLICIES, gpus=gpus, seed=1, trace_name="philly (whole)", workers=workers, keep_jobs=False
+    )
     wall = time.perf_counter() - began
     return {
         "jobs": len(trace.jobs),

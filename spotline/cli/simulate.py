@@ -140,6 +140,7 @@ def simulate_command(
                 advice=advice,
                 sink=sink if sink_file is not None else None,
                 record_series=plot is not None,
+                keep_jobs=plot is not None,  # the plots read each job's wait
                 trace_name=str(trace),
                 workers=workers,
             )

@@ -115,8 +115,9 @@ def run_policy(
     config: SchedulerConfig | None = None,
     sink: DecisionSink | None = None,
     record_series: bool = False,
+    keep_jobs: bool = True,
 ) -> PolicyRun:
-    """One policy over the trace."""
+    """One policy over the trace (`keep_jobs`: keep each job's record in the result)."""
     jobs = build_jobs(trace.jobs, settings, seed, GPUS_PER_NODE)
     policy = make_policy(name, shares, settings, seed, config)
     began = time.perf_counter()
@@ -125,12 +126,28 @@ def run_policy(
     return PolicyRun(
         name=name,
         metrics=policy_metrics(sim),
-        jobs=jobs,
+        jobs=jobs if keep_jobs else [],
         series=sim.series,
         events=sim.events,
         passes=sim.passes,
         wall_s=wall,
     )
+
+
+# A run's inputs: trace, pools, shares, settings, seed, config, record_series, keep_jobs.
+_Inputs = tuple[Trace, list[Pool], TeamShares, SimSettings, int, SchedulerConfig | None, bool, bool]
+# The inputs of the runs in forked worker processes (`simulate`).
+_FORKED_INPUTS: _Inputs | None = None
+
+
+def _run(name: str, inputs: _Inputs, sink: DecisionSink | None = None) -> PolicyRun:
+    trace, pools, shares, settings, seed, config, record_series, keep_jobs = inputs
+    return run_policy(trace, name, pools, shares, settings, seed, config, sink, record_series, keep_jobs)
+
+
+def _run_forked(name: str) -> PolicyRun:
+    assert _FORKED_INPUTS is not None, "a forked worker starts with the inputs its parent set"
+    return _run(name, _FORKED_INPUTS)
 
 
 def simulate(
@@ -147,11 +164,15 @@ def simulate(
     trace_name: str | None = None,
     pools: Sequence[Pool] | None = None,
     workers: int = 1,
+    keep_jobs: bool = True,
 ) -> SimulationReport:
     """Replay `trace` through each policy; every policy sees the same jobs, restart costs and
     Spot reclaims for a given `seed`. `pools` replaces the Spot/On-Demand pair built from
     `gpus`, `spot_fraction` and `advice`. With `workers` > 1 the policies run in that many
-    processes at once (the runs are independent; a decision `sink` keeps them in this one)."""
+    processes at once (the runs are independent; a decision `sink` keeps them in this one).
+    `keep_jobs=False` leaves each job's record out of the runs (the metrics are computed
+    from them all the same): a caller that reads only metrics spares processes shipping
+    every job's record back."""
     settings = settings or SimSettings()
     if pools is None:
         pools = build_pools(gpus, spot_fraction, advice or spot_advice())
@@ -165,23 +186,33 @@ def simulate(
     )
     pool_list = list(pools)
 
+    inputs = (trace, pool_list, shares, settings, seed, config, record_series, keep_jobs)
+
     def one(name: str, run_sink: DecisionSink | None = None) -> PolicyRun:
-        return run_policy(trace, name, pool_list, shares, settings, seed, config, run_sink, record_series)
+        return _run(name, inputs, run_sink)
 
     if workers > 1 and len(policies) > 1 and sink is None:
+        global _FORKED_INPUTS
         methods = multiprocessing.get_all_start_methods()
-        context = multiprocessing.get_context("fork" if "fork" in methods else None)
+        forked = "fork" in methods
+        context = multiprocessing.get_context("fork" if forked else None)
         # Spotline's run is the longest: it goes first, so the others share the other workers.
         order = sorted(policies, key=lambda n: n != "spotline")
-        with ProcessPoolExecutor(max_workers=min(workers, len(policies)), mp_context=context) as executor:
-            futures = {
-                name: executor.submit(
-                    run_policy, trace, name, pool_list, shares, settings, seed, config, None, record_series
-                )
-                for name in order
-            }
-            for name in policies:
-                report.runs[name] = futures[name].result()
+        # Forked workers find the inputs in this module, as the parent left them, instead of
+        # being sent a pickled copy of the trace each.
+        _FORKED_INPUTS = inputs if forked else None
+        try:
+            with ProcessPoolExecutor(max_workers=min(workers, len(policies)), mp_context=context) as executor:
+                futures = {
+                    name: (
+                        executor.submit(_run_forked, name) if forked else executor.submit(_run, name, inputs)
+                    )
+                    for name in order
+                }
+                for name in policies:
+                    report.runs[name] = futures[name].result()
+        finally:
+            _FORKED_INPUTS = None
         return report
     for name in policies:
         report.runs[name] = one(name, sink)

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from spotline.domain.models import Pool, Purchase
-from spotline.sim import POLICIES, Simulation, simulate
+from spotline.sim import POLICIES, Simulation, runner, simulate
 from spotline.sim.engine import PoolState
 from spotline.sim.model import Phase, SimJob
 from spotline.trace import Trace
@@ -124,3 +124,9 @@ def test_policies_in_parallel_processes_give_the_same_report(workload: Trace) ->
     alone = simulate(workload, seed=5, settings=SETTINGS, pools=POOLS)
     together = simulate(workload, seed=5, settings=SETTINGS, pools=POOLS, workers=2)
     assert json.dumps(alone.to_json(), sort_keys=True) == json.dumps(together.to_json(), sort_keys=True)
+    assert [len(run.jobs) for run in together.runs.values()] == [len(workload.jobs)] * len(together.runs)
+    # Without the jobs' records, the metrics are the same: they are computed in the workers.
+    lean = simulate(workload, seed=5, settings=SETTINGS, pools=POOLS, workers=2, keep_jobs=False)
+    assert json.dumps(lean.to_json(), sort_keys=True) == json.dumps(alone.to_json(), sort_keys=True)
+    assert all(run.jobs == [] for run in lean.runs.values())
+    assert runner._FORKED_INPUTS is None  # not kept after the runs
