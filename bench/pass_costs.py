@@ -79,8 +79,14 @@ def main(argv: list[str] | None = None) -> None:
     ) -> Any:
         count[0] += 1
         if count[0] % args.every == 0:
-            # The queue changes after the pass: keep a copy of it as it was.
-            samples.append((snapshot, pickle.loads(pickle.dumps(queue)), now, config, rng.getstate()))
+            # The queue and the simulator's index of running jobs change after the pass: keep the
+            # queue as it was, and the allocations in the snapshot (the replay below builds the
+            # index from them, as the control plane's pass does).
+            running = options.get("running")
+            kept = snapshot
+            if running is not None:
+                kept = snapshot.model_copy(update={"allocations": tuple(running.allocations())})
+            samples.append((kept, pickle.loads(pickle.dumps(queue)), now, config, rng.getstate()))
         decisions = plan(snapshot, queue, now, config, rng, **options)
         acted[0] = acted[0] or any(isinstance(d, Admit | Preempt) for d in decisions)
         return decisions

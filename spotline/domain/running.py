@@ -47,6 +47,12 @@ class RunningIndex:
     def __len__(self) -> int:
         return self.count
 
+    def allocations(self) -> list[Allocation]:
+        """Every allocation held (in no particular order)."""
+        return [
+            a for classes in self.groups.values() for members in classes.values() for a in members.values()
+        ]
+
     def add(self, allocation: Allocation) -> None:
         job = allocation.job
         pool, gpus, team, job_id = allocation.pool, allocation.gpus, job.team, job.id

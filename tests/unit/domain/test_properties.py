@@ -412,6 +412,7 @@ def test_an_index_kept_up_to_date_equals_one_built_from_scratch_and_decides_the_
         held[job_id] = new
     now = snapshot.model_copy(update={"allocations": tuple(held.values())})
     assert index_state(index) == index_state(RunningIndex.of(now.allocations))
+    assert sorted(a.job.id for a in index.allocations()) == sorted(held)
     indexed = plan(now, SortedQueue.of(queue), NOW, policy, random.Random(seed), explain=False, running=index)
     built = plan(now, SortedQueue.of(queue), NOW, policy, random.Random(seed), explain=False)
     assert outcome(indexed) == outcome(built)
