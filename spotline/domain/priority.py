@@ -72,12 +72,19 @@ def effective_priority(
     return PriorityScorer(now, weights, {job.team: fairshare}, lambda _: remaining_s)(job)
 
 
+# Per set of weights: the class, size and history terms (`PriorityScorer`), for a few sets at most.
+_TERMS: dict[PriorityWeights, tuple[dict[Priority, float], dict[int, float], dict[int, float]]] = {}
+_TERMS_KEPT = 16
+
+
 class PriorityScorer:
     """`effective_priority` of many jobs at one `now`, for a scheduling pass.
 
     The formula is written here once (`effective_priority` scores one job with it). The terms
     that depend only on a job's class, size, team or disruptions are computed once per distinct
-    value and kept (tested: scoring many jobs with one scorer gives each job's own score).
+    value and kept: the team terms for this scorer (they read the pass's fair-share), the others
+    for every scorer with the same weights (tested: scoring many jobs with one scorer gives each
+    job's own score).
     `remaining_s(job)`, the job's estimated remaining run time, is asked for only for a job with
     a deadline, the one term that reads it.
     """
@@ -95,10 +102,16 @@ class PriorityScorer:
         self._fairshare = fairshare
         self._age = weights.age
         self._max_age_s = weights.max_age_s
-        self._class: dict[Priority, float] = {p: weights.class_step * p.rank for p in Priority}
-        self._size: dict[int, float] = {}
-        self._team: dict[str, float] = {}
-        self._history: dict[int, float] = {}
+        # The class, size and history terms depend on the weights alone: kept across passes.
+        terms = _TERMS.get(weights)
+        if terms is None:
+            if len(_TERMS) >= _TERMS_KEPT:
+                _TERMS.clear()
+            terms = _TERMS[weights] = ({p: weights.class_step * p.rank for p in Priority}, {}, {})
+        self._class, self._size, self._history = terms
+        self._team: dict[str, float] = {
+            team: weights.fairshare * factor for team, factor in fairshare.items()
+        }
 
     def __call__(self, job: Job) -> float:
         return self.scores((job,))[0]
