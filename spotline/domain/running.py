@@ -3,9 +3,9 @@
 A pass needs the GPUs used per pool and per team (its ledger), the allocations checkpointing for
 each preemptor, and the allocations grouped by pool and class (its victim search). `plan` builds
 the index from the snapshot's allocations (`RunningIndex.of`); a caller that keeps the
-allocations itself across passes (the simulator) may keep the index up to date instead, with
-`add` and `remove` as allocations start, change and end, and pass it to `plan`: the pass then
-reads it and not the snapshot's allocations, and decides the same.
+allocations itself across passes (the simulator) may keep them in an index instead, with `put`
+and `remove` as allocations start, change and end, and pass it to `plan`: the pass then reads it
+and not the snapshot's allocations, and decides the same.
 """
 
 from __future__ import annotations
@@ -16,17 +16,16 @@ from spotline.domain.models import Allocation, Priority
 
 
 class RunningIndex:
-    """Sums and groups of a set of allocations, kept as allocations are added and removed.
+    """Allocations by job, with their sums and groups kept as allocations come, change and go.
 
-    `remove` takes the allocation as it was added (its pool, GPUs, class, team and
-    `draining_for` find what to take back). Nothing is kept for a pool, team, preemptor or
-    group once its last allocation is removed, so an index kept up to date equals one built
-    from scratch from the same allocations (tested).
+    Nothing is kept for a pool, team, preemptor or group once its last allocation is removed, so
+    an index kept up to date equals one built from scratch from the same allocations (tested).
     """
 
-    __slots__ = ("count", "draining", "groups", "pool_used", "team_counts", "team_used")
+    __slots__ = ("_held", "draining", "groups", "pool_used", "team_counts", "team_used")
 
     def __init__(self) -> None:
+        self._held: dict[str, Allocation] = {}  # job id -> its allocation
         self.pool_used: dict[str, int] = {}
         self.team_used: dict[str, int] = {}
         # Preemptor id -> job id -> the allocation checkpointing to make room for it.
@@ -35,48 +34,77 @@ class RunningIndex:
         self.groups: dict[str, dict[Priority, dict[str, Allocation]]] = {}
         # Pool -> class -> team -> how many of that group's allocations are the team's.
         self.team_counts: dict[str, dict[Priority, dict[str, int]]] = {}
-        self.count = 0
 
     @classmethod
     def of(cls, allocations: Iterable[Allocation]) -> RunningIndex:
+        """The index of `allocations` (a job may hold one allocation only)."""
         index = cls()
         for allocation in allocations:
-            index.add(allocation)
+            job_id = allocation.job.id
+            if job_id in index._held:
+                raise ValueError(
+                    f"job {job_id} holds two allocations ({index._held[job_id].pool}, {allocation.pool})"
+                )
+            index.put(allocation)
         return index
 
     def __len__(self) -> int:
-        return self.count
+        return len(self._held)
 
     def allocations(self) -> list[Allocation]:
-        """Every allocation held (in no particular order)."""
-        return [
-            a for classes in self.groups.values() for members in classes.values() for a in members.values()
-        ]
+        """Every allocation held."""
+        return list(self._held.values())
 
-    def add(self, allocation: Allocation) -> None:
+    def held(self, job_id: str) -> Allocation:
+        """The allocation `job_id` holds."""
+        allocation = self._held.get(job_id)
+        if allocation is None:
+            raise KeyError(f"job {job_id} holds no allocation")
+        return allocation
+
+    def put(self, allocation: Allocation) -> None:
+        """Hold `allocation` for its job: a new one, or the job's allocation as it changed. When
+        only the job's record changed (a checkpoint, a state), it takes the old one's place and no
+        sum moves."""
         job = allocation.job
-        pool, gpus, team, job_id = allocation.pool, allocation.gpus, job.team, job.id
+        job_id = job.id
+        old = self._held.get(job_id)
+        if old is not None:
+            was = old.job
+            cls = job.spec.priority
+            if (
+                allocation.pool == old.pool
+                and allocation.gpus == old.gpus
+                and allocation.draining_for == old.draining_for
+                and job.team == was.team
+                and cls == was.spec.priority
+            ):
+                self._held[job_id] = allocation
+                self.groups[allocation.pool][cls][job_id] = allocation
+                if allocation.draining_for is not None:
+                    self.draining[allocation.draining_for][job_id] = allocation
+                return
+            self.remove(job_id)
+        pool, gpus, team = allocation.pool, allocation.gpus, job.team
         cls = job.spec.priority
-        members = self.groups.setdefault(pool, {}).setdefault(cls, {})
-        if job_id in members:
-            raise ValueError(f"job {job_id} already holds an allocation in pool {pool}")
-        members[job_id] = allocation
+        self._held[job_id] = allocation
+        self.groups.setdefault(pool, {}).setdefault(cls, {})[job_id] = allocation
         teams = self.team_counts.setdefault(pool, {}).setdefault(cls, {})
         teams[team] = teams.get(team, 0) + 1
         self.pool_used[pool] = self.pool_used.get(pool, 0) + gpus
         self.team_used[team] = self.team_used.get(team, 0) + gpus
         if allocation.draining_for is not None:
             self.draining.setdefault(allocation.draining_for, {})[job_id] = allocation
-        self.count += 1
 
-    def remove(self, allocation: Allocation) -> None:
+    def remove(self, job_id: str) -> Allocation:
+        """Stop holding `job_id`'s allocation, and return it."""
+        allocation = self.held(job_id)
+        del self._held[job_id]
         job = allocation.job
-        pool, gpus, team, job_id = allocation.pool, allocation.gpus, job.team, job.id
+        pool, gpus, team = allocation.pool, allocation.gpus, job.team
         cls = job.spec.priority
-        classes = self.groups.get(pool, {})
-        members = classes.get(cls, {})
-        if job_id not in members:
-            raise KeyError(f"job {job_id} holds no allocation of class {cls.value} in pool {pool}")
+        classes = self.groups[pool]
+        members = classes[cls]
         del members[job_id]
         if not members:
             del classes[cls]
@@ -96,30 +124,7 @@ class RunningIndex:
             del leaving[job_id]
             if not leaving:
                 del self.draining[allocation.draining_for]
-        self.count -= 1
-
-    def replace(self, old: Allocation, new: Allocation) -> None:
-        """`remove(old)` then `add(new)`. When only the job's record changed (a checkpoint, a
-        state), the new allocation takes the old one's place and no sum moves."""
-        job, was = new.job, old.job
-        cls = job.spec.priority
-        if (
-            job.id == was.id
-            and new.pool == old.pool
-            and new.gpus == old.gpus
-            and new.draining_for == old.draining_for
-            and job.team == was.team
-            and cls == was.spec.priority
-        ):
-            members = self.groups.get(new.pool, {}).get(cls, {})
-            if job.id not in members:
-                raise KeyError(f"job {job.id} holds no allocation of class {cls.value} in pool {new.pool}")
-            members[job.id] = new
-            if new.draining_for is not None:
-                self.draining[new.draining_for][job.id] = new
-            return
-        self.remove(old)
-        self.add(new)
+        return allocation
 
 
 def _decrement(counts: dict[str, int], key: str, amount: int) -> None:

@@ -69,8 +69,7 @@ class SpotlinePolicy:
         self.queue = SortedQueue()
         self.usage = DecayedUsage(config.usage_half_life_s)
         self.records: dict[int, Job] = {}
-        self.allocations: dict[str, Allocation] = {}
-        # The same allocations indexed as a pass reads them, kept up to date (`_hold`, `_drop`).
+        # The allocations, indexed as a pass reads them.
         self.running = RunningIndex()
         self.by_id: dict[str, SimJob] = {}
         self._specs: dict[int, JobSpec] = {}
@@ -149,18 +148,8 @@ class SpotlinePolicy:
         position = bisect.bisect_left(entries, queue_key(record), key=lambda e: e[0])
         return position < self.config.window_per_class
 
-    def _hold(self, allocation: Allocation) -> None:
-        """Record `allocation` (a new one, or the job's allocation as it changed)."""
-        job_id = allocation.job.id
-        old = self.allocations.get(job_id)
-        if old is None:
-            self.running.add(allocation)
-        else:
-            self.running.replace(old, allocation)
-        self.allocations[job_id] = allocation
-
     def on_released(self, job: SimJob) -> None:
-        self.running.remove(self.allocations.pop(job.id))
+        self.running.remove(job.id)
         self.usage.change(job.team, -job.held, self.sim.now)
         if job.phase is Phase.DONE:
             del self.records[job.idx]
@@ -178,9 +167,9 @@ class SpotlinePolicy:
             }
         )
         self.records[job.idx] = record
-        allocation = self.allocations[job.id]
+        allocation = self.running.held(job.id)
         draining_for = allocation.draining_for or f"spot-reclaim:{job.id}"
-        self._hold(allocation.model_copy(update={"job": record, "draining_for": draining_for}))
+        self.running.put(allocation.model_copy(update={"job": record, "draining_for": draining_for}))
 
     def _refresh_checkpoints(self, now: float) -> None:
         """Apply the `Checkpoint Completed` events of running jobs up to `now`."""
@@ -193,7 +182,7 @@ class SpotlinePolicy:
                 update={"last_checkpoint_at": job.last_checkpoint_at(now)}
             )
             self.records[job.idx] = record
-            self._hold(self.allocations[job.id].model_copy(update={"job": record}))
+            self.running.put(self.running.held(job.id).model_copy(update={"job": record}))
             self._timer(job, now)
 
     def _timer(self, job: SimJob, now: float) -> None:
@@ -204,7 +193,7 @@ class SpotlinePolicy:
 
     def _pass_snapshot(self, now: float) -> ClusterSnapshot:
         """What a pass reads besides the queue. Its allocations are left out: the pass reads them
-        from `self.running`, the same allocations indexed."""
+        from `self.running`."""
         return ClusterSnapshot.model_construct(
             pools=self._pools,
             allocations=(),
@@ -251,7 +240,9 @@ class SpotlinePolicy:
             }
         )
         self.records[job.idx] = record
-        self._hold(Allocation.model_construct(job=record, pool=ps.name, gpus=job.held, draining_for=None))
+        self.running.put(
+            Allocation.model_construct(job=record, pool=ps.name, gpus=job.held, draining_for=None)
+        )
         self.usage.change(job.team, job.held, now)
         self._timer(job, now)
 
@@ -275,8 +266,5 @@ class SpotlinePolicy:
                 }
             )
             self.records[victim.idx] = record
-            self._hold(
-                self.allocations[victim_id].model_copy(
-                    update={"job": record, "draining_for": decision.job.id}
-                )
-            )
+            held = self.running.held(victim_id)
+            self.running.put(held.model_copy(update={"job": record, "draining_for": decision.job.id}))

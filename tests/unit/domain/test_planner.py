@@ -469,13 +469,15 @@ def test_a_pass_without_explanations_stops_only_once_nothing_is_left_to_decide()
     assert short == explained[:2]
 
 
-def test_a_running_index_refuses_a_second_allocation_of_a_job_and_the_removal_of_an_unknown_one() -> None:
+def test_a_running_index_refuses_two_allocations_of_a_job_and_the_removal_of_an_unknown_one() -> None:
     held = job("r1").gpus(8).on("od")
+    with pytest.raises(ValueError, match=r"job r1 holds two allocations \(od, spot\)"):
+        RunningIndex.of([held, held.model_copy(update={"pool": "spot"})])
     index = RunningIndex.of([held])
-    with pytest.raises(ValueError, match="r1 already holds an allocation in pool od"):
-        index.add(held)
-    other = held.model_copy(update={"pool": "spot"})
-    with pytest.raises(KeyError, match="r1 holds no allocation of class normal in pool spot"):
-        index.remove(other)
-    index.remove(held)
-    assert len(index) == 0 and not index.pool_used and not index.groups
+    with pytest.raises(KeyError, match="job r2 holds no allocation"):
+        index.remove("r2")
+    moved = held.model_copy(update={"pool": "spot", "gpus": 4})
+    index.put(moved)  # the job's allocation changed: its pool's sums move with it
+    assert (index.pool_used, index.held("r1")) == ({"spot": 4}, moved)
+    assert index.remove("r1") == moved
+    assert len(index) == 0 and not index.pool_used and not index.groups and not index.team_counts

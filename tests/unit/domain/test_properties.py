@@ -379,7 +379,8 @@ def test_a_pass_without_explanations_makes_exactly_the_same_admissions_and_preem
 
 
 def index_state(index: RunningIndex) -> tuple[object, ...]:
-    return (index.pool_used, index.team_used, index.draining, index.groups, index.team_counts, len(index))
+    held = {a.job.id: a for a in index.allocations()}
+    return (held, index.pool_used, index.team_used, index.draining, index.groups, index.team_counts)
 
 
 @PROPERTY
@@ -393,7 +394,7 @@ def test_an_index_kept_up_to_date_equals_one_built_from_scratch_and_decides_the_
     index = RunningIndex()
     held: dict[str, Allocation] = {}
     for allocation in data.draw(st.permutations(snapshot.allocations)):
-        index.add(allocation)
+        index.put(allocation)
         held[allocation.job.id] = allocation
     # Some jobs end; some change: a new checkpoint, start or stop draining for a preemptor.
     changed = data.draw(st.lists(st.sampled_from(sorted(held)), unique=True)) if held else []
@@ -402,22 +403,23 @@ def test_an_index_kept_up_to_date_equals_one_built_from_scratch_and_decides_the_
         change = data.draw(st.sampled_from(["end", "checkpoint", "drain"]))
         event(f"change: {change}")
         if change == "end":
-            index.remove(old)
+            assert index.remove(job_id) == old
             continue
         if change == "checkpoint":
             new = old.model_copy(update={"job": old.job.with_changes(last_checkpoint_at=NOW - 60.0)})
         else:
             new = old.model_copy(update={"draining_for": data.draw(st.sampled_from([None, "q00", "gone"]))})
-        index.replace(old, new)
+        index.put(new)
         held[job_id] = new
     now = snapshot.model_copy(update={"allocations": tuple(held.values())})
     assert index_state(index) == index_state(RunningIndex.of(now.allocations))
     assert sorted(a.job.id for a in index.allocations()) == sorted(held)
+    assert all(index.held(job_id) == allocation for job_id, allocation in held.items())
     indexed = plan(now, SortedQueue.of(queue), NOW, policy, random.Random(seed), explain=False, running=index)
     built = plan(now, SortedQueue.of(queue), NOW, policy, random.Random(seed), explain=False)
     assert outcome(indexed) == outcome(built)
-    for allocation in list(held.values()):
-        index.remove(allocation)
+    for job_id in list(held):
+        index.remove(job_id)
     assert index_state(index) == index_state(RunningIndex())
 
 
