@@ -398,7 +398,8 @@ class _Group:
     allocations: list[Allocation]
     # Their teams, with how many of the allocations each has (the index's count, read only).
     team_counts: Mapping[str, int]
-    # Sorted by effective priority (lowest first), with their priorities; and the same per team.
+    # Sorted by effective priority (lowest first), with their priorities; and the same per team
+    # (made when a reclaim first needs it).
     candidates: list[Candidate] | None = None
     priorities: list[float] = field(default_factory=list)
     by_team: dict[str, tuple[list[Candidate], list[float]]] | None = None
@@ -408,7 +409,7 @@ class _Group:
 
 class _RunningJobs:
     """The running jobs as preemption candidates, grouped by pool and class, scored on first use
-    (and, on the way, the allocations checkpointing for each preemptor: `draining`).
+    (read from a `RunningIndex`, with the allocations checkpointing for each preemptor: `draining`).
 
     A performance device with no effect on decisions: `select_victims` only sees the candidates
     that `eligibility` may accept (not `shielded`; lower by the margin, or on a team the
