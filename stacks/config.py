@@ -80,6 +80,7 @@ CONTEXT_KEYS = frozenset(
         "scheduler_reserved_concurrency",
         "nat_gateways",
         "control_plane",
+        "tracing",
     }
 )
 
@@ -145,6 +146,8 @@ class DeploymentConfig:
     access_log_expiration_days: int = 90
     agent_poll_s: float = 5.0
     scheduler_reserved_concurrency: int | None = 1
+    # X-Ray tracing of the Lambda functions (the state machines always trace: cdk-nag SF2).
+    tracing: bool = False
 
     def pool(self, name: str) -> PoolConfig:
         for pool in self.pools:
@@ -210,6 +213,12 @@ def parse_pool(raw: Mapping[str, Any], index: int) -> PoolConfig:
     )
 
 
+def _bool(value: Any, where: str) -> bool:
+    if not isinstance(value, bool):
+        raise ConfigError(f"{where}: {value!r} must be true or false")
+    return value
+
+
 def _tuple_of_str(value: Any, where: str) -> tuple[str, ...]:
     if value is None:
         return ()
@@ -272,4 +281,5 @@ def parse_context(context: Mapping[str, Any]) -> DeploymentConfig:
         ),
         agent_poll_s=float(raw.get("agent_poll_s", defaults.agent_poll_s)),
         scheduler_reserved_concurrency=int(reserved) if reserved else None,
+        tracing=_bool(raw.get("tracing", defaults.tracing), "context 'tracing'"),
     )

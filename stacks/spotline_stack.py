@@ -139,6 +139,7 @@ class SpotlineStack(Stack):
             environment=environment,
             dead_letters=self.messaging.events_dead_letters,
             scheduler_reserved_concurrency=config.scheduler_reserved_concurrency,
+            tracing=config.tracing,
         )
         self.functions["scheduler"].add_event_source(
             # One batch at a time comes from the FIFO queue's single message group; the function's

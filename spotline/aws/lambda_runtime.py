@@ -2,22 +2,20 @@
 `ControlPlane`, and idempotency on the Idempotency table.
 
 Importing this module is cheap: settings, clients and the control plane are built on the first
-invocation, not at import (a cold start that only imports pays nothing for AWS clients).
+invocation, not at import (a cold start that only imports pays nothing for AWS clients). The
+X-Ray SDK is imported only when tracing is on (Powertools' Tracer imports it even to disable it,
+100-140 ms), and the idempotency utility on the first invocation of a handler that uses it.
 The local runtime and the tests install their own control plane with `use_control_plane`.
 """
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from aws_lambda_powertools import Logger, Metrics, Tracer
-from aws_lambda_powertools.utilities.idempotency import (
-    DynamoDBPersistenceLayer,
-    IdempotencyConfig,
-    idempotent,
-)
+from aws_lambda_powertools import Logger, Metrics
 
 from spotline.aws.clients import default_clients
 from spotline.aws.settings import get_settings
@@ -25,15 +23,40 @@ from spotline.control.plane import ControlPlane, build_control_plane
 
 METRICS_NAMESPACE = "Spotline"
 
+Handler = Callable[[dict[str, Any], Any], Any]
+F = TypeVar("F", bound=Handler)
+
+
+def tracing_enabled() -> bool:
+    """Tracing is on where Powertools' Tracer would trace: in Lambda, unless the stack set
+    POWERTOOLS_TRACE_DISABLED (cdk.json `tracing: false`, the default)."""
+    flag = os.environ.get("POWERTOOLS_TRACE_DISABLED", "false").strip().lower()
+    disabled = flag in ("1", "true", "yes", "on")
+    return bool(os.environ.get("LAMBDA_TASK_ROOT")) and not disabled
+
+
+class UntracedHandlers:
+    """Stands in for Powertools' Tracer when tracing is off: handlers run undecorated, and the
+    X-Ray SDK is never imported."""
+
+    def capture_lambda_handler(self, handler: F) -> F:
+        return handler
+
+
+def _tracer() -> Any:
+    if not tracing_enabled():
+        return UntracedHandlers()
+    from aws_lambda_powertools import Tracer
+
+    return Tracer(service="spotline")
+
+
 logger = Logger(service="spotline")
-tracer = Tracer(service="spotline")
+tracer = _tracer()
 metrics = Metrics(namespace=METRICS_NAMESPACE, service="spotline")
 
 _plane: ControlPlane | None = None
 _plane_lock = threading.Lock()
-
-Handler = Callable[[dict[str, Any], Any], Any]
-F = TypeVar("F", bound=Handler)
 
 
 def control_plane() -> ControlPlane:
@@ -72,6 +95,12 @@ def idempotent_on_event_id(key_prefix: str) -> Callable[[Handler], Handler]:
             with _idempotency_lock:
                 wrapped = _idempotent_handlers.get(key_prefix)
                 if wrapped is None:
+                    from aws_lambda_powertools.utilities.idempotency import (
+                        DynamoDBPersistenceLayer,
+                        IdempotencyConfig,
+                        idempotent,
+                    )
+
                     plane = control_plane()
                     persistence = DynamoDBPersistenceLayer(
                         table_name=plane.settings.idempotency_table,

@@ -118,6 +118,8 @@ DETAIL_JOB_STATE_CHANGED = "Job State Changed"
 DETAIL_SPOT_WARNING = "EC2 Spot Instance Interruption Warning"
 DETAIL_REBALANCE = "EC2 Instance Rebalance Recommendation"
 DETAIL_BATCH_STATE_CHANGE = "Batch Job State Change"
+# The Batch job statuses whose state-change events the control plane handles.
+BATCH_STATUSES_ACTED_ON = ("RUNNING", "SUCCEEDED", "FAILED")
 
 PROJECT_BUS = "project"  # the stack's own bus (named spotline-<stage> when deployed)
 DEFAULT_BUS = "default"
@@ -185,7 +187,12 @@ RULES: tuple[Rule, ...] = (
         {
             "source": ["aws.batch"],
             "detail-type": [DETAIL_BATCH_STATE_CHANGE],
-            "detail": {"jobName": [{"prefix": "spotline-"}]},
+            # Only the statuses the control plane acts on: SUBMITTED, PENDING, RUNNABLE and
+            # STARTING change nothing, so they never invoke the handler (or cost a delivery).
+            "detail": {
+                "jobName": [{"prefix": "spotline-"}],
+                "status": list(BATCH_STATUSES_ACTED_ON),
+            },
         },
         "batch_state_change",
     ),

@@ -59,6 +59,7 @@ def test_mixed_instance_types_size_for_the_most_cpu_heavy() -> None:
         ({"pools": [{**SPOT_POOL, "max_gpus": 0}]}, "positive integer"),
         (context(vpc_id="vpc-1"), "needs 'vpc_subnet_ids'"),
         (context(stage="dev env"), "must be letters"),
+        (context(tracing="yes"), "'tracing': 'yes' must be true or false"),
     ],
     ids=[
         "no-pools",
@@ -69,6 +70,7 @@ def test_mixed_instance_types_size_for_the_most_cpu_heavy() -> None:
         "zero-gpus",
         "vpc",
         "stage",
+        "tracing",
     ],
 )
 def test_impossible_contexts_fail_with_the_key_named(raw: dict[str, Any], message: str) -> None:
@@ -81,6 +83,8 @@ def test_committed_context_parses() -> None:
     config = parse_context(cdk_context())
     assert {p.purchase for p in config.pools} == {"spot", "on-demand"}
     assert (config.account, config.region) == ("123456789012", "us-east-1")
+    assert config.tracing is False
+    assert parse_context(context(tracing=True)).tracing is True
 
 
 # --- event patterns --------------------------------------------------------------------------

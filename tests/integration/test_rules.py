@@ -85,11 +85,20 @@ CASES: dict[str, tuple[list[dict[str, Any]], list[dict[str, Any]]]] = {
         [load_event("spot_interruption_warning")],
     ),
     "BatchJobStateChange": (
-        [batch_event("job-1", "b-1", "RUNNING"), batch_event("job-1", "b-1", "FAILED")],
-        # AWS's own sample is some other team's Batch job ("event-test").
+        [
+            batch_event("job-1", "b-1", "RUNNING"),
+            batch_event("job-1", "b-1", "SUCCEEDED"),
+            batch_event("job-1", "b-1", "FAILED"),
+        ],
+        # AWS's own sample is some other team's Batch job ("event-test"); the statuses before
+        # RUNNING change nothing in the control plane, so they never reach it.
         [
             load_event("batch_job_state_change"),
             with_source(batch_event("job-1", "b-1", "RUNNING"), "aws.ec2"),
+            *(
+                batch_event("job-1", "b-1", status)
+                for status in ("SUBMITTED", "PENDING", "RUNNABLE", "STARTING")
+            ),
         ],
     ),
 }
