@@ -23,7 +23,7 @@ from spotline.control.lifecycle import iso
 from spotline.control.plane import ControlPlane
 from spotline.domain import TERMINAL_STATES, Job, JobSpec, JobState, Priority, effective_priority
 from spotline.domain.preemption import estimated_remaining_s
-from spotline.domain.priority import fairshare_factor
+from spotline.domain.priority import fairshare_factor, wait_s
 
 logger = logging.getLogger(__name__)
 
@@ -91,6 +91,8 @@ class JobView(BaseModel):
     instance_ids: list[str]
     batch_job_id: str | None
     wait_reason: str | None
+    # Time queued since the job was last enqueued (computed when read, while PENDING).
+    waited_s: float | None = None
     submitted_at: float
     enqueued_at: float
     started_at: float | None
@@ -149,6 +151,7 @@ def job_view(
         instance_ids=list(record.instance_ids),
         batch_job_id=record.batch_job_id,
         wait_reason=record.wait_reason if job.state is JobState.PENDING else None,
+        waited_s=round(wait_s(job, now), 3) if job.state is JobState.PENDING else None,
         submitted_at=job.submitted_at,
         enqueued_at=job.enqueued_at,
         started_at=job.started_at,

@@ -11,6 +11,7 @@ loses cleanly: the decision is skipped and the next pass decides again.
 from __future__ import annotations
 
 import logging
+import re
 from dataclasses import dataclass, field
 
 from spotline.aws.errors import CapacityExhausted, ConditionFailed, InvalidTransition, StaleJobError
@@ -211,9 +212,21 @@ def preempt(
     return tuple(started)
 
 
+_NUMBER = re.compile(r"\d+(?:\.\d+)?")
+
+
+def wait_meaning(reason: str) -> str:
+    """What a wait reason says, without its figures: the blocking pool or team and the cause stay,
+    the free-GPU counts that move with every start and finish do not."""
+    return _NUMBER.sub("#", reason)
+
+
 def note_wait(cp: ControlPlane, record: JobRecord, reason: str) -> bool:
-    """Record why a job waits, only when the reason changed (one small conditional write)."""
-    if record.wait_reason == reason:
+    """Record why a job waits, only when what the reason says changed (one small conditional
+    write); a reason whose only change is a figure (free GPUs now) is left as written, so a pass
+    rewrites no unchanged item. How long the job has waited is computed when read (the API's
+    `waited_s`)."""
+    if record.wait_reason is not None and wait_meaning(record.wait_reason) == wait_meaning(reason):
         return False
     try:
         cp.jobs.update_fields(

@@ -351,9 +351,11 @@ def plan_with_stats(
         if config.preemption_delay_s > 0 and job.priority not in config.stop_at_once_for:
             waited = wait_s(job, now)
             if waited < config.preemption_delay_s:
+                # How long it has waited is the job's own (the API computes it when read), not
+                # part of the reason: a reason that changed every pass would be rewritten every pass.
                 reason = (
                     f"waiting: {first_shortfall}; it may preempt after waiting"
-                    f" {config.preemption_delay_s:.0f} s (waited {waited:.0f} s)"
+                    f" {config.preemption_delay_s:.0f} s in the queue"
                 )
                 decisions.append(Wait(job, priority, reason))
                 continue

@@ -15,7 +15,7 @@ import functions.batch_state_change
 import functions.scheduler
 from spotline.aws.jobs import Disruption, JobRecord
 from spotline.control.jobs import job_view
-from spotline.control.scheduling import scheduling_pass
+from spotline.control.scheduling import note_wait, scheduling_pass
 from spotline.domain import PRIORITIES_HIGH_FIRST, Job, JobSpec, JobState
 from spotline.domain.usage import decayed_usage_gpu_s, run_buckets
 
@@ -297,3 +297,31 @@ def test_fair_share_puts_the_team_that_used_fewer_gpus_first(deployment: Deploym
     assert view.effective_priority is not None
     fixed = weights.class_step + weights.size * 8 / weights.size_norm_gpus + weights.fairshare / 4
     assert view.effective_priority == pytest.approx(fixed, abs=weights.age * 120 / weights.max_age_s + 0.01)
+
+
+def test_a_wait_reason_whose_figures_changed_is_not_rewritten(deployment: Deployment) -> None:
+    """A pass rewrites a wait reason only when what it says changes: the free-GPU count that moves
+    with every finish is a figure, not a new reason; the API computes the time waited when read."""
+    # Given a job waiting for GPUs behind running jobs
+    deployment.clock.freeze()
+    jobs = [submit(deployment) for _ in range(4)]
+    scheduling_pass(deployment.plane)
+    waiting = next(j for j in jobs if deployment.plane.jobs.get(j.id).state is JobState.PENDING)
+    written = deployment.plane.jobs.get(waiting.id)
+    assert written.wait_reason is not None
+
+    # When the same reason comes back with other figures, nothing is written
+    moved = "".join("9" if c.isdigit() else c for c in written.wait_reason)
+    assert moved != written.wait_reason
+    assert note_wait(deployment.plane, written, moved) is False
+    assert deployment.plane.jobs.get(waiting.id).wait_reason == written.wait_reason
+
+    # But a different cause is written
+    assert note_wait(deployment.plane, written, "waiting: team research is at its quota") is True
+    assert deployment.plane.jobs.get(waiting.id).wait_reason == "waiting: team research is at its quota"
+
+    # And the time waited is computed when the job is read, not stored in the reason
+    deployment.clock.advance(42)
+    record = deployment.plane.jobs.get(waiting.id)
+    view = job_view(deployment.plane, record, deployment.clock())
+    assert view.waited_s is not None and view.waited_s >= 42

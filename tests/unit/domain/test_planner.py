@@ -407,7 +407,7 @@ def test_a_job_preempts_only_after_waiting_the_preemption_delay(
     [decision] = run_plan(snapshot, [pending], policy)
     assert decision.action == action
     if action == "wait":
-        assert decision.reason.endswith(f"it may preempt after waiting 180 s (waited {waited_s:.0f} s)")
+        assert decision.reason.endswith("it may preempt after waiting 180 s in the queue")
 
 
 def test_jobs_share_the_gpus_a_victim_frees_beyond_its_preemptors_need() -> None:
