@@ -111,8 +111,8 @@ def transaction_errors(roles: Sequence[tuple[str, str]]) -> Iterator[None]:
     """Map a TransactWriteItems call's cancellation onto the item that refused it.
 
     `roles[i]` describes item i as (kind, name): ("job", id), ("new-job", id), ("timeline",
-    id), ("pool", name), ("team", name), ("other", ...). DynamoDB reports one reason per item,
-    in order; the first ConditionalCheckFailed names the culprit.
+    id), ("pool", name), ("team", name), ("lender", name), ("other", ...). DynamoDB reports one
+    reason per item, in order; the first ConditionalCheckFailed names the culprit.
     """
     try:
         yield
@@ -131,6 +131,10 @@ def transaction_errors(roles: Sequence[tuple[str, str]]) -> Iterator[None]:
                     raise CapacityExhausted(f"pool {name} has no room for this job") from error
                 if kind == "team":
                     raise CapacityExhausted(f"team {name} reached its hard quota") from error
+                if kind == "lender":
+                    raise CapacityExhausted(
+                        f"team {name} uses more GPUs than when the borrowing was decided: it lends less now"
+                    ) from error
                 raise ConditionFailed(f"{kind} {name}: condition failed") from error
             if any(r.get("Code") in ("TransactionConflict", "ThrottlingError") for r in reasons):
                 raise StorageUnavailable(str(error)) from error

@@ -29,6 +29,8 @@ from spotline.aws.dynamo import (
     serialize_item,
 )
 from spotline.aws.errors import CapacityExhausted, ConditionFailed, storage_errors
+from spotline.domain.models import TeamQuota
+from spotline.domain.quota import lendable_gpus, quota_shortfall
 from spotline.domain.usage import run_buckets
 
 if TYPE_CHECKING:
@@ -49,6 +51,8 @@ FAIRSHARE_KEY = "FAIRSHARE"
 DRIFT_MARK = "drift_seen"
 # On a counter: how many admissions, releases and repairs have changed it.
 MOVES = "moves"
+# TransactWriteItems takes at most 100 items; an admission also writes the job and its timeline.
+MAX_QUOTA_ITEMS = 96
 
 
 @dataclass(frozen=True)
@@ -67,20 +71,72 @@ class LedgerRepository:
         self.usage_half_life_s = usage_half_life_s
 
     def reserve_items(
-        self, *, pool: str, capacity_gpus: int, team: str, team_limit_gpus: int | None, gpus: int
+        self,
+        *,
+        pool: str,
+        capacity_gpus: int,
+        team: str,
+        gpus: int,
+        quotas: Mapping[str, TeamQuota] | None = None,
     ) -> tuple[list[TransactItem], list[tuple[str, str]]]:
         """Updates that take `gpus` in `pool` and for `team`, each conditional on staying
-        within its limit; with their roles for error mapping."""
+        within its limit; with their roles for error mapping.
+
+        A team with a quota may use its nominal GPUs, and borrow beyond them what the planner
+        allows (`quota_shortfall`: at most its borrowing limit, and at most what the other teams
+        lend, less what others already borrow). Within its nominal quota the team's counter alone
+        decides (`used <= nominal - gpus`). To borrow, the team counters are read (strongly
+        consistent, one BatchGetItem) and the transaction also checks that no other team's
+        counter grew since: what the others lend only shrinks as their usage grows, so a
+        concurrent admission elsewhere, or a pass deciding from a stale active index, makes
+        this one fail cleanly instead of borrowing past the cohort's idle quota. A release in
+        between only gives more room, and passes the checks.
+        """
         if gpus > capacity_gpus:
             raise CapacityExhausted(f"pool {pool} has {capacity_gpus} GPUs; {gpus} requested")
         items = [self._take(pool_key(pool), gpus, capacity_gpus - gpus)]
         roles = [("pool", pool)]
-        limit = None if team_limit_gpus is None else team_limit_gpus - gpus
-        if limit is not None and limit < 0:
-            raise CapacityExhausted(f"team {team} may hold at most {team_limit_gpus} GPUs")
-        items.append(self._take(team_key(team), gpus, limit))
+        quota = (quotas or {}).get(team)
+        if quota is None or quotas is None:
+            items.append(self._take(team_key(team), gpus, None))
+            roles.append(("team", team))
+            return items, roles
+        counters = self.counters([], quotas)
+        usage = {name: counters[team_key(name)].used for name in quotas if team_key(name) in counters}
+        if usage.get(team, 0) + gpus <= quota.nominal_gpus:
+            # Within its nominal quota: the team's own counter decides, whatever the others do.
+            items.append(self._take(team_key(team), gpus, quota.nominal_gpus - gpus))
+            roles.append(("team", team))
+            return items, roles
+        why = quota_shortfall(team, gpus, usage, quotas)
+        if why is not None:
+            raise CapacityExhausted(why)
+        others = [name for name in quotas if name != team]
+        if len(items) + 1 + len(others) > MAX_QUOTA_ITEMS:
+            raise CapacityExhausted(
+                f"team {team} may not borrow: {len(others)} other teams are more than one transaction"
+                f" can check ({MAX_QUOTA_ITEMS - 2})"
+            )
+        borrow = lendable_gpus(team, usage, quotas)
+        if quota.borrowing_limit_gpus is not None:
+            borrow = min(borrow, quota.borrowing_limit_gpus)
+        items.append(self._take(team_key(team), gpus, quota.nominal_gpus + borrow - gpus))
         roles.append(("team", team))
+        for other in others:
+            items.append(self._not_above(team_key(other), usage.get(other, 0)))
+            roles.append(("lender", other))
         return items, roles
+
+    def _not_above(self, key: str, used: int) -> TransactItem:
+        """A check that the counter `key` holds at most `used` GPUs (a missing one holds 0)."""
+        expr = Expression()
+        name = expr.name("used_gpus")
+        check = {
+            "TableName": self.table.name,
+            "Key": serialize_item({"pk": key}),
+            "ConditionExpression": f"attribute_not_exists({name}) OR {name} <= {expr.value(used)}",
+        }
+        return {"ConditionCheck": expr.attach(check)}
 
     def release_items(
         self, *, pool: str, team: str, gpus: int, held_since: float | None = None, now: float | None = None

@@ -134,22 +134,18 @@ def scheduling_pass(cp: ControlPlane) -> PassResult:
 
 
 def admit(cp: ControlPlane, record: JobRecord, pool_name: str, reason: str, *, now: float) -> JobRecord:
-    """PENDING -> ADMITTED with the pool and team ledger reservation in the same transaction,
-    then start the launch workflow (submit to the pool's Batch job queue)."""
+    """PENDING -> ADMITTED with the pool and team ledger reservation in the same transaction
+    (the pool's capacity and the team's quota, borrowing included, as the planner counts it:
+    `LedgerRepository.reserve_items`), then start the launch workflow (submit to the pool's
+    Batch job queue)."""
     pool = cp.config.pools_by_name[pool_name]
     demand = pool.demand_gpus(record.job)
-    team = cp.config.teams_by_name.get(record.team)
-    team_limit = (
-        None
-        if team is None or team.borrowing_limit_gpus is None
-        else team.nominal_gpus + team.borrowing_limit_gpus
-    )
     reserve = cp.ledger.reserve_items(
         pool=pool_name,
         capacity_gpus=pool.capacity_gpus,
         team=record.team,
-        team_limit_gpus=team_limit,
         gpus=demand,
+        quotas=cp.config.teams_by_name,
     )
     admitted = cp.jobs.transition(
         record,

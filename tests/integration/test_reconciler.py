@@ -151,9 +151,7 @@ def test_the_same_drift_after_an_admission_and_a_release_is_marked_again_not_rep
 
 def take_and_give(ledger: LedgerRepository, pool: str, gpus: int, *, give: bool = True) -> None:
     """Apply a job's admission (and release) to a pool counter, as the job transactions do."""
-    take, _ = ledger.reserve_items(
-        pool=pool, capacity_gpus=16, team="vision", team_limit_gpus=None, gpus=gpus
-    )
+    take, _ = ledger.reserve_items(pool=pool, capacity_gpus=16, team="vision", gpus=gpus)
     give_items, _ = ledger.release_items(pool=pool, team="vision", gpus=gpus)
     for item in [take[0], *(give_items[:1] if give else [])]:
         ledger.table.client.update_item(**item["Update"])
