@@ -41,18 +41,23 @@ def start_disruption(
     """Mark a RUNNING job CHECKPOINTING (the agent sees `checkpoint_requested_at`), then start
     the preempt workflow that waits for its checkpoint until `deadline_at`, stops it and
     requeues it. A job already CHECKPOINTING for a preemption that now gets a Spot warning is
-    escalated: it will end INTERRUPTED, by the earlier of the two deadlines.
+    escalated: it will end INTERRUPTED, by the earlier of the two deadlines. The preemption's
+    workflow waits with the timeout it was started with, so the escalation starts the
+    interruption's own workflow (another execution name), which waits only until the earlier
+    deadline; whichever finishes first stops the run and requeues the job, and the other
+    finds it no longer CHECKPOINTING.
     """
     if record.state is JobState.CHECKPOINTING:
         if disruption is Disruption.INTERRUPT and record.disruption is not Disruption.INTERRUPT:
             deadline = min(deadline_at, record.checkpoint_deadline_at or deadline_at)
-            # The running preempt workflow reads the outcome when it finishes.
-            return cp.jobs.update_fields(
+            escalated = cp.jobs.update_fields(
                 record.id,
                 states=[JobState.CHECKPOINTING],
                 version=record.version,
                 set_fields={"disruption": disruption.value, "checkpoint_deadline_at": deadline},
             )
+            start_preempt_workflow(cp, escalated, now=now)
+            return escalated
         # Already marked (a redelivered event, or a retry after the workflow failed to start):
         # start its workflow again, which is a no-op if it runs (same execution name).
         start_preempt_workflow(cp, record, now=now)

@@ -26,6 +26,9 @@ logger = logging.getLogger(__name__)
 
 # After this many failed launches in a row a job is FAILED instead of requeued.
 MAX_LAUNCH_FAILURES = 3
+# Errors that say "too many requests" (Batch's SubmitJob rate, Lambda's concurrency, DynamoDB's
+# throughput): they back off and retry, and never count toward MAX_LAUNCH_FAILURES.
+THROTTLING_ERRORS = frozenset({"BatchThrottled", "Lambda.TooManyRequestsException", "StorageUnavailable"})
 
 
 # --- preempt ----------------------------------------------------------------------------------
@@ -183,13 +186,21 @@ def mark_launch_failed(
     cp: ControlPlane, job_id: str, *, version: int, error: str = "", cause: str = ""
 ) -> dict[str, Any]:
     """The launch failed for good: requeue the job (its GPUs go back), or fail it after
-    MAX_LAUNCH_FAILURES attempts in a row. `error` and `cause` are the workflow's caught error
-    (for a Lambda task, the cause is the function's error payload as JSON)."""
+    MAX_LAUNCH_FAILURES attempts in a row. Throttling that outlasted the workflow's retries is
+    not a failure: the job is requeued without counting it. `error` and `cause` are the
+    workflow's caught error (for a Lambda task, the cause is the function's error payload as
+    JSON)."""
     record = cp.jobs.get(job_id)
     if record.state is not JobState.ADMITTED or record.version != version:
         return {"requeued": False, "why": f"job is {record.state.value} at version {record.version}"}
     now = cp.clock()
     summary = f"{error or 'unknown error'}: {_error_message(cause)}"[:500]
+    if error in THROTTLING_ERRORS:
+        # Throttled for longer than the workflow's backoff: nothing is wrong with the job. It
+        # goes back to the queue without counting as a failure, and the next scheduled pass
+        # admits it again (no pass is requested now: more launches would not help the API).
+        requeue_unstarted(cp, record, now=now, reason=f"launch throttled, retried later: {summary}")
+        return {"requeued": True, "throttled": True}
     if record.launch_failures + 1 >= MAX_LAUNCH_FAILURES:
         cp.jobs.transition(
             record,

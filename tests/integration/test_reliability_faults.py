@@ -8,13 +8,20 @@ where it says it runs the real workflow (`sfn_deployment`).
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
 
+from spotline.aws.errors import BatchThrottled
+from spotline.aws.jobs import Disruption, JobRecord
 from spotline.aws.settings import SpotlineConfig
+from spotline.aws.workflows import execution_name
 from spotline.control import scheduling
+from spotline.control.events import handle_spot_warning
+from spotline.control.lifecycle import start_disruption
 from spotline.control.scheduling import scheduling_pass
+from spotline.control.workflow_tasks import MAX_LAUNCH_FAILURES, mark_launch_failed, submit_batch_job
 from spotline.domain import JobState
 
 from .conftest import CONFIG, Deployment, start, submit
@@ -123,3 +130,104 @@ def test_a_lender_that_grows_after_the_borrowing_was_read_fails_the_admission(
     with pytest.raises(Exception, match="lends less"):
         scheduling.admit(dep.plane, borrower, "a100-spot", "borrowing", now=dep.clock())
     assert dep.plane.jobs.get(borrower.id).state is JobState.PENDING
+
+
+# --- finding 7: a Spot warning during a preemption shortens the wait -------------------------
+
+
+def test_a_spot_warning_during_a_preemption_stops_the_job_by_the_earlier_deadline(
+    sfn_deployment: Deployment,
+) -> None:
+    dep = sfn_deployment
+    use_config(dep, grace_period_s=600)
+    # Given a running job being preempted, with 10 minutes to checkpoint (its workflow waits)
+    running = start(dep, submit(dep), instance_id="i-0bbbbbbbbbbbbbbb1", launch_workflow_runs=True)
+    now = dep.clock()
+    marked = start_disruption(
+        dep.plane,
+        running,
+        Disruption.PREEMPT,
+        now=now,
+        deadline_at=now + 600,
+        draining_for="job-preemptor",
+        reason="preempted by the test",
+    )
+    waiting = wait_for_token(dep, running.id)
+
+    # When a Spot warning for its instance comes with less than 2 s of notice left
+    warned_at = now - (dep.plane.config.spot_notice_s - dep.plane.config.spot_notice_margin_s) + 1
+    assert handle_spot_warning(dep.plane, "i-0bbbbbbbbbbbbbbb1", warned_at) == [running.id]
+
+    # Then the job is stopped and requeued as INTERRUPTED by the warning's deadline, long before
+    # the preemption's
+    escalated = dep.plane.jobs.get(running.id)
+    assert escalated.disruption is Disruption.INTERRUPT
+    assert escalated.checkpoint_deadline_at == pytest.approx(now + 1)
+    described = dep.wait_for_execution("preempt", execution_name("interrupt", running.id, marked.version))
+    assert described["status"] == "SUCCEEDED"
+    requeued = dep.plane.jobs.get(running.id)
+    assert requeued.state is JobState.PENDING and requeued.job.interruptions == 1
+    assert [b for b, _ in dep.launcher.terminated] == [running.batch_job_id]
+    # And the preemption's workflow is the one still waiting (its token was replaced): when it
+    # times out it finds the job no longer CHECKPOINTING
+    assert requeued.job.preemptions == 0 and requeued.checkpoint_task_token is None
+    assert waiting.checkpoint_task_token is not None
+    assert (
+        dep.sfn.describe_execution(
+            executionArn=dep.state_machines["preempt"].replace(":stateMachine:", ":execution:")
+            + ":"
+            + execution_name("preempt", running.id, marked.version)
+        )["status"]
+        == "RUNNING"
+    )
+
+
+def wait_for_token(dep: Deployment, job_id: str, timeout_s: float = 10.0) -> JobRecord:
+    deadline = time.time() + timeout_s
+    while time.time() < deadline:
+        record = dep.plane.jobs.get(job_id)
+        if record.checkpoint_task_token:
+            return record
+        time.sleep(0.02)
+    raise AssertionError("the workflow never stored its task token")
+
+
+# --- finding 8: throttling is not a launch failure -------------------------------------------
+
+
+def test_throttling_that_outlasts_the_retries_requeues_without_counting_a_failure(
+    deployment: Deployment,
+) -> None:
+    dep = deployment
+    record = submit(dep)
+    # Given a job whose launch is throttled past the workflow's retries, more times than a
+    # launch may fail
+    for attempt in range(MAX_LAUNCH_FAILURES + 1):
+        admitted = scheduling.admit(
+            dep.plane, dep.plane.jobs.get(record.id), "a100-spot", "test", now=dep.clock()
+        )
+        dep.launcher.failures.append(BatchThrottled("Too Many Requests"))
+        with pytest.raises(BatchThrottled):
+            submit_batch_job(dep.plane, record.id, version=admitted.version, pool="a100-spot")
+        # When the workflow's Catch hands the error on
+        result = mark_launch_failed(
+            dep.plane,
+            record.id,
+            version=admitted.version,
+            error="BatchThrottled",
+            cause='{"errorMessage": "Too Many Requests", "errorType": "BatchThrottled"}',
+        )
+        # Then the job is back in the queue, its GPUs free, and no failure is counted
+        stored = dep.plane.jobs.get(record.id)
+        assert result["requeued"] and stored.state is JobState.PENDING, attempt
+        assert stored.launch_failures == 0
+        assert dep.plane.ledger.usage(["a100-spot"], ["vision"]) == ({"a100-spot": 0}, {"vision": 0})
+
+    # And a real failure still counts
+    admitted = scheduling.admit(
+        dep.plane, dep.plane.jobs.get(record.id), "a100-spot", "test", now=dep.clock()
+    )
+    mark_launch_failed(
+        dep.plane, record.id, version=admitted.version, error="LaunchFailed", cause="bad image"
+    )
+    assert dep.plane.jobs.get(record.id).launch_failures == 1
