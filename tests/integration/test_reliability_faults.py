@@ -8,20 +8,30 @@ where it says it runs the real workflow (`sfn_deployment`).
 
 from __future__ import annotations
 
+import inspect
 import time
 from typing import Any
 
 import pytest
 
-from spotline.aws.errors import BatchThrottled
+from spotline.aws.errors import BatchThrottled, LaunchFailed
 from spotline.aws.jobs import Disruption, JobRecord
 from spotline.aws.settings import SpotlineConfig
 from spotline.aws.workflows import execution_name
 from spotline.control import scheduling
-from spotline.control.events import handle_spot_warning
+from spotline.control.events import handle_spot_warning, record_checkpoint
 from spotline.control.lifecycle import start_disruption
+from spotline.control.reconciler import reconcile
 from spotline.control.scheduling import scheduling_pass
-from spotline.control.workflow_tasks import MAX_LAUNCH_FAILURES, mark_launch_failed, submit_batch_job
+from spotline.control.workflow_tasks import (
+    MAX_LAUNCH_FAILURES,
+    confirm_checkpointing,
+    finish_preemption,
+    mark_launch_failed,
+    request_checkpoint,
+    submit_batch_job,
+    terminate_batch_job,
+)
 from spotline.domain import JobState
 
 from .conftest import CONFIG, Deployment, start, submit
@@ -231,3 +241,173 @@ def test_throttling_that_outlasts_the_retries_requeues_without_counting_a_failur
         dep.plane, record.id, version=admitted.version, error="LaunchFailed", cause="bad image"
     )
     assert dep.plane.jobs.get(record.id).launch_failures == 1
+
+
+# --- Spot warnings: an unknown instance, an instance running two jobs ---------------------------
+
+
+def test_a_spot_warning_for_an_unknown_instance_changes_no_job(deployment: Deployment) -> None:
+    dep = deployment
+    # Given two running jobs on known instances
+    jobs = [start(dep, submit(dep, gpus=4), instance_id=f"i-0ccccccccccccccc{n}") for n in (1, 2)]
+    before = [dep.plane.jobs.get(j.id) for j in jobs]
+
+    # When a warning comes for an instance Spotline never saw
+    affected = handle_spot_warning(dep.plane, "i-0ddddddddddddddd9", dep.clock())
+
+    # Then no job changed and no workflow started
+    assert affected == []
+    assert [dep.plane.jobs.get(j.id) for j in jobs] == before
+    assert dep.starter is not None and not [n for n in dep.starter.names() if not n.startswith("launch-")]
+
+
+def test_a_spot_warning_for_an_instance_running_two_jobs_interrupts_both(deployment: Deployment) -> None:
+    dep = deployment
+    # Given two 4-GPU jobs sharing one 8-GPU instance, and a third job elsewhere
+    shared = "i-0eeeeeeeeeeeeee01"
+    both = [start(dep, submit(dep, gpus=4), instance_id=shared) for _ in range(2)]
+    other = start(dep, submit(dep, gpus=4), instance_id="i-0eeeeeeeeeeeeee02")
+
+    # When the warning for the shared instance comes (and comes again)
+    now = dep.clock()
+    first = handle_spot_warning(dep.plane, shared, now)
+    again = handle_spot_warning(dep.plane, shared, now)
+
+    # Then both jobs checkpoint for the interruption, each with its own workflow, once
+    assert sorted(first) == sorted(j.id for j in both) and sorted(again) == sorted(first)
+    for job in both:
+        stored = dep.plane.jobs.get(job.id)
+        assert stored.state is JobState.CHECKPOINTING and stored.disruption is Disruption.INTERRUPT
+    assert dep.starter is not None
+    interrupts = [n for n in dep.starter.names() if n.startswith("interrupt-")]
+    assert sorted(set(interrupts)) == sorted(f"interrupt-{j.id}-v{j.version + 1}" for j in both)
+    assert dep.plane.jobs.get(other.id).state is JobState.RUNNING
+
+
+# --- a lost checkpoint: the grace timeout --------------------------------------------------------
+
+
+def test_a_lost_checkpoint_event_ends_the_preemption_at_its_grace_timeout(deployment: Deployment) -> None:
+    dep = deployment
+    now = dep.clock.freeze()
+    # Given a running job with a checkpoint at step 100, asked to checkpoint for a preemption
+    running = start(dep, submit(dep))
+    control_record_checkpoint(dep, running.id, step=100)
+    now = dep.clock.advance(30)
+    marked = start_disruption(
+        dep.plane,
+        dep.plane.jobs.get(running.id),
+        Disruption.PREEMPT,
+        now=now,
+        deadline_at=now + dep.plane.config.grace_period_s,
+        draining_for="job-preemptor",
+        reason="preempted by the test",
+    )
+    confirmed = confirm_checkpointing(dep.plane, running.id, version=marked.version, timeout_s=2)
+    request_checkpoint(dep.plane, running.id, task_token="token-1")
+
+    # When the agent's Checkpoint Completed is lost, the workflow's wait times out (grace
+    # period): it stops the run and requeues the job
+    dep.clock.advance(confirmed["timeout_s"])
+    terminate_batch_job(dep.plane, running.id, batch_job_id=confirmed["batch_job_id"])
+    finished = finish_preemption(dep.plane, running.id, version=marked.version)
+
+    # Then the job is PENDING again, resumes from the last checkpoint recorded, and the work
+    # since it is counted as lost
+    requeued = dep.plane.jobs.get(running.id)
+    assert finished["finished"] and requeued.state is JobState.PENDING
+    assert requeued.job.last_checkpoint_step == 100 and requeued.job.preemptions == 1
+    assert requeued.job.lost_work_s == pytest.approx(30 + confirmed["timeout_s"])
+    assert dep.launcher.terminated[-1][0] == running.batch_job_id
+    assert dep.plane.ledger.usage(["a100-spot"], ["vision"]) == ({"a100-spot": 0}, {"vision": 0})
+
+
+def test_a_lost_checkpoint_and_a_dead_workflow_are_finished_by_the_reconciler(deployment: Deployment) -> None:
+    dep = deployment
+    now = dep.clock.freeze()
+    # Given a job asked to checkpoint whose workflow died, and whose checkpoint never came
+    running = start(dep, submit(dep))
+    start_disruption(
+        dep.plane,
+        running,
+        Disruption.PREEMPT,
+        now=now,
+        deadline_at=now + dep.plane.config.grace_period_s,
+        draining_for="job-preemptor",
+        reason="preempted by the test",
+    )
+
+    # When the reconciler runs before, then after the deadline plus the overrun allowance
+    config = dep.plane.config
+    dep.clock.advance(config.grace_period_s)
+    assert reconcile(dep.plane).requeued == []
+    dep.clock.advance(config.checkpoint_overrun_s + 1)
+    result = reconcile(dep.plane)
+
+    # Then the job was stopped and requeued (restarting from the beginning), its GPUs freed
+    assert result.requeued == [(running.id, "checkpoint overran")]
+    requeued = dep.plane.jobs.get(running.id)
+    assert requeued.state is JobState.PENDING and requeued.job.preemptions == 1
+    assert dep.launcher.terminated[-1][0] == running.batch_job_id
+    assert dep.plane.ledger.usage(["a100-spot"], ["vision"]) == ({"a100-spot": 0}, {"vision": 0})
+
+
+# --- SubmitJob failing; concurrent passes ---------------------------------------------------------
+
+
+def test_submitjob_failing_for_good_fails_the_job_after_three_launches(deployment: Deployment) -> None:
+    dep = deployment
+    record = submit(dep)
+    # Given Batch refuses every SubmitJob for good (a bad job definition)
+    for attempt in range(1, MAX_LAUNCH_FAILURES + 1):
+        admitted = scheduling.admit(
+            dep.plane, dep.plane.jobs.get(record.id), "a100-spot", "test", now=dep.clock()
+        )
+        dep.launcher.failures.append(LaunchFailed("CLIENT_ERROR: job definition not found"))
+        with pytest.raises(LaunchFailed):
+            submit_batch_job(dep.plane, record.id, version=admitted.version, pool="a100-spot")
+        mark_launch_failed(
+            dep.plane,
+            record.id,
+            version=admitted.version,
+            error="LaunchFailed",
+            cause="job definition not found",
+        )
+        stored = dep.plane.jobs.get(record.id)
+        # Then it is requeued with the failure counted, and FAILED at the third
+        assert stored.launch_failures == attempt
+        assert stored.state is (JobState.FAILED if attempt == MAX_LAUNCH_FAILURES else JobState.PENDING)
+        assert dep.plane.ledger.usage(["a100-spot"], ["vision"]) == ({"a100-spot": 0}, {"vision": 0})
+    assert "launch failed 3 times" in dep.plane.jobs.get(record.id).state_reason
+
+
+def test_two_interleaved_passes_never_overcommit_a_pool(
+    deployment: Deployment, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    dep = deployment
+    use_config(dep, pools=[CONFIG["pools"][0]], teams=[])
+    # Given a 16-GPU pool and three 8-GPU jobs waiting
+    jobs = [submit(dep) for _ in range(3)]
+
+    # When two passes interleave, each deciding from what it read before the other admitted
+    inner = run_another_pass_inside_the_next(dep, monkeypatch)
+    outer = scheduling_pass(dep.plane)
+
+    # Then two jobs run, the pool is exactly full, and the third waits
+    admitted = inner[0].admitted + outer.admitted
+    assert len(admitted) == 2
+    assert dep.plane.ledger.usage(["a100-spot"], [])[0] == {"a100-spot": 16}
+    states = sorted(dep.plane.jobs.get(j.id).state.value for j in jobs)
+    assert states == ["ADMITTED", "ADMITTED", "PENDING"]
+
+
+def control_record_checkpoint(dep: Deployment, job_id: str, *, step: int) -> None:
+    """The agent's Checkpoint Completed for the job's current run."""
+    record = dep.plane.jobs.get(job_id)
+    extra: dict[str, Any] = {}
+    if "run_id" in inspect.signature(record_checkpoint).parameters:
+        extra["run_id"] = getattr(record, "run_id", None)
+    stored = record_checkpoint(
+        dep.plane, job_id, checkpoint_uri=f"s3://checkpoints/{job_id}/{step}", step=step, **extra
+    )
+    assert stored is not None
