@@ -31,8 +31,16 @@ def _triggers(event: dict[str, Any]) -> int:
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     triggers = _triggers(event)
     started = time.perf_counter()
-    result = scheduling_pass(control_plane())
+    plane = control_plane()
+    result = scheduling_pass(plane)
     elapsed_ms = (time.perf_counter() - started) * 1000.0
+    if result.more_work:
+        # A full window was admitted: the jobs behind it may fit what is still free, so the
+        # next pass is asked for now (one message; FIFO keeps passes one at a time).
+        # The key names this pass (its time and first admission), so FIFO deduplication never
+        # drops the request of a later pass.
+        key = f"continue-{result.now:.6f}-{result.admitted[0][0]}"
+        plane.trigger.request("the last pass admitted a full window", key)
     _report(result, triggers, elapsed_ms)
     return {
         "admitted": [list(admission) for admission in result.admitted],
@@ -49,6 +57,7 @@ def _report(result: PassResult, triggers: int, elapsed_ms: float) -> None:
     metrics.add_metric(name="Admitted", unit=MetricUnit.Count, value=len(result.admitted))
     metrics.add_metric(name="Preemptions", unit=MetricUnit.Count, value=len(result.preempted))
     metrics.add_metric(name="Waiting", unit=MetricUnit.Count, value=result.waiting)
+    metrics.add_metric(name="PassContinued", unit=MetricUnit.Count, value=int(result.more_work))
     metrics.add_metric(name="DecisionsSkipped", unit=MetricUnit.Count, value=len(result.skipped))
     metrics.add_metric(name="QueueItemsRead", unit=MetricUnit.Count, value=result.queue_items_read)
     metrics.add_metric(name="ActiveJobs", unit=MetricUnit.Count, value=result.active_items_read)

@@ -52,6 +52,9 @@ class PassResult:
     # Longest wait in each class's window (the head of a class is its oldest submission).
     oldest_wait_s: dict[str, float] = field(default_factory=dict)
     window_by_class: dict[str, int] = field(default_factory=dict)
+    # The pass admitted jobs and some class's window was full: jobs beyond it may fit the
+    # capacity left, so the next pass should follow at once rather than at the next trigger.
+    more_work: bool = False
 
 
 def team_usage_gpu_hours(cp: ControlPlane, active: list[JobRecord], now: float) -> dict[str, float]:
@@ -130,6 +133,8 @@ def scheduling_pass(cp: ControlPlane) -> PassResult:
             # again from fresh reads.
             logger.info("decision skipped", extra={"job_id": record.id, "why": str(error)})
             result.skipped.append((record.id, str(error)))
+    window = cp.config.scheduler.window_per_class
+    result.more_work = bool(result.admitted) and any(n >= window for n in result.window_by_class.values())
     return result
 
 

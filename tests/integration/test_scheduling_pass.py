@@ -3,6 +3,7 @@ bounded whatever the queue's length."""
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -14,6 +15,7 @@ import pytest
 import functions.batch_state_change
 import functions.scheduler
 from spotline.aws.jobs import Disruption, JobRecord
+from spotline.aws.lambda_runtime import use_control_plane
 from spotline.control.jobs import job_view
 from spotline.control.scheduling import note_wait, scheduling_pass
 from spotline.domain import PRIORITIES_HIGH_FIRST, Job, JobSpec, JobState
@@ -325,3 +327,42 @@ def test_a_wait_reason_whose_figures_changed_is_not_rewritten(deployment: Deploy
     record = deployment.plane.jobs.get(waiting.id)
     view = job_view(deployment.plane, record, deployment.clock())
     assert view.waited_s is not None and view.waited_s >= 42
+
+
+class RecordingTrigger:
+    def __init__(self) -> None:
+        self.requests: list[tuple[str, str]] = []
+
+    def request(self, reason: str, dedup_key: str) -> None:
+        self.requests.append((reason, dedup_key))
+
+
+def test_a_pass_that_admitted_a_full_window_asks_for_the_next_at_once(deployment: Deployment) -> None:
+    """With a backlog beyond the window and capacity left, passes follow each other at once (one
+    trigger each) until the backlog no longer fills a window or nothing more fits."""
+    # Given a window of 2 jobs per class, 24 GPUs, and 4 jobs of 8 GPUs queued
+    scheduler = deployment.plane.config.scheduler.model_copy(update={"window_per_class": 2})
+    config = deployment.plane.settings.config.model_copy(update={"scheduler": scheduler})
+    settings = deployment.plane.settings.model_copy(update={"config": config})
+    trigger = RecordingTrigger()
+    plane = dataclasses.replace(deployment.plane, settings=settings, trigger=trigger)
+    use_control_plane(plane)
+    deployment.clock.freeze()
+    jobs = [submit(deployment) for _ in range(4)]
+
+    # When the scheduler runs: its window of 2 is admitted, so it asks for another pass
+    first = functions.scheduler.handler(load_event("scheduled_event"), context("scheduler"))
+    assert len(first["admitted"]) == 2 and len(trigger.requests) == 1
+
+    # The next pass admits the one job that still fits; two jobs are still queued behind a full
+    # window, so it asks again
+    second = functions.scheduler.handler(load_event("scheduled_event"), context("scheduler"))
+    assert len(second["admitted"]) == 1 and len(trigger.requests) == 2
+    assert trigger.requests[0][1] != trigger.requests[1][1]
+
+    # And a pass that admits nothing stops the chain (the next start or finish triggers again)
+    deployment.clock.advance(1)
+    third = functions.scheduler.handler(load_event("scheduled_event"), context("scheduler"))
+    assert third["admitted"] == [] and len(trigger.requests) == 2
+    states = sorted(deployment.plane.jobs.get(j.id).state.value for j in jobs)
+    assert states == ["ADMITTED", "ADMITTED", "ADMITTED", "PENDING"]
