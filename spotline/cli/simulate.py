@@ -11,7 +11,10 @@ import typer
 from rich.console import Console
 
 from spotline.sim import DEFAULT_GPUS, DEFAULT_SPOT_FRACTION, POLICIES, SimSettings, simulate
+from spotline.sim.model import VictimStop
+from spotline.sim.peers import ESTIMATE_MODELS, KUEUE_DEFAULT
 from spotline.sim.pools import DEFAULT_INSTANCE, DEFAULT_REGION, spot_advice
+from spotline.sim.runner import KNOWN_POLICIES
 from spotline.trace import TraceError, read_trace
 
 
@@ -31,7 +34,10 @@ def simulate_command(
     policy: Annotated[
         list[str] | None,
         typer.Option(
-            "--policy", help=f"Policy to run; repeat for several. Default: all ({', '.join(POLICIES)})."
+            "--policy",
+            help=f"Policy to run; repeat for several. Default: all ({', '.join(POLICIES)}). Kueue's"
+            f" configurations also run by name ({', '.join(n for n in KNOWN_POLICIES if n not in POLICIES)});"
+            f" `kueue` is {KUEUE_DEFAULT}.",
         ),
     ] = None,
     gpus: Annotated[
@@ -85,6 +91,23 @@ def simulate_command(
             min=1,
         ),
     ] = os.cpu_count() or 1,
+    victim_stop: Annotated[
+        VictimStop,
+        typer.Option(
+            "--victim-stop",
+            help="How the peers stop victims: checkpoint (SIGTERM, a checkpoint in the grace period, the"
+            " preemptor waits; Spot notices checkpoint; critical work On-Demand) or hard-kill (stopped at"
+            " once, notices ignored, Spot first: the ablation).",
+        ),
+    ] = VictimStop.CHECKPOINT,
+    slurm_estimates: Annotated[
+        str,
+        typer.Option(
+            "--slurm-estimates",
+            help=f"Slurm's user time-limit model: {', '.join(ESTIMATE_MODELS)} (default uniform: see"
+            " spotline.sim.peers.EstimateModel).",
+        ),
+    ] = "uniform",
     spot_data: Annotated[
         Path | None,
         typer.Option(
@@ -97,10 +120,15 @@ def simulate_command(
     if not console.is_terminal:
         console = Console(width=120)  # a file or a pipe: room for five policy columns
     names = list(dict.fromkeys(policy or POLICIES))
-    unknown = [n for n in names if n not in POLICIES]
+    unknown = [n for n in names if n not in KNOWN_POLICIES]
     if unknown:
         raise typer.BadParameter(
-            f"unknown policy {', '.join(unknown)} (one of {', '.join(POLICIES)})", param_hint="--policy"
+            f"unknown policy {', '.join(unknown)} (one of {', '.join(KNOWN_POLICIES)})", param_hint="--policy"
+        )
+    if slurm_estimates not in ESTIMATE_MODELS:
+        raise typer.BadParameter(
+            f"unknown estimate model {slurm_estimates!r} (one of {', '.join(ESTIMATE_MODELS)})",
+            param_hint="--slurm-estimates",
         )
     if restart_min < 0 or restart_max < restart_min:
         raise typer.BadParameter("need 0 <= --restart-min <= --restart-max", param_hint="--restart-min")
@@ -121,6 +149,8 @@ def simulate_command(
         checkpoint_write_s=checkpoint_write,
         restart_min_s=restart_min,
         restart_max_s=restart_max,
+        victim_stop=victim_stop,
+        slurm_estimates=slurm_estimates,
     )
     sink_file = decisions.open("w") if decisions is not None else None
     try:

@@ -76,9 +76,13 @@ class PoolState:
     pool: Pool
     capacity: int
     used: int = 0
+    # GPUs set aside for a preemptor waiting for its victims' checkpoints (peers; `free`
+    # leaves them out, so no other job takes them meanwhile).
+    reserved: int = 0
     # Jobs holding GPUs here, in start order (the packing order of the instances).
     running: dict[int, SimJob] = field(default_factory=dict)
-    # GPUs held by jobs of each priority rank (low 0 ... critical 3).
+    # GPUs held by RUNNING jobs of each priority rank (low 0 ... critical 3); a job on its way
+    # out (checkpointing for a preemptor or a Spot notice) is no longer counted.
     held_by_rank: list[int] = field(default_factory=lambda: [0, 0, 0, 0])
     held_gpu_s: float = 0.0
     window_gpu_s: float = 0.0
@@ -89,7 +93,7 @@ class PoolState:
 
     @property
     def free(self) -> int:
-        return self.capacity - self.used
+        return self.capacity - self.used - self.reserved
 
     @property
     def is_spot(self) -> bool:
@@ -254,6 +258,7 @@ class Simulation:
         job.doomed_at = math.inf
         if job.first_start is None:
             job.first_start = now
+        job.queued_s += now - job.enqueued
         ps.used += demand
         ps.held_by_rank[job.rank] += demand
         ps.running[job.idx] = job
@@ -306,6 +311,8 @@ class Simulation:
     # --- events -----------------------------------------------------------------------------
 
     def _leave_later(self, job: SimJob, at: float, keeps: float | None, why: Exit) -> None:
+        if job.phase is Phase.RUNNING and job.leave_at == math.inf:
+            self.pools[job.pool].held_by_rank[job.rank] -= job.held
         job.phase = Phase.LEAVING
         job.leave_at = at
         job.leave_saved = keeps
@@ -371,7 +378,8 @@ class Simulation:
         ps = self.pools[job.pool]
         now = self.now
         ps.used -= job.held
-        ps.held_by_rank[job.rank] -= job.held
+        if job.leave_at == math.inf:  # (else `_leave_later` took it out of the counts)
+            ps.held_by_rank[job.rank] -= job.held
         del ps.running[job.idx]
         ps.held_gpu_s += job.held * (now - job.run_start)
         overlap = min(now, self.window_end) - max(job.run_start, self.window_start)

@@ -1,7 +1,11 @@
 """What a finished simulation measured, in the keys of the JSON contract (architecture.md).
 
-- Waits are first start minus submit (jobs that started); JCT is finish minus submit (jobs that
-  completed). p99 is numpy's linear-interpolated 99th percentile; a class with no job reports 0.
+- Waits count every time a job is queued: first start minus submit, plus each requeue until its
+  restart (jobs that started; `SimJob.queued_s`). JCT is finish minus submit (jobs that
+  completed). p99 is numpy's linear-interpolated 99th percentile; a class with no job reports 0,
+  and `jobs_by_priority` / `completed_by_priority` give each class's n.
+- `slowdown_p50` / `slowdown_p99`: JCT over the job's run time (1.0: it never waited nor lost
+  work), over completed jobs.
 - `gpu_utilization`: GPU-seconds held by jobs while the trace's jobs arrive (from the first
   submission to the last) over the cluster's GPU-seconds in that window.
 - `goodput`: GPU-seconds of work that counted toward completion over GPU-seconds held (what
@@ -13,19 +17,27 @@
 - `jain_fairness`: Jain's index over the teams of each team's GPU-weighted speed ratio,
   sum(gpus * run time) / sum(gpus * JCT) over its completed jobs (1.0: every team sees the same
   slowdown).
+- `ftf_*`: finish-time fairness (Themis, NSDI'20), entitlement-aware: a job's rho is its JCT over
+  its JCT on its team's entitlement alone, the team's jobs run first-come first-served on the
+  team's nominal GPUs (at least the job's own GPUs) with nothing else there (`isolated_jct`).
+  A team's rho is the GPU-time-weighted mean of its completed jobs' rho; `ftf_max` is the worst
+  team's (lower is better; <= 1: every team does at least as well as on its entitlement
+  alone), `ftf_jain` Jain's index over the teams' 1/rho (1.0: every team sees the same ratio).
 - `deadline_miss_rate`: jobs with a deadline that finished after it (or never), over jobs with a
   deadline; 0 when none has one.
 """
 
 from __future__ import annotations
 
+import heapq
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from spotline.domain.models import PRIORITIES_HIGH_FIRST
 from spotline.sim.engine import Simulation
-from spotline.sim.model import Phase
+from spotline.sim.model import Phase, SimJob
 
 
 def _p99(values: list[float]) -> float:
@@ -44,7 +56,59 @@ def jain_index(values: list[float]) -> float:
     return (sum(values) ** 2) / (len(values) * square_sum) if square_sum > 0 else 1.0
 
 
-def policy_metrics(sim: Simulation) -> dict[str, Any]:
+def _percentile(values: list[float], q: float) -> float:
+    return float(np.percentile(values, q)) if values else 0.0
+
+
+def isolated_jct(jobs: Sequence[SimJob], nominal: Mapping[str, int]) -> list[float]:
+    """Each job's JCT (by `idx` order of `jobs`) if its team ran alone on its nominal GPUs: the
+    team's jobs start first-come first-served (no job overtakes an earlier one), each when enough
+    of the team's GPUs are free; a job larger than the entitlement gets its own GPUs."""
+    out = [0.0] * len(jobs)
+    by_team: dict[str, list[int]] = {}
+    for i, job in enumerate(jobs):
+        by_team.setdefault(job.team, []).append(i)
+    for team, members in by_team.items():
+        members.sort(key=lambda i: (jobs[i].submit, i))
+        capacity = max(1, nominal.get(team, 0))
+        free = capacity
+        ends: list[tuple[float, int]] = []  # (end, gpus) of the running jobs
+        clock = 0.0
+        for i in members:
+            job = jobs[i]
+            need = min(job.gpus, capacity)
+            clock = max(clock, job.submit)
+            while ends and ends[0][0] <= clock:
+                free += heapq.heappop(ends)[1]
+            while free < need:
+                end, gpus = heapq.heappop(ends)
+                clock = max(clock, end)
+                free += gpus
+            free -= need
+            heapq.heappush(ends, (clock + job.work, need))
+            out[i] = clock + job.work - job.submit
+    return out
+
+
+def finish_time_fairness(jobs: Sequence[SimJob], isolated: Sequence[float] | None) -> tuple[float, float]:
+    """(worst team's rho, Jain over the teams' 1/rho); (0, 0) without an isolated baseline."""
+    if isolated is None:
+        return 0.0, 0.0
+    weight: dict[str, float] = {}
+    weighted: dict[str, float] = {}
+    for job, alone in zip(jobs, isolated, strict=True):
+        if job.finish is None or alone <= 0:
+            continue
+        w = job.gpus * job.work
+        weight[job.team] = weight.get(job.team, 0.0) + w
+        weighted[job.team] = weighted.get(job.team, 0.0) + w * (job.finish - job.submit) / alone
+    rho = [weighted[t] / weight[t] for t in sorted(weight) if weight[t] > 0]
+    if not rho:
+        return 0.0, 0.0
+    return max(rho), jain_index([1.0 / r for r in rho if r > 0])
+
+
+def policy_metrics(sim: Simulation, isolated: Sequence[float] | None = None) -> dict[str, Any]:
     jobs = sim.jobs
     done = [j for j in jobs if j.phase is Phase.DONE and j.finish is not None]
     jct = [j.finish - j.submit for j in done if j.finish is not None]
@@ -60,9 +124,13 @@ def policy_metrics(sim: Simulation) -> dict[str, Any]:
         team_work[job.team] = team_work.get(job.team, 0.0) + job.gpus * job.work
         team_time[job.team] = team_time.get(job.team, 0.0) + job.gpus * span
         useful += job.gpus * job.work
+    n_by: dict[str, int] = {p.value: 0 for p in PRIORITIES_HIGH_FIRST}
     for job in jobs:
+        n_by[job.priority.value] += 1
         if job.first_start is not None:
-            wait_by[job.priority.value].append(job.first_start - job.submit)
+            wait_by[job.priority.value].append(job.queued_s)
+    slowdown = [(j.finish - j.submit) / j.work for j in done if j.finish is not None and j.work > 0]
+    ftf_max, ftf_jain = finish_time_fairness(jobs, isolated)
     held = sum(ps.held_gpu_s for ps in sim.pools)
     cost = sum(ps.held_gpu_s * ps.pool.price for ps in sim.pools)
     capacity = sum(ps.capacity for ps in sim.pools)
@@ -82,6 +150,10 @@ def policy_metrics(sim: Simulation) -> dict[str, Any]:
         "p99_jct_s": _p99(jct),
         "avg_jct_s_by_priority": {k: _mean(v) for k, v in jct_by.items()},
         "wait_p99_s_by_priority": {k: _p99(v) for k, v in wait_by.items()},
+        "jobs_by_priority": n_by,
+        "completed_by_priority": {k: len(v) for k, v in jct_by.items()},
+        "slowdown_p50": _percentile(slowdown, 50),
+        "slowdown_p99": _percentile(slowdown, 99),
         "gpu_utilization": utilization,
         "goodput": useful / held if held > 0 else 0.0,
         "lost_gpu_hours": sum(j.lost_gpu_s for j in jobs) / 3600.0,
@@ -89,5 +161,7 @@ def policy_metrics(sim: Simulation) -> dict[str, Any]:
         "interruptions": sim.interruptions,
         "cost_per_useful_gpu_hour": cost / useful if useful > 0 else 0.0,
         "jain_fairness": jain_index(ratios),
+        "ftf_max": ftf_max,
+        "ftf_jain": ftf_jain,
         "deadline_miss_rate": len(missed) / len(with_deadline) if with_deadline else 0.0,
     }

@@ -21,7 +21,7 @@ import math
 import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from enum import IntEnum
+from enum import IntEnum, StrEnum
 
 from spotline.domain.models import Priority, TeamQuota
 from spotline.trace.canonical import TraceJob
@@ -29,9 +29,32 @@ from spotline.trace.canonical import TraceJob
 DAY_S = 86400.0
 
 
+class VictimStop(StrEnum):
+    """How the peers' jobs leave when they are preempted or their Spot instance is reclaimed.
+
+    - `checkpoint` (the default, a competent operator's setup): every policy's jobs run under the
+      same agent. A victim gets SIGTERM with a grace period (Slurm GraceTime, Kubernetes
+      terminationGracePeriodSeconds, Batch/ECS stopTimeout) at least as long as a checkpoint
+      write, writes a checkpoint of its state and leaves; the preemptor waits for the write, with
+      the GPUs it counts on set aside. Every job checkpoints on a Spot notice when the write fits.
+      Critical jobs are routed to On-Demand (per-class flavor order), as Spotline routes them.
+    - `hard-kill` (the ablation, the peers as they stop jobs without the agent's help): victims are
+      stopped at once and resume from their latest periodic checkpoint, Spot notices are ignored,
+      and every class fills Spot first.
+    """
+
+    CHECKPOINT = "checkpoint"
+    HARD_KILL = "hard-kill"
+
+
 @dataclass(frozen=True)
 class SimSettings:
     """The model's knobs; the defaults are what `spotline simulate` uses."""
+
+    # How the peers stop their victims (Spotline always checkpoints: `VictimStop`).
+    victim_stop: VictimStop = VictimStop.CHECKPOINT
+    # Slurm's user time-limit model (`spotline.sim.peers.ESTIMATE_MODELS`).
+    slurm_estimates: str = "uniform"
 
     checkpoint_interval_s: float = 1800.0
     checkpoint_write_s: float = 60.0
@@ -96,6 +119,8 @@ class SimJob:
     # Position in its pool's start order (the packing order of the instances, see the engine).
     start_seq: int = 0
     first_start: float | None = None
+    # Seconds spent queued: from submission to the first start, plus each requeue to its restart.
+    queued_s: float = 0.0
     finish: float | None = None
     preemptions: int = 0
     interruptions: int = 0

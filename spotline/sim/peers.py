@@ -1,41 +1,71 @@
-"""The peers' policies, implemented from their documentation (sources in each class).
+"""The peers' policies, implemented from their documentation (sources and versions in each class).
 
-Common to all peers, as to Spotline: the same pools, jobs, checkpoints and Spot reclaims (see
-`model.py` and `engine.py`). Placement: every peer fills the cheapest pool first, Spot then
-On-Demand, as an AWS Batch job queue does with its Spot compute environment listed before the
-On-Demand one (the Spot environment using SPOT_PRICE_CAPACITY_OPTIMIZED); a job whose trace says
-`spot_ok=false` only uses On-Demand. No peer acts on a Spot notice: its jobs run until the
-instance is reclaimed and resume from their latest periodic checkpoint. A peer's preemption stops
-its victims at once, and they resume from their latest periodic checkpoint.
+Common to all peers, as to Spotline: the same pools, jobs, checkpoints, restart costs and Spot
+reclaims (see `model.py` and `engine.py`), and the same agent in the jobs (`VictimStop`):
+
+- by default (`VictimStop.CHECKPOINT`, a competent operator's setup) a victim gets SIGTERM with a
+  grace period at least as long as a checkpoint write (Slurm `GraceTime`, Kubernetes
+  `terminationGracePeriodSeconds`, Batch/ECS `stopTimeout`), writes a checkpoint of its state
+  and leaves; the preemptor waits for the write, with the GPUs it counts on set aside. Every job
+  checkpoints inside a Spot notice when the write fits. Placement follows a per-class flavor
+  order: critical jobs run On-Demand (as Spotline's `on_demand_classes` routes them; Spot only
+  when no On-Demand pool can host them), the other classes fill the cheapest pool first, Spot
+  then On-Demand, as an AWS Batch job queue does with its Spot compute environment listed first
+  (SPOT_PRICE_CAPACITY_OPTIMIZED); a job whose trace says `spot_ok=false` uses only On-Demand;
+- with `VictimStop.HARD_KILL` (the ablation) victims are stopped at once and resume from their
+  latest periodic checkpoint, no job acts on a Spot notice (it runs until the reclaim), and every
+  class fills Spot first.
 """
 
 from __future__ import annotations
 
 import heapq
+import math
 import random
-from collections.abc import Hashable
-from typing import TYPE_CHECKING, Any
+from bisect import bisect_left, bisect_right
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from spotline.sim.model import SimJob, TeamShares
+from spotline.sim.model import Phase, SimJob, TeamShares
 from spotline.sim.queues import Buckets, OrderKey
 from spotline.sim.usage import DecayedUsage
 
 if TYPE_CHECKING:
     from spotline.sim.engine import PoolState, Simulation
 
+CRITICAL_RANK = 3
+
+
+@dataclass(eq=False)
+class _Waiting:
+    """A preemptor waiting for its victims' checkpoint writes."""
+
+    job: SimJob
+    pool: PoolState
+    victims: int
+    reserved: int
+
 
 class PeerPolicy:
-    """What the peers share: the pool order, the queue of buckets, the engine hooks."""
+    """What the peers share: the pool order, the queue of buckets, the engine hooks, and how a
+    preemption stops its victims (`VictimStop`)."""
 
     name = "peer"
     acts_on_notices = False
     uses_ticks = False
 
-    def __init__(self) -> None:
+    def __init__(self, competent: bool = True) -> None:
+        self.competent = competent
+        # The agent in every job checkpoints inside a Spot notice (competent setup).
+        self.acts_on_notices = competent
         self.queue = Buckets(self.bucket_key, self.order_key)
         self._sim: Simulation | None = None
         self._pool_order: list[PoolState] = []
-        self._pools_for: dict[tuple[bool, int, int, str | None], list[PoolState]] = {}
+        self._pools_for: dict[tuple[bool, int, int, str | None, bool], list[PoolState]] = {}
+        # Preemptors waiting for their victims' writes (by job index), and whom each victim frees.
+        self._waiting: dict[int, _Waiting] = {}
+        self._draining: dict[int, _Waiting] = {}
 
     @property
     def sim(self) -> Simulation:
@@ -49,17 +79,21 @@ class PeerPolicy:
         self._pool_order = spot + on_demand
 
     def bucket_key(self, job: SimJob) -> Hashable:
-        return (job.gpus, job.nodes, job.spot_ok, job.gpu_type)
+        return (job.gpus, job.nodes, job.spot_ok, job.gpu_type, job.rank == CRITICAL_RANK)
 
     def order_key(self, job: SimJob) -> OrderKey:
         return (job.submit,)
 
     def pools_for(self, job: SimJob) -> list[PoolState]:
-        """The pools `job` may use, cheapest first."""
-        key = (job.spot_ok, job.gpus, job.nodes, job.gpu_type)
+        """The pools `job` may use, in its class's flavor order (cheapest first; critical jobs
+        On-Demand only in the competent setup, unless no On-Demand pool hosts them)."""
+        critical = self.competent and job.rank == CRITICAL_RANK
+        key = (job.spot_ok, job.gpus, job.nodes, job.gpu_type, critical)
         pools = self._pools_for.get(key)
         if pools is None:
             pools = [p for p in self._pool_order if p.accepts(job)]
+            if critical:
+                pools = [p for p in pools if not p.is_spot] or pools
             self._pools_for[key] = pools
         return pools
 
@@ -70,17 +104,36 @@ class PeerPolicy:
         return None
 
     def any_free(self) -> bool:
-        return any(ps.used < ps.capacity for ps in self._pool_order)
+        return any(ps.free > 0 for ps in self._pool_order)
 
     def on_pending(self, job: SimJob) -> bool:
         self.queue.add(job)
         return True
 
     def on_leaving(self, job: SimJob) -> None:
-        """Peers do not act on Spot notices."""
+        """A Spot notice: the job checkpoints (the engine's doing); nothing to track."""
 
     def on_released(self, job: SimJob) -> None:
-        """Nothing to track by default."""
+        """A victim that a preemptor waited for has left: once the last one has, the preemptor
+        starts on the GPUs they freed and those set aside for it."""
+        waiting = self._draining.pop(job.idx, None)
+        if waiting is None:
+            return
+        waiting.victims -= 1
+        if waiting.victims > 0:
+            # Its GPUs stay set aside for the preemptor until the last victim has left.
+            waiting.reserved += job.held
+            waiting.pool.reserved += job.held
+            return
+        del self._waiting[waiting.job.idx]
+        waiting.pool.reserved -= waiting.reserved
+        self.start(
+            waiting.job,
+            waiting.pool,
+            f"{self.name}: admitted in {waiting.pool.name} once its victims checkpointed"
+            if self.sim.logging
+            else "",
+        )
 
     def pending_count(self) -> int:
         return len(self.queue)
@@ -91,13 +144,39 @@ class PeerPolicy:
     def start(self, job: SimJob, ps: PoolState, reason: str) -> None:
         self.sim.start(job, ps, reason)
 
-    def evict(self, victims: list[SimJob], preemptor: SimJob, ps: PoolState, why: str) -> None:
-        """Stop `victims` at once (they keep their latest periodic checkpoint)."""
+    def preempt(self, job: SimJob, victims: list[SimJob], ps: PoolState, why: str, admitted: str) -> None:
+        """Stop `victims` in `ps` for `job` (already out of the queue) and admit it.
+
+        Competent setup: each victim gets SIGTERM, writes a checkpoint and leaves; `job` waits
+        for the last write, with the free GPUs it counts on set aside. Hard kill: the victims stop
+        at once (they keep their latest periodic checkpoint) and `job` starts now."""
         sim = self.sim
         if sim.logging:
-            sim.log("preempt", preemptor.id, ps.name, [v.id for v in victims], why)
+            sim.log("preempt", job.id, ps.name, [v.id for v in victims], why)
+        if not self.competent:
+            for victim in victims:
+                sim.stop_now(victim, job)
+            self.start(job, ps, admitted if sim.logging else "")
+            return
+        from_free = ps.demand(job) - sum(v.held for v in victims)
+        reserved = max(0, from_free)
+        if reserved > ps.free:
+            raise RuntimeError(
+                f"{self.name}: {job.id} counts on {reserved} free GPUs, {ps.name} has {ps.free}"
+            )
+        waiting = _Waiting(job, ps, len(victims), reserved)
+        ps.reserved += reserved
+        self._waiting[job.idx] = waiting
         for victim in victims:
-            sim.stop_now(victim, preemptor)
+            self._draining[victim.idx] = waiting
+        for victim in victims:
+            sim.checkpoint_then_stop(victim)
+
+    @property
+    def stop_label(self) -> str:
+        return (
+            "SIGTERM, checkpoint in the grace period, then requeue" if self.competent else "stopped at once"
+        )
 
 
 def _fifo_scan(policy: PeerPolicy, keys: list[Hashable] | None = None) -> None:
@@ -154,13 +233,13 @@ class PriorityRandomPolicy(PeerPolicy):
     2. a job that fits nowhere preempts in the first pool (cheapest first) where free GPUs plus
        the GPUs of lower-class jobs cover it: victims are drawn uniformly at random (seeded) among
        the lower-class jobs there until it fits;
-    3. victims are stopped at once and lose the work since their latest periodic checkpoint.
+    3. victims leave as `VictimStop` says (checkpoint in a grace period, or at once).
     """
 
     name = "priority-random"
 
-    def __init__(self, seed: int) -> None:
-        super().__init__()
+    def __init__(self, seed: int, competent: bool = True) -> None:
+        super().__init__(competent)
         self.rng = random.Random(f"spotline-sim:{seed}:policy:{self.name}")
 
     def bucket_key(self, job: SimJob) -> Hashable:
@@ -197,11 +276,12 @@ class PriorityRandomPolicy(PeerPolicy):
                     continue
                 queue.pop(key)
                 victims = self._random_victims(job, ps)
-                self.evict(victims, job, ps, f"{self.name}: random lower-class victims stopped at once")
-                self.start(
+                self.preempt(
                     job,
+                    victims,
                     ps,
-                    f"{self.name}: admitted after preemption in {ps.name}" if self.sim.logging else "",
+                    f"{self.name}: random lower-class victims, {self.stop_label}",
+                    f"{self.name}: admitted after preemption in {ps.name}",
                 )
                 for victim in victims:  # requeued into lower classes: they may still fit later on
                     push_head(self.bucket_key(victim))
@@ -214,7 +294,10 @@ class PriorityRandomPolicy(PeerPolicy):
         return None
 
     def _random_victims(self, job: SimJob, ps: PoolState) -> list[SimJob]:
-        candidates = sorted((j for j in ps.running.values() if j.rank < job.rank), key=lambda j: j.idx)
+        candidates = sorted(
+            (j for j in ps.running.values() if j.rank < job.rank and j.phase is Phase.RUNNING),
+            key=lambda j: j.idx,
+        )
         self.rng.shuffle(candidates)
         need = ps.demand(job) - ps.free
         victims: list[SimJob] = []
@@ -226,40 +309,73 @@ class PriorityRandomPolicy(PeerPolicy):
         return victims
 
 
+@dataclass(frozen=True)
+class KueueSetup:
+    """The ClusterQueue options the Kueue model can run with (see `KueuePolicy`)."""
+
+    # `preemption.borrowWithinCohort.policy: LowerPriority`: a queue that borrows to admit a
+    # workload may preempt lower-priority workloads that other queues run on borrowed quota.
+    borrow_within_cohort: bool = False
+    # Fair sharing (`fairSharing.enable`, admission by the queues' share, preemption with the
+    # strategies [LessThanOrEqualToFinalShare, LessThanInitialShare]).
+    fair_sharing: bool = False
+
+
+# The setups `spotline simulate --policy` accepts, by name; `kueue` is the one the bench found
+# best on the tuning set (README: "Kueue's configuration").
+KUEUE_SETUPS: dict[str, KueueSetup] = {
+    "kueue-classic": KueueSetup(),
+    "kueue-bwc": KueueSetup(borrow_within_cohort=True),
+    "kueue-fair": KueueSetup(fair_sharing=True),
+}
+KUEUE_DEFAULT = "kueue-bwc"
+
+
 class KueuePolicy(PeerPolicy):
-    """Kueue's classic preemption (kubernetes-sigs/kueue, pkg/scheduler/preemption, v0.6-0.9;
-    docs: concepts/cluster_queue and concepts/preemption).
+    """Kueue's preemption as of v0.10 (kubernetes-sigs/kueue, pkg/scheduler/preemption and
+    flavorassigner; docs: concepts/cluster_queue, concepts/preemption, concepts/fair_sharing).
 
     Setup (documented choice): one ClusterQueue per team, all in one cohort; two ResourceFlavors,
-    Spot then On-Demand, each with the team's share of that pool as nominal quota
-    (`TeamShares`), no borrowing or lending limit. Queueing strategy BestEffortFIFO; preemption
-    `withinClusterQueue: LowerPriority`, `reclaimWithinCohort: Any`, `borrowWithinCohort: Never`;
-    flavor fungibility defaults (whenCanBorrow: Borrow, whenCanPreempt: TryNextFlavor).
+    Spot then On-Demand (critical work: On-Demand, see the module), each with the team's share of
+    that pool as nominal quota (`TeamShares`), no borrowing or lending limit. Queueing strategy
+    BestEffortFIFO; preemption `withinClusterQueue: LowerPriority`, `reclaimWithinCohort: Any`;
+    `borrowWithinCohort` and fair sharing as `KueueSetup` says; flavor fungibility defaults
+    (whenCanBorrow: Borrow, whenCanPreempt: TryNextFlavor).
 
     Rules:
     1. each ClusterQueue's queue is ordered by priority, then creation time (a preempted workload
        keeps its creation time); a head that cannot be admitted is set aside until something
        leaves (BestEffortFIFO), and the next one is tried;
     2. a scheduling cycle takes the head of every ClusterQueue and admits them in this order:
-       not borrowing first, higher priority, older;
+       not borrowing first (with fair sharing: the lowest share first), higher priority, older;
     3. flavors in order: the first where the workload fits (borrowing allowed) is used; if none
-       fits, the first flavor where its request is within the queue's nominal quota may preempt;
+       fits, preemption is simulated flavor by flavor (a flavor where no set of candidates makes
+       room is skipped) and the first flavor with a set of targets is used. Without
+       borrowWithinCohort or fair sharing, a flavor is tried only when the request is within the
+       queue's nominal quota there;
     4. candidates (findCandidates): lower-priority workloads of its own queue in that flavor, and
-       every workload of other queues of the cohort that borrow in that flavor;
+       every workload of other queues of the cohort that borrow in that flavor (with
+       borrowWithinCohort while the preemptor borrows: only those of lower priority);
     5. ordering (CandidatesOrdering): other queues first, lower priority first, most recently
-       admitted first, then UID;
+       admitted first, then UID; with fair sharing, other queues by their share, highest first;
     6. minimalPreemptions: remove candidates in order (skipping another queue's once it no longer
        borrows) until the workload fits, then a reverse pass puts back each one not needed
        (fillBackWorkloads); without borrowing when the queue stays within its nominal quota and
-       candidates from other queues exist, else only its own queue's candidates with borrowing;
-    7. victims are evicted at once and lose the work since their latest periodic checkpoint.
+       candidates from other queues exist, else only its own queue's candidates with borrowing
+       (or, with borrowWithinCohort, the others' lower-priority ones too). With fair sharing,
+       another queue's workload is a target only while the preemptor's queue, with the new
+       workload, has a share no higher than the target's queue without it
+       (LessThanOrEqualToFinalShare);
+    7. victims leave as `VictimStop` says. Shares: a queue's GPUs above its nominal quota in the
+       flavor over the flavor's GPUs (the dominant resource share with one resource, weight 1).
     """
 
     name = "kueue"
 
-    def __init__(self, shares: TeamShares) -> None:
-        super().__init__()
+    def __init__(self, shares: TeamShares, setup: KueueSetup | None = None, competent: bool = True) -> None:
+        super().__init__(competent)
         self.shares = shares
+        self.setup = setup or KUEUE_SETUPS[KUEUE_DEFAULT]
         self.nominal: list[dict[str, int]] = []
         self.usage: list[dict[str, int]] = []
         # GPUs held per pool by (team, class): to rule out a preemption without a scan.
@@ -288,6 +404,17 @@ class KueuePolicy(PeerPolicy):
             self._borrowing_cache[pool] = cached
         return cached[1]
 
+    def _share(self, pool: int, team: str, usage: int) -> float:
+        """Fair sharing's share of `team` in `pool` when it uses `usage` GPUs there."""
+        capacity = max(1, self.sim.pools[pool].capacity)
+        return max(0, usage - self.nominal[pool].get(team, 0)) / capacity
+
+    def _team_share(self, team: str) -> float:
+        return max(
+            (self._share(ps.index, team, self.usage[ps.index].get(team, 0)) for ps in self._pool_order),
+            default=0.0,
+        )
+
     def _use(self, job: SimJob, ps: PoolState, sign: int) -> None:
         self._usage_version += 1
         usage = self.usage[ps.index]
@@ -301,6 +428,7 @@ class KueuePolicy(PeerPolicy):
 
     def on_released(self, job: SimJob) -> None:
         self._use(job, self.sim.pools[job.pool], -1)
+        super().on_released(job)
 
     def schedule(self, now: float) -> None:
         queue = self.queue
@@ -310,8 +438,9 @@ class KueuePolicy(PeerPolicy):
             per_team.setdefault(job.team, []).append((order, idx, key))
         for heads in per_team.values():
             heapq.heapify(heads)
+        fair = self.setup.fair_sharing
         while per_team:
-            cycle: list[tuple[tuple[bool, int, float, int], str, Hashable]] = []
+            cycle: list[tuple[tuple[bool, float, int, float, int], str, Hashable]] = []
             for team, heads in list(per_team.items()):
                 if not heads:
                     del per_team[team]
@@ -321,11 +450,15 @@ class KueuePolicy(PeerPolicy):
                 assert head is not None
                 pools = self.pools_for(head)
                 first = pools[0] if pools else None
-                borrows = first is None or (
-                    self.usage[first.index].get(team, 0) + first.demand(head)
-                    > self.nominal[first.index].get(team, 0)
-                )
-                cycle.append(((borrows, -head.rank, head.submit, idx), team, key))
+                if fair:
+                    borrows, share = False, self._team_share(team)
+                else:
+                    share = 0.0
+                    borrows = first is None or (
+                        self.usage[first.index].get(team, 0) + first.demand(head)
+                        > self.nominal[first.index].get(team, 0)
+                    )
+                cycle.append(((borrows, share, -head.rank, head.submit, idx), team, key))
             cycle.sort(key=lambda e: e[0])
             for _, team, key in cycle:
                 heads = per_team[team]
@@ -339,55 +472,59 @@ class KueuePolicy(PeerPolicy):
 
     def _admit(self, job: SimJob, key: Hashable) -> bool:
         pools = self.pools_for(job)
-        preempt_in: PoolState | None = None
         for ps in pools:
-            demand = ps.demand(job)
-            if demand <= ps.free:
+            if ps.demand(job) <= ps.free:
                 self.queue.pop(key)
                 self.start(job, ps, f"kueue: fits in flavor {ps.name}" if self.sim.logging else "")
                 return True
-            if preempt_in is None and demand <= self.nominal[ps.index].get(job.team, 0):
-                preempt_in = ps
-        if preempt_in is None:
-            return False
-        targets = self.targets(job, preempt_in)
-        if not targets:
-            return False
-        self.queue.pop(key)
-        self.evict(
-            targets, job, preempt_in, "kueue: classic preemption (LowerPriority, reclaimWithinCohort Any)"
-        )
-        self.start(
-            job,
-            preempt_in,
-            f"kueue: admitted after preemption in {preempt_in.name}" if self.sim.logging else "",
-        )
-        return True
+        may_borrow = self.setup.borrow_within_cohort or self.setup.fair_sharing
+        for ps in pools:
+            if not may_borrow and ps.demand(job) > self.nominal[ps.index].get(job.team, 0):
+                continue
+            targets = self.targets(job, ps)
+            if not targets:
+                continue  # no candidates in this flavor: try the next (preemption per flavor)
+            self.queue.pop(key)
+            self.preempt(
+                job,
+                targets,
+                ps,
+                f"kueue: preemption in flavor {ps.name} (LowerPriority, reclaimWithinCohort Any"
+                f"{', borrowWithinCohort' if self.setup.borrow_within_cohort else ''}"
+                f"{', fair sharing' if self.setup.fair_sharing else ''}), {self.stop_label}",
+                f"kueue: admitted after preemption in {ps.name}",
+            )
+            return True
+        return False
 
     def targets(self, job: SimJob, ps: PoolState) -> list[SimJob]:
         """GetTargets: the fewest victims in `ps` for `job` (rules 4-6), or []."""
+        if self.setup.fair_sharing:
+            return self._fair_targets(job, ps)
         team, pool = job.team, ps.index
         demand = ps.demand(job)
         usage, nominal, held = self.usage[pool], self.nominal[pool], self.held[pool]
         same_lower = sum(held.get((team, rank), 0) for rank in range(job.rank))
+        within = usage.get(team, 0) + demand <= nominal.get(team, 0)
         # Rule 6 without a scan: reclaiming without borrowing needs room in the preemptor's
         # nominal quota and a borrowing queue; its own queue's candidates with borrowing, enough.
         own = same_lower > 0 and ps.free + same_lower >= demand
         borrowing: set[str] = set()
-        if usage.get(team, 0) + demand <= nominal.get(team, 0):
+        if within or self.setup.borrow_within_cohort:
             borrowing = self._borrowing(pool) - {team}
-        reclaim = bool(borrowing)
-        if not reclaim and not own:
+        if not borrowing and not own:
             return []
-        if reclaim and not own and ps.free + same_lower + sum(usage[t] for t in borrowing) < demand:
+        if borrowing and not own and ps.free + same_lower + sum(usage[t] for t in borrowing) < demand:
             return []
         same: list[SimJob] = []
         others: list[SimJob] = []
         for w in ps.running.values():
+            if w.phase is not Phase.RUNNING:
+                continue  # already leaving
             if w.team == team:
                 if w.rank < job.rank:
                     same.append(w)
-            elif w.team in borrowing:
+            elif w.team in borrowing and (within or w.rank < job.rank):
                 others.append(w)
         if not same and not others:
             return []
@@ -398,11 +535,13 @@ class KueuePolicy(PeerPolicy):
         if not others:
             return self._minimal(job, ps, sorted(same, key=ordering), allow_borrowing=True)
         candidates = sorted(same + others, key=ordering)
-        if usage.get(team, 0) + demand <= nominal.get(team, 0):
+        if within:
             found = self._minimal(job, ps, candidates, allow_borrowing=False)
             if found:
                 return found
-        return self._minimal(job, ps, sorted(same, key=ordering), allow_borrowing=True)
+            return self._minimal(job, ps, sorted(same, key=ordering), allow_borrowing=True)
+        # borrowWithinCohort: the preemptor borrows, and may take lower-priority borrowed GPUs.
+        return self._minimal(job, ps, candidates, allow_borrowing=True)
 
     def _minimal(
         self, job: SimJob, ps: PoolState, candidates: list[SimJob], allow_borrowing: bool
@@ -414,8 +553,8 @@ class KueuePolicy(PeerPolicy):
         demand = ps.demand(job)
         team = job.team
 
-        def fits() -> bool:
-            if demand > free:
+        def fits(free_now: int) -> bool:
+            if demand > free_now:
                 return False
             return allow_borrowing or usage.get(team, 0) + demand <= nominal.get(team, 0)
 
@@ -426,50 +565,207 @@ class KueuePolicy(PeerPolicy):
             usage[w.team] = usage.get(w.team, 0) - w.held
             free += w.held
             targets.append(w)
-            if fits():
+            if fits(free):
                 break
         else:
             return []
+        return self._fill_back(targets, usage, free, fits)
+
+    @staticmethod
+    def _fill_back(
+        targets: list[SimJob], usage: dict[str, int], free: int, fits: Callable[[int], bool]
+    ) -> list[SimJob]:
+        """fillBackWorkloads: put back, last removed first, each target not needed."""
+        state = {"free": free}
         for i in range(len(targets) - 2, -1, -1):
             w = targets[i]
             usage[w.team] = usage.get(w.team, 0) + w.held
-            free -= w.held
-            if fits():
+            state["free"] -= w.held
+            if fits(state["free"]):
                 targets[i] = targets[-1]
                 targets.pop()
             else:
                 usage[w.team] = usage.get(w.team, 0) - w.held
-                free += w.held
+                state["free"] += w.held
         return targets
+
+    def _fair_targets(self, job: SimJob, ps: PoolState) -> list[SimJob]:
+        """Fair sharing's targets (rules 4-6): own lower-priority workloads, and other queues'
+        borrowed workloads while LessThanOrEqualToFinalShare holds."""
+        team, pool = job.team, ps.index
+        demand = ps.demand(job)
+        usage = dict(self.usage[pool])
+        borrowing = self._borrowing(pool) - {team}
+        same_lower = sum(self.held[pool].get((team, rank), 0) for rank in range(job.rank))
+        if not borrowing and same_lower == 0:
+            return []
+        if ps.free + same_lower + sum(usage[t] for t in borrowing) < demand:
+            return []
+        others: list[SimJob] = []
+        same: list[SimJob] = []
+        for w in ps.running.values():
+            if w.phase is not Phase.RUNNING:
+                continue
+            if w.team == team:
+                if w.rank < job.rank:
+                    same.append(w)
+            elif w.team in borrowing:
+                others.append(w)
+        shares = {t: self._share(pool, t, usage.get(t, 0)) for t in borrowing}
+        others.sort(key=lambda w: (-shares[w.team], w.rank, -w.start_seq, w.id))
+        same.sort(key=lambda w: (w.rank, -w.start_seq, w.id))
+        free = ps.free
+        targets: list[SimJob] = []
+        mine = usage.get(team, 0) + demand
+        for w in others + same:
+            if free >= demand:
+                break
+            if w.team != team:
+                after = self._share(pool, w.team, usage.get(w.team, 0) - w.held)
+                if self._share(pool, team, mine) > after:
+                    continue  # LessThanOrEqualToFinalShare refuses it
+            usage[w.team] = usage.get(w.team, 0) - w.held
+            free += w.held
+            targets.append(w)
+        if free < demand:
+            return []
+        return self._fill_back(targets, usage, free, lambda f: f >= demand)
+
+
+# The time limits users ask for: Slurm accepts any, these are the usual round values (hours).
+TIME_LIMIT_LADDER_H: tuple[float, ...] = (1, 2, 4, 8, 12, 24, 48, 72)
+
+
+@dataclass(frozen=True)
+class EstimateModel:
+    """How a Slurm user's time limit relates to the job's true run time.
+
+    The limit is the true duration times an over-estimate factor, rounded up to the ladder
+    (1, 2, 4, 8, 12, 24, 48, 72 h; beyond 72 h, whole days). Factors (`kind`):
+    - `uniform` (the default): the accuracy, run time over estimate, is uniform on (0, 1], as
+      Mu'alem and Feitelson measured on the SDSC SP2 and CTC SP2 logs (IEEE TPDS 12(6), 2001,
+      "Utilization, predictability, workloads, and user runtime estimates in scheduling the IBM
+      SP2 with backfilling"); the round values follow Tsafrir, Etsion and Feitelson ("Modeling
+      user runtime estimates", JSSPP 2005: a handful of round limits cover most jobs);
+    - `f-model`: the factor is uniform on [1, f] (the f-model of the same Mu'alem-Feitelson paper);
+    - `round`: factor 1 (the user knows the run time, and rounds it up);
+    - `oracle`: no rounding either; the limit is the true remaining run time (what the simulator
+      used before; it flatters backfill).
+    """
+
+    kind: str = "uniform"
+    f: float = 1.0
+
+    @property
+    def label(self) -> str:
+        return f"f-model f={self.f:g}" if self.kind == "f-model" else self.kind
+
+    def limit(self, job_id: str, duration_s: float, seed: int) -> float:
+        if self.kind == "oracle":
+            return duration_s
+        factor = 1.0
+        if self.kind == "uniform":
+            rng = random.Random(f"spotline-sim:{seed}:estimate:{job_id}")
+            factor = 1.0 / (1.0 - rng.random())  # accuracy uniform on (0, 1]
+        elif self.kind == "f-model":
+            rng = random.Random(f"spotline-sim:{seed}:estimate:{job_id}")
+            factor = rng.uniform(1.0, self.f)
+        elif self.kind != "round":
+            raise ValueError(f"unknown estimate model {self.kind!r}")
+        wanted_h = duration_s * factor / 3600.0
+        for hours in TIME_LIMIT_LADDER_H:
+            if wanted_h <= hours:
+                return hours * 3600.0
+        # Beyond 72 h: the run time itself needs more (the partition's MaxTime allows it).
+        return max(72.0, math.ceil(duration_s / 86400.0) * 24.0) * 3600.0
+
+
+ESTIMATE_MODELS: dict[str, EstimateModel] = {
+    "uniform": EstimateModel("uniform"),
+    "f-model-2": EstimateModel("f-model", 2.0),
+    "f-model-5": EstimateModel("f-model", 5.0),
+    "round": EstimateModel("round"),
+    "oracle": EstimateModel("oracle"),
+}
+
+
+class _Profile:
+    """Free GPUs of one pool over time, a step function: `free[i]` from `times[i]` to
+    `times[i + 1]` (the last step lasts forever). Backfill's view of the future."""
+
+    __slots__ = ("free", "times")
+
+    def __init__(self, now: float, free_now: int, releases: list[tuple[float, int]]) -> None:
+        self.times = [now]
+        self.free = [free_now]
+        for at, gpus in sorted(releases):
+            at = max(at, now)
+            if at == self.times[-1]:
+                self.free[-1] += gpus
+            else:
+                self.times.append(at)
+                self.free.append(self.free[-1] + gpus)
+
+    def earliest(self, demand: int, duration: float) -> float:
+        """The earliest time `demand` GPUs are free for `duration` seconds."""
+        times, free = self.times, self.free
+        n = len(times)
+        i = 0
+        while i < n:
+            if free[i] < demand:
+                i += 1
+                continue
+            end = times[i] + duration
+            j = i + 1
+            while j < n and times[j] < end and free[j] >= demand:
+                j += 1
+            if j >= n or times[j] >= end:
+                return times[i]
+            i = j + 1
+        return math.inf
+
+    def take(self, start: float, duration: float, demand: int) -> None:
+        """Hold `demand` GPUs from `start` for `duration` seconds."""
+        end = start + duration
+        for at in (start, end):
+            k = bisect_right(self.times, at) - 1
+            if self.times[k] != at:
+                self.times.insert(k + 1, at)
+                self.free.insert(k + 1, self.free[k])
+        for k in range(bisect_left(self.times, start), bisect_left(self.times, end)):
+            self.free[k] -= demand
 
 
 class SlurmPolicy(PeerPolicy):
-    """Slurm with priority/multifactor, preempt/qos and sched/backfill (slurm.schedmd.com:
-    priority_multifactor.html, preempt.html, sched_config.html; src/plugins/preempt/qos).
+    """Slurm 23.11 with priority/multifactor, preempt/qos and sched/backfill (slurm.schedmd.com:
+    priority_multifactor.html, preempt.html, sched_config.html, slurm.conf.html;
+    src/plugins/preempt/qos, src/plugins/sched/backfill).
 
     Setup (documented choice): one partition over both pools; a QOS per priority class, each
-    listing the classes below it in `Preempt=`, PreemptMode=REQUEUE with GraceTime=0 (the
-    default), classic fair-share (2^(-U/S), shares = `TeamShares`, PriorityDecayHalfLife 7 days),
-    PriorityMaxAge 7 days (the default). Time limits are the jobs' true remaining run times, an
-    oracle that flatters backfill.
+    listing the classes below it in `Preempt=`, PreemptMode=REQUEUE with GraceTime at least the
+    checkpoint write in the competent setup (the job checkpoints on SIGTERM; `VictimStop`),
+    classic fair-share (2^(-U/S), shares = `TeamShares`, PriorityDecayHalfLife 7 days),
+    PriorityMaxAge 7 days (the default). Time limits come from a user-estimate model
+    (`EstimateModel`, drawn per job from the seed).
 
     Rules:
     1. priority = W_qos * qos + W_age * min(wait / max_age, 1) + W_fs * 2^(-U/S)
        + W_size * gpus / cluster GPUs, with qos = class / 3 (low 0 ... critical 1), and wait the
        time since the job last became eligible (a requeued job ages again from zero); weights
        (documented choice) QOS 10000, fair-share 2000, age 1000, size 500, so the QOS decides;
-    2. the main scheduler takes jobs in priority order: a job starts where it fits (Spot first);
-       else it preempts lower-QOS jobs of one pool, chosen lowest QOS first, then fewest nodes
-       (preempt/qos `_gen_job_prio`), then job id, greedily until it fits and then only those
-       needed; victims are requeued at once (GraceTime 0) and lose the work since their latest
-       periodic checkpoint;
-    3. the first job that can do neither stops the main scheduler and gets a reservation: the
-       earliest time enough GPUs free up in a pool, from the running jobs' time limits;
-    4. backfill (at most every bf_interval, 30 s) then tests the next jobs in priority order, at
-       most bf_max_job_test (500): one starts if it fits now and does not delay the reservation (it
-       ends before the reservation starts, or uses GPUs the reservation does not need).
-       Simplifications: one reservation (EASY backfill; Slurm reserves for every job it tests),
-       and the jobs of one shape, team and class are tested together, oldest first.
+    2. the main scheduler takes jobs in priority order: a job starts where it fits (in its
+       class's pool order); else it preempts lower-QOS running jobs of one pool, chosen lowest
+       QOS first, then fewest nodes (preempt/qos `_gen_job_prio`), then job id, greedily until
+       it fits and then only those needed;
+    3. the first job that can do neither stops the main scheduler;
+    4. backfill (at most every bf_interval, 30 s) walks the pending jobs in priority order, at
+       most bf_max_job_test (500), over a profile of free GPUs in time built from the running
+       jobs' time limits (from their start): a job starts if it fits now for its whole time
+       limit beside the reservations already made; otherwise it gets a reservation at its
+       earliest start, for up to `BF_RESERVATIONS` jobs (Slurm reserves for every job it tests;
+       the cap bounds the simulator's cost), the blocked job first. Simplification: the jobs of
+       one shape, team and class that cannot start now are skipped together once the
+       reservations are all made.
     """
 
     name = "slurm"
@@ -482,13 +778,24 @@ class SlurmPolicy(PeerPolicy):
     MAX_AGE_S = 7 * 86400.0
     BF_MAX_JOB_TEST = 500
     BF_INTERVAL_S = 30.0
+    BF_RESERVATIONS = 16
 
-    def __init__(self, shares: TeamShares, half_life_s: float) -> None:
-        super().__init__()
+    def __init__(
+        self,
+        shares: TeamShares,
+        half_life_s: float,
+        estimates: EstimateModel | None = None,
+        seed: int = 1,
+        competent: bool = True,
+    ) -> None:
+        super().__init__(competent)
         self.shares = shares
         self.usage = DecayedUsage(half_life_s)
+        self.estimates = estimates or ESTIMATE_MODELS["uniform"]
+        self.seed = seed
         self.total_gpus = 1
         self._last_backfill = -self.BF_INTERVAL_S
+        self._limits: dict[int, float] = {}
 
     def attach(self, sim: Simulation) -> None:
         super().attach(sim)
@@ -506,6 +813,7 @@ class SlurmPolicy(PeerPolicy):
 
     def on_released(self, job: SimJob) -> None:
         self.usage.change(job.team, -job.held, self.sim.now)
+        super().on_released(job)
 
     def fairshare(self, now: float) -> dict[str, float]:
         usage = self.usage.gpu_hours(now)
@@ -523,6 +831,24 @@ class SlurmPolicy(PeerPolicy):
             + self.WEIGHT_FAIRSHARE * fairshare.get(job.team, 1.0)
             + self.WEIGHT_SIZE * job.gpus / self.total_gpus
         )
+
+    def time_limit(self, job: SimJob) -> float:
+        """The run time backfill counts on for `job`'s next run (its time limit)."""
+        if self.estimates.kind == "oracle":
+            restart = job.restart if (job.preemptions or job.interruptions) else 0.0
+            return restart + job.work - job.saved
+        limit = self._limits.get(job.idx)
+        if limit is None:
+            limit = self._limits[job.idx] = self.estimates.limit(job.id, job.work, self.seed)
+        return limit
+
+    def _expected_end(self, job: SimJob, now: float) -> float:
+        if job.phase is Phase.LEAVING:
+            return min(job.leave_at, job.end_if_undisturbed)
+        if self.estimates.kind == "oracle":
+            return job.end_if_undisturbed
+        # A job past its limit (its restart pushed it over) is expected to end any moment.
+        return max(job.run_start + self.time_limit(job), now + self.BF_INTERVAL_S)
 
     def schedule(self, now: float) -> None:
         queue = self.queue
@@ -553,85 +879,87 @@ class SlurmPolicy(PeerPolicy):
                 # every bf_interval (a pass is asked for then if GPUs are free meanwhile).
                 if now - self._last_backfill >= self.BF_INTERVAL_S:
                     self._last_backfill = now
-                    self._backfill(job, [k for *_, k in sorted(heads)], now)
+                    self._backfill(key, [k for *_, k in sorted(heads)], now)
                 elif self.any_free():
                     self.sim.wake_at(self._last_backfill + self.BF_INTERVAL_S)
                 return
             queue.pop(key)
             if victims:
-                self.evict(victims, job, ps, "slurm: preempt/qos, REQUEUE with GraceTime 0")
-                for victim in victims:
-                    push_head(queue.key(victim))
-            self.start(
-                job, ps, f"slurm: main scheduler, priority order, in {ps.name}" if self.sim.logging else ""
-            )
+                self.preempt(
+                    job,
+                    victims,
+                    ps,
+                    f"slurm: preempt/qos, REQUEUE, {self.stop_label}",
+                    f"slurm: main scheduler, priority order, in {ps.name}",
+                )
+                if not self.competent:
+                    for victim in victims:
+                        push_head(queue.key(victim))
+            else:
+                self.start(
+                    job,
+                    ps,
+                    f"slurm: main scheduler, priority order, in {ps.name}" if self.sim.logging else "",
+                )
             push_head(key)
 
-    def _backfill(self, blocked: SimJob, keys: list[Hashable], now: float) -> None:
-        """Start later jobs that fit now without delaying `blocked` (rule 4). Buckets are taken in
-        the order of their heads' priority, and each bucket's jobs in its order; each job looked
-        at counts toward bf_max_job_test."""
+    def _profile(self, ps: PoolState, now: float) -> _Profile:
+        releases = [
+            (self._expected_end(w, now), w.held) for w in ps.running.values() if w.idx not in self._draining
+        ]
+        return _Profile(now, ps.free, releases)
+
+    def _backfill(self, blocked: Hashable, keys: list[Hashable], now: float) -> None:
+        """Rule 4: start later jobs that fit now without delaying the reservations."""
         if not self.any_free():
             return
-        reservation = self._reserve(blocked, now)
+        profiles: dict[int, _Profile] = {}
+
+        def profile(ps: PoolState) -> _Profile:
+            p = profiles.get(ps.index)
+            if p is None:
+                p = profiles[ps.index] = self._profile(ps, now)
+            return p
+
+        reservations = 0
         tested = 0
-        for key in keys:
+        for key in [blocked, *keys]:
             group = self.queue.bucket(key)
-            position = 0  # the jobs before it were looked at and must wait
+            position = 0
             while position < len(group) and tested < self.BF_MAX_JOB_TEST:
-                position, ps, looked = self._backfill_candidate(
-                    group, position, now, reservation, self.BF_MAX_JOB_TEST - tested
-                )
-                tested += looked
-                if ps is None:
-                    break
-                job = self.queue.pop(key, position)
-                if (
-                    reservation is not None
-                    and ps is reservation[0]
-                    and now + self._time_limit(job) > reservation[1]
-                ):
-                    reservation = (ps, reservation[1], reservation[2] - ps.demand(job))
-                self.start(job, ps, f"slurm: backfill in {ps.name}" if self.sim.logging else "")
-                group = self.queue.bucket(key)
+                job = group[position][2]
+                pools = self.pools_for(job)
+                fits_now = [ps for ps in pools if ps.demand(job) <= ps.free]
+                if not fits_now and reservations >= self.BF_RESERVATIONS:
+                    break  # none of this bucket starts now, and no reservation is left to make
+                tested += 1
+                limit = self.time_limit(job)
+                best: tuple[float, PoolState] | None = None
+                for ps in pools:
+                    if ps not in fits_now and reservations >= self.BF_RESERVATIONS:
+                        continue
+                    at = profile(ps).earliest(ps.demand(job), limit)
+                    if best is None or at < best[0]:
+                        best = (at, ps)
+                        if at <= now:
+                            break
+                if best is None or best[0] == math.inf:
+                    position += 1
+                    continue
+                at, ps = best
+                if at > now and reservations >= self.BF_RESERVATIONS:
+                    position += 1
+                    continue
+                profile(ps).take(at, limit, ps.demand(job))
+                if at <= now:
+                    self.queue.pop(key, position)
+                    self.start(job, ps, f"slurm: backfill in {ps.name}" if self.sim.logging else "")
+                    group = self.queue.bucket(key)
+                else:
+                    reservations += 1
+                    position += 1
             if tested >= self.BF_MAX_JOB_TEST or not self.any_free():
                 return
-
-    def _backfill_candidate(
-        self,
-        group: list[tuple[Any, int, SimJob]],
-        first: int,
-        now: float,
-        reservation: tuple[PoolState, float, int] | None,
-        budget: int,
-    ) -> tuple[int, PoolState | None, int]:
-        """The first job from position `first` of a bucket (all of one shape) that backfill may
-        start, where (None: none may), and how many jobs were looked at: the first pool (in
-        order) with room where the job does not delay the reservation."""
-        head = group[first][2]
-        rooms = [ps for ps in self.pools_for(head) if ps.demand(head) <= ps.free]
-        if not rooms:
-            return 0, None, 0  # no job of this shape fits now
-
-        def unconditional(ps: PoolState) -> bool:
-            return reservation is None or ps is not reservation[0] or ps.demand(head) <= reservation[2]
-
-        if unconditional(rooms[0]):
-            return first, rooms[0], 1
-        assert reservation is not None  # rooms[0] is the reservation's pool, without GPUs to spare
-        window = reservation[1] - now
-        fallback = next((ps for ps in rooms[1:] if unconditional(ps)), None)
-        if fallback is not None:
-            return first, (rooms[0] if self._time_limit(head) <= window else fallback), 1
-        last = min(len(group), first + budget)
-        for position in range(first, last):
-            if self._time_limit(group[position][2]) <= window:
-                return position, rooms[0], position - first + 1
-        return last, None, last - first
-
-    def _time_limit(self, job: SimJob) -> float:
-        restart = job.restart if (job.preemptions or job.interruptions) else 0.0
-        return restart + job.work - job.saved
 
     def _preemption(self, job: SimJob) -> tuple[PoolState | None, list[SimJob]]:
         for ps in self.pools_for(job):
@@ -639,7 +967,8 @@ class SlurmPolicy(PeerPolicy):
             if ps.free + sum(ps.held_by_rank[: job.rank]) < demand:
                 continue
             candidates = sorted(
-                (w for w in ps.running.values() if w.rank < job.rank), key=lambda w: (w.rank, w.nodes, w.idx)
+                (w for w in ps.running.values() if w.rank < job.rank and w.phase is Phase.RUNNING),
+                key=lambda w: (w.rank, w.nodes, w.idx),
             )
             victims: list[SimJob] = []
             free = ps.free
@@ -648,29 +977,11 @@ class SlurmPolicy(PeerPolicy):
                 free += w.held
                 if free >= demand:
                     break
+            if free < demand:
+                continue
             for i in range(len(victims) - 2, -1, -1):
                 if free - victims[i].held >= demand:
                     free -= victims[i].held
                     del victims[i]
             return ps, victims
         return None, []
-
-    def _reserve(self, job: SimJob, now: float) -> tuple[PoolState, float, int] | None:
-        """The earliest start of `job` from the running jobs' time limits: (pool, time, GPUs
-        free then beyond what the job needs)."""
-        best: tuple[PoolState, float, int] | None = None
-        for ps in self.pools_for(job):
-            demand = ps.demand(job)
-            free = ps.free
-            at = now
-            if free < demand:
-                for end, held in sorted((w.end_if_undisturbed, w.held) for w in ps.running.values()):
-                    free += held
-                    at = end
-                    if free >= demand:
-                        break
-                else:
-                    continue
-            if best is None or at < best[1]:
-                best = (ps, at, free - demand)
-        return best

@@ -39,7 +39,12 @@ def _rows() -> list[tuple[str, Callable[[PolicyRun], str]]]:
         ("preemptions", metric("preemptions", str)),
         ("interruptions", metric("interruptions", str)),
         ("cost / useful GPU-h", metric("cost_per_useful_gpu_hour", lambda v: f"{v:.3f}")),
+        (
+            "slowdown p50 / p99",
+            lambda r: f"{r.metrics['slowdown_p50']:.2f} / {r.metrics['slowdown_p99']:.1f}",
+        ),
         ("Jain's fairness", metric("jain_fairness", lambda v: f"{v:.3f}")),
+        ("finish-time fairness (worst team)", metric("ftf_max", lambda v: f"{v:.2f}")),
         ("deadline miss rate", metric("deadline_miss_rate", lambda v: f"{v:.3f}")),
         ("events/s", lambda r: f"{r.events / r.wall_s:,.0f}" if r.wall_s > 0 else "-"),
     ]

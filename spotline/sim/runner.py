@@ -12,14 +12,25 @@ from typing import Any
 from spotline.domain.config import SchedulerConfig
 from spotline.domain.models import Pool
 from spotline.sim.engine import DecisionSink, Policy, PoolState, Sample, Simulation
-from spotline.sim.metrics import policy_metrics
-from spotline.sim.model import SimJob, SimSettings, TeamShares, build_jobs, team_shares
-from spotline.sim.peers import FifoPolicy, KueuePolicy, PriorityRandomPolicy, SlurmPolicy
+from spotline.sim.metrics import isolated_jct, policy_metrics
+from spotline.sim.model import SimJob, SimSettings, TeamShares, VictimStop, build_jobs, team_shares
+from spotline.sim.peers import (
+    ESTIMATE_MODELS,
+    KUEUE_DEFAULT,
+    KUEUE_SETUPS,
+    FifoPolicy,
+    KueuePolicy,
+    PriorityRandomPolicy,
+    SlurmPolicy,
+)
 from spotline.sim.pools import GPUS_PER_NODE, SpotAdvice, build_pools, spot_advice
 from spotline.sim.spotline_policy import SpotlinePolicy
 from spotline.trace.canonical import Trace
 
 POLICIES: tuple[str, ...] = ("fifo", "priority-random", "kueue", "slurm", "spotline")
+# Policies `--policy` also accepts: Kueue's other configurations (`kueue` is `KUEUE_DEFAULT`).
+VARIANTS: tuple[str, ...] = tuple(KUEUE_SETUPS)
+KNOWN_POLICIES: tuple[str, ...] = POLICIES + VARIANTS
 PREEMPTING_PEERS: tuple[str, ...] = ("priority-random", "kueue")
 # Share of the GPUs in Spot pools unless told otherwise: with p4d Spot at 0.33 of On-Demand, 75%
 # Spot prices a busy cluster at about 0.5 On-Demand, and the On-Demand quarter (128 of 512 GPUs)
@@ -68,17 +79,26 @@ class SimulationReport:
 def make_policy(
     name: str, shares: TeamShares, settings: SimSettings, seed: int, config: SchedulerConfig | None = None
 ) -> Policy:
+    competent = settings.victim_stop is VictimStop.CHECKPOINT
     if name == "fifo":
-        return FifoPolicy()
+        return FifoPolicy(competent)
     if name == "priority-random":
-        return PriorityRandomPolicy(seed)
-    if name == "kueue":
-        return KueuePolicy(shares)
+        return PriorityRandomPolicy(seed, competent)
+    if name == "kueue" or name in KUEUE_SETUPS:
+        policy = KueuePolicy(shares, KUEUE_SETUPS[KUEUE_DEFAULT if name == "kueue" else name], competent)
+        policy.name = name
+        return policy
     if name == "slurm":
-        return SlurmPolicy(shares, settings.usage_half_life_s)
+        estimates = ESTIMATE_MODELS.get(settings.slurm_estimates)
+        if estimates is None:
+            raise ValueError(
+                f"unknown Slurm estimate model {settings.slurm_estimates!r}"
+                f" (one of {', '.join(ESTIMATE_MODELS)})"
+            )
+        return SlurmPolicy(shares, settings.usage_half_life_s, estimates, seed, competent)
     if name == "spotline":
         return SpotlinePolicy(config or SchedulerConfig(), shares, settings, seed)
-    raise ValueError(f"unknown policy {name!r} (one of {', '.join(POLICIES)})")
+    raise ValueError(f"unknown policy {name!r} (one of {', '.join(KNOWN_POLICIES)})")
 
 
 def check_hostable(trace: Trace, pools: Sequence[Pool], settings: SimSettings) -> None:
@@ -120,12 +140,13 @@ def run_policy(
     """One policy over the trace (`keep_jobs`: keep each job's record in the result)."""
     jobs = build_jobs(trace.jobs, settings, seed, GPUS_PER_NODE)
     policy = make_policy(name, shares, settings, seed, config)
+    isolated = isolated_jct(jobs, shares.nominal)
     began = time.perf_counter()
     sim = Simulation(jobs, list(pools), policy, settings, seed, sink=sink, record_series=record_series).run()
     wall = time.perf_counter() - began
     return PolicyRun(
         name=name,
-        metrics=policy_metrics(sim),
+        metrics=policy_metrics(sim, isolated),
         jobs=jobs if keep_jobs else [],
         series=sim.series,
         events=sim.events,

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 from spotline.domain.models import Priority
 from spotline.sim import SimSettings, simulate
-from spotline.sim.model import SimJob
+from spotline.sim.model import SimJob, VictimStop
 from spotline.sim.runner import PolicyRun, SimulationReport
 from spotline.trace import Trace, TraceJob
 
@@ -14,6 +15,9 @@ from spotline.trace import Trace, TraceJob
 SETTINGS = SimSettings(
     restart_min_s=100.0, restart_max_s=100.0, checkpoint_interval_s=1000.0, checkpoint_write_s=50.0
 )
+
+# The peers as they stop jobs without the agent's help (the `--victim-stop hard-kill` ablation).
+HARD_KILL = replace(SETTINGS, victim_stop=VictimStop.HARD_KILL)
 
 Row = tuple[str, float, float, int, str, str]  # job_id, submit_s, duration_s, gpus, team, priority
 
@@ -32,9 +36,8 @@ def run(
     rows: Sequence[Row], policy: str, gpus: int = 8, spot_fraction: float = 0.0, **kwargs: object
 ) -> PolicyRun:
     """One policy on an On-Demand cluster of `gpus` GPUs (no Spot, so no interruptions)."""
-    report = simulate(
-        trace(rows), [policy], gpus=gpus, spot_fraction=spot_fraction, settings=SETTINGS, **kwargs
-    )  # type: ignore[arg-type]
+    options: dict[str, object] = {"settings": SETTINGS, **kwargs}
+    report = simulate(trace(rows), [policy], gpus=gpus, spot_fraction=spot_fraction, **options)  # type: ignore[arg-type]
     return report.runs[policy]
 
 
@@ -49,6 +52,11 @@ def by_id(run: PolicyRun) -> dict[str, SimJob]:
 
 def waits(run: PolicyRun) -> dict[str, float]:
     return {job.id: job.first_start - job.submit for job in run.jobs if job.first_start is not None}
+
+
+def queued(run: PolicyRun) -> dict[str, float]:
+    """Each started job's time queued, requeues included."""
+    return {job.id: job.queued_s for job in run.jobs if job.first_start is not None}
 
 
 def jcts(run: PolicyRun) -> dict[str, float]:

@@ -13,6 +13,15 @@ from .test_trace import PHILLY
 
 runner = CliRunner()
 
+# Beyond the contract: n per class, slowdown, finish-time fairness (README: simulator metrics).
+EXTRA_KEYS = {
+    "jobs_by_priority",
+    "completed_by_priority",
+    "slowdown_p50",
+    "slowdown_p99",
+    "ftf_max",
+    "ftf_jain",
+}
 POLICY_KEYS = {
     "jobs",
     "completed",
@@ -85,7 +94,8 @@ def test_convert_then_simulate_writes_the_contract(tmp_path: Path) -> None:
     assert (report["gpus"], report["seed"]) == (32, 2)
     assert list(report["policies"]) == ["fifo", "priority-random", "kueue", "slurm", "spotline"]
     for metrics in report["policies"].values():
-        assert set(metrics) == POLICY_KEYS
+        assert set(metrics) == POLICY_KEYS | EXTRA_KEYS
+        assert set(metrics["jobs_by_priority"]) == set(metrics["completed_by_priority"]) == CLASSES
         assert set(metrics["avg_jct_s_by_priority"]) == CLASSES
         assert set(metrics["wait_p99_s_by_priority"]) == CLASSES
         assert metrics["completed"] == metrics["jobs"] == 3

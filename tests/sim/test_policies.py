@@ -15,7 +15,7 @@ import pytest
 from spotline.domain import ReclaimPolicy, SchedulerConfig
 from spotline.sim.pools import spot_advice
 
-from .helpers import by_id, jcts, run, waits
+from .helpers import HARD_KILL, by_id, jcts, queued, run, waits
 
 # j1 (low) fills the cluster; j2 (critical) needs all of it 10 s later; j3 (high) needs half.
 CONTENTION = [
@@ -35,11 +35,27 @@ def test_fifo_runs_in_submission_order_and_never_preempts() -> None:
 
 
 @pytest.mark.parametrize("policy", ["priority-random", "kueue", "slurm"])
-def test_peers_stop_the_victim_at_once_and_it_loses_its_work(policy: str) -> None:
+def test_competent_peers_checkpoint_the_victim_and_the_preemptor_waits_for_the_write(policy: str) -> None:
     result = run(CONTENTION, policy)
+    # j2 preempts j1 at t=10: j1 gets SIGTERM, checkpoints its 10 s of progress (50 s write) and
+    # leaves at 60, when j2 starts. j3 (high) finds no running lower-class job (j1 is leaving):
+    # it waits for j2's end at 560, then j1 (low) resumes at 660 after a 100 s restart.
+    assert waits(result) == {"j1": 0.0, "j2": 50.0, "j3": 540.0}
+    assert queued(result) == {"j1": 600.0, "j2": 50.0, "j3": 540.0}  # j1: requeued 60 -> 660
+    assert jcts(result) == {"j1": 660.0 + 100.0 + 990.0, "j2": 550.0, "j3": 640.0}
+    j1 = by_id(result)["j1"]
+    assert j1.preemptions == 1
+    # Lost: the write and the restart, on 8 GPUs; the 10 s of progress were kept.
+    assert j1.lost_gpu_s == pytest.approx(8 * (50 + 100))
+
+
+@pytest.mark.parametrize("policy", ["priority-random", "kueue", "slurm"])
+def test_hard_kill_peers_stop_the_victim_at_once_and_it_loses_its_work(policy: str) -> None:
+    result = run(CONTENTION, policy, settings=HARD_KILL)
     # j2 takes j1's GPUs at t=10; j1 had no checkpoint yet (the first is durable at 1050): it
     # loses 10 s on 8 GPUs and pays a 100 s restart. j3 (high) goes before j1 (low) at t=510.
     assert waits(result) == {"j1": 0.0, "j2": 0.0, "j3": 490.0}
+    assert queued(result) == {"j1": 600.0, "j2": 0.0, "j3": 490.0}  # j1: requeued 10 -> 610
     assert jcts(result) == {"j1": 610.0 + 100.0 + 1000.0, "j2": 500.0, "j3": 590.0}
     assert result.metrics["preemptions"] == 1
     assert result.metrics["lost_gpu_hours"] == pytest.approx((8 * 10 + 8 * 100) / 3600)
@@ -78,7 +94,7 @@ RECLAIM = [(f"b{i}", float(i), 1000.0, 1, "b", "low") for i in range(8)] + [
 
 
 def test_kueue_reclaims_borrowed_quota_from_the_most_recently_admitted() -> None:
-    result = run(RECLAIM, "kueue")
+    result = run(RECLAIM, "kueue", settings=HARD_KILL)
     jobs = by_id(result)
     # a0 is within its nominal quota: it reclaims from team b, which borrows; candidates of the
     # other queue are ordered most recently admitted first (b7, b6), and both are needed.
@@ -150,14 +166,14 @@ VICTIM_ORDER = [
 
 
 def test_slurm_preempts_lowest_qos_then_fewest_nodes_then_job_order() -> None:
-    jobs = by_id(run(VICTIM_ORDER, "slurm"))
+    jobs = by_id(run(VICTIM_ORDER, "slurm", settings=HARD_KILL))
     assert (jobs["j0"].preemptions, jobs["j1"].preemptions) == (1, 0)
     assert jobs["j0"].lost_gpu_s == pytest.approx(4 * 100 + 4 * 100)  # 100 s of work, 100 s restart
     assert jobs["jc"].first_start == 100.0
 
 
 def test_kueue_preempts_the_most_recently_admitted_of_the_lowest_priority() -> None:
-    jobs = by_id(run(VICTIM_ORDER, "kueue"))
+    jobs = by_id(run(VICTIM_ORDER, "kueue", settings=HARD_KILL))
     assert (jobs["j0"].preemptions, jobs["j1"].preemptions) == (0, 1)
     assert jobs["j1"].lost_gpu_s == pytest.approx(4 * 99 + 4 * 100)
 
@@ -183,15 +199,26 @@ def _first_reclaim(seed: int) -> float:
     return rng.expovariate(advice.interruptions_per_instance_hour / 3600.0)
 
 
-@pytest.mark.parametrize("policy", ["spotline", "fifo", "kueue"])
-def test_a_spot_notice_is_used_only_by_spotline(policy: str) -> None:
+@pytest.mark.parametrize(
+    ("policy", "hard_kill"),
+    [
+        ("spotline", False),
+        ("fifo", False),
+        ("kueue", False),
+        ("spotline", True),
+        ("fifo", True),
+        ("kueue", True),
+    ],
+)
+def test_a_spot_notice_is_used_by_every_policy_but_hard_kill_peers(policy: str, hard_kill: bool) -> None:
     seed = 3
     reclaim = _first_reclaim(seed)
     work = math.floor(reclaim) + 5000.0
-    result = run([("x", 0.0, work, 8, "a", "high")], policy, spot_fraction=1.0, seed=seed)
+    options = {"settings": HARD_KILL} if hard_kill else {}
+    result = run([("x", 0.0, work, 8, "a", "high")], policy, spot_fraction=1.0, seed=seed, **options)
     job = by_id(result)["x"]
     assert job.interruptions == 1
-    if policy == "spotline":
+    if policy == "spotline" or not hard_kill:
         # It checkpoints its progress at the notice (the 50 s write fits in the 120 s notice),
         # leaves when the write is done and resumes at once after a 100 s restart.
         kept = reclaim
