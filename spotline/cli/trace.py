@@ -9,6 +9,7 @@ import typer
 from rich.console import Console
 
 from spotline.trace import TraceError, parse_when, read_philly, write_trace
+from spotline.trace.synth import synth_trace
 
 FORMATS = ("philly",)
 
@@ -16,6 +17,7 @@ FORMATS = ("philly",)
 def register(app: typer.Typer) -> None:
     trace_app = typer.Typer(help="Work with traces.", no_args_is_help=True)
     trace_app.command("convert")(convert)
+    trace_app.command("synth")(synth)
     app.add_typer(trace_app, name="trace")
 
 
@@ -51,3 +53,29 @@ def convert(
         classes[job.priority.value] = classes.get(job.priority.value, 0) + 1
     mix = ", ".join(f"{k} {v}" for k, v in sorted(classes.items()))
     console.print(f"wrote {count} jobs to {target} ({mix})")
+
+
+def synth(
+    target: Annotated[Path, typer.Argument(help="Where to write the canonical CSV.")],
+    jobs: Annotated[int, typer.Option("--jobs", help="Jobs in the trace.")] = 5000,
+    load: Annotated[
+        float,
+        typer.Option(
+            "--load", help="GPU-seconds of work over the cluster's GPU-seconds in the arrival window."
+        ),
+    ] = 0.85,
+    gpus: Annotated[int, typer.Option("--gpus", help="GPUs of the cluster the load is for.")] = 512,
+    seed: Annotated[int, typer.Option(help="Seed of every draw: the same seed writes the same trace.")] = 1,
+) -> None:
+    """Write a seeded synthetic trace: bursty arrivals, heavy-tailed run times, six teams, four classes."""
+    console = Console()
+    try:
+        trace = synth_trace(jobs, load, gpus, seed)
+        count = write_trace(trace, target)
+    except (ValueError, OSError) as error:
+        typer.secho(f"error: {error}", err=True, fg="red")
+        raise typer.Exit(2) from None
+    span_h = trace[-1].submit_s / 3600.0 if trace else 0.0
+    console.print(
+        f"wrote {count} jobs to {target} (arrivals over {span_h:.1f} h, load {load:g} on {gpus} GPUs)"
+    )
