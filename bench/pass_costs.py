@@ -23,7 +23,7 @@ import random
 import time
 from typing import Any
 
-from bench.policy_bench import TRACE, WHOLE_END, WHOLE_START
+from bench.policy_bench import WHOLE_END, WHOLE_START, philly_path
 from spotline.domain import Admit, Preempt, SchedulerConfig
 from spotline.domain.planner import plan_with_stats
 from spotline.sim import engine, simulate
@@ -106,7 +106,10 @@ def main(argv: list[str] | None = None) -> None:
     adapter.SpotlinePolicy.schedule = scheduled  # type: ignore[method-assign]
     adapter.plan = planned  # type: ignore[assignment]
     try:
-        trace = read_philly(TRACE, parse_when(WHOLE_START), parse_when(WHOLE_END, end=True), 1)
+        path = philly_path()
+        if path is None:
+            raise SystemExit("the Philly trace is missing (bench/data/philly.csv.gz or ../shared/traces)")
+        trace = read_philly(path, parse_when(WHOLE_START), parse_when(WHOLE_END, end=True), 1)
         report = simulate(trace, ["spotline"], gpus=512, seed=1, trace_name="philly (whole)", workers=1)
     finally:
         for name, original in originals.items():

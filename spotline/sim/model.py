@@ -53,6 +53,9 @@ class SimSettings:
 
     # How the peers stop their victims (Spotline always checkpoints: `VictimStop`).
     victim_stop: VictimStop = VictimStop.CHECKPOINT
+    # Spotline checkpoints inside a Spot notice (False: the "without the notice" ablation, its jobs
+    # run on until the reclaim and keep their latest periodic checkpoint).
+    spotline_acts_on_notices: bool = True
     # Slurm's user time-limit model (`spotline.sim.peers.ESTIMATE_MODELS`).
     slurm_estimates: str = "uniform"
 

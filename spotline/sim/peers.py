@@ -328,7 +328,7 @@ KUEUE_SETUPS: dict[str, KueueSetup] = {
     "kueue-bwc": KueueSetup(borrow_within_cohort=True),
     "kueue-fair": KueueSetup(fair_sharing=True),
 }
-KUEUE_DEFAULT = "kueue-bwc"
+KUEUE_DEFAULT = "kueue-classic"
 
 
 class KueuePolicy(PeerPolicy):
@@ -382,6 +382,9 @@ class KueuePolicy(PeerPolicy):
         self.held: list[dict[tuple[str, int], int]] = []
         self._usage_version = 0
         self._borrowing_cache: dict[int, tuple[int, set[str]]] = {}
+        # Jobs whose GPUs the quota view already moved (victims counted out, a waiting preemptor
+        # counted in) when a preemption was decided.
+        self._charged: dict[int, bool] = {}
 
     def attach(self, sim: Simulation) -> None:
         super().attach(sim)
@@ -415,20 +418,35 @@ class KueuePolicy(PeerPolicy):
             default=0.0,
         )
 
-    def _use(self, job: SimJob, ps: PoolState, sign: int) -> None:
+    def _use(self, job: SimJob, ps: PoolState, gpus: int) -> None:
         self._usage_version += 1
         usage = self.usage[ps.index]
-        usage[job.team] = usage.get(job.team, 0) + sign * job.held
+        usage[job.team] = usage.get(job.team, 0) + gpus
         held = self.held[ps.index]
-        held[(job.team, job.rank)] = held.get((job.team, job.rank), 0) + sign * job.held
+        held[(job.team, job.rank)] = held.get((job.team, job.rank), 0) + gpus
 
     def start(self, job: SimJob, ps: PoolState, reason: str) -> None:
         super().start(job, ps, reason)
-        self._use(job, ps, +1)
+        if not self._charged.pop(job.idx, False):
+            self._use(job, ps, job.held)
 
     def on_released(self, job: SimJob) -> None:
-        self._use(job, self.sim.pools[job.pool], -1)
+        if not self._charged.pop(job.idx, False):
+            self._use(job, self.sim.pools[job.pool], -job.held)
         super().on_released(job)
+
+    def preempt(self, job: SimJob, victims: list[SimJob], ps: PoolState, why: str, admitted: str) -> None:
+        """As the peers preempt; while the victims write their checkpoints, the quota view
+        already has them gone and the preemptor admitted (Kueue reserves the preemptor's quota
+        in the cycle that evicts, and counts evicted workloads out), so no other workload
+        decides on usage that is about to change."""
+        if self.competent:
+            for victim in victims:
+                self._use(victim, ps, -victim.held)
+                self._charged[victim.idx] = True
+            self._use(job, ps, ps.demand(job))
+            self._charged[job.idx] = True
+        super().preempt(job, victims, ps, why, admitted)
 
     def schedule(self, now: float) -> None:
         queue = self.queue
@@ -514,7 +532,15 @@ class KueuePolicy(PeerPolicy):
             borrowing = self._borrowing(pool) - {team}
         if not borrowing and not own:
             return []
-        if borrowing and not own and ps.free + same_lower + sum(usage[t] for t in borrowing) < demand:
+        if within:
+            reachable = sum(usage[t] for t in borrowing)
+        else:  # borrowWithinCohort: only the others' lower-priority workloads
+            reachable = sum(held.get((t, rank), 0) for t in borrowing for rank in range(job.rank))
+            if reachable == 0:
+                borrowing = set()
+                if not own:
+                    return []
+        if borrowing and not own and ps.free + same_lower + reachable < demand:
             return []
         same: list[SimJob] = []
         others: list[SimJob] = []
@@ -595,8 +621,13 @@ class KueuePolicy(PeerPolicy):
         team, pool = job.team, ps.index
         demand = ps.demand(job)
         usage = dict(self.usage[pool])
-        borrowing = self._borrowing(pool) - {team}
         same_lower = sum(self.held[pool].get((team, rank), 0) for rank in range(job.rank))
+        # A queue is a possible target only if its share now is at least the preemptor's after
+        # admission (its share only falls as its workloads are removed).
+        mine_after = self._share(pool, team, usage.get(team, 0) + demand)
+        borrowing = {
+            t for t in self._borrowing(pool) - {team} if self._share(pool, t, usage.get(t, 0)) >= mine_after
+        }
         if not borrowing and same_lower == 0:
             return []
         if ps.free + same_lower + sum(usage[t] for t in borrowing) < demand:

@@ -64,6 +64,7 @@ class SpotlinePolicy:
 
     def __init__(self, config: SchedulerConfig, shares: TeamShares, settings: SimSettings, seed: int) -> None:
         self.config = config
+        self.acts_on_notices = settings.spotline_acts_on_notices
         self.quotas: dict[str, TeamQuota] = {q.team: q for q in shares.quotas()}
         self.rng = random.Random(f"spotline-sim:{seed}:policy:{self.name}")
         self.queue = SortedQueue()
