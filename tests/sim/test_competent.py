@@ -165,3 +165,42 @@ def test_trace_synth_cli_writes_a_trace_simulate_reads(tmp_path: pytest.TempPath
     assert len(read_trace(out).jobs) == 300
     bad = CliRunner().invoke(app, ["trace", "synth", "--jobs", "0", str(out)])
     assert bad.exit_code == 2 and "--jobs" in bad.output
+
+
+def test_simulate_cli_takes_victim_stop_kueue_setups_and_estimate_models(
+    tmp_path: pytest.TempPathFactory,
+) -> None:
+    import json
+    from pathlib import Path
+
+    from typer.testing import CliRunner
+
+    from spotline.cli import app
+    from spotline.trace import write_trace
+
+    rows = [("j1", 0.0, 1000.0, 8, "a", "low"), ("j2", 10.0, 500.0, 8, "b", "critical")]
+    path = Path(str(tmp_path)) / "t.csv"
+    write_trace(trace(rows).jobs, path)
+    out = Path(str(tmp_path)) / "out.json"
+    base = ["simulate", "--trace", str(path), "--gpus", "8", "--spot-fraction", "0", "--workers", "1"]
+    result = CliRunner().invoke(
+        app,
+        [
+            *base,
+            "--policy",
+            "kueue-bwc",
+            "--policy",
+            "slurm",
+            "--victim-stop",
+            "hard-kill",
+            "--json",
+            str(out),
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    report = json.loads(out.read_text())
+    assert list(report["policies"]) == ["kueue-bwc", "slurm"]
+    # Hard kill: j2 takes j1's GPUs at once, in both.
+    assert all(m["wait_p99_s_by_priority"]["critical"] == 0.0 for m in report["policies"].values())
+    bad = CliRunner().invoke(app, [*base, "--slurm-estimates", "psychic"])
+    assert bad.exit_code == 2 and "psychic" in bad.output
