@@ -59,6 +59,9 @@ SHARED_TRACE = REPO.parent / "shared" / "traces" / "philly.csv"
 WHOLE_START, WHOLE_END = "2017-09-04", "2017-12-22"
 GPUS = 512
 QUICK = os.environ.get("SPOTLINE_BENCH_QUICK") == "1"
+# The reduced run this session could afford (synthetic traces of 2,000 jobs on 128 GPUs, no speed
+# run): `SPOTLINE_BENCH_REDUCED=1`. A smaller evaluation than `make bench`'s, reported as such.
+REDUCED = os.environ.get("SPOTLINE_BENCH_REDUCED") == "1"
 WORKERS = os.cpu_count() or 1
 PEERS = ("fifo", "priority-random", "kueue", *KUEUE_SETUPS, "slurm")
 EVAL_POLICIES = (*PEERS, "spotline")
@@ -108,9 +111,19 @@ EVALUATION: tuple[Sample, ...] = (
 )
 if QUICK:
     EVALUATION = (_synth(1, 0.85, 600, 64), _synth(1, 1.1, 600, 64))
+elif REDUCED:
+    EVALUATION = tuple(_synth(s, load, 2000, 128) for load in (0.85, 1.1) for s in (1, 2))
 # The ablations, Slurm's sensitivity and the churn sweep run on one mid-size synthetic trace each.
-ABLATION_SAMPLE = _synth(3, 1.0, 4000, 256) if not QUICK else _synth(3, 1.0, 500, 64)
-CHURN_SAMPLE = _synth(4, 0.85, 2500, 128) if not QUICK else _synth(4, 0.85, 400, 64)
+ABLATION_SAMPLE = (
+    _synth(3, 1.0, 500, 64) if QUICK else _synth(3, 1.0, 1500, 128) if REDUCED else _synth(3, 1.0, 4000, 256)
+)
+CHURN_SAMPLE = (
+    _synth(4, 0.85, 400, 64)
+    if QUICK
+    else _synth(4, 0.85, 1200, 128)
+    if REDUCED
+    else _synth(4, 0.85, 2500, 128)
+)
 
 _TRACE_CACHE: dict[Path, Path] = {}
 
@@ -553,7 +566,7 @@ def main() -> None:
             else "NOT met at " + ", ".join(k for k, v in verdicts.items() if not v)
         )
     )
-    if not QUICK:
+    if not QUICK and not REDUCED:
         result = speed()
         if result is not None:
             console.print(
