@@ -1,5 +1,5 @@
-"""AWS Batch: one managed EC2 compute environment and one job queue per GPU pool, and the job
-definition (with its least-privilege job role) that training containers run under.
+"""AWS Batch: one managed EC2 compute environment and one job queue per GPU pool, and per team
+the job definition (with that team's least-privilege job role) its training containers run under.
 
 Batch only scales instances; Spotline decides which job goes into which pool and when, so every
 queue has the same priority and Batch's own retries are off (a reclaimed job is requeued by
@@ -15,6 +15,7 @@ from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_ecs as ecs
 from aws_cdk import aws_events as events
 from aws_cdk import aws_iam as iam
+from aws_cdk import aws_kms as kms
 from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
@@ -23,12 +24,30 @@ from stacks.config import DeploymentConfig
 from stacks.nag import acknowledge, finding_resource
 from stacks.network import Network
 from stacks.observability import EncryptedLogs
-from stacks.storage import CHECKPOINT_PREFIX
 
 # Root volume of a GPU instance: container images for training are large.
 ROOT_VOLUME_GIB = 200
 # What a training container may publish on the project bus.
 AGENT_DETAIL_TYPES = (r.DETAIL_CHECKPOINT_COMPLETED, r.DETAIL_JOB_HEARTBEAT)
+# A team's checkpoint key (checkpoint_kms_per_team): what the team's role does with it through
+# S3, and what the account may do (administration, no use).
+KEY_USE_ACTIONS = ("kms:Decrypt", "kms:GenerateDataKey")
+KEY_ADMIN_ACTIONS = (
+    "kms:Create*",
+    "kms:Describe*",
+    "kms:Enable*",
+    "kms:List*",
+    "kms:Put*",
+    "kms:Update*",
+    "kms:Revoke*",
+    "kms:Disable*",
+    "kms:Get*",
+    "kms:Delete*",
+    "kms:TagResource",
+    "kms:UntagResource",
+    "kms:ScheduleKeyDeletion",
+    "kms:CancelKeyDeletion",
+)
 
 
 class TrainingCompute(Construct):
@@ -110,18 +129,85 @@ class TrainingCompute(Construct):
                 "the instance, pull images, ship logs); Batch documents this managed policy for it.",
             )
 
-        self.job_role = iam.Role(
+        # One job role and one job definition per team (Batch cannot override a job's role at
+        # SubmitJob, so the definition carries it): a team's code reaches its own checkpoints,
+        # its own jobs' signal items and its own event source, nothing of another team's
+        # (docs/security.md). The launcher picks the job's team's definition.
+        log_group = logs.log_group(self, "TrainingLogs")
+        self.log_group = log_group
+        self.job_definition_name = f"spotline-{config.stage}-training"
+        self.team_roles: dict[str, iam.Role] = {}
+        self.team_keys: dict[str, kms.Key] = {}
+        self.job_definitions: dict[str, batch.EcsJobDefinition] = {}
+        execution_role: iam.IRole | None = None
+        for team in config.team_names:
+            role = self._team_role(team, checkpoints=checkpoints, jobs_table=jobs_table, bus=bus)
+            key = self._team_key(team, role, checkpoints) if config.checkpoint_kms_per_team else None
+            if key is not None:
+                self.team_keys[team] = key
+            environment = {
+                r.AGENT_ENV_JOBS_TABLE: jobs_table.table_name,
+                r.AGENT_ENV_EVENT_BUS: bus.event_bus_name,
+                r.AGENT_ENV_POLL_S: f"{config.agent_poll_s:g}",
+                r.AGENT_ENV_TEAM: team,
+                "AWS_DEFAULT_REGION": Aws.REGION,
+            }
+            if key is not None:
+                environment[r.AGENT_ENV_CHECKPOINT_KMS_KEY] = key.key_arn
+            container = batch.EcsEc2ContainerDefinition(
+                self,
+                f"TrainingContainer-{team}",
+                image=ecs.ContainerImage.from_registry(config.training_image),
+                cpu=config.training_vcpus,
+                memory=Size.gibibytes(config.training_memory_gib),
+                # The launcher sets each job's GPUs, vCPUs and memory with resourceRequirements
+                # overrides at SubmitJob; these are the smallest GPU job's defaults.
+                gpu=1,
+                job_role=role,
+                # One execution role (image pull, log delivery: the ECS agent's, not the job's).
+                execution_role=execution_role,
+                environment=environment,
+                logging=ecs.LogDriver.aws_logs(stream_prefix="training", log_group=log_group),
+                linux_parameters=batch.LinuxParameters(
+                    self,
+                    f"LinuxParameters-{team}",
+                    init_process_enabled=True,
+                    # PyTorch data loaders share tensors through /dev/shm (Docker's default is 64 MiB).
+                    shared_memory_size=Size.gibibytes(max(1, config.training_memory_gib // 2)),
+                ),
+            )
+            execution_role = execution_role or container.execution_role
+            self.team_roles[team] = role
+            self.job_definitions[team] = batch.EcsJobDefinition(
+                self,
+                f"TrainingJob-{team}",
+                job_definition_name=f"{self.job_definition_name}-{team}",
+                container=container,
+                retry_attempts=1,
+                propagate_tags=True,
+            )
+        # The roles a job definition derived from these carries (the launcher passes them).
+        self.job_definition_roles: list[iam.IRole] = list(self.team_roles.values())
+        if execution_role is not None:
+            self.job_definition_roles.append(execution_role)
+
+    def _team_role(
+        self,
+        team: str,
+        *,
+        checkpoints: s3.IBucket,
+        jobs_table: dynamodb.ITableV2,
+        bus: events.IEventBus,
+    ) -> iam.Role:
+        role = iam.Role(
             self,
-            "JobRole",
+            f"JobRole-{team}",
             assumed_by=iam.ServicePrincipal("ecs-tasks.amazonaws.com"),
-            description="Spotline training container: its checkpoints, its job item, agent events",
+            description=f"Spotline training container of team {team}: its checkpoints, signals, events",
         )
-        # Checkpoints: objects under checkpoints/ only. IAM cannot tell one Batch job from another
-        # (ECS task roles carry no per-job session tags), so per-job isolation is the agent writing
-        # under checkpoints/<team>/<job_id>/; a team-level boundary would need one role per team.
-        checkpoint_objects = checkpoints.arn_for_objects(f"{CHECKPOINT_PREFIX}*")
-        checkpoint_objects_id = finding_resource(self, checkpoint_objects)
-        self.job_role.add_to_policy(
+        prefix = r.checkpoint_prefix(team)
+        checkpoint_objects = checkpoints.arn_for_objects(f"{prefix}*")
+        role.add_to_policy(
             iam.PolicyStatement(
                 # DeleteObject: the agent prunes its job's older checkpoints (in the versioned
                 # bucket a delete marker; the lifecycle rule expires the old version).
@@ -129,71 +215,87 @@ class TrainingCompute(Construct):
                 resources=[checkpoint_objects],
             )
         )
-        self.job_role.add_to_policy(
+        role.add_to_policy(
             iam.PolicyStatement(
                 actions=["s3:ListBucket"],
                 resources=[checkpoints.bucket_arn],
-                conditions={"StringLike": {"s3:prefix": [f"{CHECKPOINT_PREFIX}*"]}},
+                conditions={"StringLike": {"s3:prefix": [f"{prefix}*"]}},
             )
         )
-        self.job_role.add_to_policy(
+        role.add_to_policy(
             iam.PolicyStatement(
                 actions=["events:PutEvents"],
                 resources=[bus.event_bus_arn],
                 conditions={
                     "StringEquals": {
-                        "events:source": [r.SOURCE_AGENT],
+                        "events:source": [r.agent_source(team)],
                         "events:detail-type": list(AGENT_DETAIL_TYPES),
                     }
                 },
             )
         )
-        self.job_role.add_to_policy(
-            iam.PolicyStatement(actions=["dynamodb:GetItem"], resources=[jobs_table.table_arn])
+        # Its jobs' signal items only (never a job's own item, never another team's).
+        role.add_to_policy(
+            iam.PolicyStatement(
+                actions=["dynamodb:GetItem"],
+                resources=[jobs_table.table_arn],
+                conditions={
+                    "ForAllValues:StringLike": {"dynamodb:LeadingKeys": [r.signal_key_pattern(team)]}
+                },
+            )
         )
         acknowledge(
-            self.job_role,
-            f"AwsSolutions-IAM5[Resource::{checkpoint_objects_id}]",
+            role,
+            f"AwsSolutions-IAM5[Resource::{finding_resource(self, checkpoint_objects)}]",
             "Checkpoint object keys contain the job id, unknown at deploy time; the role is limited "
-            "to the checkpoints/ prefix of the one checkpoint bucket (see the comment in batch.py).",
+            f"to its team's prefix {prefix} of the one checkpoint bucket.",
         )
+        return role
 
-        log_group = logs.log_group(self, "TrainingLogs")
-        self.container = batch.EcsEc2ContainerDefinition(
+    def _team_key(self, team: str, role: iam.Role, checkpoints: s3.IBucket) -> kms.Key:
+        """The team's checkpoint key (cdk.json `checkpoint_kms_per_team`). Its policy lets the
+        account administer it but use it for nothing, and lets only the team's role encrypt and
+        decrypt with it, through S3; the role must write its checkpoints with it."""
+        key = kms.Key(
             self,
-            "TrainingContainer",
-            image=ecs.ContainerImage.from_registry(config.training_image),
-            cpu=config.training_vcpus,
-            memory=Size.gibibytes(config.training_memory_gib),
-            # The launcher sets each job's GPUs, vCPUs and memory with resourceRequirements
-            # overrides at SubmitJob; these are the smallest GPU job's defaults.
-            gpu=1,
-            job_role=self.job_role,
-            environment={
-                r.AGENT_ENV_JOBS_TABLE: jobs_table.table_name,
-                r.AGENT_ENV_EVENT_BUS: bus.event_bus_name,
-                r.AGENT_ENV_POLL_S: f"{config.agent_poll_s:g}",
-                "AWS_DEFAULT_REGION": Aws.REGION,
-            },
-            logging=ecs.LogDriver.aws_logs(stream_prefix="training", log_group=log_group),
-            linux_parameters=batch.LinuxParameters(
-                self,
-                "LinuxParameters",
-                init_process_enabled=True,
-                # PyTorch data loaders share tensors through /dev/shm (Docker's default is 64 MiB).
-                shared_memory_size=Size.gibibytes(max(1, config.training_memory_gib // 2)),
+            f"CheckpointKey-{team}",
+            description=f"Spotline checkpoints of team {team}",
+            enable_key_rotation=True,
+            policy=iam.PolicyDocument(
+                statements=[
+                    iam.PolicyStatement(
+                        sid="AccountAdministersTheKeyOnly",
+                        principals=[iam.AccountRootPrincipal()],
+                        actions=list(KEY_ADMIN_ACTIONS),
+                        resources=["*"],
+                    ),
+                    iam.PolicyStatement(
+                        sid="TeamJobRoleUsesTheKeyThroughS3",
+                        principals=[iam.ArnPrincipal(role.role_arn)],
+                        actions=list(KEY_USE_ACTIONS),
+                        resources=["*"],
+                        conditions={"StringEquals": {"kms:ViaService": f"s3.{Aws.REGION}.amazonaws.com"}},
+                    ),
+                ]
             ),
         )
-        self.job_definition_name = f"spotline-{config.stage}-training"
-        self.job_definition = batch.EcsJobDefinition(
-            self,
-            "TrainingJob",
-            job_definition_name=self.job_definition_name,
-            container=self.container,
-            retry_attempts=1,
-            propagate_tags=True,
+        role.add_to_policy(
+            iam.PolicyStatement(
+                actions=list(KEY_USE_ACTIONS),
+                resources=[key.key_arn],
+                conditions={"StringEquals": {"kms:ViaService": f"s3.{Aws.REGION}.amazonaws.com"}},
+            )
         )
-        # The roles a job definition derived from this one carries (the launcher passes them).
-        self.job_definition_roles: list[iam.IRole] = [self.job_role]
-        if self.container.execution_role is not None:
-            self.job_definition_roles.append(self.container.execution_role)
+        # No other key for the role's writes. (IfExists: the parts of a multipart upload carry no
+        # encryption header, they inherit the upload's; the agent names the key on every upload.)
+        role.add_to_policy(
+            iam.PolicyStatement(
+                effect=iam.Effect.DENY,
+                actions=["s3:PutObject"],
+                resources=[checkpoints.arn_for_objects(f"{r.checkpoint_prefix(team)}*")],
+                conditions={
+                    "StringNotEqualsIfExists": {"s3:x-amz-server-side-encryption-aws-kms-key-id": key.key_arn}
+                },
+            )
+        )
+        return key

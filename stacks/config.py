@@ -8,9 +8,12 @@ Parsing is strict: a misspelt key or an impossible pool fails the synth with a m
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+from spotline.aws.resources import TEAM_NAME_PATTERN
 
 # vCPUs and GPUs of one instance, for the GPU instance types a pool is likely to use. Batch sizes a
 # compute environment in vCPUs; Spotline thinks in GPUs. A pool may give `vcpus_per_gpu` itself
@@ -81,6 +84,7 @@ CONTEXT_KEYS = frozenset(
         "nat_gateways",
         "control_plane",
         "tracing",
+        "checkpoint_kms_per_team",
     }
 )
 
@@ -148,6 +152,13 @@ class DeploymentConfig:
     scheduler_reserved_concurrency: int | None = 1
     # X-Ray tracing of the Lambda functions (the state machines always trace: cdk-nag SF2).
     tracing: bool = False
+    # One KMS key per team for its checkpoints (key policy: that team's job role and the control
+    # plane only); off: the bucket's SSE-S3 encryption for every team.
+    checkpoint_kms_per_team: bool = False
+
+    @property
+    def team_names(self) -> tuple[str, ...]:
+        return tuple(str(t["team"]) for t in self.teams)
 
     def pool(self, name: str) -> PoolConfig:
         for pool in self.pools:
@@ -249,6 +260,8 @@ def parse_context(context: Mapping[str, Any]) -> DeploymentConfig:
             "context 'vpc_id' needs 'vpc_subnet_ids' (private subnets with a route to the internet or "
             "VPC endpoints) and 'vpc_availability_zones' of the same length"
         )
+    teams = _teams(raw.get("teams"))
+    kms_per_team = _bool(raw.get("checkpoint_kms_per_team", False), "context 'checkpoint_kms_per_team'")
     defaults = DeploymentConfig(stage=stage, pools=pools)
     reserved = raw.get("scheduler_reserved_concurrency", defaults.scheduler_reserved_concurrency)
     return DeploymentConfig(
@@ -256,7 +269,7 @@ def parse_context(context: Mapping[str, Any]) -> DeploymentConfig:
         pools=pools,
         account=str(raw["account"]) if raw.get("account") else None,
         region=str(raw["region"]) if raw.get("region") else None,
-        teams=tuple(raw.get("teams") or ()),
+        teams=teams,
         identities=dict(raw.get("identities") or {}),
         scheduler=dict(raw.get("scheduler") or {}),
         control_plane=dict(raw.get("control_plane") or {}),
@@ -282,4 +295,28 @@ def parse_context(context: Mapping[str, Any]) -> DeploymentConfig:
         agent_poll_s=float(raw.get("agent_poll_s", defaults.agent_poll_s)),
         scheduler_reserved_concurrency=int(reserved) if reserved else None,
         tracing=_bool(raw.get("tracing", defaults.tracing), "context 'tracing'"),
+        checkpoint_kms_per_team=kms_per_team,
     )
+
+
+def _teams(value: Any) -> tuple[Mapping[str, Any], ...]:
+    """The teams, each named by a `TEAM_NAME_PATTERN` name (it becomes part of IAM patterns:
+    `checkpoints/<team>/*`, `signal#<team>#*`, `spotline.agent.<team>`). A stack needs at least one
+    (each team's jobs run under its own job definition; the stack's SPOTLINE_CONFIG check says so)."""
+    if value is None:
+        return ()
+    if not isinstance(value, Sequence) or isinstance(value, str):
+        raise ConfigError("context 'teams': expected a list of teams")
+    names: list[str] = []
+    for index, team in enumerate(value):
+        if not isinstance(team, Mapping) or not isinstance(team.get("team"), str):
+            raise ConfigError(f"teams[{index}]: expected an object with a 'team' name")
+        if not re.fullmatch(TEAM_NAME_PATTERN, team["team"]):
+            raise ConfigError(
+                f"teams[{index}]: team name {team['team']!r} must be 1-32 lower-case letters, digits and"
+                " '-', starting with a letter or digit"
+            )
+        names.append(team["team"])
+    if len(set(names)) != len(names):
+        raise ConfigError(f"context 'teams': duplicate team names in {names}")
+    return tuple(value)

@@ -72,6 +72,8 @@ class ActionScopes:
     job_definition_family_arn: str
     # The roles a job definition carries (a derived definition passes them on).
     job_definition_role_arns: Sequence[str]
+    # The training containers' log group (arn:...:log-group:<name>:*): `GET /jobs/{id}/logs`.
+    training_log_group_arn: str | None = None
     # Reasons for the wildcard resources used below, keyed by the resource (for cdk-nag).
     wildcard_reasons: dict[str, str] = field(default_factory=dict)
 
@@ -102,8 +104,14 @@ class ActionScopes:
             resources = [any_job]
             conditions = {"StringEquals": {"batch:CreateAction": "SubmitJob"}}
             self.wildcard_reasons[any_job] = job_reason
-        elif action == "batch:DescribeJobDefinitions":
+        elif action in ("batch:DescribeJobDefinitions", "batch:DescribeJobs"):
             resources = ["*"]
+        elif action == "logs:GetLogEvents" and self.training_log_group_arn is not None:
+            resources = [self.training_log_group_arn]
+            self.wildcard_reasons[self.training_log_group_arn] = (
+                "A run's log stream is named by ECS when the task starts; the statement is limited to "
+                "the streams of the one training log group."
+            )
         elif action == "iam:PassRole":
             resources = list(self.job_definition_role_arns)
         elif action == "ecs:DescribeContainerInstances":

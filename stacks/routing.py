@@ -37,7 +37,18 @@ def event_pattern(pattern: Mapping[str, Any]) -> events.EventPattern:
     unknown = set(pattern) - set(_PATTERN_FIELDS)
     if unknown:
         raise ValueError(f"event pattern has keys EventBridge does not match on: {sorted(unknown)}")
-    return events.EventPattern(**{_PATTERN_FIELDS[key]: value for key, value in pattern.items()})
+    return events.EventPattern(**{_PATTERN_FIELDS[key]: _field(value) for key, value in pattern.items()})
+
+
+def _field(value: Any) -> Any:
+    """A top-level field's values: CDK types them as strings, so a `{"prefix": ...}` matcher
+    (agent sources, `spotline.agent.<team>`) goes through `Match.prefix`."""
+    if isinstance(value, list) and len(value) == 1 and isinstance(value[0], dict):
+        ((kind, argument),) = value[0].items()
+        if kind == "prefix":
+            return events.Match.prefix(argument)
+        raise ValueError(f"event pattern matcher {kind!r} is not supported at the top level")
+    return value
 
 
 class EventRouting(Construct):

@@ -112,6 +112,7 @@ class SpotlineStack(Stack):
             r.ENV_EVENT_BUS: self.messaging.bus.event_bus_name,
             r.ENV_SCHEDULER_QUEUE_URL: self.messaging.scheduler_queue.queue_url,
             r.ENV_CHECKPOINT_BUCKET: self.storage.checkpoints.bucket_name,
+            r.ENV_TRAINING_LOG_GROUP: self.compute.log_group.log_group_name,
             **{m.env: state_machine_arns[m.name] for m in r.STATE_MACHINES},
             r.ENV_CONFIG: self.to_json_string(self.spotline_config()),
         }
@@ -135,6 +136,7 @@ class SpotlineStack(Stack):
                     resource_name=f"{self.compute.job_definition_name}*",
                 ),
                 job_definition_role_arns=[role.role_arn for role in self.compute.job_definition_roles],
+                training_log_group_arn=self.compute.log_group.log_group_arn,
             ),
             environment=environment,
             dead_letters=self.messaging.events_dead_letters,
@@ -210,7 +212,10 @@ class SpotlineStack(Stack):
         document: dict[str, Any] = {
             **self.config.control_plane,
             "pools": pools,
-            "job_definition": self.compute.job_definition.job_definition_arn,
+            # Names (the launcher uses the latest revision): short enough for Lambda's environment.
+            "job_definitions": {
+                team: f"{self.compute.job_definition_name}-{team}" for team in self.config.team_names
+            },
             "teams": list(self.config.teams),
             "identities": dict(self.config.identities),
             "scheduler": dict(self.config.scheduler),

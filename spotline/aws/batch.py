@@ -76,9 +76,12 @@ _FARGATE_ONLY = frozenset({"networkConfiguration", "fargatePlatformConfiguration
 class AwsBatchLauncher:
     """`BatchLauncher` on AWS Batch.
 
-    Batch cannot override a container image per job, so a job whose image differs from the
-    base job definition's runs under a derived definition `<base>-<hash of image>`, registered
-    once and reused.
+    Each team's jobs run under that team's job definition (`team_definitions`), which carries
+    the team's job role: Batch cannot override a role at SubmitJob.
+
+    Batch cannot override a container image per job either, so a job whose image differs from
+    its team's definition runs under a derived definition `<base>-<hash of image>` (the role and
+    environment copied), registered once and reused.
 
     A gang job (nodes > 1) runs as a multi-node parallel job. Without a configured
     `multinode_job_definition`, it runs under one derived from the base definition,
@@ -88,17 +91,37 @@ class AwsBatchLauncher:
     """
 
     def __init__(
-        self, client: BatchClient, job_definition: str, multinode_job_definition: str | None = None
+        self,
+        client: BatchClient,
+        job_definition: str | None,
+        multinode_job_definition: str | None = None,
+        *,
+        team_definitions: Mapping[str, str] | None = None,
     ) -> None:
         self.client = client
         self.job_definition = job_definition
         self.multinode_job_definition = multinode_job_definition
+        self.team_definitions = dict(team_definitions or {})
         self._definitions: dict[tuple[str, str, bool], str] = {}
         self._lock = threading.Lock()
 
+    def base_definition(self, team: str, *, gang: bool) -> str:
+        """The definition a team's job derives from: the team's own (it carries the team's job
+        role; a gang derives its multi-node definition from it), or, where no team has one, the
+        single `job_definition`. A team without a definition cannot launch: its jobs never run
+        under another team's role."""
+        if self.team_definitions:
+            definition = self.team_definitions.get(team)
+            if definition is None:
+                raise LaunchFailed(f"team {team!r} has no job definition (config job_definitions)")
+            return definition
+        if self.job_definition is None:
+            raise LaunchFailed("no job definition configured")
+        return (self.multinode_job_definition or self.job_definition) if gang else self.job_definition
+
     def submit(self, request: BatchJobRequest) -> str:
         gang = request.nodes > 1
-        base = (self.multinode_job_definition or self.job_definition) if gang else self.job_definition
+        base = self.base_definition(request.team, gang=gang)
         container: dict[str, Any] = {
             "command": list(request.command),
             "environment": [{"name": k, "value": v} for k, v in sorted(request.environment.items())],

@@ -23,6 +23,8 @@ ENV_SCHEDULER_QUEUE_URL = "SPOTLINE_SCHEDULER_QUEUE_URL"
 ENV_PREEMPT_STATE_MACHINE_ARN = "SPOTLINE_PREEMPT_STATE_MACHINE_ARN"
 ENV_LAUNCH_STATE_MACHINE_ARN = "SPOTLINE_LAUNCH_STATE_MACHINE_ARN"
 ENV_CHECKPOINT_BUCKET = "SPOTLINE_CHECKPOINT_BUCKET"
+# The log group of the training containers (the API reads a run's logs from it).
+ENV_TRAINING_LOG_GROUP = "SPOTLINE_TRAINING_LOG_GROUP"
 # JSON: {"pools": [...], "teams": [...], "identities": {...}, "scheduler": {...}} (spotline.aws.settings)
 ENV_CONFIG = "SPOTLINE_CONFIG"
 
@@ -36,7 +38,19 @@ AGENT_ENV_CHECKPOINT_URI = (
 )
 AGENT_ENV_INSTANCE_ID = "SPOTLINE_INSTANCE_ID"  # locally; on AWS the agent reads instance metadata
 AGENT_ENV_CHECKPOINT_INTERVAL_S = "SPOTLINE_CHECKPOINT_INTERVAL_S"
-AGENT_ENV_POLL_S = "SPOTLINE_AGENT_POLL_S"  # how often the agent reads its job record (default 5)
+AGENT_ENV_POLL_S = "SPOTLINE_AGENT_POLL_S"  # how often the agent reads its signal item (default 5)
+# The team whose job the container runs (the team's job definition and the launcher set it): the
+# agent's event source and the key of its signal item carry it, and its role allows only those.
+AGENT_ENV_TEAM = "SPOTLINE_TEAM"
+# The team's KMS key for its checkpoints (cdk.json `checkpoint_kms_per_team`): the agent names it
+# on every upload.
+AGENT_ENV_CHECKPOINT_KMS_KEY = "SPOTLINE_CHECKPOINT_KMS_KEY"
+
+# --- teams (tenant isolation, docs/security.md) ---------------------------------------------
+
+# A team name is part of IAM resource patterns (S3 prefix, DynamoDB leading key, event source),
+# so it may not contain a character that could make one team's pattern cover another's.
+TEAM_NAME_PATTERN = r"^[a-z0-9][a-z0-9-]{0,31}$"
 
 # --- DynamoDB --------------------------------------------------------------------------
 
@@ -67,7 +81,10 @@ class Table:
 #   deadline_pk = "D"             while PENDING with one   deadline_sk = "<deadline:017.3f>#<job_id>"
 #   active_pk   = "A"             while holding GPUs (ADMITTED, RUNNING, CHECKPOINTING)
 #   team, team_sk = "<submitted_at:017.3f>#<job_id>"      always
-# The agent polls `checkpoint_requested_at` (number) on its own item to learn of a requested checkpoint.
+# Besides the jobs, the table holds one *signal item* per job, key `signal#<team>#<job_id>`
+# (SIGNAL_FIELDS only, no index attribute): the control plane writes it in the same transaction as
+# the job's item whenever one of those fields changes, and the agent reads only that item (its
+# team's role may read no other key: dynamodb:LeadingKeys).
 JOBS = Table(
     logical_id="Jobs",
     env=ENV_JOBS_TABLE,
@@ -108,7 +125,10 @@ TABLES: tuple[Table, ...] = (JOBS, TIMELINE, LEDGER, INSTANCES, IDEMPOTENCY)
 # --- events ------------------------------------------------------------------------------
 
 SOURCE_API = "spotline.api"
+# Agent events carry their team: source `spotline.agent.<team>` (the team's job role may put
+# events with that source only); the rules match the prefix.
 SOURCE_AGENT = "spotline.agent"
+SOURCE_AGENT_PREFIX = SOURCE_AGENT + "."
 SOURCE_SCHEDULER = "spotline.scheduler"
 
 DETAIL_JOB_SUBMITTED = "Job Submitted"
@@ -160,13 +180,13 @@ RULES: tuple[Rule, ...] = (
     Rule(
         "CheckpointCompleted",
         PROJECT_BUS,
-        {"source": [SOURCE_AGENT], "detail-type": [DETAIL_CHECKPOINT_COMPLETED]},
+        {"source": [{"prefix": SOURCE_AGENT_PREFIX}], "detail-type": [DETAIL_CHECKPOINT_COMPLETED]},
         "checkpoint_completed",
     ),
     Rule(
         "JobHeartbeat",
         PROJECT_BUS,
-        {"source": [SOURCE_AGENT], "detail-type": [DETAIL_JOB_HEARTBEAT]},
+        {"source": [{"prefix": SOURCE_AGENT_PREFIX}], "detail-type": [DETAIL_JOB_HEARTBEAT]},
         "heartbeat",
     ),
     Rule(
@@ -274,8 +294,13 @@ FUNCTIONS: tuple[Function, ...] = (
 # project bus (spotline.control and spotline.aws; the stack grants exactly these). Keys are
 # function names; "<resource>" hints say what the action is scoped to.
 FUNCTION_ACTIONS: dict[str, dict[str, str]] = {
-    # Cancelling a running job stops its Batch job.
-    "api": {"batch:TerminateJob": "Spotline's Batch jobs"},
+    # Cancelling a running job stops its Batch job. `GET /jobs/{id}/logs` finds the run's log
+    # stream (DescribeJobs) and reads it from the training log group only.
+    "api": {
+        "batch:TerminateJob": "Spotline's Batch jobs",
+        "batch:DescribeJobs": "*",
+        "logs:GetLogEvents": "the training log group",
+    },
     # Admissions start the launch workflow; preemptions the preempt workflow; a victim that was
     # admitted but not started is stopped directly.
     "scheduler": {
@@ -304,11 +329,38 @@ FUNCTION_ACTIONS: dict[str, dict[str, str]] = {
     },
 }
 
-# Job item attributes read outside the control plane (the agent polls its own item):
-#   state, version, checkpoint_requested_at (number, epoch s, control plane clock: a checkpoint
-#   is wanted when it is later than the agent's last one), checkpoint_deadline_at (number),
-#   last_checkpoint_uri / last_checkpoint_step / last_checkpoint_at (where to resume from),
-#   spec (JSON string of the JobSpec), instance_ids (string set), batch_job_id.
+# Job item attributes read outside the control plane: none. The agent reads its job's signal
+# item (below): checkpoint_requested_at (number, epoch s, control plane clock: a checkpoint is
+# wanted when it is later than the agent's last one) and batch_job_id (the current run).
+SIGNAL_KEY_PREFIX = "signal#"
+SIGNAL_FIELDS: tuple[str, ...] = ("checkpoint_requested_at", "batch_job_id")
+
+
+def agent_source(team: str) -> str:
+    """The event source of a team's agents: `spotline.agent.<team>`."""
+    return SOURCE_AGENT_PREFIX + team
+
+
+def team_of_agent_source(source: str) -> str | None:
+    """The team an agent event's source names, or None for any other source."""
+    if not source.startswith(SOURCE_AGENT_PREFIX):
+        return None
+    return source[len(SOURCE_AGENT_PREFIX) :] or None
+
+
+def signal_key(team: str, job_id: str) -> str:
+    """The jobs-table key of a job's signal item: `signal#<team>#<job_id>`."""
+    return f"{SIGNAL_KEY_PREFIX}{team}#{job_id}"
+
+
+def signal_key_pattern(team: str) -> str:
+    """The dynamodb:LeadingKeys pattern a team's job role is limited to."""
+    return f"{SIGNAL_KEY_PREFIX}{team}#*"
+
+
+def checkpoint_prefix(team: str) -> str:
+    """The key prefix of a team's checkpoints in the checkpoint bucket."""
+    return f"checkpoints/{team}/"
 
 
 @dataclass(frozen=True)

@@ -41,9 +41,14 @@ class SpotlineConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     pools: tuple[PoolSettings, ...] = Field(min_length=1)
-    job_definition: str = Field(min_length=1)
-    # Job definition for gang jobs (nodes > 1): a Batch multi-node parallel definition. None: the
-    # launcher derives one from `job_definition` (`AwsBatchLauncher`).
+    # Team -> the Batch job definition (name or ARN) its jobs run under: each carries its team's
+    # job role (docs/security.md). A team missing here cannot launch; `job_definition` is used
+    # only where no team has one (a single-role deployment, tests).
+    job_definitions: dict[str, str] = Field(default_factory=dict)
+    job_definition: str | None = Field(default=None, min_length=1)
+    # Job definition for gang jobs (nodes > 1) of the single-role setup: a Batch multi-node
+    # parallel definition. None, and always with `job_definitions`: the launcher derives one from
+    # the job's definition (`AwsBatchLauncher`).
     multinode_job_definition: str | None = None
     teams: tuple[TeamSettings, ...] = ()
     # IAM principal ARN (user or role), or a local access key -> team.
@@ -75,12 +80,17 @@ class SpotlineConfig(BaseModel):
         names = [p.name for p in self.pools]
         if len(set(names)) != len(names):
             raise ValueError("pools: pool names must be unique")
+        if not self.job_definitions and not self.job_definition:
+            raise ValueError("job_definitions: give each team's job definition (or one job_definition)")
         teams = {t.team for t in self.teams}
         if len(teams) != len(self.teams):
             raise ValueError("teams: team names must be unique")
         unknown = sorted({team for team in self.identities.values() if teams and team not in teams})
         if unknown:
             raise ValueError(f"identities: teams {unknown} have no entry in teams")
+        undeclared = sorted(team for team in self.job_definitions if teams and team not in teams)
+        if undeclared:
+            raise ValueError(f"job_definitions: teams {undeclared} have no entry in teams")
         return self
 
     @property
@@ -115,6 +125,8 @@ class Settings(BaseModel):
     # (rule CapacityFreed) to trigger the next pass.
     scheduler_queue_url: str | None = None
     checkpoint_bucket: str | None = None
+    # The training containers' CloudWatch log group (None: logs are read elsewhere, e.g. locally).
+    training_log_group: str | None = None
     config: SpotlineConfig
 
     @classmethod
@@ -143,6 +155,7 @@ class Settings(BaseModel):
             launch_state_machine_arn=environ.get(resources.ENV_LAUNCH_STATE_MACHINE_ARN) or None,
             scheduler_queue_url=environ.get(resources.ENV_SCHEDULER_QUEUE_URL) or None,
             checkpoint_bucket=environ.get(resources.ENV_CHECKPOINT_BUCKET) or None,
+            training_log_group=environ.get(resources.ENV_TRAINING_LOG_GROUP) or None,
             config=config,
         )
 
@@ -158,7 +171,7 @@ class Settings(BaseModel):
         """Where the agent writes a job's checkpoints (None: the agent's own default)."""
         if self.checkpoint_bucket is None:
             return None
-        return f"s3://{self.checkpoint_bucket}/checkpoints/{team}/{job_id}/"
+        return f"s3://{self.checkpoint_bucket}/{resources.checkpoint_prefix(team)}{job_id}/"
 
 
 @lru_cache(maxsize=1)

@@ -95,7 +95,10 @@ def build_control_plane(
         tokens=tokens or StepFunctionsTaskTokens(clients.stepfunctions),
         launcher=launcher
         or AwsBatchLauncher(
-            clients.batch, settings.config.job_definition, settings.config.multinode_job_definition
+            clients.batch,
+            settings.config.job_definition,
+            settings.config.multinode_job_definition,
+            team_definitions=settings.config.job_definitions,
         ),
         instance_resolver=instance_resolver or EcsInstanceResolver(clients.ecs),
         trigger=trigger or SqsPassTrigger(clients.sqs, settings.scheduler_queue_url),

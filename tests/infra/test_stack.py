@@ -297,7 +297,10 @@ def test_spotline_config_is_what_the_functions_parse(synthesized: Synthesized) -
         assert pool.purchase.value == pools[pool.name]["purchase"]
         queue_id = synthesized.logical_id(stack.compute.job_queues[pool.name])
         assert pool.job_queue == f"<{queue_id}.JobQueueArn>"
-    assert config.job_definition == f"<{synthesized.logical_id(stack.compute.job_definition)}>"
+    assert config.job_definition is None
+    assert config.job_definitions == {
+        t["team"]: f"{stack.compute.job_definition_name}-{t['team']}" for t in CONTEXT["teams"]
+    }
     assert [t.team for t in config.teams] == [t["team"] for t in CONTEXT["teams"]]
     assert config.identities == CONTEXT["identities"]
 
@@ -408,9 +411,9 @@ def test_workflow_and_batch_actions_are_scoped(synthesized: Synthesized) -> None
             elif action == "batch:TagResource":
                 assert statement["Condition"] == {"StringEquals": {"batch:CreateAction": "SubmitJob"}}
             elif action == "iam:PassRole":
-                assert statement["Resource"] == [
+                assert sorted(statement["Resource"]) == sorted(
                     f"<{synthesized.logical_id(role)}.Arn>" for role in stack.compute.job_definition_roles
-                ]
+                )
             elif action == "sqs:SendMessage":
                 # (merged with Lambda's own grant on its async dead-letter queue, if any)
                 assert scheduler_queue in statement["Resource"]
@@ -523,43 +526,51 @@ def test_instances_drain_on_a_spot_warning(synthesized: Synthesized) -> None:
 
 def test_job_definition_requests_a_gpu_and_gives_the_agent_its_environment(synthesized: Synthesized) -> None:
     stack = synthesized.stack
-    props = synthesized.json["Resources"][synthesized.logical_id(stack.compute.job_definition)]["Properties"]
-    container = props["ContainerProperties"]
-    requirements = {req["Type"]: req["Value"] for req in container["ResourceRequirements"]}
-    assert int(requirements["GPU"]) >= 1
-    env = {e["Name"]: e["Value"] for e in container["Environment"]}
-    assert env[r.AGENT_ENV_JOBS_TABLE] == {"Ref": synthesized.logical_id(stack.tables[r.JOBS.logical_id])}
-    assert env[r.AGENT_ENV_EVENT_BUS] == {"Ref": synthesized.logical_id(stack.messaging.bus)}
-    assert r.AGENT_ENV_POLL_S in env
-    assert container["JobRoleArn"] == getatt_arn(synthesized, stack.compute.job_role)
-    assert props["PlatformCapabilities"] == ["EC2"]
-    # Spotline, not Batch, decides when a reclaimed job runs again.
-    assert props["RetryStrategy"] == {"Attempts": 1}
+    assert set(stack.compute.job_definitions) == {t["team"] for t in CONTEXT["teams"]}
+    for team, definition in stack.compute.job_definitions.items():
+        props = synthesized.json["Resources"][synthesized.logical_id(definition)]["Properties"]
+        container = props["ContainerProperties"]
+        requirements = {req["Type"]: req["Value"] for req in container["ResourceRequirements"]}
+        assert int(requirements["GPU"]) >= 1
+        env = {e["Name"]: e["Value"] for e in container["Environment"]}
+        assert env[r.AGENT_ENV_JOBS_TABLE] == {"Ref": synthesized.logical_id(stack.tables[r.JOBS.logical_id])}
+        assert env[r.AGENT_ENV_EVENT_BUS] == {"Ref": synthesized.logical_id(stack.messaging.bus)}
+        assert env[r.AGENT_ENV_TEAM] == team
+        assert r.AGENT_ENV_POLL_S in env
+        assert container["JobRoleArn"] == getatt_arn(synthesized, stack.compute.team_roles[team])
+        assert props["PlatformCapabilities"] == ["EC2"]
+        # Spotline, not Batch, decides when a reclaimed job runs again.
+        assert props["RetryStrategy"] == {"Attempts": 1}
 
 
-def test_job_role_writes_checkpoints_emits_agent_events_and_reads_its_job(synthesized: Synthesized) -> None:
+def test_job_role_writes_checkpoints_emits_agent_events_and_reads_its_signals(
+    synthesized: Synthesized,
+) -> None:
     stack = synthesized.stack
-    statements = statements_of_role(synthesized, synthesized.logical_id(stack.compute.job_role))
-    bucket = f"<{synthesized.logical_id(stack.storage.checkpoints)}.Arn>"
-    by_action = {a: s for s in statements for a in s["Action"]}
-    assert set(by_action) == {
-        "s3:GetObject",
-        "s3:PutObject",
-        "s3:AbortMultipartUpload",
-        "s3:DeleteObject",
-        "s3:ListBucket",
-        "events:PutEvents",
-        "dynamodb:GetItem",
-    }
-    assert by_action["s3:PutObject"]["Resource"] == [f"{bucket}/checkpoints/*"]
-    assert by_action["s3:DeleteObject"]["Resource"] == [f"{bucket}/checkpoints/*"]
-    assert by_action["s3:ListBucket"]["Condition"] == {"StringLike": {"s3:prefix": ["checkpoints/*"]}}
-    put = by_action["events:PutEvents"]
-    assert put["Resource"] == [f"<{synthesized.logical_id(stack.messaging.bus)}.Arn>"]
-    assert put["Condition"]["StringEquals"]["events:source"] == [r.SOURCE_AGENT]
-    assert by_action["dynamodb:GetItem"]["Resource"] == [
-        f"<{synthesized.logical_id(stack.tables[r.JOBS.logical_id])}.Arn>"
-    ]
+    for team, role in stack.compute.team_roles.items():
+        statements = statements_of_role(synthesized, synthesized.logical_id(role))
+        bucket = f"<{synthesized.logical_id(stack.storage.checkpoints)}.Arn>"
+        by_action = {a: s for s in statements for a in s["Action"]}
+        assert set(by_action) == {
+            "s3:GetObject",
+            "s3:PutObject",
+            "s3:AbortMultipartUpload",
+            "s3:DeleteObject",
+            "s3:ListBucket",
+            "events:PutEvents",
+            "dynamodb:GetItem",
+        }
+        assert by_action["s3:PutObject"]["Resource"] == [f"{bucket}/checkpoints/{team}/*"]
+        assert by_action["s3:DeleteObject"]["Resource"] == [f"{bucket}/checkpoints/{team}/*"]
+        assert by_action["s3:ListBucket"]["Condition"] == {
+            "StringLike": {"s3:prefix": [f"checkpoints/{team}/*"]}
+        }
+        put = by_action["events:PutEvents"]
+        assert put["Resource"] == [f"<{synthesized.logical_id(stack.messaging.bus)}.Arn>"]
+        assert put["Condition"]["StringEquals"]["events:source"] == [f"spotline.agent.{team}"]
+        get = by_action["dynamodb:GetItem"]
+        assert get["Resource"] == [f"<{synthesized.logical_id(stack.tables[r.JOBS.logical_id])}.Arn>"]
+        assert get["Condition"] == {"ForAllValues:StringLike": {"dynamodb:LeadingKeys": [f"signal#{team}#*"]}}
 
 
 # --- storage, network, logs ------------------------------------------------------------------
