@@ -10,18 +10,29 @@ from __future__ import annotations
 from typing import Any
 
 from aws_lambda_powertools.logging import correlation_paths
+from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.parser import parse
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from spotline.aws.event_models import HeartbeatEvent
-from spotline.aws.lambda_runtime import control_plane, logger, tracer
+from spotline.aws.lambda_runtime import control_plane, logger, metrics, tracer
+from spotline.aws.resources import team_of_agent_source
 from spotline.control.events import record_heartbeat
 
 
 @logger.inject_lambda_context(correlation_id_path=correlation_paths.EVENT_BRIDGE, clear_state=True)
 @tracer.capture_lambda_handler
+@metrics.log_metrics
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
-    detail = parse(event=event, model=HeartbeatEvent).detail
+    parsed = parse(event=event, model=HeartbeatEvent)
+    detail = parsed.detail
+    logger.append_keys(job_id=detail.job_id)
+    # The source names the sending team (its job role may put no other): only that team's jobs.
+    team = team_of_agent_source(parsed.source)
+    if team is None:
+        logger.warning("heartbeat dropped: source names no team", extra={"source": parsed.source})
+        metrics.add_metric(name="AgentEventsDropped", unit=MetricUnit.Count, value=1)
+        return {"job_id": detail.job_id, "recorded": False}
     record = record_heartbeat(
         control_plane(),
         detail.job_id,
@@ -29,5 +40,9 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         instance_id=detail.instance_id,
         progress=detail.progress,
         utilization=detail.utilization,
+        team=team,
     )
+    metrics.add_metric(name="HeartbeatsRecorded", unit=MetricUnit.Count, value=0 if record is None else 1)
+    if record is None:
+        metrics.add_metric(name="AgentEventsDropped", unit=MetricUnit.Count, value=1)
     return {"job_id": detail.job_id, "recorded": record is not None}

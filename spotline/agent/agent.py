@@ -188,13 +188,13 @@ class Agent:
         if settings.checkpoint_uri:
             on_s3 = aws is not None and settings.checkpoint_uri.startswith("s3://")
             s3 = cast("S3Client", aws.client("s3")) if aws and on_s3 else None
-            store = open_store(settings.checkpoint_uri, s3_client=s3)
+            store = open_store(settings.checkpoint_uri, s3_client=s3, kms_key=settings.checkpoint_kms_key)
         publisher: EventPublisher = LogPublisher()
         if settings.event_bus and aws:
-            publisher = EventBridgePublisher(aws.events, settings.event_bus)
+            publisher = EventBridgePublisher(aws.events, settings.event_bus, team=settings.team)
         job_poller = None
         if settings.jobs_table and aws:
-            job_poller = JobRecordPoller(aws.dynamodb, settings.jobs_table, settings.job_id)
+            job_poller = JobRecordPoller(aws.dynamodb, settings.jobs_table, settings.job_id, settings.team)
         return cls(
             settings,
             store=store,

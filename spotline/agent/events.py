@@ -6,7 +6,12 @@ import json
 import logging
 from typing import TYPE_CHECKING, Any, Protocol
 
-from spotline.aws.resources import DETAIL_CHECKPOINT_COMPLETED, DETAIL_JOB_HEARTBEAT, SOURCE_AGENT
+from spotline.aws.resources import (
+    DETAIL_CHECKPOINT_COMPLETED,
+    DETAIL_JOB_HEARTBEAT,
+    SOURCE_AGENT,
+    agent_source,
+)
 
 if TYPE_CHECKING:
     from mypy_boto3_events import EventBridgeClient
@@ -24,16 +29,21 @@ class EventPublisher(Protocol):
 
 
 class EventBridgePublisher:
-    """PutEvents to the project bus with source `spotline.agent`."""
+    """PutEvents to the project bus with source `spotline.agent.<team>` (the only source the
+    team's job role may put; without a team, a standalone run, `spotline.agent`, which no rule
+    routes)."""
 
-    def __init__(self, client: EventBridgeClient, bus_name: str, *, attempts: int = 3) -> None:
+    def __init__(
+        self, client: EventBridgeClient, bus_name: str, *, attempts: int = 3, team: str | None = None
+    ) -> None:
         self.client = client
         self.bus_name = bus_name
         self.attempts = attempts
+        self.source = agent_source(team) if team else SOURCE_AGENT
 
     def publish(self, detail_type: str, detail: dict[str, Any]) -> bool:
         entry: PutEventsRequestEntryTypeDef = {
-            "Source": SOURCE_AGENT,
+            "Source": self.source,
             "DetailType": detail_type,
             "Detail": json.dumps(detail),
             "EventBusName": self.bus_name,

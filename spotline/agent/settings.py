@@ -12,12 +12,14 @@ from dataclasses import dataclass
 
 from spotline.aws.resources import (
     AGENT_ENV_CHECKPOINT_INTERVAL_S,
+    AGENT_ENV_CHECKPOINT_KMS_KEY,
     AGENT_ENV_CHECKPOINT_URI,
     AGENT_ENV_EVENT_BUS,
     AGENT_ENV_INSTANCE_ID,
     AGENT_ENV_JOB_ID,
     AGENT_ENV_JOBS_TABLE,
     AGENT_ENV_POLL_S,
+    AGENT_ENV_TEAM,
 )
 
 # Agent-only knobs (not part of the job definition contract yet).
@@ -61,7 +63,11 @@ class AgentSettings:
     """
 
     job_id: str = DEFAULT_JOB_ID
+    # The job's team (SPOTLINE_TEAM): the agent's event source and its signal item carry it.
+    team: str | None = None
     checkpoint_uri: str | None = None
+    # The team's KMS key for checkpoints (SPOTLINE_CHECKPOINT_KMS_KEY), named on every upload.
+    checkpoint_kms_key: str | None = None
     jobs_table: str | None = None
     event_bus: str | None = None
     instance_id: str | None = None
@@ -96,6 +102,8 @@ class AgentSettings:
         env = os.environ if env is None else env
         return cls(
             job_id=_text(env, AGENT_ENV_JOB_ID) or DEFAULT_JOB_ID,
+            team=_text(env, AGENT_ENV_TEAM),
+            checkpoint_kms_key=_text(env, AGENT_ENV_CHECKPOINT_KMS_KEY),
             checkpoint_uri=_text(env, AGENT_ENV_CHECKPOINT_URI),
             jobs_table=_text(env, AGENT_ENV_JOBS_TABLE),
             event_bus=_text(env, AGENT_ENV_EVENT_BUS),

@@ -1,8 +1,10 @@
-"""How a checkpoint request reaches the agent: its job's record and, on AWS, instance metadata.
+"""How a checkpoint request reaches the agent: its job's signal item and, on AWS, instance metadata.
 
 On AWS nothing can signal a Batch container except stopping it, so the control plane writes
-`checkpoint_requested_at` on the job's item and the agent polls it (architecture.md, "The agent's
-side of a preemption"); a Spot reclaim shows up in instance metadata two minutes ahead.
+`checkpoint_requested_at` on the job's signal item (`signal#<team>#<job_id>` in the jobs table,
+written with the job's item) and the agent polls it (architecture.md, "The agent's side of a
+preemption"); a Spot reclaim shows up in instance metadata two minutes ahead. The team's job
+role may read that item and no other (docs/security.md).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from spotline.aws.resources import JOBS
+from spotline.aws.resources import JOBS, signal_key
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
@@ -40,21 +42,22 @@ class JobSignals:
 
 
 class JobRecordPoller:
-    """Reads `checkpoint_requested_at` (epoch seconds) and the recorded run from the job's own item.
+    """Reads `checkpoint_requested_at` (epoch seconds) and the recorded run from the job's signal
+    item, `signal#<team>#<job_id>` (without a team, a standalone run: the job's own item).
 
-    One consistent GetItem that projects those two attributes: about 1 read unit per poll,
-    whatever the size of the job's item.
+    One consistent GetItem that projects those two attributes: about 1 read unit per poll.
     """
 
-    def __init__(self, client: DynamoDBClient, table: str, job_id: str) -> None:
+    def __init__(self, client: DynamoDBClient, table: str, job_id: str, team: str | None = None) -> None:
         self.client = client
         self.table = table
         self.job_id = job_id
+        self.key = signal_key(team, job_id) if team else job_id
 
     def read(self) -> JobSignals:
         response = self.client.get_item(
             TableName=self.table,
-            Key={JOBS.partition_key: {"S": self.job_id}},
+            Key={JOBS.partition_key: {"S": self.key}},
             ProjectionExpression="#requested, #run",
             ExpressionAttributeNames={"#requested": REQUEST_ATTRIBUTE, "#run": RUN_ATTRIBUTE},
             ConsistentRead=True,

@@ -286,16 +286,20 @@ class S3CheckpointStore(CheckpointStore):
     """Checkpoints in S3 (s3://bucket/prefix/). The client honours AWS_ENDPOINT_URL, so a local
     moto server works the same way as S3."""
 
-    def __init__(self, bucket: str, prefix: str, client: S3Client) -> None:
+    def __init__(self, bucket: str, prefix: str, client: S3Client, *, kms_key: str | None = None) -> None:
         self.bucket = bucket
         self.prefix = prefix.strip("/") + "/" if prefix.strip("/") else ""
         self.client = client
+        # The team's KMS key (checkpoint_kms_per_team): every upload is encrypted with it.
+        self.extra_args = {"ServerSideEncryption": "aws:kms", "SSEKMSKeyId": kms_key} if kms_key else None
         super().__init__(f"s3://{bucket}/{self.prefix}")
 
     def _put(self, key: str, data: bytes) -> None:
         # upload_fileobj switches to a multipart upload for large checkpoints; either way the
         # object appears whole or not at all.
-        self.client.upload_fileobj(io.BytesIO(data), self.bucket, self.prefix + key)
+        self.client.upload_fileobj(
+            io.BytesIO(data), self.bucket, self.prefix + key, ExtraArgs=self.extra_args
+        )
 
     def _get(self, key: str) -> bytes | None:
         try:
@@ -317,7 +321,7 @@ class S3CheckpointStore(CheckpointStore):
         return keys
 
 
-def open_store(uri: str, *, s3_client: S3Client | None = None) -> CheckpointStore:
+def open_store(uri: str, *, s3_client: S3Client | None = None, kms_key: str | None = None) -> CheckpointStore:
     """The store for `s3://bucket/prefix/`, `file:///dir/` or a plain directory path."""
     parsed = urlparse(uri)
     if parsed.scheme == "s3":
@@ -327,7 +331,7 @@ def open_store(uri: str, *, s3_client: S3Client | None = None) -> CheckpointStor
             from spotline.aws.clients import default_clients
 
             s3_client = cast("S3Client", default_clients().client("s3"))
-        return S3CheckpointStore(parsed.netloc, unquote(parsed.path), s3_client)
+        return S3CheckpointStore(parsed.netloc, unquote(parsed.path), s3_client, kms_key=kms_key)
     if parsed.scheme == "file":
         # file:///abs/dir -> /abs/dir; file://./rel -> ./rel (netloc holds the '.')
         return LocalCheckpointStore(unquote(parsed.netloc + parsed.path))

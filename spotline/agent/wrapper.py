@@ -199,7 +199,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         from spotline.agent.agent import resolve_region
         from spotline.aws.clients import AwsClients
 
-        publisher = EventBridgePublisher(AwsClients(region=resolve_region(imds)).events, settings.event_bus)
+        publisher = EventBridgePublisher(
+            AwsClients(region=resolve_region(imds)).events, settings.event_bus, team=settings.team
+        )
     try:
         return CommandWrapper(settings, publisher=publisher, instance_id=instance_id).run(command)
     except FileNotFoundError as exc:

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict
 
+from spotline.aws import resources
 from spotline.aws.dynamo import DynamoTable, Expression, Item, TransactItem, serialize_item
 from spotline.aws.errors import InvalidTransition, JobNotFound
 from spotline.aws.ledger import LedgerRepository
@@ -362,8 +363,37 @@ class JobRepository:
             *extra,
         ]
         roles = [("job", old.id), *(("timeline", old.id) for _ in entries), *extra_roles]
+        changed = {
+            name: after.get(name) for name in resources.SIGNAL_FIELDS if before.get(name) != after.get(name)
+        }
+        if changed:
+            items.append(self._signal_update(new.team, new.id, changed))
+            roles.append(("signal", new.id))
         self.table.transact(items, roles)
         self._notify(new, entries)
+
+    def _signal_update(self, team: str, job_id: str, values: Mapping[str, Any]) -> TransactItem:
+        """The Update of a job's signal item (resources.SIGNAL_FIELDS under `signal#<team>#<job>`,
+        the only item of the table a team's job role may read): `values` set, None removed. It
+        rides in the transaction of the job's own write, so the two never disagree."""
+        expr = Expression()
+        sets = [f"{expr.name(k)} = {expr.value(v)}" for k, v in values.items() if v is not None]
+        removes = [expr.name(k) for k, v in values.items() if v is None]
+        sets.append(f"{expr.name('job')} = {expr.value(job_id)}")
+        update_expression = "SET " + ", ".join(sets) + (" REMOVE " + ", ".join(removes) if removes else "")
+        return {
+            "Update": expr.attach(
+                {
+                    "TableName": self.table.name,
+                    "Key": serialize_item({"job_id": resources.signal_key(team, job_id)}),
+                    "UpdateExpression": update_expression,
+                }
+            )
+        }
+
+    def read_signals(self, team: str, job_id: str) -> Item | None:
+        """A job's signal item (what its agent reads), or None."""
+        return self.table.get({"job_id": resources.signal_key(team, job_id)}, consistent=True)
 
     def _notify(self, record: JobRecord, entries: Sequence[TimelineEntry]) -> None:
         for listener in self.listeners:
@@ -379,11 +409,14 @@ class JobRepository:
         version: int | None = None,
         conditions: Sequence[tuple[str, str, Any]] = (),
         add_to_set: Mapping[str, Iterable[str]] | None = None,
+        team: str | None = None,
     ) -> JobRecord:
         """A write that is not a transition (progress, checkpoint, wait reason, task token):
         conditional on the job being in one of `states` (and at `version`, if given), plus
         `conditions` given as (attribute, operator, value); an operator ending in "?" also
         accepts a missing attribute, e.g. ("step", "<=?", 12). No version bump, no timeline.
+        A change of a signal field (resources.SIGNAL_FIELDS) also updates the job's signal item,
+        in the same transaction (`team`: the job's, read when not given).
         """
         expr = Expression()
         parts = []
@@ -414,7 +447,24 @@ class JobRepository:
                 "ConditionExpression": " AND ".join(condition),
             }
         )
-        return item_to_record(self.table.update(request, job_id=job_id))
+        signals = {
+            **{n: v for n, v in (set_fields or {}).items() if n in resources.SIGNAL_FIELDS},
+            **{n: None for n in remove_fields if n in resources.SIGNAL_FIELDS},
+        }
+        if not signals:
+            return item_to_record(self.table.update(request, job_id=job_id))
+        # The signal item changes with the job's item, in one transaction. (A job's team never
+        # changes, so reading it first is safe.)
+        if team is None:
+            team = self.get(job_id).team
+        self.table.transact(
+            [
+                {"Update": {"TableName": self.table.name, **request}},
+                self._signal_update(team, job_id, signals),
+            ],
+            [("job", job_id), ("signal", job_id)],
+        )
+        return self.get(job_id)
 
     # --- reads ---------------------------------------------------------------------------
 
@@ -509,8 +559,19 @@ class JobRepository:
         return found, encode_token(start)
 
     def bulk_load(self, records: Sequence[JobRecord]) -> None:
-        """Write many records without transitions (benchmarks and tests)."""
-        self.table.batch_put([record_to_item(r) for r in records])
+        """Write many records without transitions (benchmarks and tests), with their signal
+        items."""
+        items = [record_to_item(r) for r in records]
+        signals = [
+            {
+                "job_id": resources.signal_key(r.team, r.id),
+                "job": r.id,
+                **{n: item[n] for n in resources.SIGNAL_FIELDS if n in item},
+            }
+            for r, item in zip(records, items, strict=True)
+            if any(n in item for n in resources.SIGNAL_FIELDS)
+        ]
+        self.table.batch_put(items + signals)
 
 
 class DynamoPendingQueue:

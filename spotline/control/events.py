@@ -104,9 +104,12 @@ def record_checkpoint(
     progress: float | None = None,
     captured_at: float | None = None,
     requested_at: float | None = None,
+    team: str | None = None,
 ) -> JobRecord | None:
     """A durable checkpoint: remember where to resume from, and release the preempt workflow
-    waiting for it. Ignored (None) when the job no longer runs or a later step is recorded.
+    waiting for it. Ignored (None, with a log line) when the job no longer runs, a later step is
+    recorded, or `team` (the team named by the event's source) does not own the job: the write
+    is conditional on all three, so a forged checkpoint changes nothing and answers nothing.
 
     `captured_at` is when the agent captured the state (its clock; never later than now): work
     after it is lost if the job stops. `requested_at` is the request the agent says it
@@ -127,10 +130,10 @@ def record_checkpoint(
             job_id,
             states=ACTIVE_STATES,
             set_fields=fields,
-            conditions=[("last_checkpoint_step", "<=?", step)],
+            conditions=[("last_checkpoint_step", "<=?", step), *_owned_by(team)],
         )
     except StaleJobError:
-        logger.info("checkpoint ignored: job not running, or a later step recorded", extra={"job_id": job_id})
+        _log_dropped(cp, "checkpoint", job_id, team, "last_checkpoint_step", step)
         return None
     wanted = record.checkpoint_requested_at
     answers = wanted is None or at >= wanted or (requested_at is not None and requested_at >= wanted - 1e-3)
@@ -147,9 +150,12 @@ def record_heartbeat(
     instance_id: str | None = None,
     progress: float | None = None,
     utilization: float | None = None,
+    team: str | None = None,
 ) -> JobRecord | None:
     """Progress, utilization and the instance the job runs on (the agent reads it from instance
-    metadata, which is where a Spot warning's instance id comes from)."""
+    metadata, which is where a Spot warning's instance id comes from). Ignored (None, with a log
+    line) unless the job is active, the step does not go back, and `team` (the team named by the
+    event's source) owns the job."""
     now = cp.clock()
     fields: dict[str, object] = {"last_heartbeat_at": now, "step": step}
     if progress is not None:
@@ -161,17 +167,37 @@ def record_heartbeat(
             job_id,
             states=ACTIVE_STATES,
             set_fields=fields,
-            conditions=[("step", "<=?", step)],
+            conditions=[("step", "<=?", step), *_owned_by(team)],
             add_to_set={"instance_ids": [instance_id]} if instance_id else None,
         )
     except StaleJobError:
-        logger.info(
-            "heartbeat ignored: job not running or a later step is recorded", extra={"job_id": job_id}
-        )
+        _log_dropped(cp, "heartbeat", job_id, team, "step", step)
         return None
     if instance_id:
         cp.instances.add_job([instance_id], job_id, now)
     return record
+
+
+def _owned_by(team: str | None) -> list[tuple[str, str, object]]:
+    """The condition that the job belongs to `team` (None: a caller inside the control plane)."""
+    return [] if team is None else [("team", "=", team)]
+
+
+def _log_dropped(cp: ControlPlane, kind: str, job_id: str, team: str | None, field: str, step: int) -> None:
+    """Why an agent event changed nothing (read only after its conditional write failed)."""
+    record = cp.jobs.find(job_id)
+    if record is None:
+        why = "no such job"
+    elif team is not None and record.team != team:
+        why = f"the source's team {team!r} does not own the job"
+    elif record.state not in ACTIVE_STATES:
+        why = f"job is {record.state.value}"
+    else:
+        why = f"a later {field} is recorded than {step}"
+    level = (
+        logging.WARNING if record is not None and team is not None and record.team != team else logging.INFO
+    )
+    logger.log(level, "%s dropped: %s", kind, why, extra={"job_id": job_id, "source_team": team, "why": why})
 
 
 # --- AWS Batch ------------------------------------------------------------------------------

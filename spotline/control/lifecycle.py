@@ -230,6 +230,8 @@ def launch_request(cp: ControlPlane, record: JobRecord) -> BatchJobRequest:
     pool = cp.config.pools_by_name[job.pool]
     environment = {
         resources.AGENT_ENV_JOB_ID: job.id,
+        # The team's job definition sets it too; the agent's event source and signal item carry it.
+        resources.AGENT_ENV_TEAM: job.team,
         resources.AGENT_ENV_JOBS_TABLE: cp.settings.jobs_table,
         resources.AGENT_ENV_EVENT_BUS: cp.settings.event_bus,
         resources.AGENT_ENV_CHECKPOINT_INTERVAL_S: f"{job.spec.checkpoint_interval_s:g}",

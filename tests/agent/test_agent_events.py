@@ -24,7 +24,7 @@ from spotline.aws.resources import (
     DETAIL_CHECKPOINT_COMPLETED,
     DETAIL_JOB_HEARTBEAT,
     RULES,
-    SOURCE_AGENT,
+    SOURCE_AGENT_PREFIX,
 )
 
 from .fakes import FakeClock
@@ -44,7 +44,7 @@ def bus_to_queue() -> Iterator[tuple[Any, str]]:
             "QueueArn"
         ]
         for rule in RULES:
-            if rule.pattern["source"] == [SOURCE_AGENT]:
+            if rule.pattern["source"] == [{"prefix": SOURCE_AGENT_PREFIX}]:
                 events.put_rule(Name=rule.name, EventBusName=BUS, EventPattern=json.dumps(rule.pattern))
                 events.put_targets(Rule=rule.name, EventBusName=BUS, Targets=[{"Id": "q", "Arn": queue_arn}])
         yield events, queue_url
@@ -63,7 +63,7 @@ def test_checkpoint_completed_and_heartbeat_reach_the_bus(
     agent = Agent(
         AgentSettings(job_id="job-e", instance_id="local-1", heartbeat_s=30, checkpoint_interval_s=0),
         store=LocalCheckpointStore(tmp_path),
-        publisher=EventBridgePublisher(events, BUS),
+        publisher=EventBridgePublisher(events, BUS, team="vision"),
         clock=clock,
     )
 
@@ -73,7 +73,8 @@ def test_checkpoint_completed_and_heartbeat_reach_the_bus(
 
     received = {e["detail-type"]: e for e in drain(queue_url)}
     assert set(received) == {DETAIL_CHECKPOINT_COMPLETED, DETAIL_JOB_HEARTBEAT}
-    assert all(e["source"] == SOURCE_AGENT for e in received.values())
+    # The team's source (its job role may put no other), which the rules match by prefix.
+    assert all(e["source"] == "spotline.agent.vision" for e in received.values())
     done = received[DETAIL_CHECKPOINT_COMPLETED]["detail"]
     assert record is not None
     assert {k: done[k] for k in ("job_id", "checkpoint_uri", "step", "progress")} == {
@@ -90,6 +91,17 @@ def test_checkpoint_completed_and_heartbeat_reach_the_bus(
         "progress": 0.25,
         "utilization": 0.8,
     }
+
+
+def test_an_agent_without_a_team_is_routed_nowhere(bus_to_queue: tuple[Any, str]) -> None:
+    """A standalone agent (no SPOTLINE_TEAM) puts `spotline.agent`: no rule routes it, so no
+    handler ever credits it to a job."""
+    events, queue_url = bus_to_queue
+    assert EventBridgePublisher(events, BUS).publish(DETAIL_JOB_HEARTBEAT, {"job_id": "x", "step": 1})
+    assert EventBridgePublisher(events, BUS, team="nlp").publish(
+        DETAIL_JOB_HEARTBEAT, {"job_id": "y", "step": 1}
+    )
+    assert [e["detail"]["job_id"] for e in drain(queue_url)] == ["y"]
 
 
 def test_a_missing_bus_is_logged_not_raised(bus_to_queue: tuple[Any, str]) -> None:

@@ -18,7 +18,13 @@ import pytest
 from moto.server import ThreadedMotoServer
 
 from spotline.agent import EXIT_STOPPED, S3CheckpointStore
-from spotline.aws.resources import DETAIL_CHECKPOINT_COMPLETED, DETAIL_JOB_HEARTBEAT, RULES, SOURCE_AGENT
+from spotline.aws.resources import (
+    DETAIL_CHECKPOINT_COMPLETED,
+    DETAIL_JOB_HEARTBEAT,
+    RULES,
+    SOURCE_AGENT_PREFIX,
+    signal_key,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -69,7 +75,7 @@ def test_checkpoint_request_via_the_jobs_table_reaches_a_running_job(endpoint: s
         "QueueArn"
     ]
     for rule in RULES:
-        if rule.pattern["source"] == [SOURCE_AGENT]:
+        if rule.pattern["source"] == [{"prefix": SOURCE_AGENT_PREFIX}]:
             events.put_rule(Name=rule.name, EventBusName=BUS, EventPattern=json.dumps(rule.pattern))
             events.put_targets(Rule=rule.name, EventBusName=BUS, Targets=[{"Id": "q", "Arn": queue_arn}])
     received: list[dict[str, Any]] = []
@@ -91,6 +97,7 @@ def test_checkpoint_request_via_the_jobs_table_reaches_a_running_job(endpoint: s
         AWS_ACCESS_KEY_ID="testing",
         AWS_SECRET_ACCESS_KEY="testing",
         SPOTLINE_JOB_ID=JOB,
+        SPOTLINE_TEAM="team-a",
         SPOTLINE_INSTANCE_ID="local-i-1",
         SPOTLINE_JOBS_TABLE=TABLE,
         SPOTLINE_EVENT_BUS=BUS,
@@ -111,11 +118,14 @@ def test_checkpoint_request_via_the_jobs_table_reaches_a_running_job(endpoint: s
         beat = wait_for(lambda: [b for b in agent_events(DETAIL_JOB_HEARTBEAT) if b["step"] > 0], 15)[0]
         assert beat["instance_id"] == "local-i-1" and 0 < beat["progress"] < 1
 
-        # When the control plane asks for a checkpoint on the job's item
+        assert all(e["source"] == "spotline.agent.team-a" for e in received)
+
+        # When the control plane asks for a checkpoint on the job's signal item (the one item
+        # of the table the team's role may read)
         requested_at = time.time()
         dynamodb.update_item(
             TableName=TABLE,
-            Key={"job_id": {"S": JOB}},
+            Key={"job_id": {"S": signal_key("team-a", JOB)}},
             UpdateExpression="SET checkpoint_requested_at = :t",
             ExpressionAttributeValues={":t": {"N": repr(requested_at)}},
         )

@@ -65,13 +65,25 @@ CASES: dict[str, tuple[list[dict[str, Any]], list[dict[str, Any]]]] = {
             with_source(scheduler_event("PENDING"), "spotline.api"),
         ],
     ),
+    # Every team's source (spotline.agent.<team>); not the bare agent source, not another's.
     "CheckpointCompleted": (
-        [load_event("checkpoint_completed")],
-        [load_event("job_heartbeat"), with_source(load_event("checkpoint_completed"), "spotline.api")],
+        [
+            load_event("checkpoint_completed"),
+            with_source(load_event("checkpoint_completed"), "spotline.agent.nlp"),
+        ],
+        [
+            load_event("job_heartbeat"),
+            with_source(load_event("checkpoint_completed"), "spotline.api"),
+            with_source(load_event("checkpoint_completed"), "spotline.agent"),
+        ],
     ),
     "JobHeartbeat": (
-        [load_event("job_heartbeat")],
-        [load_event("checkpoint_completed"), with_source(load_event("job_heartbeat"), "spotline.scheduler")],
+        [load_event("job_heartbeat"), with_source(load_event("job_heartbeat"), "spotline.agent.nlp")],
+        [
+            load_event("checkpoint_completed"),
+            with_source(load_event("job_heartbeat"), "spotline.scheduler"),
+            with_source(load_event("job_heartbeat"), "spotline.agent"),
+        ],
     ),
     "SpotInterruptionWarning": (
         [load_event("spot_interruption_warning")],
@@ -136,7 +148,7 @@ def test_rule_routes_exactly_the_events_of_its_pattern(deployment: Deployment, r
     assert sorted(json.dumps(b["detail"], sort_keys=True) for b in bodies) == sorted(
         json.dumps(e["detail"], sort_keys=True) for e in matching
     )
-    assert all(b["source"] == matching[0]["source"] for b in bodies)
+    assert sorted(b["source"] for b in bodies) == sorted(e["source"] for e in matching)
 
 
 def test_what_spotline_publishes_reaches_the_scheduler_queue(deployment: Deployment) -> None:
