@@ -27,6 +27,7 @@ from spotline.aws.errors import (
 from spotline.aws.lambda_runtime import control_plane, logger, tracer
 from spotline.aws.settings import SettingsError
 from spotline.control import jobs as service
+from spotline.control import logs as logs_service
 from spotline.control.errors import Conflict, InvalidRequest, Unauthorized
 from spotline.control.jobs import JobChanges, JobView
 from spotline.domain import JobSpec, JobState
@@ -117,6 +118,43 @@ def job_events(
 ) -> Timeline:
     entries, token = service.job_events(control_plane(), _team(), job_id, limit=limit, next_token=next_token)
     return Timeline(job_id=job_id, events=[e.to_json() for e in entries], next_token=token)
+
+
+class LogLineView(BaseModel):
+    message: str
+    timestamp: float | None = None
+
+
+class JobLogsView(BaseModel):
+    job_id: str
+    # The run read (its Batch job id; None: the job has not run yet) and every run of the job.
+    run: str | None
+    runs: list[str]
+    lines: list[LogLineView]
+    # Pass it back to continue forward (also after `tail`, to follow the log).
+    next_token: str | None = None
+
+
+@app.get("/jobs/<job_id>/logs", summary="The job's training log: a run's lines, a page at a time")
+def job_logs(
+    job_id: Annotated[str, Path(max_length=64)],
+    run: Annotated[
+        str | None, Query(max_length=128, description="A run (Batch job id); default: the current or last")
+    ] = None,
+    next_token: Annotated[str | None, Query(max_length=4096)] = None,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    tail: Annotated[bool, Query(description="The last `limit` lines instead of the first")] = False,
+) -> JobLogsView:
+    found = logs_service.job_logs(
+        control_plane(), _team(), job_id, run=run, next_token=next_token, limit=limit, tail=tail
+    )
+    return JobLogsView(
+        job_id=found.job_id,
+        run=found.run,
+        runs=found.runs,
+        lines=[LogLineView(message=line.message, timestamp=line.timestamp) for line in found.page.lines],
+        next_token=found.page.next_token,
+    )
 
 
 @app.get("/openapi.json", summary="This API's OpenAPI document", include_in_schema=False)

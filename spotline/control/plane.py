@@ -29,6 +29,7 @@ from spotline.aws.workflows import (
     TaskTokens,
     WorkflowStarter,
 )
+from spotline.control.logs import CloudWatchRunLogs, RunLogs
 
 Clock = Callable[[], float]
 
@@ -54,6 +55,8 @@ class ControlPlane:
     clock: Clock = time.time
     rng: random.Random = field(default_factory=random.Random)
     new_job_id: Callable[[], str] = new_job_id
+    # Reads a run's training log (`GET /jobs/{id}/logs`); None where the deployment has none.
+    run_logs: RunLogs | None = None
 
     @property
     def config(self) -> SpotlineConfig:
@@ -73,6 +76,7 @@ def build_control_plane(
     clock: Clock | None = None,
     rng: random.Random | None = None,
     new_id: Callable[[], str] | None = None,
+    run_logs: RunLogs | None = None,
 ) -> ControlPlane:
     """The control plane over `clients`; any adapter may be replaced (the local runtime passes
     its own `launcher`)."""
@@ -105,4 +109,10 @@ def build_control_plane(
         clock=clock or time.time,
         rng=rng or random.Random(settings.config.seed),
         new_job_id=new_id or new_job_id,
+        run_logs=run_logs
+        or (
+            CloudWatchRunLogs(clients.batch, clients.lazy("logs"), settings.training_log_group)
+            if settings.training_log_group
+            else None
+        ),
     )

@@ -58,6 +58,8 @@ class LocalBatchJob:
     started_at: int | None = None
     stopped_at: int | None = None
     exit_code: int | None = None
+    # The run's process log (stdout and stderr), once it started.
+    log_path: Path | None = None
 
 
 @dataclass(frozen=True)
@@ -131,6 +133,12 @@ class LocalFleet:
         self._emit(job)
         threading.Thread(target=self._lifecycle, args=(job,), name=f"batch-{job_name}", daemon=True).start()
         return job.job_id
+
+    def log_path(self, job_id: str) -> Path | None:
+        """The process log of a run (what CloudWatch holds on AWS), None before it started."""
+        with self._lock:
+            job = self.jobs.get(job_id)
+        return None if job is None else job.log_path
 
     def terminate_job(self, job_id: str, reason: str) -> None:
         """TerminateJob: SIGTERM (the agent checkpoints on it), then SIGKILL after the grace."""
@@ -261,7 +269,8 @@ class LocalFleet:
             "SPOTLINE_INSTANCE_ID": job.instances[0],
             "AWS_BATCH_JOB_ID": job.job_id,
         }
-        logfile = (self._log_dir / f"{job.name}-{job.job_id[:8]}.log").open("wb")
+        job.log_path = self._log_dir / f"{job.name}-{job.job_id[:8]}.log"
+        logfile = job.log_path.open("wb")
         try:
             job.process = subprocess.Popen(
                 job.command, env=env, stdout=logfile, stderr=subprocess.STDOUT, start_new_session=True

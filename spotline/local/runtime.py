@@ -25,6 +25,7 @@ from spotline.aws import resources as r
 from spotline.aws.batch import BatchJobRequest
 from spotline.aws.clients import AwsClients, reset_default_clients
 from spotline.aws.settings import Settings, get_settings
+from spotline.control.logs import FileRunLogs
 from spotline.control.plane import build_control_plane
 from spotline.local.emulator import LocalAws
 from spotline.local.fleet import LocalFleet, PoolSpec
@@ -113,18 +114,40 @@ class LocalConfig:
         }
 
 
-class FleetLauncher:
-    """`BatchLauncher` on the local fleet."""
+@dataclass(frozen=True)
+class TeamCredentials:
+    """The AWS access key a team's jobs run with on the emulated AWS (as a team's job role's
+    credentials on AWS): each team its own, none the control plane's. moto does not evaluate
+    IAM, so the boundary itself is held by the policy documents (tests/infra/test_tenant_isolation.py);
+    locally the keys make every request attributable to its team."""
 
-    def __init__(self, fleet: LocalFleet) -> None:
+    access_key_id: str
+    secret_access_key: str
+
+    @classmethod
+    def new(cls, team: str) -> TeamCredentials:
+        return cls("SLJ" + secrets.token_hex(8).upper(), secrets.token_urlsafe(30))
+
+    def environment(self) -> dict[str, str]:
+        return {"AWS_ACCESS_KEY_ID": self.access_key_id, "AWS_SECRET_ACCESS_KEY": self.secret_access_key}
+
+
+class FleetLauncher:
+    """`BatchLauncher` on the local fleet: each job runs with its team's credentials."""
+
+    def __init__(self, fleet: LocalFleet, credentials: dict[str, TeamCredentials] | None = None) -> None:
         self.fleet = fleet
+        self.credentials = credentials if credentials is not None else {}
 
     def submit(self, request: BatchJobRequest) -> str:
+        credentials = self.credentials.get(request.team)
+        if credentials is None:
+            credentials = self.credentials.setdefault(request.team, TeamCredentials.new(request.team))
         return self.fleet.submit_job(
             job_name=request.job_name,
             job_queue=request.job_queue,
             command=request.command,
-            environment=request.environment,
+            environment={**request.environment, **credentials.environment()},
             gpus=request.gpus_per_node * request.nodes,
             nodes=request.nodes,
         )
@@ -148,6 +171,8 @@ class LocalControlPlane:
     api: LocalApiServer | None = None
     router: Router | None = None
     teams: dict[str, LocalIdentity] = field(default_factory=dict)
+    # Each team's jobs run with these (the fleet's processes), never with the control plane's.
+    job_credentials: dict[str, TeamCredentials] = field(default_factory=dict)
     _stop: threading.Event = field(default_factory=threading.Event)
     _threads: list[threading.Thread] = field(default_factory=list)
     _dispatcher: emulation.LambdaTaskDispatcher | None = None
@@ -171,6 +196,7 @@ class LocalControlPlane:
             self.teams[team] = LocalIdentity(
                 team=team, access_key=key, user_arn=f"arn:aws:iam::{emulation.ACCOUNT_ID}:user/{team}"
             )
+            self.job_credentials[team] = TeamCredentials.new(team)
         identities = {identity.user_arn: team for team, identity in self.teams.items()}
         env = emulation.environment(
             made.tables,
@@ -210,7 +236,11 @@ class LocalControlPlane:
         )
         clients = AwsClients(region=cfg.region, endpoint_url=self.aws.endpoint_url)
         plane = build_control_plane(
-            settings, clients, launcher=FleetLauncher(self.fleet), instance_resolver=LocalInstanceResolver()
+            settings,
+            clients,
+            launcher=FleetLauncher(self.fleet, self.job_credentials),
+            instance_resolver=LocalInstanceResolver(),
+            run_logs=FileRunLogs(self.fleet.log_path),
         )
         from spotline.aws.lambda_runtime import use_control_plane
 

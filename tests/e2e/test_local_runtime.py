@@ -85,7 +85,7 @@ def test_requests_without_a_known_key_are_refused(plane: tuple[LocalControlPlane
 
 def test_a_team_sees_only_its_own_jobs(plane: tuple[LocalControlPlane, dict[str, Any]]) -> None:
     _, info = plane
-    api = httpx.Client(base_url=info["api_url"])
+    api = httpx.Client(base_url=info["api_url"], timeout=30)
     vision, nlp = info["teams"]["vision"]["headers"], info["teams"]["nlp"]["headers"]
     created = api.post("/jobs", json=train_body("private", 5, priority="low"), headers=vision)
     assert created.status_code == 201
@@ -94,6 +94,12 @@ def test_a_team_sees_only_its_own_jobs(plane: tuple[LocalControlPlane, dict[str,
     assert api.get(f"/jobs/{job_id}", headers=nlp).status_code == 404
     assert job_id not in [j["id"] for j in api.get("/jobs", headers=nlp).json()["jobs"]]
     wait_for(api, job_id, vision, {"SUCCEEDED"})
+    # Its training log (the run's process output) is the team's to read, and only the team's
+    logs = api.get(f"/jobs/{job_id}/logs", params={"tail": "true", "limit": "5"}, headers=vision)
+    assert logs.status_code == 200, logs.text
+    lines = [line["message"] for line in logs.json()["lines"]]
+    assert lines and json.loads(lines[-1])["job_id"] == job_id  # the training script's last report
+    assert api.get(f"/jobs/{job_id}/logs", headers=nlp).status_code == 404
 
 
 def test_bad_job_spec_is_refused_naming_the_field(plane: tuple[LocalControlPlane, dict[str, Any]]) -> None:

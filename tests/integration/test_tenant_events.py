@@ -184,3 +184,39 @@ def test_signal_items_are_in_no_index(deployment: Deployment) -> None:
     assert not index_keys - {"job_id"} & set(signals)
     listed, _ = deployment.plane.jobs.list_team("vision")
     assert [record.id for record in listed] == [running.id]
+
+
+def test_the_local_fleet_runs_each_teams_jobs_with_that_teams_credentials() -> None:
+    """Locally, as on AWS, a team's job gets its team's credentials and nobody else's: distinct
+    access keys per team, never the control plane's."""
+    from spotline.aws.batch import BatchJobRequest
+    from spotline.local.runtime import FleetLauncher, TeamCredentials
+
+    class Fleet:
+        def __init__(self) -> None:
+            self.environments: list[dict[str, str]] = []
+
+        def submit_job(self, *, environment: Mapping[str, str], **_: Any) -> str:
+            self.environments.append(dict(environment))
+            return f"b-{len(self.environments)}"
+
+    fleet = Fleet()
+    credentials = {team: TeamCredentials.new(team) for team in ("vision", "nlp")}
+    launcher = FleetLauncher(fleet, credentials)  # type: ignore[arg-type]
+    for team in ("vision", "nlp", "vision"):
+        launcher.submit(
+            BatchJobRequest(
+                job_id=f"job-{team}",
+                team=team,
+                job_queue="q",
+                image="i",
+                command=("true",),
+                gpus_per_node=1,
+                nodes=1,
+                environment={r.AGENT_ENV_TEAM: team, "AWS_ACCESS_KEY_ID": "control-plane"},
+            )
+        )
+    keys = [env["AWS_ACCESS_KEY_ID"] for env in fleet.environments]
+    assert keys == [credentials["vision"].access_key_id, credentials["nlp"].access_key_id, keys[0]]
+    assert keys[0] != keys[1] and "control-plane" not in keys
+    assert all(env["AWS_SECRET_ACCESS_KEY"] for env in fleet.environments)
