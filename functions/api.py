@@ -26,6 +26,7 @@ from spotline.aws.errors import (
 )
 from spotline.aws.lambda_runtime import control_plane, logger, tracer
 from spotline.aws.settings import SettingsError
+from spotline.control import insight
 from spotline.control import jobs as service
 from spotline.control import logs as logs_service
 from spotline.control.errors import Conflict, InvalidRequest, Unauthorized
@@ -155,6 +156,14 @@ def job_logs(
         lines=[LogLineView(message=line.message, timestamp=line.timestamp) for line in found.page.lines],
         next_token=found.page.next_token,
     )
+
+
+# --- explanations and usage (issue 13) -----------------------------------------------------
+
+
+@app.get("/jobs/<job_id>/explain", summary="Why the job waits, where it runs, or who preempted it")
+def explain_job(job_id: Annotated[str, Path(max_length=64)]) -> dict[str, Any]:
+    return insight.explain_job(control_plane(), _team(), job_id)
 
 
 @app.get("/openapi.json", summary="This API's OpenAPI document", include_in_schema=False)

@@ -24,6 +24,7 @@ def main() -> None:
 
 
 COMMAND_MODULES = [
+    "spotline.cli.client",
     "spotline.cli.demo",
     "spotline.cli.local",
     "spotline.cli.simulate",

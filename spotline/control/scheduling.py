@@ -29,6 +29,7 @@ from spotline.domain import (
     Wait,
     plan_with_stats,
 )
+from spotline.domain.preemption import estimated_remaining_s, lost_work_gpu_s
 from spotline.domain.priority import wait_s
 from spotline.domain.usage import decayed_usage_gpu_s
 
@@ -189,6 +190,7 @@ def preempt(
         if victim is None:
             continue
         reason = f"preempted for {preemptor.id} ({preemptor.job.priority.value}): {decision.reason}"
+        reason += _victim_criterion(cp, victim, now)
         try:
             if victim.state is JobState.RUNNING:
                 start_disruption(
@@ -220,6 +222,17 @@ def wait_meaning(reason: str) -> str:
     """What a wait reason says, without its figures: the blocking pool or team and the cause stay,
     the free-GPU counts that move with every start and finish do not."""
     return _NUMBER.sub("#", reason)
+
+
+def _victim_criterion(cp: ControlPlane, victim: JobRecord, now: float) -> str:
+    """The numbers the victim strategies order by, for the victim's timeline (`explain`)."""
+    config = cp.config.scheduler
+    lost = lost_work_gpu_s(victim.job, max(victim.gpus_held, 1), now, config)
+    remaining = estimated_remaining_s(victim.job, now, config)
+    return (
+        f"; this victim: {lost:.0f} GPU-s of unsaved work and restart, ~{remaining:.0f} s left"
+        f" (strategy {config.strategy.value})"
+    )
 
 
 def note_wait(cp: ControlPlane, record: JobRecord, reason: str) -> bool:

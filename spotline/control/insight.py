@@ -1,0 +1,145 @@
+"""`GET /jobs/{id}/explain`: why a job waits (and when it may start), where and why it runs, or
+who preempted it and why it was the one.
+
+Reads what a scheduling pass reads (the jobs holding GPUs, and the head of each class of the
+queue), once per request; the reasoning is the domain's (`spotline.domain.explain` and
+`spotline.domain.forecast`), the same rules the planner applies.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+from spotline.aws.jobs import DynamoPendingQueue, JobRecord
+from spotline.aws.timeline import TimelineEntry
+from spotline.control.jobs import get_job
+from spotline.control.lifecycle import iso
+from spotline.control.plane import ControlPlane
+from spotline.control.scheduling import build_snapshot
+from spotline.domain import JobState
+from spotline.domain.explain import explain_pools, position, priority_terms, scores
+from spotline.domain.forecast import forecast_start
+from spotline.domain.planner import read_window
+from spotline.domain.preemption import estimated_remaining_s
+from spotline.domain.priority import fairshare_factors
+
+HOLDING = {JobState.ADMITTED, JobState.RUNNING, JobState.CHECKPOINTING}
+
+
+def _timeline(cp: ControlPlane, job_id: str) -> list[TimelineEntry]:
+    entries: list[TimelineEntry] = []
+    token: str | None = None
+    while True:
+        page, token = cp.timeline.list(job_id, limit=100, next_token=token)
+        entries.extend(page)
+        if not token:
+            return entries
+
+
+def explain_job(cp: ControlPlane, team: str, job_id: str) -> dict[str, Any]:
+    record = get_job(cp, team, job_id)
+    job = record.job
+    now = cp.clock()
+    config = cp.config.scheduler
+    active = cp.jobs.active()
+    snapshot = build_snapshot(cp, active, now)
+    teams = {*snapshot.usage_gpu_hours, *snapshot.quotas}
+    fairshare = fairshare_factors(teams, snapshot.quotas, snapshot.usage_gpu_hours).get(job.team, 1.0)
+    terms = priority_terms(
+        job, now, config.weights, remaining_s=estimated_remaining_s(job, now, config), fairshare=fairshare
+    )
+    out: dict[str, Any] = {
+        "job_id": job.id,
+        "state": job.state.value,
+        "at": iso(now),
+        "priority": {
+            "class": job.priority.value,
+            "effective": round(sum(terms.values()), 3),
+            "terms": {k: round(v, 3) for k, v in terms.items()},
+            "fairshare_factor": round(fairshare, 4),
+        },
+    }
+    timeline = _timeline(cp, job.id)
+    if job.state is JobState.PENDING:
+        out.update(_pending(cp, record, snapshot, now))
+        preempted = _last_preemption(timeline)
+        if preempted is not None:
+            out["preempted_by"] = preempted
+    elif job.state in HOLDING:
+        admitted = next((e for e in reversed(timeline) if e.target == JobState.ADMITTED.value), None)
+        pool = cp.config.pools_by_name.get(job.pool or "")
+        kind = "unknown pool" if pool is None else ("Spot" if pool.is_spot else "On-Demand")
+        out["summary"] = f"{job.state.value.lower()} in {job.pool} ({kind})"
+        out["placement"] = {
+            "pool": job.pool,
+            "purchase": kind,
+            "reason": admitted.reason if admitted else None,
+            "why_this_pool": _why_pool(job.spec.spot.value, job.priority.value, kind, config),
+        }
+        out["estimated_start"] = {"at": iso(job.started_at) if job.started_at else None, "reason": "started"}
+        if job.state is JobState.CHECKPOINTING:
+            preempted = _last_preemption(timeline)
+            if preempted is not None:
+                out["preempted_by"] = preempted
+    else:
+        out["summary"] = f"{job.state.value.lower()}: {record.state_reason}"
+        preempted = _last_preemption(timeline)
+        if preempted is not None:
+            out["preempted_by"] = preempted
+    return out
+
+
+def _why_pool(spot: str, priority: str, kind: str, config: Any) -> str:
+    if kind == "On-Demand":
+        if spot == "never":
+            return "the job asks for On-Demand only"
+        if priority in {p.value for p in config.on_demand_classes}:
+            return f"{priority} jobs run On-Demand"
+        return "no Spot pool had room (or Spot was refused for it: interruptions, deadline slack)"
+    return "Spot pools come first for a job that may use Spot (cheaper), then by price and interruption rate"
+
+
+def _last_preemption(timeline: list[TimelineEntry]) -> dict[str, Any] | None:
+    for entry in reversed(timeline):
+        if entry.reason.startswith("preempted for "):
+            by = entry.reason.removeprefix("preempted for ").split(" ", 1)[0]
+            return {"by": by, "at": iso(entry.at), "reason": entry.reason}
+    return None
+
+
+def _pending(cp: ControlPlane, record: JobRecord, snapshot: Any, now: float) -> dict[str, Any]:
+    config = cp.config.scheduler
+    job = record.job
+    queue = DynamoPendingQueue(cp.jobs)
+    window = read_window(queue, config.window_per_class)
+    in_window = any(j.id == job.id for j in window)
+    pending = window if in_window else [*window, job]
+    pools = explain_pools(job, snapshot, now, config)
+    forecast = forecast_start(
+        job.id,
+        snapshot,
+        pending,
+        now,
+        config,
+        random.Random(f"forecast:{job.id}"),
+        leave_s=float(cp.config.grace_period_s),
+    )
+    spot = "in_window" if in_window else "beyond the window the scheduler reads per class"
+    summary = record.wait_reason or "pending: not yet looked at by a scheduling pass"
+    return {
+        "summary": summary,
+        "position": {**position(job, pending, scores(snapshot, now, config)), "window": spot},
+        "pools": [p.to_json() for p in pools],
+        "estimated_start": {
+            "at": iso(forecast.at) if forecast.at is not None else None,
+            "at_s": forecast.at,
+            "earliest": iso(forecast.earliest) if forecast.earliest is not None else None,
+            "latest": iso(forecast.latest) if forecast.latest is not None else None,
+            "reason": forecast.reason
+            if forecast.at is None
+            else "a replay of the queue and the running jobs by their expected run times;"
+            " the band scales every remaining run time by 0.5 and 1.5; later submissions"
+            " and Spot interruptions are not foreseen",
+        },
+    }
