@@ -29,6 +29,7 @@ from spotline.aws.settings import SettingsError
 from spotline.control import insight
 from spotline.control import jobs as service
 from spotline.control import logs as logs_service
+from spotline.control import usage as usage_service
 from spotline.control.errors import Conflict, InvalidRequest, Unauthorized
 from spotline.control.jobs import JobChanges, JobView
 from spotline.domain import JobSpec, JobState
@@ -166,6 +167,14 @@ def explain_job(job_id: Annotated[str, Path(max_length=64)]) -> dict[str, Any]:
     return insight.explain_job(control_plane(), _team(), job_id)
 
 
+@app.get("/usage", summary="The team's GPU-hours, dollars, Spot share, lost work and budget for a month")
+def usage(
+    month: Annotated[str | None, Query(description="YYYY-MM (default: this month)", max_length=7)] = None,
+    team: Annotated[str | None, Query(description="The caller's team (the only one it may read)")] = None,
+) -> dict[str, Any]:
+    return usage_service.team_usage(control_plane(), _team(), team=team, month=month)
+
+
 @app.get("/openapi.json", summary="This API's OpenAPI document", include_in_schema=False)
 def openapi() -> Response[str]:
     return Response(
@@ -179,6 +188,7 @@ def openapi() -> Response[str]:
 
 _STATUS: tuple[tuple[type[Exception], int], ...] = (
     (InvalidRequest, 422),
+    (usage_service.BudgetExceeded, 402),
     (Unauthorized, 403),
     (JobNotFound, 404),
     (Conflict, 409),

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict
 
-from spotline.aws import resources
+from spotline.aws import costs, resources
 from spotline.aws.dynamo import DynamoTable, Expression, Item, TransactItem, serialize_item
 from spotline.aws.errors import InvalidTransition, JobNotFound
 from spotline.aws.ledger import LedgerRepository
@@ -307,6 +307,17 @@ class JobRepository:
             )
             extra += items
             roles += item_roles
+            lost_s = max(0.0, new.job.lost_work_s - record.job.lost_work_s)
+            extra += costs.run_items(
+                self.ledger.table.name,
+                team=record.team,
+                pool=record.job.pool,
+                gpus=record.gpus_held,
+                held_since=record.admitted_at if record.admitted_at is not None else now,
+                now=now,
+                lost_gpu_s=lost_s * record.gpus_held,
+            )
+            roles += [("other", f"cost {record.team}")] * (len(extra) - len(roles))
         if reserve is not None:
             extra += reserve[0]
             roles += reserve[1]

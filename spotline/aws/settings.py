@@ -33,6 +33,14 @@ class TeamSettings(TeamQuota):
     """A domain `TeamQuota` plus the highest priority class the team may ask for."""
 
     max_priority: Priority = Priority.CRITICAL
+    # A monthly budget in dollars (None: none), with its thresholds as fractions of it: past
+    # `budget_soft` the team's fair-share weight is scaled by `BUDGET_SOFT_WEIGHT` (and the team
+    # gets a `Budget Threshold Crossed` event); past `budget_hard` new submissions are refused
+    # (402), except critical ones when `budget_critical_exempt`. Running jobs continue.
+    budget_usd: float | None = Field(default=None, gt=0)
+    budget_soft: float = Field(default=0.8, gt=0)
+    budget_hard: float = Field(default=1.0, gt=0)
+    budget_critical_exempt: bool = False
 
 
 class SpotlineConfig(BaseModel):

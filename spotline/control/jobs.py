@@ -21,6 +21,7 @@ from spotline.aws.timeline import TimelineEntry
 from spotline.control.errors import Conflict, InvalidRequest, Unauthorized
 from spotline.control.lifecycle import iso
 from spotline.control.plane import ControlPlane
+from spotline.control.usage import check_budget
 from spotline.domain import TERMINAL_STATES, Job, JobSpec, JobState, Priority, effective_priority
 from spotline.domain.preemption import estimated_remaining_s
 from spotline.domain.priority import fairshare_factor, wait_s
@@ -221,6 +222,7 @@ def submit_job(
     job the first one created instead of a duplicate."""
     now = cp.clock()
     spec = validate_spec(cp, team, body, now)
+    check_budget(cp, team, spec.priority)
     if idempotency_key:
         digest = hashlib.sha256(f"{team}\0{idempotency_key}".encode()).hexdigest()[:16]
         job_id = f"job-{digest}"

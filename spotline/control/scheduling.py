@@ -19,6 +19,7 @@ from spotline.aws.jobs import Disruption, DynamoPendingQueue, JobRecord
 from spotline.aws.workflows import execution_name
 from spotline.control.lifecycle import requeue_unstarted, start_disruption
 from spotline.control.plane import ControlPlane
+from spotline.control.usage import budget_pass, soften
 from spotline.domain import (
     PRIORITIES_HIGH_FIRST,
     Admit,
@@ -74,7 +75,11 @@ def team_usage_gpu_hours(cp: ControlPlane, active: list[JobRecord], now: float) 
     }
 
 
-def build_snapshot(cp: ControlPlane, active: list[JobRecord], now: float) -> ClusterSnapshot:
+def build_snapshot(
+    cp: ControlPlane, active: list[JobRecord], now: float, over_budget: frozenset[str] = frozenset()
+) -> ClusterSnapshot:
+    """What the pass plans from; the teams `over_budget` (soft threshold) count with a lower
+    fair-share weight (`spotline.control.usage`)."""
     pools = cp.config.pools_by_name
     allocations = [
         Allocation(job=r.job, pool=r.job.pool, gpus=r.gpus_held, draining_for=r.draining_for)
@@ -84,7 +89,7 @@ def build_snapshot(cp: ControlPlane, active: list[JobRecord], now: float) -> Clu
     return ClusterSnapshot.build(
         pools=cp.config.pools,
         allocations=allocations,
-        quotas=cp.config.teams,
+        quotas=soften(cp.config.teams, over_budget) if over_budget else cp.config.teams,
         usage_gpu_hours=team_usage_gpu_hours(cp, active, now),
     )
 
@@ -97,7 +102,7 @@ def scheduling_pass(cp: ControlPlane) -> PassResult:
     active = cp.jobs.active()
     result.active_items_read = len(active)
     active_by_id = {r.id: r for r in active}
-    snapshot = build_snapshot(cp, active, now)
+    snapshot = build_snapshot(cp, active, now, frozenset(budget_pass(cp, active, now)))
     # What the API shows as a job's effective priority uses the usage of the latest pass.
     cp.ledger.put_fairshare_usage(snapshot.usage_gpu_hours, now)
 
