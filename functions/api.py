@@ -32,6 +32,7 @@ from spotline.control import logs as logs_service
 from spotline.control import usage as usage_service
 from spotline.control.errors import Conflict, InvalidRequest, Unauthorized
 from spotline.control.jobs import JobChanges, JobView
+from spotline.control.lifecycle import iso
 from spotline.domain import JobSpec, JobState
 
 API_TITLE = "Spotline"
@@ -119,7 +120,8 @@ def job_events(
     limit: Annotated[int, Query(ge=1, le=500)] = 100,
 ) -> Timeline:
     entries, token = service.job_events(control_plane(), _team(), job_id, limit=limit, next_token=next_token)
-    return Timeline(job_id=job_id, events=[e.to_json() for e in entries], next_token=token)
+    events = [{**e.to_json(), "at": iso(e.at)} for e in entries]  # "t": epoch seconds, "at": ISO-8601
+    return Timeline(job_id=job_id, events=events, next_token=token)
 
 
 class LogLineView(BaseModel):

@@ -22,7 +22,7 @@ import typer
 import yaml
 from rich.console import Console, Group
 from rich.live import Live
-from rich.table import Table
+from rich.table import Column, Table
 
 from spotline.cli import specfile
 from spotline.cli.http import EXIT_FAILED, EXIT_USAGE, ClientError, Endpoint, resolve, write_config
@@ -164,7 +164,16 @@ def job_table(job: dict[str, Any]) -> Table:
 
 
 def jobs_table(jobs: list[dict[str, Any]]) -> Table:
-    table = Table("ID", "NAME", "STATE", "PRIORITY", "GPUS", "POOL", "SUBMITTED", "WAIT REASON / PROGRESS")
+    table = Table(
+        Column("ID", no_wrap=True),
+        "NAME",
+        "STATE",
+        "PRIORITY",
+        "GPUS",
+        "POOL",
+        "SUBMITTED",
+        "WAIT REASON / PROGRESS",
+    )
     for job in jobs:
         note = job.get("wait_reason") or ""
         if not note and job.get("progress") is not None:

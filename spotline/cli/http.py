@@ -190,7 +190,7 @@ def _local(local_json: Path, team: str | None) -> Endpoint:
         raise ClientError(f"{local_json}: not a local.json written by `spotline local up`") from error
     if not teams:
         raise ClientError(f"{local_json}: lists no team")
-    name = team or sorted(teams)[0]
+    name = team or next(iter(teams))  # the first team local.json lists
     if name not in teams:
         raise ClientError(
             f"--team: {name!r} is not a local team (known: {', '.join(sorted(teams))})", EXIT_USAGE

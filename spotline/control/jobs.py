@@ -108,6 +108,8 @@ class JobView(BaseModel):
     runtime_s: float
     version: int
     spec: dict[str, Any]
+    # The times above as ISO-8601 UTC ("Z"): submitted, enqueued, started, finished, checkpoint.
+    times: dict[str, str | None] = {}
 
 
 def job_view(
@@ -167,7 +169,15 @@ def job_view(
         runtime_s=round(job.runtime_s, 3),
         version=job.version,
         spec=job.spec.model_dump(mode="json", exclude_none=True),
+        times=_iso_times(
+            job.submitted_at, job.enqueued_at, job.started_at, record.finished_at, job.last_checkpoint_at
+        ),
     )
+
+
+def _iso_times(*at: float | None) -> dict[str, str | None]:
+    names = ("submitted", "enqueued", "started", "finished", "last_checkpoint")
+    return {name: None if t is None else iso(t) for name, t in zip(names, at, strict=True)}
 
 
 # --- use cases ----------------------------------------------------------------------------

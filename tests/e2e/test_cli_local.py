@@ -1,0 +1,160 @@
+"""The `spotline` client driven (typer's runner) against the local control plane: submit, status,
+list, explain, priority, deadline, events, watch, logs, cancel, usage, and a bad spec."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from spotline.cli import app
+from spotline.local.runtime import LocalConfig, LocalControlPlane
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def local(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    state = tmp_path_factory.mktemp("spotline")
+    plane = LocalControlPlane(LocalConfig(state_dir=state))
+    plane.start()
+    try:
+        yield state
+    finally:
+        plane.stop()
+
+
+@pytest.fixture
+def env(local: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
+    monkeypatch.setenv("SPOTLINE_STATE_DIR", str(local))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    monkeypatch.delenv("SPOTLINE_ENDPOINT", raising=False)
+    monkeypatch.setenv("COLUMNS", "200")
+    return tmp_path
+
+
+def env_state() -> Path:
+    return Path(os.environ["SPOTLINE_STATE_DIR"])
+
+
+def cli(*args: str) -> Any:
+    return CliRunner().invoke(app, list(args))
+
+
+def ok(*args: str) -> Any:
+    result = cli(*args, "--output", "json")
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)
+
+
+def spec_file(folder: Path, name: str, steps: int) -> Path:
+    path = folder / f"{name}.yaml"
+    body = {
+        "name": name,
+        "gpus": 4,
+        "image": "spotline/train:latest",
+        "command": [
+            sys.executable,
+            "-m",
+            "spotline.examples.train",
+            "--steps",
+            str(steps),
+            "--step-time-s",
+            "0.15",
+        ],
+        "checkpoint_interval_s": 1.5,
+        "expected_runtime_s": steps * 0.15,
+    }
+    path.write_text(yaml.safe_dump(body, sort_keys=False))
+    return path
+
+
+def wait_state(job_id: str, states: set[str], timeout_s: float = 90) -> dict[str, Any]:
+    deadline = time.time() + timeout_s
+    while True:
+        job: dict[str, Any] = ok("status", job_id)
+        if job["state"] in states or time.time() > deadline:
+            return job
+        time.sleep(0.5)
+
+
+def test_a_team_works_with_the_client(env: Path) -> None:
+    # submit (with --set), status, list
+    job = ok("submit", str(spec_file(env, "cli-long", 400)), "--set", "priority=low", "--team", "vision")
+    job_id = job["id"]
+    assert job["priority"] == "low" and job["team"] == "vision"
+    assert ok("status", job_id)["id"] == job_id
+    assert job_id in [j["id"] for j in ok("list", "--all")]
+    assert job_id not in [j["id"] for j in ok("list", "--team", "nlp", "--all")]  # another team's view
+    table = cli("list")
+    assert table.exit_code == 0 and job_id in table.stdout and "ago" in table.stdout
+
+    # explain while it waits or runs
+    running = wait_state(job_id, {"RUNNING"})
+    assert running["state"] == "RUNNING"
+    explained = ok("explain", job_id)
+    assert set(explained["priority"]["terms"]) >= {"class", "age", "fairshare"}
+    assert explained["placement"]["pool"] == running["pool"]
+
+    # priority and deadline
+    assert ok("priority", job_id, "normal")["priority"] == "normal"
+    deadline = (datetime.now(UTC) + timedelta(hours=3)).isoformat(timespec="seconds")
+    assert ok("deadline", job_id, deadline)["deadline"] is not None
+
+    # cancel, then events and watch (which returns at once for a finished job)
+    assert ok("cancel", job_id)[0]["state"] == "CANCELLED"
+    moves = [(e["from"], e["to"]) for e in ok("events", job_id)["events"]]
+    assert ("PENDING", "ADMITTED") in moves and moves[-1][1] == "CANCELLED"
+    watched = cli("watch", job_id, "--interval", "0.2")
+    assert watched.exit_code == 0 and "CANCELLED" in watched.stdout
+
+    # usage: the cancelled run is costed
+    usage = ok("usage")
+    assert usage["team"] == "vision" and usage["gpu_hours"] > 0 and usage["dollars"] > 0
+
+    # a pending job is explained with a forecast
+    short = ok("submit", str(spec_file(env, "cli-short", 10)), "--idempotency-key", "k-1")
+    again = ok("submit", str(spec_file(env, "cli-short", 10)), "--idempotency-key", "k-1")
+    assert again["id"] == short["id"]
+    done = wait_state(short["id"], {"SUCCEEDED", "FAILED"})
+    assert done["state"] == "SUCCEEDED"
+
+    # logs: the finished run's output (the training example prints its report last)
+    info = json.loads((env_state() / "local.json").read_text())
+    paths = httpx.get(info["api_url"] + "/openapi.json", headers=info["teams"]["vision"]["headers"]).json()[
+        "paths"
+    ]
+    if "/jobs/{job_id}/logs" not in paths:
+        pytest.skip("this API has no GET /jobs/{id}/logs yet (issue 16 adds it)")
+    logs = cli("logs", short["id"])
+    assert logs.exit_code == 0, logs.output
+    assert "resumed_from_step" in logs.stdout
+
+
+def test_a_bad_spec_is_one_line_naming_the_field_and_its_line(env: Path) -> None:
+    path = env / "bad.yaml"
+    path.write_text("name: bad\nimage: spotline/train:latest\ngpus: 0\ncommand: [python, train.py]\n")
+    result = cli("submit", str(path))
+    assert result.exit_code == 1
+    line = result.stderr.strip()
+    assert len(line.splitlines()) == 1 and f"{path}:3" in line and "gpus" in line
+    assert "Traceback" not in result.output
+
+    path.write_text("name: [unclosed\n")
+    result = cli("submit", str(path))
+    assert result.exit_code == 2 and "not valid YAML" in result.stderr
+
+    result = cli("status", "job-does-not-exist")
+    assert result.exit_code == 1 and "refused (404)" in result.stderr
+    result = cli("priority", "job-x", "urgent")
+    assert result.exit_code == 2 and "CLASS" in result.stderr
