@@ -156,6 +156,8 @@ class Simulation:
         self.passes = 0
         self.preemptions = 0
         self.interruptions = 0
+        # Held GPU-seconds at each pool's price, per team (On-Demand GPU-seconds: On-Demand = 1).
+        self.team_cost_gpu_s: dict[str, float] = {}
         self.running_jobs = 0
         self.done_jobs = 0
         self._heap: list[tuple[float, int, int, Any, int]] = []
@@ -382,6 +384,8 @@ class Simulation:
             ps.held_by_rank[job.rank] -= job.held
         del ps.running[job.idx]
         ps.held_gpu_s += job.held * (now - job.run_start)
+        cost = self.team_cost_gpu_s
+        cost[job.team] = cost.get(job.team, 0.0) + job.held * (now - job.run_start) * ps.pool.price
         overlap = min(now, self.window_end) - max(job.run_start, self.window_start)
         if overlap > 0:
             ps.window_gpu_s += job.held * overlap

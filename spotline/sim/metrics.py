@@ -14,6 +14,8 @@
   Spot interruptions: work since the last checkpoint, checkpoint writes before leaving, restarts.
 - `cost_per_useful_gpu_hour`: held GPU-hours at each pool's price (On-Demand 1.0, Spot
   1 - savings) over useful GPU-hours.
+- `cost_by_team`: each team's held GPU-hours at those prices, in On-Demand GPU-hours (times the
+  On-Demand price per GPU-hour, e.g. about $4.10 for p4d.24xlarge in us-east-1, gives dollars).
 - `jain_fairness`: Jain's index over the teams of each team's GPU-weighted speed ratio,
   sum(gpus * run time) / sum(gpus * JCT) over its completed jobs (1.0: every team sees the same
   slowdown).
@@ -160,6 +162,7 @@ def policy_metrics(sim: Simulation, isolated: Sequence[float] | None = None) -> 
         "preemptions": sim.preemptions,
         "interruptions": sim.interruptions,
         "cost_per_useful_gpu_hour": cost / useful if useful > 0 else 0.0,
+        "cost_by_team": {t: c / 3600.0 for t, c in sorted(sim.team_cost_gpu_s.items())},
         "jain_fairness": jain_index(ratios),
         "ftf_max": ftf_max,
         "ftf_jain": ftf_jain,

@@ -19,6 +19,13 @@ def _by_class(key: str, priority: str) -> Callable[[PolicyRun], str]:
     return lambda run: _hours(run.metrics[key][priority])
 
 
+def _costliest(cost_by_team: dict[str, float]) -> str:
+    if not cost_by_team:
+        return "-"
+    team = max(cost_by_team, key=lambda t: cost_by_team[t])
+    return f"{team} {cost_by_team[team]:,.0f}"
+
+
 def _rows() -> list[tuple[str, Callable[[PolicyRun], str]]]:
     def metric(key: str, fmt: Callable[[Any], str]) -> Callable[[PolicyRun], str]:
         return lambda run: fmt(run.metrics[key])
@@ -43,6 +50,7 @@ def _rows() -> list[tuple[str, Callable[[PolicyRun], str]]]:
             "slowdown p50 / p99",
             lambda r: f"{r.metrics['slowdown_p50']:.2f} / {r.metrics['slowdown_p99']:.1f}",
         ),
+        ("costliest team (OD GPU-h)", metric("cost_by_team", _costliest)),
         ("Jain's fairness", metric("jain_fairness", lambda v: f"{v:.3f}")),
         ("finish-time fairness (worst team)", metric("ftf_max", lambda v: f"{v:.2f}")),
         ("deadline miss rate", metric("deadline_miss_rate", lambda v: f"{v:.3f}")),

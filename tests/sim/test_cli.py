@@ -21,6 +21,7 @@ EXTRA_KEYS = {
     "slowdown_p99",
     "ftf_max",
     "ftf_jain",
+    "cost_by_team",
 }
 POLICY_KEYS = {
     "jobs",
