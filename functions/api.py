@@ -26,7 +26,6 @@ from spotline.aws.errors import (
 )
 from spotline.aws.lambda_runtime import control_plane, logger, tracer
 from spotline.aws.settings import SettingsError
-from spotline.control import insight
 from spotline.control import jobs as service
 from spotline.control import logs as logs_service
 from spotline.control import usage as usage_service
@@ -166,6 +165,8 @@ def job_logs(
 
 @app.get("/jobs/<job_id>/explain", summary="Why the job waits, where it runs, or who preempted it")
 def explain_job(job_id: Annotated[str, Path(max_length=64)]) -> dict[str, Any]:
+    from spotline.control import insight  # on first use: the other routes' cold start skips it
+
     return insight.explain_job(control_plane(), _team(), job_id)
 
 
