@@ -73,6 +73,11 @@ def _report(result: PassResult, triggers: int, elapsed_ms: float) -> None:
             oldest = result.oldest_wait_s[priority]
             per_class.add_metric(name="OldestWait", unit=MetricUnit.Seconds, value=oldest)
         per_class.flush_metrics()
+    for team, dollars in result.spend_usd.items():
+        per_team = EphemeralMetrics(namespace=METRICS_NAMESPACE)
+        per_team.add_dimension(name="Team", value=team)
+        per_team.add_metric(name="TeamSpend", unit=MetricUnit.Count, value=dollars)  # dollars this month
+        per_team.flush_metrics()
     logger.info(
         "scheduling pass",
         extra={

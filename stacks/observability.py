@@ -124,3 +124,17 @@ class Dashboard(Construct):
                 width=12,
             ),
         )
+        # Each budgeted team's spend this month (the scheduler's TeamSpend metric, one per team).
+        self.dashboard.add_widgets(
+            cloudwatch.GraphWidget(
+                title="Spend this month by team ($)",
+                left=[
+                    cloudwatch.MathExpression(
+                        expression="SEARCH('{Spotline,Team} MetricName=\"TeamSpend\"', 'Maximum', 3600)",
+                        label="",
+                        period=Duration.hours(1),
+                    )
+                ],
+                width=24,
+            )
+        )

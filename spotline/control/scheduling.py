@@ -57,6 +57,8 @@ class PassResult:
     # The pass admitted jobs and some class's window was full: jobs beyond it may fit the
     # capacity left, so the next pass should follow at once rather than at the next trigger.
     more_work: bool = False
+    # This month's spend of each team with a budget (dollars).
+    spend_usd: dict[str, float] = field(default_factory=dict)
 
 
 def team_usage_gpu_hours(cp: ControlPlane, active: list[JobRecord], now: float) -> dict[str, float]:
@@ -102,7 +104,8 @@ def scheduling_pass(cp: ControlPlane) -> PassResult:
     active = cp.jobs.active()
     result.active_items_read = len(active)
     active_by_id = {r.id: r for r in active}
-    snapshot = build_snapshot(cp, active, now, frozenset(budget_pass(cp, active, now)))
+    over_budget = budget_pass(cp, active, now, result.spend_usd)
+    snapshot = build_snapshot(cp, active, now, frozenset(over_budget))
     # What the API shows as a job's effective priority uses the usage of the latest pass.
     cp.ledger.put_fairshare_usage(snapshot.usage_gpu_hours, now)
 

@@ -111,9 +111,12 @@ def check_budget(cp: ControlPlane, team: str, priority: Priority) -> None:
         )
 
 
-def budget_pass(cp: ControlPlane, active: list[JobRecord], now: float) -> set[str]:
+def budget_pass(
+    cp: ControlPlane, active: list[JobRecord], now: float, spend: dict[str, float] | None = None
+) -> set[str]:
     """The budget step of a scheduling pass: the teams past their soft threshold (their fair-share
-    weight is scaled down), after announcing each new crossing once."""
+    weight is scaled down), after announcing each new crossing once; `spend` gets each budgeted
+    team's dollars this month (the scheduler's `TeamSpend` metric)."""
     budgeted = [t for t in cp.config.teams if t.budget_usd is not None]
     if not budgeted:
         return set()
@@ -123,6 +126,8 @@ def budget_pass(cp: ControlPlane, active: list[JobRecord], now: float) -> set[st
     over: set[str] = set()
     for settings in budgeted:
         dollars = usage[settings.team].dollars(prices(cp))
+        if spend is not None:
+            spend[settings.team] = round(dollars, 2)
         state = budget_state(settings, dollars)
         level = state["level"]
         if level not in {"soft", "hard"}:
