@@ -24,8 +24,8 @@ import statistics
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
+from bench.policy_bench import philly_path
 from spotline.domain import ClusterSnapshot, Job, SchedulerConfig
 from spotline.domain.forecast import forecast_start
 from spotline.domain.planner import Admit
@@ -34,8 +34,6 @@ from spotline.sim.model import SimSettings, TeamShares, build_jobs, team_shares
 from spotline.sim.pools import GPUS_PER_NODE, build_pools, spot_advice
 from spotline.sim.spotline_policy import SpotlinePolicy
 from spotline.trace.philly import read_philly
-
-PHILLY = Path("/work/shared/traces/philly.csv")
 
 
 @dataclass
@@ -122,7 +120,10 @@ def main() -> None:
     args = parser.parse_args()
 
     start = datetime.fromisoformat(args.start).replace(tzinfo=UTC)
-    trace = read_philly(PHILLY, start, start + timedelta(days=args.days), seed=args.seed)
+    path = philly_path()
+    if path is None:
+        raise SystemExit("the Philly trace is missing (bench/data/philly.csv.gz)")
+    trace = read_philly(path, start, start + timedelta(days=args.days), seed=args.seed)
     settings = SimSettings()
     pools = build_pools(args.gpus, 0.75, spot_advice())
     shares = team_shares(trace.jobs, {p.name: p.capacity_gpus for p in pools})
