@@ -8,6 +8,8 @@ project's errors map to status codes in `_error_response`, the one place that do
 
 from __future__ import annotations
 
+import base64
+import json
 from typing import Annotated, Any
 
 from aws_lambda_powertools.event_handler import APIGatewayRestResolver, Response, content_types
@@ -20,6 +22,7 @@ from pydantic import BaseModel
 from spotline.aws.errors import (
     CapacityExhausted,
     ConditionFailed,
+    ItemTooLarge,
     JobNotFound,
     SpotlineError,
     StorageUnavailable,
@@ -38,6 +41,47 @@ API_TITLE = "Spotline"
 API_VERSION = "1.0.0"
 
 app = APIGatewayRestResolver(enable_validation=True)
+
+
+class ErrorDetail(BaseModel):
+    loc: list[str | int]
+    msg: str
+    type: str
+
+
+class ErrorBody(BaseModel):
+    """Every error response: the status, a message naming what is wrong, and for bad input the
+    fields (pydantic's shape: loc, msg, type)."""
+
+    statusCode: int  # the resolver's own error bodies (e.g. an unknown route) use this name
+    message: str
+    detail: list[ErrorDetail] | None = None
+
+
+_ERROR_DESCRIPTIONS = {
+    400: "The body is not JSON",
+    403: "The caller's identity belongs to no team (or its team has no quota here)",
+    404: "No such job in the caller's team",
+    409: "The job's state does not allow this (e.g. it already finished)",
+    413: "The job would not fit in one stored item (400 KB)",
+    422: "A field is invalid: `detail` names it",
+    500: "Internal error",
+    503: "Storage throttled or unavailable: retry later",
+}
+
+
+def _responses(ok: int, model: type[BaseModel], *errors: int, **more_ok: str) -> dict[int, Any]:
+    """The OpenAPI responses of a route: its success(es) and every error status it can return."""
+    json_model = {content_types.APPLICATION_JSON: {"model": model}}
+    found: dict[int, Any] = {ok: {"description": "Created" if ok == 201 else "OK", "content": json_model}}
+    for code, description in more_ok.items():
+        found[int(code.lstrip("_"))] = {"description": description, "content": json_model}
+    for code in (*errors, 403, 422, 500, 503):
+        found[code] = {
+            "description": _ERROR_DESCRIPTIONS[code],
+            "content": {content_types.APPLICATION_JSON: {"model": ErrorBody}},
+        }
+    return found
 
 
 class JobList(BaseModel):
@@ -61,7 +105,11 @@ def _view(record: Any) -> JobView:
     return service.job_view(plane, record, plane.clock())
 
 
-@app.post("/jobs", summary="Submit a job", responses={201: {"description": "The job, PENDING"}})
+@app.post(
+    "/jobs",
+    summary="Submit a job",
+    responses=_responses(201, JobView, 400, 413, _200="The job made by an earlier request with this key"),
+)
 def submit(
     spec: Annotated[JobSpec, Body(description="The job spec")],
     idempotency_key: Annotated[str | None, Header(alias="Idempotency-Key", max_length=128)] = None,
@@ -79,7 +127,7 @@ def submit(
     )
 
 
-@app.get("/jobs", summary="List the team's jobs")
+@app.get("/jobs", summary="List the team's jobs", responses=_responses(200, JobList))
 def list_jobs(
     state: Annotated[JobState | None, Query(description="Only jobs in this state")] = None,
     next_token: Annotated[str | None, Query(max_length=2048)] = None,
@@ -92,19 +140,23 @@ def list_jobs(
     return JobList(jobs=[service.job_view(plane, r, now, usage) for r in records], next_token=token)
 
 
-@app.get("/jobs/<job_id>", summary="One job")
+@app.get("/jobs/<job_id>", summary="One job", responses=_responses(200, JobView, 404))
 def get_job(job_id: Annotated[str, Path(max_length=64)]) -> JobView:
     plane = control_plane()
     return service.job_view(plane, service.get_job(plane, _team(), job_id), plane.clock())
 
 
-@app.delete("/jobs/<job_id>", summary="Cancel a job")
+@app.delete("/jobs/<job_id>", summary="Cancel a job", responses=_responses(200, JobView, 404, 409))
 def cancel_job(job_id: Annotated[str, Path(max_length=64)]) -> JobView:
     plane = control_plane()
     return service.job_view(plane, service.cancel_job(plane, _team(), job_id), plane.clock())
 
 
-@app.patch("/jobs/<job_id>", summary="Change a job's priority class or deadline")
+@app.patch(
+    "/jobs/<job_id>",
+    summary="Change a job's priority class or deadline",
+    responses=_responses(200, JobView, 400, 404, 409),
+)
 def update_job(
     job_id: Annotated[str, Path(max_length=64)], changes: Annotated[JobChanges, Body()]
 ) -> JobView:
@@ -112,7 +164,11 @@ def update_job(
     return service.job_view(plane, service.update_job(plane, _team(), job_id, changes), plane.clock())
 
 
-@app.get("/jobs/<job_id>/events", summary="The job's timeline: every transition with its reason")
+@app.get(
+    "/jobs/<job_id>/events",
+    summary="The job's timeline: every transition with its reason",
+    responses=_responses(200, Timeline, 404),
+)
 def job_events(
     job_id: Annotated[str, Path(max_length=64)],
     next_token: Annotated[str | None, Query(max_length=2048)] = None,
@@ -192,6 +248,7 @@ def openapi() -> Response[str]:
 _STATUS: tuple[tuple[type[Exception], int], ...] = (
     (InvalidRequest, 422),
     (usage_service.BudgetExceeded, 402),
+    (ItemTooLarge, 413),
     (Unauthorized, 403),
     (JobNotFound, 404),
     (Conflict, 409),
@@ -227,10 +284,36 @@ def _invalid_request(error: RequestValidationError) -> Response[Any]:
         for e in error.errors()
     ]
     message = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in errors)
-    return _error_response(422, message or "invalid request", errors)
+    # A body that is not JSON at all is a malformed request (400); JSON with a bad field is 422.
+    status = 400 if any(e["type"] == "json_invalid" for e in errors) else 422
+    return _error_response(status, message or "invalid request", errors)
+
+
+def _unparsable_body(event: dict[str, Any]) -> dict[str, Any] | None:
+    """A 400 for a body the resolver's JSON parsing would crash on rather than refuse: bytes that
+    are not UTF-8, an integer of more than 4300 digits, nesting deeper than the parser's stack.
+    (A body that is merely not JSON the resolver refuses itself, see `_invalid_request`.)"""
+    body = event.get("body")
+    if not body or not isinstance(body, str):
+        return None
+    try:
+        text = base64.b64decode(body, validate=True).decode() if event.get("isBase64Encoded") else body
+        json.loads(text)
+    except json.JSONDecodeError:
+        return None  # the resolver answers 400 naming the position
+    except (ValueError, RecursionError) as error:  # UnicodeDecodeError and binascii.Error included
+        message = f"body: not a JSON document this API can read ({type(error).__name__})"
+        detail = [{"loc": ["body"], "msg": message, "type": "json_invalid"}]
+        return {
+            "statusCode": 400,
+            "headers": {"Content-Type": content_types.APPLICATION_JSON},
+            "body": json.dumps({"statusCode": 400, "message": message, "detail": detail}),
+            "isBase64Encoded": False,
+        }
+    return None
 
 
 @logger.inject_lambda_context(correlation_id_path=correlation_paths.API_GATEWAY_REST, clear_state=True)
 @tracer.capture_lambda_handler
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
-    return app.resolve(event, context)
+    return _unparsable_body(event) or app.resolve(event, context)

@@ -47,6 +47,7 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         "preempted": [[job, list(victims)] for job, victims in result.preempted],
         "waiting": result.waiting,
         "skipped": len(result.skipped),
+        "quarantined": [job for job, _ in result.quarantined],
         "items_read": result.queue_items_read + result.active_items_read,
     }
 
@@ -59,6 +60,8 @@ def _report(result: PassResult, triggers: int, elapsed_ms: float) -> None:
     metrics.add_metric(name="Waiting", unit=MetricUnit.Count, value=result.waiting)
     metrics.add_metric(name="PassContinued", unit=MetricUnit.Count, value=int(result.more_work))
     metrics.add_metric(name="DecisionsSkipped", unit=MetricUnit.Count, value=len(result.skipped))
+    # Unreadable job records left out of the pass (each also logged by the repository).
+    metrics.add_metric(name="RecordsQuarantined", unit=MetricUnit.Count, value=len(result.quarantined))
     metrics.add_metric(name="QueueItemsRead", unit=MetricUnit.Count, value=result.queue_items_read)
     metrics.add_metric(name="ActiveJobs", unit=MetricUnit.Count, value=result.active_items_read)
     # Per class: how much of the queue the pass saw, and how long its oldest job has waited
@@ -85,6 +88,7 @@ def _report(result: PassResult, triggers: int, elapsed_ms: float) -> None:
             "preempted": result.preempted,
             "waiting": result.waiting,
             "skipped": result.skipped[:10],
+            "quarantined": result.quarantined[:10],
             "candidates": result.candidates,
             "running": result.running,
             "elapsed_ms": round(elapsed_ms, 1),

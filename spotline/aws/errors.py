@@ -46,6 +46,19 @@ class CapacityExhausted(ConditionFailed):
     """The ledger refused a reservation: the pool (or the team's hard quota) is full."""
 
 
+class UnreadableRecord(SpotlineError):
+    """A stored job item holds no valid record (an older version wrote it, or a hand did)."""
+
+    def __init__(self, job_id: str, why: str) -> None:
+        super().__init__(f"job {job_id}: stored record unreadable: {why}")
+        self.job_id = job_id
+        self.why = why
+
+
+class ItemTooLarge(SpotlineError):
+    """A job would not fit in one DynamoDB item (400 KB, with room kept for what its life adds)."""
+
+
 class InvalidTransition(SpotlineError):
     """The lifecycle does not allow this change of state (see domain TRANSITIONS)."""
 

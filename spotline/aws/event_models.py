@@ -16,7 +16,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 
 class _Detail(BaseModel):
-    model_config = ConfigDict(extra="ignore", populate_by_name=True)
+    # Every number finite: a JSON number too large for a float parses as inf, and NaN passes
+    # every range check, so neither may reach a stored record.
+    model_config = ConfigDict(extra="ignore", populate_by_name=True, allow_inf_nan=False)
 
 
 # --- EC2 ------------------------------------------------------------------------------------

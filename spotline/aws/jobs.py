@@ -13,15 +13,31 @@ only while the job holds GPUs.
 
 from __future__ import annotations
 
+import json
+import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from spotline.aws import costs, resources
-from spotline.aws.dynamo import DynamoTable, Expression, Item, TransactItem, serialize_item
-from spotline.aws.errors import InvalidTransition, JobNotFound
+from spotline.aws.dynamo import (
+    MAX_ITEM_BYTES,
+    DynamoTable,
+    Expression,
+    Item,
+    TransactItem,
+    item_size_bytes,
+    serialize_item,
+)
+from spotline.aws.errors import (
+    ConditionFailed,
+    InvalidTransition,
+    ItemTooLarge,
+    JobNotFound,
+    UnreadableRecord,
+)
 from spotline.aws.ledger import LedgerRepository
 from spotline.aws.timeline import NO_STATE, TimelineEntry, TimelineRepository, decode_token, encode_token
 from spotline.domain import Job, JobSpec, JobState, Priority, can_transition
@@ -29,8 +45,14 @@ from spotline.domain import Job, JobSpec, JobState, Priority, can_transition
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
 
+logger = logging.getLogger(__name__)
+
 # States in which a job holds GPUs in a pool (and is in the `active` index).
 ACTIVE_STATES = frozenset({JobState.ADMITTED, JobState.RUNNING, JobState.CHECKPOINTING})
+
+# Room a new job's item keeps for what its life adds (reasons, run and instance ids, checkpoint
+# URIs, task tokens): a submission larger than MAX_ITEM_BYTES minus this is refused before any write.
+ITEM_HEADROOM_BYTES = 32 * 1024
 
 QUEUE_PK_PREFIX = "Q#"
 DEADLINE_PK = "D"
@@ -79,6 +101,8 @@ class JobRecord(BaseModel):
     last_heartbeat_at: float | None = None
     step: int | None = None
     finished_at: float | None = None
+    # A digest of the submission that created the job (Idempotency-Key reuse is checked on it).
+    request_digest: str | None = None
 
     @property
     def id(self) -> str:
@@ -138,6 +162,7 @@ _RECORD_FIELDS = (
     "last_heartbeat_at",
     "step",
     "finished_at",
+    "request_digest",
 )
 
 
@@ -183,6 +208,15 @@ def record_to_item(record: JobRecord) -> Item:
 
 
 def item_to_record(item: Mapping[str, Any]) -> JobRecord:
+    """The record an item holds; UnreadableRecord if it does not hold a valid one (an item an
+    older version wrote, or one written by hand)."""
+    try:
+        return _item_to_record(item)
+    except (ValidationError, KeyError, ValueError, TypeError) as error:
+        raise UnreadableRecord(str(item.get("job_id", "?")), _why(error)) from error
+
+
+def _item_to_record(item: Mapping[str, Any]) -> JobRecord:
     job = Job(
         id=item["job_id"],
         team=item["team"],
@@ -198,7 +232,80 @@ def item_to_record(item: Mapping[str, Any]) -> JobRecord:
     return JobRecord(job=job, **fields)
 
 
+def _why(error: Exception) -> str:
+    if isinstance(error, ValidationError):
+        return "; ".join(
+            f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in error.errors(include_url=False)
+        )
+    return f"{type(error).__name__}: {error}"
+
+
+def item_to_record_lenient(item: Mapping[str, Any]) -> tuple[JobRecord, str | None]:
+    """The record an item holds, and None; or, for an item that does not hold a valid record,
+    the closest valid record (each unreadable field left at its default, the spec's name, GPUs
+    and priority from the item's own attributes) and why the item is unreadable.
+
+    The API reads jobs this way, so a job an older version stored badly can still be read,
+    listed and cancelled; the scheduling pass never admits one (it reads strictly and
+    quarantines the item, see `JobRepository.quarantine`).
+    """
+    try:
+        return _item_to_record(item), None
+    except (ValidationError, KeyError, ValueError, TypeError) as error:
+        why = _why(error)
+    job_id, team, state = item.get("job_id"), item.get("team"), item.get("state")
+    if not isinstance(job_id, str) or not isinstance(team, str) or state not in JobState.__members__:
+        raise UnreadableRecord(str(job_id), why)
+    try:
+        raw_spec = json.loads(item.get("spec") or "{}")
+    except (TypeError, ValueError):
+        raw_spec = {}
+    fallback = {
+        "name": str(item.get("name") or job_id),
+        "gpus": item.get("gpus") if isinstance(item.get("gpus"), int) else 1,
+        "priority": item.get("priority", Priority.NORMAL.value),
+        "image": "unreadable",
+        "command": ["unreadable"],
+    }
+    spec_data = {k: v for k, v in (raw_spec if isinstance(raw_spec, dict) else {}).items() if v is not None}
+    spec = _closest(JobSpec, spec_data, fallback)
+    job_data = {name: item[name] for name in _JOB_FIELDS if name in item}
+    job_data.update(id=job_id, team=team, spec=spec, state=state, version=item.get("version", 0))
+    job = _closest(Job, job_data, {"version": 0, "submitted_at": 0.0, "enqueued_at": 0.0})
+    fields = {name: item[name] for name in _RECORD_FIELDS if name in item}
+    for name in ("retired_batch_job_ids", "instance_ids"):
+        if isinstance(fields.get(name), (set, list, tuple)):
+            fields[name] = tuple(sorted(fields[name]))
+    fields.update(job=job, updated_at=item.get("updated_at", 0.0))
+    return _closest(JobRecord, fields, {"updated_at": 0.0}), why
+
+
+_M = TypeVar("_M", bound=BaseModel)
+
+
+def _closest(model: type[_M], data: dict[str, Any], fallback: Mapping[str, Any]) -> _M:
+    """`model` from `data`, each field that fails replaced by `fallback`'s value or dropped
+    (its default then applies)."""
+    data = dict(data)
+    for _ in range(2 * len(model.model_fields) + 2):
+        try:
+            return model.model_validate(data)
+        except ValidationError as error:
+            for e in error.errors():
+                name = str(e["loc"][0]) if e["loc"] else None
+                if name is None or (name in fallback and data.get(name) == fallback[name]):
+                    raise
+                if name in fallback:
+                    data[name] = fallback[name]
+                else:
+                    data.pop(name, None)
+    return model.model_validate(data)
+
+
 # --- the repository -----------------------------------------------------------------------
+
+# (job id, why) of each unreadable item a read quarantined.
+Quarantined = list[tuple[str, str]]
 
 # Called after each committed write that changed state, with the new record and its timeline
 # entries (the event publisher subscribes: Job State Changed on every transition).
@@ -224,16 +331,25 @@ class JobRepository:
 
     # --- writes --------------------------------------------------------------------------
 
-    def create(self, job: Job, *, now: float, reason: str) -> JobRecord:
-        """Store a new PENDING job (fails with JobAlreadyExists if the id is taken)."""
+    def create(self, job: Job, *, now: float, reason: str, request_digest: str | None = None) -> JobRecord:
+        """Store a new PENDING job (fails with JobAlreadyExists if the id is taken, ItemTooLarge
+        if it would not fit in an item). `request_digest` identifies the request that created it
+        (an idempotent retry must carry the same one)."""
         if job.state is not JobState.PENDING:
             raise InvalidTransition(f"a new job starts PENDING, not {job.state}")
-        record = JobRecord(job=job, updated_at=now, state_reason=reason)
+        record = JobRecord(job=job, updated_at=now, state_reason=reason, request_digest=request_digest)
         entry = TimelineEntry(job.id, job.version, now, NO_STATE, JobState.PENDING.value, reason)
+        item = serialize_item(record_to_item(record))
+        size = item_size_bytes(item)
+        if size > MAX_ITEM_BYTES - ITEM_HEADROOM_BYTES:
+            raise ItemTooLarge(
+                f"the job takes {size} bytes stored; at most {MAX_ITEM_BYTES - ITEM_HEADROOM_BYTES} fit"
+                " (shorten the command: its arguments make most of it)"
+            )
         put = {
             "Put": {
                 "TableName": self.table.name,
-                "Item": serialize_item(record_to_item(record)),
+                "Item": item,
                 "ConditionExpression": "attribute_not_exists(job_id)",
             }
         }
@@ -463,7 +579,7 @@ class JobRepository:
             **{n: None for n in remove_fields if n in resources.SIGNAL_FIELDS},
         }
         if not signals:
-            return item_to_record(self.table.update(request, job_id=job_id))
+            return item_to_record_lenient(self.table.update(request, job_id=job_id))[0]
         # The signal item changes with the job's item, in one transaction. (A job's team never
         # changes, so reading it first is safe.)
         if team is None:
@@ -480,8 +596,10 @@ class JobRepository:
     # --- reads ---------------------------------------------------------------------------
 
     def find(self, job_id: str) -> JobRecord | None:
+        """The job (an unreadable item read as its closest valid record: see
+        `item_to_record_lenient`; the scheduling pass never admits such a job)."""
         item = self.table.get({"job_id": job_id}, consistent=True, job_id=job_id)
-        return None if item is None else item_to_record(item)
+        return None if item is None else item_to_record_lenient(item)[0]
 
     def get(self, job_id: str) -> JobRecord:
         record = self.find(job_id)
@@ -489,16 +607,66 @@ class JobRepository:
             raise JobNotFound(job_id)
         return record
 
-    def queue_head(self, priority: Priority, limit: int) -> list[JobRecord]:
+    def queue_head(
+        self, priority: Priority, limit: int, *, skipped: Quarantined | None = None
+    ) -> list[JobRecord]:
         """The first `limit` pending jobs of a class, oldest submission first: one Query of the
-        `queue` index with Limit, so the read is bounded whatever the queue's length."""
-        return self._index_head("queue", "queue_pk", QUEUE_PK_PREFIX + priority.value, limit)
+        `queue` index with Limit, so the read is bounded whatever the queue's length.
+        Unreadable items are quarantined and left out (appended to `skipped`)."""
+        return self._index_head("queue", "queue_pk", QUEUE_PK_PREFIX + priority.value, limit, skipped)
 
-    def deadline_head(self, limit: int) -> list[JobRecord]:
+    def deadline_head(self, limit: int, *, skipped: Quarantined | None = None) -> list[JobRecord]:
         """The `limit` pending jobs with the nearest deadlines (the `deadline` index)."""
-        return self._index_head("deadline", "deadline_pk", DEADLINE_PK, limit)
+        return self._index_head("deadline", "deadline_pk", DEADLINE_PK, limit, skipped)
 
-    def _index_head(self, index: str, key: str, value: str, limit: int) -> list[JobRecord]:
+    def _readable(self, items: Iterable[Item], skipped: Quarantined | None) -> list[JobRecord]:
+        """The records of `items`; each unreadable one is quarantined and left out, so one bad
+        item never stops a read that every team's scheduling depends on."""
+        records = []
+        for item in items:
+            try:
+                records.append(item_to_record(item))
+            except UnreadableRecord as error:
+                logger.error(
+                    "unreadable job record quarantined",
+                    extra={"job_id": error.job_id, "why": error.why},
+                )
+                self.quarantine(item, error.why)
+                if skipped is not None:
+                    skipped.append((error.job_id, error.why))
+        return records
+
+    def quarantine(self, item: Mapping[str, Any], why: str) -> bool:
+        """Take an unreadable item out of the queue and deadline indexes (the pass stops reading
+        it) and note why on it. Its other attributes stay: the API still reads it (leniently),
+        and the team can cancel it. Conditional on the item being as read; False if it changed."""
+        expr = Expression()
+        reason = f"quarantined: the stored record is unreadable ({why})"[:1000]
+        removes = ", ".join(expr.name(n) for n in ("queue_pk", "queue_sk", "deadline_pk", "deadline_sk"))
+        version = item.get("version")
+        condition = f"attribute_exists({expr.name('job_id')})"
+        if isinstance(version, (int, float, str)):
+            condition += f" AND {expr.name('version')} = {expr.value(version)}"
+        else:
+            condition += f" AND attribute_not_exists({expr.name('version')})"
+        request = expr.attach(
+            {
+                "Key": serialize_item({"job_id": item.get("job_id")}),
+                "UpdateExpression": f"SET {expr.name('quarantine_reason')} = {expr.value(reason)}, "
+                f"{expr.name('wait_reason')} = {expr.value(reason)} REMOVE {removes}",
+                "ConditionExpression": condition,
+                "ReturnValues": "NONE",
+            }
+        )
+        try:
+            self.table.update(request)
+        except ConditionFailed:
+            return False
+        return True
+
+    def _index_head(
+        self, index: str, key: str, value: str, limit: int, skipped: Quarantined | None = None
+    ) -> list[JobRecord]:
         expr = Expression()
         items, _ = self.table.query(
             expr.attach(
@@ -512,11 +680,12 @@ class JobRepository:
         )
         # Index reads are eventually consistent: a job admitted a moment ago may still be listed.
         # Its admission would fail its condition anyway; dropping it here saves the attempt.
-        return [r for r in map(item_to_record, items) if r.state is JobState.PENDING]
+        return [r for r in self._readable(items, skipped) if r.state is JobState.PENDING]
 
-    def active(self) -> list[JobRecord]:
+    def active(self, *, skipped: Quarantined | None = None) -> list[JobRecord]:
         """Every job holding GPUs (the `active` index): as many as the cluster runs, never the
-        queue."""
+        queue. An unreadable item is noted (`quarantine`) and left out: its GPUs stay charged in
+        the ledger, which the admission transaction checks, so leaving it out never over-commits."""
         records: list[JobRecord] = []
         start: dict[str, Any] | None = None
         while True:
@@ -530,7 +699,7 @@ class JobRepository:
             if start is not None:
                 request["ExclusiveStartKey"] = start
             items, start = self.table.query(request)
-            records += [r for r in map(item_to_record, items) if r.state in ACTIVE_STATES]
+            records += [r for r in self._readable(items, skipped) if r.state in ACTIVE_STATES]
             if start is None:
                 return records
 
@@ -564,7 +733,7 @@ class JobRepository:
             if start is not None:
                 request["ExclusiveStartKey"] = start
             items, start = self.table.query(request)
-            found += [item_to_record(i) for i in items]
+            found += [item_to_record_lenient(i)[0] for i in items]
             if start is None or len(found) >= limit:
                 break
         return found, encode_token(start)
@@ -596,12 +765,14 @@ class DynamoPendingQueue:
         self.jobs = jobs
         self.records: dict[str, JobRecord] = {}
         self.items_read = 0
+        # Unreadable items met in the indexes (quarantined, never planned).
+        self.quarantined: Quarantined = []
 
     def head(self, priority: Priority, limit: int) -> Sequence[Job]:
-        return self._keep(self.jobs.queue_head(priority, limit))
+        return self._keep(self.jobs.queue_head(priority, limit, skipped=self.quarantined))
 
     def urgent(self, limit: int) -> Sequence[Job]:
-        return self._keep(self.jobs.deadline_head(limit))
+        return self._keep(self.jobs.deadline_head(limit, skipped=self.quarantined))
 
     def _keep(self, records: list[JobRecord]) -> list[Job]:
         self.items_read += len(records)

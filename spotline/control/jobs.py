@@ -10,19 +10,20 @@ from __future__ import annotations
 import hashlib
 import logging
 from collections.abc import Mapping, Sequence
-from datetime import datetime
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from spotline.aws.errors import JobAlreadyExists, JobNotFound, PublishFailed, StaleJobError
 from spotline.aws.jobs import ACTIVE_STATES, JobRecord
+from spotline.aws.page_tokens import InvalidPageToken
 from spotline.aws.timeline import TimelineEntry
 from spotline.control.errors import Conflict, InvalidRequest, Unauthorized
 from spotline.control.lifecycle import iso
 from spotline.control.plane import ControlPlane
 from spotline.control.usage import check_budget
 from spotline.domain import TERMINAL_STATES, Job, JobSpec, JobState, Priority, effective_priority
+from spotline.domain.models import DateTime
 from spotline.domain.preemption import estimated_remaining_s
 from spotline.domain.priority import fairshare_factor, wait_s
 
@@ -224,27 +225,54 @@ def check_policy(cp: ControlPlane, team: str, spec: JobSpec) -> None:
         )
 
 
+def request_digest(spec: JobSpec) -> str:
+    """What identifies a submission for an Idempotency-Key: its spec, defaults filled in (so
+    leaving a default out or spelling it out is the same request)."""
+    return hashlib.sha256(spec.model_dump_json().encode()).hexdigest()
+
+
 def submit_job(
     cp: ControlPlane, team: str, body: Mapping[str, Any], *, idempotency_key: str | None = None
 ) -> tuple[JobRecord, bool]:
     """Validate and store a new PENDING job, then announce it (Job Submitted). Returns the job
     and whether it was created now: with an `idempotency_key`, a retried request returns the
-    job the first one created instead of a duplicate."""
+    job the first one created instead of a duplicate, and a different request under a key
+    already used is refused (as payment APIs do) rather than answered with the first job."""
     now = cp.clock()
     spec = validate_spec(cp, team, body, now)
     check_budget(cp, team, spec.priority)
+    digest = request_digest(spec)
     if idempotency_key:
-        digest = hashlib.sha256(f"{team}\0{idempotency_key}".encode()).hexdigest()[:16]
-        job_id = f"job-{digest}"
+        key_digest = hashlib.sha256(f"{team}\0{idempotency_key}".encode()).hexdigest()[:16]
+        job_id = f"job-{key_digest}"
     else:
         job_id = cp.new_job_id()
     job = Job(id=job_id, team=team, spec=spec, submitted_at=now, enqueued_at=now)
     try:
-        record = cp.jobs.create(job, now=now, reason=f"submitted ({spec.priority.value}, {spec.gpus} GPUs)")
+        record = cp.jobs.create(
+            job,
+            now=now,
+            reason=f"submitted ({spec.priority.value}, {spec.gpus} GPUs)",
+            request_digest=digest,
+        )
     except JobAlreadyExists:
         if not idempotency_key:
             raise
-        return get_job(cp, team, job_id), False
+        first = get_job(cp, team, job_id)
+        # A job stored before digests were kept is compared by its spec.
+        same = first.request_digest == digest if first.request_digest else first.job.spec == spec
+        if not same:
+            raise InvalidRequest(
+                [
+                    {
+                        "loc": ["header", "Idempotency-Key"],
+                        "msg": f"already used for another request (job {job_id}); use a new key"
+                        " for a different job",
+                        "type": "idempotency_key_reused",
+                    }
+                ]
+            ) from None
+        return first, False
     try:
         cp.publisher.job_submitted(record)
     except PublishFailed:
@@ -269,9 +297,19 @@ def list_jobs(
     limit: int = 50,
     next_token: str | None = None,
 ) -> tuple[list[JobRecord], str | None]:
+    """One page of the team's jobs. The token is signed and bound to the team, the state filter
+    and the limit (see spotline.aws.page_tokens): any other token is refused with 422."""
+    binding = {"route": "jobs", "team": team, "state": None if state is None else state.value, "limit": limit}
+    now = cp.clock()
+    position = _open_token(cp, next_token, binding, now)
+    records, following = cp.jobs.list_team(team, state=state, limit=limit, next_token=position)
+    return records, cp.pages.seal(following, binding, now=now)
+
+
+def _open_token(cp: ControlPlane, token: str | None, binding: Mapping[str, Any], now: float) -> str | None:
     try:
-        return cp.jobs.list_team(team, state=state, limit=limit, next_token=next_token)
-    except ValueError as error:
+        return cp.pages.open(token, binding, now=now)
+    except InvalidPageToken as error:
         raise InvalidRequest(
             [{"loc": ["query", "next_token"], "msg": str(error), "type": "value_error"}]
         ) from error
@@ -315,7 +353,7 @@ class JobChanges(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     priority: Priority | None = None
-    deadline: datetime | None = None
+    deadline: DateTime | None = None
 
 
 def update_job(cp: ControlPlane, team: str, job_id: str, changes: JobChanges) -> JobRecord:
@@ -347,10 +385,10 @@ def update_job(cp: ControlPlane, team: str, job_id: str, changes: JobChanges) ->
 def job_events(
     cp: ControlPlane, team: str, job_id: str, *, limit: int = 100, next_token: str | None = None
 ) -> tuple[Sequence[TimelineEntry], str | None]:
+    """One page of a job's timeline; the token is bound to the team, the job and the limit."""
     get_job(cp, team, job_id)
-    try:
-        return cp.timeline.list(job_id, limit=limit, next_token=next_token)
-    except ValueError as error:
-        raise InvalidRequest(
-            [{"loc": ["query", "next_token"], "msg": str(error), "type": "value_error"}]
-        ) from error
+    binding = {"route": "events", "team": team, "job_id": job_id, "limit": limit}
+    now = cp.clock()
+    position = _open_token(cp, next_token, binding, now)
+    entries, following = cp.timeline.list(job_id, limit=limit, next_token=position)
+    return entries, cp.pages.seal(following, binding, now=now)

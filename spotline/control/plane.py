@@ -19,6 +19,7 @@ from spotline.aws.events import EventBridgeSink, EventPublisher, EventSink
 from spotline.aws.instances import InstanceRepository
 from spotline.aws.jobs import JobRepository
 from spotline.aws.ledger import LedgerRepository
+from spotline.aws.page_tokens import PageTokens
 from spotline.aws.settings import Settings, SpotlineConfig
 from spotline.aws.timeline import TimelineRepository
 from spotline.aws.workflows import (
@@ -57,10 +58,18 @@ class ControlPlane:
     new_job_id: Callable[[], str] = new_job_id
     # Reads a run's training log (`GET /jobs/{id}/logs`); None where the deployment has none.
     run_logs: RunLogs | None = None
+    # Signs the API's pagination tokens (its key lives in the Ledger table; see page_tokens).
+    page_tokens: PageTokens | None = None
 
     @property
     def config(self) -> SpotlineConfig:
         return self.settings.config
+
+    @property
+    def pages(self) -> PageTokens:
+        if self.page_tokens is None:
+            self.page_tokens = PageTokens(self.ledger.table.client, self.ledger.table.name)
+        return self.page_tokens
 
 
 def build_control_plane(
@@ -115,4 +124,5 @@ def build_control_plane(
             if settings.training_log_group
             else None
         ),
+        page_tokens=PageTokens(clients.dynamodb, settings.ledger_table),
     )

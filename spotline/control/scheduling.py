@@ -59,6 +59,8 @@ class PassResult:
     more_work: bool = False
     # This month's spend of each team with a budget (dollars).
     spend_usd: dict[str, float] = field(default_factory=dict)
+    # (job id, why) of each unreadable record met and quarantined: left out, never planned.
+    quarantined: list[tuple[str, str]] = field(default_factory=list)
 
 
 def team_usage_gpu_hours(cp: ControlPlane, active: list[JobRecord], now: float) -> dict[str, float]:
@@ -101,7 +103,7 @@ def scheduling_pass(cp: ControlPlane) -> PassResult:
     now = cp.clock()
     result = PassResult(now=now)
     queue = DynamoPendingQueue(cp.jobs)
-    active = cp.jobs.active()
+    active = cp.jobs.active(skipped=result.quarantined)
     result.active_items_read = len(active)
     active_by_id = {r.id: r for r in active}
     over_budget = budget_pass(cp, active, now, result.spend_usd)
@@ -113,6 +115,7 @@ def scheduling_pass(cp: ControlPlane) -> PassResult:
     result.candidates = stats.candidates_examined
     result.running = stats.running_considered
     result.queue_items_read = queue.items_read
+    result.quarantined += queue.quarantined
     for record in queue.records.values():
         name = record.job.priority.value
         result.window_by_class[name] = result.window_by_class.get(name, 0) + 1

@@ -6,12 +6,23 @@ needs the current time takes `now`.
 
 from __future__ import annotations
 
+import re
+import unicodedata
 from collections.abc import Iterable, Mapping
 from datetime import datetime
 from enum import StrEnum
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 
 class Priority(StrEnum):
@@ -102,6 +113,55 @@ def can_transition(source: JobState, target: JobState) -> bool:
     return target in TRANSITIONS[source]
 
 
+# RFC 3339 date-time, as the OpenAPI document's `format: date-time` says (pydantic alone would
+# also take a number of seconds, a bare date or a digit string).
+_RFC3339 = re.compile(r"\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2}(\.\d+)?([Zz]|[+-]\d{2}:\d{2})?")
+
+
+def _rfc3339(value: Any) -> Any:
+    if isinstance(value, str) and not _RFC3339.fullmatch(value):
+        raise ValueError("not an ISO-8601 date-time (e.g. 2030-01-31T18:00:00Z)")
+    if not isinstance(value, (str, datetime)) and value is not None:
+        raise ValueError("a date-time is a string (ISO-8601, e.g. 2030-01-31T18:00:00Z)")
+    return value
+
+
+# A deadline as the API takes it: an ISO-8601 string (or a datetime from Python code), nothing else.
+DateTime = Annotated[datetime, BeforeValidator(_rfc3339)]
+
+
+def _is_control(char: str) -> bool:
+    return unicodedata.category(char) in ("Cc", "Cf", "Cs", "Co", "Cn")
+
+
+def check_name(value: str) -> str:
+    """A job's name: some visible character, no control character."""
+    if any(_is_control(c) for c in value):
+        raise ValueError("contains a control character")
+    if not value.strip():
+        raise ValueError("is blank (only whitespace)")
+    return value
+
+
+def check_image(value: str) -> str:
+    """A container image reference: no whitespace and no control character."""
+    if any(c.isspace() or _is_control(c) for c in value):
+        raise ValueError("contains whitespace or a control character")
+    return value
+
+
+def check_command(value: list[str]) -> list[str]:
+    """argv: every argument non-empty, none with a NUL byte (execve cannot pass one)."""
+    for index, arg in enumerate(value):
+        if not arg:
+            raise ValueError(f"argument {index} is empty")
+        if "\0" in arg:
+            raise ValueError(f"argument {index} contains a NUL byte")
+    if not value[0].strip():
+        raise ValueError("the program (argument 0) is blank")
+    return value
+
+
 class JobSpec(BaseModel):
     """What a team submits (the body of `POST /jobs`, or the file `spotline submit` reads).
 
@@ -110,20 +170,25 @@ class JobSpec(BaseModel):
     `JobSpec.model_validate(body, context={"now": now, "gpu_types": {"a100", ...}})`.
     """
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # Every number finite (a JSON number too large for a float parses as inf) and no coercion a
+    # user would not expect: `true` or "4" is not a GPU count, 1.5 is not a count at all.
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
-    name: str = Field(min_length=1, max_length=128)
+    name: Annotated[str, AfterValidator(check_name)] = Field(min_length=1, max_length=128, strict=True)
     priority: Priority = Priority.NORMAL
-    gpus: int = Field(gt=0, le=4096)
-    image: str = Field(min_length=1, max_length=512)
-    command: list[str] = Field(min_length=1)
-    gpu_type: str | None = None
-    nodes: int = Field(default=1, gt=0, le=512)
-    deadline: datetime | None = None
+    gpus: int = Field(gt=0, le=4096, strict=True)
+    image: Annotated[str, AfterValidator(check_image)] = Field(min_length=1, max_length=512, strict=True)
+    command: Annotated[
+        list[Annotated[str, Field(min_length=1, max_length=4096, strict=True)]], AfterValidator(check_command)
+    ] = Field(min_length=1, max_length=256)
+    gpu_type: str | None = Field(default=None, max_length=64, strict=True)
+    nodes: int = Field(default=1, gt=0, le=512, strict=True)
+    deadline: DateTime | None = None
     spot: SpotPreference = SpotPreference.AUTO
-    checkpoint_interval_s: float = Field(default=1800.0, gt=0)
-    expected_runtime_s: float | None = Field(default=None, gt=0)
-    max_runtime_s: float | None = Field(default=None, gt=0)
+    checkpoint_interval_s: float = Field(default=1800.0, gt=0, le=1e9, strict=True)
+    expected_runtime_s: float | None = Field(default=None, gt=0, le=1e9, strict=True)
+    max_runtime_s: float | None = Field(default=None, gt=0, le=1e9, strict=True)
+
 
     @field_validator("deadline")
     @classmethod

@@ -14,6 +14,7 @@ the arrival is a wall-clock string, rows are not sorted, and there is no priorit
 from __future__ import annotations
 
 import csv
+import math
 import random
 from collections.abc import Iterator, Sequence
 from datetime import UTC, date, datetime, timedelta
@@ -126,9 +127,12 @@ def _field_time(text: str, source: str, line: int) -> datetime:
 
 def _field_number(text: str, name: str, source: str, line: int) -> float:
     try:
-        return float(text)
+        value = float(text)
     except ValueError:
         raise TraceError(source, line, name, f"not a number: {text!r}") from None
+    if not math.isfinite(value):
+        raise TraceError(source, line, name, f"not a finite number: {text!r}")
+    return value
 
 
 def _field_gpus(text: str, source: str, line: int) -> int:

@@ -200,3 +200,18 @@ def test_window_bounds() -> None:
     assert parse_when("2017-10-29T12:00:00", end=True) == datetime(2017, 10, 29, 12, tzinfo=UTC)
     with pytest.raises(ValueError, match="not a date"):
         parse_when("last week")
+
+
+@pytest.mark.parametrize("duration", ["nan", "inf", "-inf", "1e400"])
+def test_philly_non_finite_durations_are_refused_naming_the_field(tmp_path: Path, duration: str) -> None:
+    path = tmp_path / "philly.csv"
+    path.write_text(PHILLY.replace("2017-10-02 00:10:00,60.0", f"2017-10-02 00:10:00,{duration}"))
+    with pytest.raises(TraceError, match=r"line 2, field 'duration': not a finite number"):
+        read_philly(path, parse_when("2017-10-02"), parse_when("2017-10-03"), seed=1)
+
+
+@pytest.mark.parametrize("cell", ["inf", "1e400", "nan"])
+def test_non_finite_optional_numbers_are_refused_naming_the_field(cell: str) -> None:
+    header = HEADER + ",deadline_s,spot_ok,checkpoint_interval_s"
+    with pytest.raises(TraceError, match=r"line 2, field 'checkpoint_interval_s': not a finite number"):
+        parse_trace(lines(f"a,0,60,1,t,high,,,{cell}", header=header))
