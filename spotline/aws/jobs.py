@@ -631,7 +631,8 @@ class JobRepository:
                     "unreadable job record quarantined",
                     extra={"job_id": error.job_id, "why": error.why},
                 )
-                self.quarantine(item, error.why)
+                if "quarantine_reason" not in item:  # noted once; reported on every read
+                    self.quarantine(item, error.why)
                 if skipped is not None:
                     skipped.append((error.job_id, error.why))
         return records
@@ -733,7 +734,11 @@ class JobRepository:
             if start is not None:
                 request["ExclusiveStartKey"] = start
             items, start = self.table.query(request)
-            found += [item_to_record_lenient(i)[0] for i in items]
+            for item in items:
+                try:
+                    found.append(item_to_record_lenient(item)[0])
+                except UnreadableRecord as error:  # no id, team or state: nothing to show
+                    logger.error("unreadable job record not listed", extra={"job_id": error.job_id})
             if start is None or len(found) >= limit:
                 break
         return found, encode_token(start)

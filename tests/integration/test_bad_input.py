@@ -344,3 +344,21 @@ def test_no_bad_input_gets_a_5xx(deployment: Deployment) -> None:
     print(f"bad requests: {len(statuses)}, 5xx: {len(server_errors)}, statuses: {sorted(set(statuses))}")
     accepted = [r for r, s in zip(requests, statuses, strict=True) if s < 400]
     assert server_errors == [] and accepted == []
+
+
+def test_the_openapi_document_lists_every_status_of_each_route() -> None:
+    document = json.loads(functions.api.app.get_openapi_json_schema(title="Spotline", version="1"))
+    listed = {
+        (method.upper(), path): set(map(int, operation["responses"]))
+        for path, methods in document["paths"].items()
+        for method, operation in methods.items()
+    }
+    common = {403, 422, 500, 503}
+    assert listed[("POST", "/jobs")] == {200, 201, 400, 413} | common
+    assert listed[("GET", "/jobs")] == {200} | common
+    assert listed[("GET", "/jobs/{job_id}")] == {200, 404} | common
+    assert listed[("DELETE", "/jobs/{job_id}")] == {200, 404, 409} | common
+    assert listed[("PATCH", "/jobs/{job_id}")] == {200, 400, 404, 409} | common
+    assert listed[("GET", "/jobs/{job_id}/events")] == {200, 404} | common
+    error = document["paths"]["/jobs"]["post"]["responses"]["422"]["content"]["application/json"]["schema"]
+    assert error == {"$ref": "#/components/schemas/ErrorBody"}
