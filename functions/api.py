@@ -194,7 +194,11 @@ class JobLogsView(BaseModel):
     next_token: str | None = None
 
 
-@app.get("/jobs/<job_id>/logs", summary="The job's training log: a run's lines, a page at a time")
+@app.get(
+    "/jobs/<job_id>/logs",
+    summary="The job's training log: a run's lines, a page at a time",
+    responses=_responses(200, JobLogsView, 404),
+)
 def job_logs(
     job_id: Annotated[str, Path(max_length=64)],
     run: Annotated[
