@@ -60,6 +60,7 @@ class ErrorBody(BaseModel):
 
 _ERROR_DESCRIPTIONS = {
     400: "The body is not JSON",
+    402: "The team's hard budget for the month is spent",
     403: "The caller's identity belongs to no team (or its team has no quota here)",
     404: "No such job in the caller's team",
     409: "The job's state does not allow this (e.g. it already finished)",
@@ -70,9 +71,12 @@ _ERROR_DESCRIPTIONS = {
 }
 
 
-def _responses(ok: int, model: type[BaseModel], *errors: int, **more_ok: str) -> dict[int, Any]:
-    """The OpenAPI responses of a route: its success(es) and every error status it can return."""
-    json_model = {content_types.APPLICATION_JSON: {"model": model}}
+def _responses(ok: int, model: type[BaseModel] | None, *errors: int, **more_ok: str) -> dict[int, Any]:
+    """The OpenAPI responses of a route: its success(es) and every error status it can return
+    (`model` None: a JSON object)."""
+    json_model: dict[str, Any] = {
+        content_types.APPLICATION_JSON: {"model": model} if model else {"schema": {"type": "object"}}
+    }
     found: dict[int, Any] = {ok: {"description": "Created" if ok == 201 else "OK", "content": json_model}}
     for code, description in more_ok.items():
         found[int(code.lstrip("_"))] = {"description": description, "content": json_model}
@@ -108,7 +112,7 @@ def _view(record: Any) -> JobView:
 @app.post(
     "/jobs",
     summary="Submit a job",
-    responses=_responses(201, JobView, 400, 413, _200="The job made by an earlier request with this key"),
+    responses=_responses(201, JobView, 400, 402, 413, _200="The job an earlier request with this key made"),
 )
 def submit(
     spec: Annotated[JobSpec, Body(description="The job spec")],
@@ -223,14 +227,22 @@ def job_logs(
 # --- explanations and usage (issue 13) -----------------------------------------------------
 
 
-@app.get("/jobs/<job_id>/explain", summary="Why the job waits, where it runs, or who preempted it")
+@app.get(
+    "/jobs/<job_id>/explain",
+    summary="Why the job waits, where it runs, or who preempted it",
+    responses=_responses(200, None, 404),
+)
 def explain_job(job_id: Annotated[str, Path(max_length=64)]) -> dict[str, Any]:
     from spotline.control import insight  # on first use: the other routes' cold start skips it
 
     return insight.explain_job(control_plane(), _team(), job_id)
 
 
-@app.get("/usage", summary="The team's GPU-hours, dollars, Spot share, lost work and budget for a month")
+@app.get(
+    "/usage",
+    summary="The team's GPU-hours, dollars, Spot share, lost work and budget for a month",
+    responses=_responses(200, None),
+)
 def usage(
     month: Annotated[str | None, Query(description="YYYY-MM (default: this month)", max_length=7)] = None,
     team: Annotated[str | None, Query(description="The caller's team (the only one it may read)")] = None,
