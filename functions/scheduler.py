@@ -16,23 +16,42 @@ from aws_lambda_powertools.utilities.parser.models import SqsModel
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from spotline.aws.lambda_runtime import METRICS_NAMESPACE, control_plane, logger, metrics, tracer
+from spotline.aws.workflows import SqsPassTrigger
 from spotline.control.scheduling import PassResult, scheduling_pass
 
+# A failed pass is retried after this long: its triggers become visible again in seconds, not
+# after the queue's visibility timeout, and the one message group they block is free as soon.
+RETRY_FAILED_PASS_AFTER_S = 5
 
-def _triggers(event: dict[str, Any]) -> int:
+
+def _receipt_handles(event: dict[str, Any]) -> list[str]:
     if "Records" in event:
-        return len(parse(event=event, model=SqsModel).Records)
-    return 1  # the periodic tick, or a direct invocation
+        return [record.receiptHandle for record in parse(event=event, model=SqsModel).Records]
+    return []  # the periodic tick, or a direct invocation
 
 
 @logger.inject_lambda_context(clear_state=True)
 @tracer.capture_lambda_handler
 @metrics.log_metrics
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
-    triggers = _triggers(event)
+    handles = _receipt_handles(event)
+    triggers = len(handles) or 1
     started = time.perf_counter()
     plane = control_plane()
-    result = scheduling_pass(plane)
+    try:
+        result = scheduling_pass(plane)
+    except Exception:
+        # Counted (the PassErrors alarm) and retried in seconds; after the queue's
+        # maxReceiveCount the triggers go to its dead-letter queue (the DLQ alarm).
+        logger.exception("scheduling pass failed")
+        metrics.add_metric(name="PassErrors", unit=MetricUnit.Count, value=1)
+        if not handles:
+            raise
+        if isinstance(plane.trigger, SqsPassTrigger):
+            plane.trigger.retry_soon(handles, RETRY_FAILED_PASS_AFTER_S)
+        ids = [record["messageId"] for record in event["Records"]]
+        return {"batchItemFailures": [{"itemIdentifier": message_id} for message_id in ids]}
+    metrics.add_metric(name="PassErrors", unit=MetricUnit.Count, value=0)
     elapsed_ms = (time.perf_counter() - started) * 1000.0
     if result.more_work:
         # A full window was admitted: the jobs behind it may fit what is still free, so the
@@ -43,6 +62,7 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         plane.trigger.request("the last pass admitted a full window", key)
     _report(result, triggers, elapsed_ms)
     return {
+        "batchItemFailures": [],
         "admitted": [list(admission) for admission in result.admitted],
         "preempted": [[job, list(victims)] for job, victims in result.preempted],
         "waiting": result.waiting,

@@ -8,7 +8,7 @@ Spotline, from its checkpoint, in priority order).
 
 from __future__ import annotations
 
-from aws_cdk import Aws, Size
+from aws_cdk import Aws, Size, Stack
 from aws_cdk import aws_batch as batch
 from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_ec2 as ec2
@@ -70,24 +70,9 @@ class TrainingCompute(Construct):
         ecs_config = ec2.UserData.for_linux()
         ecs_config.add_commands("echo ECS_ENABLE_SPOT_INSTANCE_DRAINING=true >> /etc/ecs/ecs.config")
         user_data.add_user_data_part(ecs_config, ec2.MultipartBody.SHELL_SCRIPT, True)
-        # IMDSv2 only, with a hop limit of 2 so that the agent inside a (bridge-networked) container
-        # can still read the Spot instance-action notice and its instance id.
-        self.launch_template = ec2.LaunchTemplate(
-            self,
-            "LaunchTemplate",
-            user_data=user_data,
-            http_endpoint=True,
-            http_tokens=ec2.LaunchTemplateHttpTokens.REQUIRED,
-            http_put_response_hop_limit=2,
-            block_devices=[
-                ec2.BlockDevice(
-                    device_name="/dev/xvda",
-                    volume=ec2.BlockDeviceVolume.ebs(
-                        ROOT_VOLUME_GIB, encrypted=True, volume_type=ec2.EbsDeviceVolumeType.GP3
-                    ),
-                )
-            ],
-        )
+        self.launch_template = self._launch_template("LaunchTemplate", user_data)
+        self.efa_launch_template: ec2.LaunchTemplate | None = None
+        self.placement_groups: dict[str, ec2.PlacementGroup] = {}
         self.compute_environments: dict[str, batch.ManagedEc2EcsComputeEnvironment] = {}
         self.job_queues: dict[str, batch.JobQueue] = {}
         for pool in config.pools:
@@ -108,9 +93,18 @@ class TrainingCompute(Construct):
                 ),
                 minv_cpus=0,
                 maxv_cpus=pool.max_vcpus,
-                launch_template=self.launch_template,
+                launch_template=(
+                    self._efa_launch_template(user_data, network) if pool.efa else self.launch_template
+                ),
+                placement_group=self._placement_group(pool.name) if pool.placement_group else None,
                 update_to_latest_image_version=True,
             )
+            if pool.efa:
+                # The launch template's EFA interface carries the security group; EC2 refuses
+                # security groups given both there and for the instance.
+                cfn_environment = environment.node.default_child
+                assert isinstance(cfn_environment, batch.CfnComputeEnvironment)
+                cfn_environment.add_property_deletion_override("ComputeResources.SecurityGroupIds")
             self.compute_environments[pool.name] = environment
             self.job_queues[pool.name] = batch.JobQueue(
                 self,
@@ -186,6 +180,8 @@ class TrainingCompute(Construct):
                 retry_attempts=1,
                 propagate_tags=True,
             )
+        if execution_role is not None:
+            self._allow_image_pulls(execution_role)
         # The roles a job definition derived from these carries (the launcher passes them).
         self.job_definition_roles: list[iam.IRole] = list(self.team_roles.values())
         if execution_role is not None:
@@ -299,3 +295,85 @@ class TrainingCompute(Construct):
             )
         )
         return key
+
+    def _launch_template(self, construct_id: str, user_data: ec2.UserData) -> ec2.LaunchTemplate:
+        # IMDSv2 only, with a hop limit of 2 so that the agent inside a (bridge-networked) container
+        # can still read the Spot instance-action notice and its instance id.
+        return ec2.LaunchTemplate(
+            self,
+            construct_id,
+            user_data=user_data,
+            http_endpoint=True,
+            http_tokens=ec2.LaunchTemplateHttpTokens.REQUIRED,
+            http_put_response_hop_limit=2,
+            block_devices=[
+                ec2.BlockDevice(
+                    device_name="/dev/xvda",
+                    volume=ec2.BlockDeviceVolume.ebs(
+                        ROOT_VOLUME_GIB, encrypted=True, volume_type=ec2.EbsDeviceVolumeType.GP3
+                    ),
+                )
+            ],
+        )
+
+    def _efa_launch_template(self, user_data: ec2.UserData, network: Network) -> ec2.LaunchTemplate:
+        """The launch template of EFA pools: the same, with an EFA as the primary interface."""
+        if self.efa_launch_template is None:
+            template = self._launch_template("EfaLaunchTemplate", user_data)
+            cfn = template.node.default_child
+            assert isinstance(cfn, ec2.CfnLaunchTemplate)
+            cfn.add_property_override(
+                "LaunchTemplateData.NetworkInterfaces",
+                [
+                    {
+                        "DeviceIndex": 0,
+                        "NetworkCardIndex": 0,
+                        "InterfaceType": "efa",
+                        "Groups": [network.training_security_group.security_group_id],
+                        "DeleteOnTermination": True,
+                    }
+                ],
+            )
+            self.efa_launch_template = template
+        return self.efa_launch_template
+
+    def _placement_group(self, pool_name: str) -> ec2.PlacementGroup:
+        # A gang job's nodes close together (one AZ, low latency); On-Demand pools only.
+        group = ec2.PlacementGroup(
+            self, f"{pool_name}-placement", strategy=ec2.PlacementGroupStrategy.CLUSTER
+        )
+        self.placement_groups[pool_name] = group
+        return group
+
+    def _allow_image_pulls(self, role: iam.IRole) -> None:
+        """With an execution role, ECS pulls the image with its credentials: without ECR read
+        access a private image (the normal case: every image carries the agent) fails with
+        CannotPullContainerError. Any repository of this account and region: each job names its
+        own image, unknown at deploy time."""
+        repositories = Stack.of(self).format_arn(service="ecr", resource="repository", resource_name="*")
+        role.add_to_principal_policy(
+            iam.PolicyStatement(
+                actions=[
+                    "ecr:BatchGetImage",
+                    "ecr:GetDownloadUrlForLayer",
+                    "ecr:BatchCheckLayerAvailability",
+                ],
+                resources=[repositories],
+            )
+        )
+        # GetAuthorizationToken has no resource: the token is for the registry as a whole.
+        role.add_to_principal_policy(
+            iam.PolicyStatement(actions=["ecr:GetAuthorizationToken"], resources=["*"])
+        )
+        acknowledge(
+            role,
+            f"AwsSolutions-IAM5[Resource::{finding_resource(self, repositories)}]",
+            "Each job names its own training image (any private repository of this account and "
+            "region); the role may only read images, which ECS pulls with it at task start.",
+        )
+        acknowledge(
+            role,
+            "AwsSolutions-IAM5[Resource::*]",
+            "ecr:GetAuthorizationToken supports no resource-level permission; ECS needs it to pull "
+            "a private image.",
+        )

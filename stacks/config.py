@@ -14,34 +14,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from spotline.aws.resources import TEAM_NAME_PATTERN
+from spotline.aws.sizing import INSTANCE_SHAPES, supports_efa
 
-# vCPUs and GPUs of one instance, for the GPU instance types a pool is likely to use. Batch sizes a
-# compute environment in vCPUs; Spotline thinks in GPUs. A pool may give `vcpus_per_gpu` itself
-# for a type missing here.
+# vCPUs and GPUs of one instance, for the GPU instance types a pool is likely to use (from the
+# table that sizes containers). Batch sizes a compute environment in vCPUs; Spotline thinks in
+# GPUs. A pool may give `vcpus_per_gpu` itself for a type missing here.
 GPU_INSTANCE_SHAPES: Mapping[str, tuple[int, int]] = {
-    "p5.48xlarge": (192, 8),
-    "p5e.48xlarge": (192, 8),
-    "p5en.48xlarge": (192, 8),
-    "p4d.24xlarge": (96, 8),
-    "p4de.24xlarge": (96, 8),
-    "p3.2xlarge": (8, 1),
-    "p3.8xlarge": (32, 4),
-    "p3.16xlarge": (64, 8),
-    "p3dn.24xlarge": (96, 8),
-    "g6e.xlarge": (4, 1),
-    "g6e.12xlarge": (48, 4),
-    "g6e.48xlarge": (192, 8),
-    "g6.xlarge": (4, 1),
-    "g6.12xlarge": (48, 4),
-    "g6.48xlarge": (192, 8),
-    "g5.xlarge": (4, 1),
-    "g5.2xlarge": (8, 1),
-    "g5.12xlarge": (48, 4),
-    "g5.24xlarge": (96, 4),
-    "g5.48xlarge": (192, 8),
-    "g4dn.xlarge": (4, 1),
-    "g4dn.12xlarge": (48, 4),
-    "g4dn.metal": (96, 8),
+    t: (s.vcpus, s.gpus) for t, s in INSTANCE_SHAPES.items()
 }
 
 PURCHASE_SPOT = "spot"
@@ -57,6 +36,8 @@ _POOL_KEYS = {
     "vcpus_per_gpu",
     "price",
     "interruption_rate_per_hour",
+    "placement_group",
+    "efa",
 }
 CONTEXT_KEYS = frozenset(
     {
@@ -85,6 +66,8 @@ CONTEXT_KEYS = frozenset(
         "control_plane",
         "tracing",
         "checkpoint_kms_per_team",
+        "availability_zones",
+        "alarm_topic_arn",
     }
 )
 
@@ -107,6 +90,11 @@ class PoolConfig:
     # Passed through to the scheduler's pool model (relative price, Spot reclaim rate).
     price: float | None = None
     interruption_rate_per_hour: float | None = None
+    # A cluster placement group for the pool's instances (low latency between a gang's nodes).
+    # Default: On-Demand pools, the only ones that run gang jobs.
+    placement_group: bool = False
+    # Launch the instances with an Elastic Fabric Adapter (every instance type must support it).
+    efa: bool = False
 
     @property
     def is_spot(self) -> bool:
@@ -137,6 +125,11 @@ class DeploymentConfig:
     vpc_id: str | None = None
     vpc_subnet_ids: tuple[str, ...] = ()
     vpc_availability_zones: tuple[str, ...] = ()
+    # The AZs of a created VPC (GPU instance types exist only in some; `spotline doctor` checks).
+    # Empty: the region's first two.
+    availability_zones: tuple[str, ...] = ()
+    # An SNS topic the alarms notify (None: alarms without actions, seen on the console).
+    alarm_topic_arn: str | None = None
     # NAT gateways of a created VPC (1 keeps the fixed cost low; one per AZ for zonal resilience).
     nat_gateways: int = 1
     api_rate_limit: float = 50.0
@@ -209,6 +202,19 @@ def parse_pool(raw: Mapping[str, Any], index: int) -> PoolConfig:
         if not shapes:
             raise ConfigError(f"{where}: 'gpus_per_node' is required for these instance types")
         gpus_per_node = min(shapes)
+    placement_group = _bool(
+        raw.get("placement_group", purchase == PURCHASE_ON_DEMAND), f"{where}.placement_group"
+    )
+    if placement_group and purchase == PURCHASE_SPOT:
+        raise ConfigError(
+            f"{where}: a Spot pool runs no gang job (AWS Batch runs multi-node jobs On-Demand only), "
+            "so it gets no placement group"
+        )
+    efa = _bool(raw.get("efa", False), f"{where}.efa")
+    if efa and not supports_efa(instance_types):
+        raise ConfigError(
+            f"{where}: 'efa' needs instance types that support EFA; {list(instance_types)} do not all"
+        )
     return PoolConfig(
         name=name,
         gpu_type=str(_require(raw, "gpu_type", where)),
@@ -221,6 +227,8 @@ def parse_pool(raw: Mapping[str, Any], index: int) -> PoolConfig:
         interruption_rate_per_hour=(
             float(raw["interruption_rate_per_hour"]) if "interruption_rate_per_hour" in raw else None
         ),
+        placement_group=placement_group,
+        efa=efa,
     )
 
 
@@ -262,6 +270,14 @@ def parse_context(context: Mapping[str, Any]) -> DeploymentConfig:
         )
     teams = _teams(raw.get("teams"))
     kms_per_team = _bool(raw.get("checkpoint_kms_per_team", False), "context 'checkpoint_kms_per_team'")
+    created_azs = _tuple_of_str(raw.get("availability_zones"), "context 'availability_zones'")
+    if vpc_id and created_azs:
+        raise ConfigError(
+            "context 'availability_zones' is for a created VPC; an imported one uses 'vpc_availability_zones'"
+        )
+    topic = raw.get("alarm_topic_arn") or None
+    if topic is not None and not str(topic).startswith("arn:"):
+        raise ConfigError(f"context 'alarm_topic_arn': expected an SNS topic ARN, got {topic!r}")
     defaults = DeploymentConfig(stage=stage, pools=pools)
     reserved = raw.get("scheduler_reserved_concurrency", defaults.scheduler_reserved_concurrency)
     return DeploymentConfig(
@@ -276,6 +292,8 @@ def parse_context(context: Mapping[str, Any]) -> DeploymentConfig:
         vpc_id=vpc_id,
         vpc_subnet_ids=subnet_ids,
         vpc_availability_zones=azs,
+        availability_zones=created_azs,
+        alarm_topic_arn=str(topic) if topic is not None else None,
         nat_gateways=_positive_int(
             int(raw.get("nat_gateways", defaults.nat_gateways)), "context 'nat_gateways'"
         ),

@@ -18,6 +18,11 @@ TARGET_MAX_EVENT_AGE = Duration.hours(2)
 DEAD_LETTER_RETENTION = Duration.days(14)
 # Receives of one scheduling trigger before it is parked in the FIFO dead-letter queue.
 SCHEDULER_MAX_RECEIVES = 5
+# The scheduler queue's visibility timeout beyond the function's timeout (Lambda requires at
+# least the timeout). It holds the one message group only when a pass dies without answering
+# (a timeout or a crash); a pass that fails answers, and its triggers come back after
+# functions.scheduler.RETRY_FAILED_PASS_AFTER_S.
+SCHEDULER_VISIBILITY_MARGIN = Duration.seconds(30)
 
 
 def _queue(scope: Construct, construct_id: str, **kwargs: Any) -> sqs.Queue:
@@ -50,13 +55,17 @@ class Messaging(Construct):
         )
         # One message group: Lambda hands the scheduler one batch at a time, so passes never
         # overlap; content-based deduplication drops EventBridge's redeliveries of one event.
-        # AWS recommends a visibility timeout of six times the function's timeout for SQS sources.
+        # While a batch is invisible the whole group waits, so the visibility timeout is kept
+        # short (AWS's six times the function timeout would stall scheduling for 6 minutes per
+        # failure; with one batch in flight at a time there are no throttled retries to cover).
         self.scheduler_queue = _queue(
             self,
             r.SCHEDULER_QUEUE,
             fifo=True,
             content_based_deduplication=True,
-            visibility_timeout=Duration.seconds(scheduler_timeout.to_seconds() * 6),
+            visibility_timeout=Duration.seconds(
+                scheduler_timeout.to_seconds() + SCHEDULER_VISIBILITY_MARGIN.to_seconds()
+            ),
             retention_period=Duration.days(1),
             dead_letter_queue=sqs.DeadLetterQueue(
                 queue=self.scheduler_dead_letters, max_receive_count=SCHEDULER_MAX_RECEIVES

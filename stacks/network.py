@@ -27,6 +27,7 @@ class Network(Construct):
         vpc_id: str | None = None,
         subnet_ids: tuple[str, ...] = (),
         availability_zones: tuple[str, ...] = (),
+        created_availability_zones: tuple[str, ...] = (),
     ) -> None:
         super().__init__(scope, construct_id)
         if vpc_id:
@@ -49,7 +50,13 @@ class Network(Construct):
             vpc = ec2.Vpc(
                 self,
                 "Vpc",
-                max_azs=2,
+                # P and G instance types exist only in some AZs: the context names them
+                # (`availability_zones`), else the region's first two.
+                **(
+                    {"availability_zones": list(created_availability_zones)}
+                    if created_availability_zones
+                    else {"max_azs": 2}
+                ),
                 nat_gateways=nat_gateways,
                 subnet_configuration=[
                     ec2.SubnetConfiguration(name="public", subnet_type=ec2.SubnetType.PUBLIC, cidr_mask=24),
@@ -80,7 +87,14 @@ class Network(Construct):
             self,
             "TrainingInstances",
             vpc=self.vpc,
-            description="Spotline GPU training instances: no inbound, all outbound",
+            description="Spotline GPU training instances: inbound from each other only, all outbound",
             allow_all_outbound=True,
+        )
+        # The nodes of a gang job (a Batch multi-node parallel job) rendezvous and run NCCL
+        # between each other on any port (EFA also needs all traffic from the group itself).
+        self.training_security_group.add_ingress_rule(
+            self.training_security_group,
+            ec2.Port.all_traffic(),
+            "gang nodes: torch.distributed rendezvous, NCCL and EFA between the group's instances",
         )
         self.subnets = ec2.SubnetSelection(subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS)

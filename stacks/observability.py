@@ -6,11 +6,14 @@ from collections.abc import Mapping
 
 from aws_cdk import Aws, Duration, RemovalPolicy, Stack
 from aws_cdk import aws_cloudwatch as cloudwatch
+from aws_cdk import aws_cloudwatch_actions as cloudwatch_actions
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
+from aws_cdk import aws_sns as sns
 from aws_cdk import aws_sqs as sqs
+from aws_cdk import aws_stepfunctions as stepfunctions
 from constructs import Construct
 
 # CDK's enum only has the retention periods CloudWatch accepts; map days onto it.
@@ -138,3 +141,139 @@ class Dashboard(Construct):
                 width=24,
             )
         )
+
+    def show_alarms(self, alarms: list[cloudwatch.Alarm]) -> None:
+        self.dashboard.add_widgets(cloudwatch.AlarmStatusWidget(title="Alarms", alarms=alarms, width=24))
+
+
+# Metrics the functions emit (Powertools EMF: spotline.aws.lambda_runtime's namespace and service).
+METRICS_NAMESPACE = "Spotline"
+_SERVICE = {"service": "spotline"}
+# A scheduling trigger older than this means passes are not keeping up (or are stuck).
+SCHEDULER_QUEUE_MAX_AGE = Duration.minutes(5)
+# A dead letter older than this has been left unhandled for a day.
+DEAD_LETTER_MAX_AGE = Duration.days(1)
+
+
+def spotline_metric(name: str, period: Duration) -> cloudwatch.Metric:
+    return cloudwatch.Metric(
+        namespace=METRICS_NAMESPACE, metric_name=name, dimensions_map=_SERVICE, statistic="Sum", period=period
+    )
+
+
+class Alarms(Construct):
+    """What pages someone: dead letters, old messages on each queue, failed workflow executions,
+    scheduling passes that error, jobs stuck past a deadline (the reconciler moved them on), and
+    the reconciler's ledger repairs. With `topic_arn` (context `alarm_topic_arn`) each alarm
+    notifies that SNS topic; without, the alarms show on the console and the dashboard only."""
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        scheduler_queue: sqs.IQueue,
+        dead_letter_queues: Mapping[str, sqs.IQueue],
+        state_machines: Mapping[str, stepfunctions.IStateMachine],
+        scheduler_function: lambda_.IFunction,
+        topic_arn: str | None = None,
+    ) -> None:
+        super().__init__(scope, construct_id)
+        self.topic = sns.Topic.from_topic_arn(self, "Topic", topic_arn) if topic_arn else None
+        self.alarms: dict[str, cloudwatch.Alarm] = {}
+        five = Duration.minutes(5)
+        for name, queue in dead_letter_queues.items():
+            self._alarm(
+                f"DeadLetters-{name}",
+                queue.metric_approximate_number_of_messages_visible(period=five, statistic="Maximum"),
+                threshold=1,
+                description=f"Messages in the {name} dead-letter queue: deliveries that failed for good. "
+                "Read them (RULE_ARN / error attributes say which), fix, and redrive.",
+            )
+            self._alarm(
+                f"OldestDeadLetter-{name}",
+                queue.metric_approximate_age_of_oldest_message(period=five, statistic="Maximum"),
+                threshold=DEAD_LETTER_MAX_AGE.to_seconds(),
+                description=f"A message in the {name} dead-letter queue is over a day old: unhandled.",
+            )
+        self._alarm(
+            "OldestSchedulingTrigger",
+            scheduler_queue.metric_approximate_age_of_oldest_message(
+                period=Duration.minutes(1), statistic="Maximum"
+            ),
+            threshold=SCHEDULER_QUEUE_MAX_AGE.to_seconds(),
+            periods=3,
+            description="A scheduling trigger has waited over 5 minutes: passes fail, time out or "
+            "cannot keep up. See the scheduler's logs and the PassErrors metric.",
+        )
+        for name, machine in state_machines.items():
+            self._alarm(
+                f"WorkflowFailures-{name}",
+                cloudwatch.MathExpression(
+                    expression="failed + timedOut + aborted",
+                    using_metrics={
+                        "failed": machine.metric_failed(period=five),
+                        "timedOut": machine.metric_timed_out(period=five),
+                        "aborted": machine.metric_aborted(period=five),
+                    },
+                    period=five,
+                    label=f"{name} executions failed, timed out or aborted",
+                ),
+                threshold=1,
+                description=f"A {name} workflow execution failed: the job it was for is left to the "
+                "reconciler. Open the execution in the Step Functions console.",
+            )
+        self._alarm(
+            "SchedulingPassErrors",
+            cloudwatch.MathExpression(
+                expression="passErrors + functionErrors",
+                using_metrics={
+                    "passErrors": spotline_metric("PassErrors", five),
+                    "functionErrors": scheduler_function.metric_errors(period=five),
+                },
+                period=five,
+                label="scheduling passes that raised, and scheduler invocations that failed",
+            ),
+            threshold=1,
+            description="A scheduling pass failed (retried in seconds; its triggers go to the dead-letter "
+            "queue after 5 failures). See the scheduler's logs.",
+        )
+        self._alarm(
+            "JobsStuckPastDeadline",
+            spotline_metric("ReconcilerRequeued", Duration.minutes(15)),
+            threshold=1,
+            description="The reconciler moved on jobs stuck past a deadline (launch or start timed out, "
+            "checkpoint overran, heartbeat lost): an event was lost or Batch has no capacity. The jobs' "
+            "timelines say which.",
+        )
+        self._alarm(
+            "ReconcilerRepairs",
+            spotline_metric("LedgerRepaired", Duration.minutes(15)),
+            threshold=1,
+            description="The reconciler repaired the GPU ledger (its counters disagreed with the active "
+            "jobs twice in a row): look for a failed write in the functions' logs.",
+        )
+
+    def _alarm(
+        self,
+        construct_id: str,
+        metric: cloudwatch.IMetric,
+        *,
+        threshold: float,
+        description: str,
+        periods: int = 1,
+    ) -> cloudwatch.Alarm:
+        alarm = cloudwatch.Alarm(
+            self,
+            construct_id,
+            metric=metric,
+            threshold=threshold,
+            evaluation_periods=periods,
+            comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
+            treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
+            alarm_description=description,
+        )
+        if self.topic is not None:
+            alarm.add_alarm_action(cloudwatch_actions.SnsAction(self.topic))
+        self.alarms[construct_id] = alarm
+        return alarm

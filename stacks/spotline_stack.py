@@ -19,7 +19,7 @@ from stacks.data import Tables
 from stacks.functions import ActionScopes, Functions
 from stacks.messaging import Messaging
 from stacks.network import Network
-from stacks.observability import Dashboard, EncryptedLogs
+from stacks.observability import Alarms, Dashboard, EncryptedLogs
 from stacks.packaging import powertools_layer_arn, stage_lambda_code
 from stacks.routing import EventRouting
 from stacks.storage import CheckpointStorage
@@ -76,6 +76,7 @@ class SpotlineStack(Stack):
             vpc_id=config.vpc_id,
             subnet_ids=config.vpc_subnet_ids,
             availability_zones=config.vpc_availability_zones,
+            created_availability_zones=config.availability_zones,
         )
         scheduler_spec = next(f for f in r.FUNCTIONS if f.name == "scheduler")
         self.messaging = Messaging(
@@ -186,6 +187,19 @@ class SpotlineStack(Stack):
             },
             functions=self.functions.functions,
         )
+        self.alarms = Alarms(
+            self,
+            "Alarms",
+            scheduler_queue=self.messaging.scheduler_queue,
+            dead_letter_queues={
+                "events": self.messaging.events_dead_letters,
+                "scheduler": self.messaging.scheduler_dead_letters,
+            },
+            state_machines=self.workflows.state_machines,
+            scheduler_function=self.functions["scheduler"],
+            topic_arn=config.alarm_topic_arn,
+        )
+        self.dashboard.show_alarms(list(self.alarms.alarms.values()))
         CfnOutput(self, "ApiUrl", value=self.api.rest_api.url)
         CfnOutput(self, "EventBusName", value=self.messaging.bus.event_bus_name)
         CfnOutput(self, "CheckpointBucketName", value=self.storage.checkpoints.bucket_name)
@@ -203,6 +217,7 @@ class SpotlineStack(Stack):
                 "capacity_gpus": pool.max_gpus,
                 "gpus_per_node": pool.gpus_per_node,
                 "job_queue": self.compute.job_queues[pool.name].job_queue_arn,
+                "instance_types": list(pool.instance_types),
             }
             if pool.price is not None:
                 entry["price"] = pool.price

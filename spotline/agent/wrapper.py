@@ -29,6 +29,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from spotline.agent.distributed import distributed_environment
 from spotline.agent.events import DETAIL_JOB_HEARTBEAT, EventBridgePublisher, EventPublisher, LogPublisher
 from spotline.agent.events import heartbeat_detail as make_heartbeat_detail
 from spotline.agent.settings import AGENT_ENV_STATUS_FILE, AgentSettings
@@ -89,7 +90,9 @@ class CommandWrapper:
 
         with tempfile.TemporaryDirectory(prefix="spotline-agent-") as tmp:
             status_file = Path(tmp) / "status.json"
-            child_env = {**(os.environ if env is None else env), AGENT_ENV_STATUS_FILE: str(status_file)}
+            base = os.environ if env is None else env
+            # A gang node's command gets the rendezvous (MASTER_ADDR, NODE_RANK, ...) from Batch's.
+            child_env = {**base, **distributed_environment(base), AGENT_ENV_STATUS_FILE: str(status_file)}
             process = self._popen(list(command), env=child_env)
             restore = self._forward_sigterm(process)
             try:

@@ -52,6 +52,10 @@ class BatchJobRequest:
     # Batch stops the attempt after this long (the job's max_runtime_s), if set.
     timeout_s: int | None = None
     tags: Mapping[str, str] = field(default_factory=dict)
+    # The container's size on its node (spotline.aws.sizing); None keeps the job definition's.
+    vcpus: int | None = None
+    memory_mib: int | None = None
+    shared_memory_mib: int | None = None
 
     @property
     def job_name(self) -> str:
@@ -71,6 +75,32 @@ class BatchLauncher(Protocol):
 
 # Container properties of a Fargate job that a multi-node (EC2-only) definition may not carry.
 _FARGATE_ONLY = frozenset({"networkConfiguration", "fargatePlatformConfiguration", "runtimePlatform"})
+
+
+def resource_requirements(request: BatchJobRequest) -> list[dict[str, str]]:
+    """SubmitJob's resourceRequirements override: the GPUs, and the vCPUs and memory (MiB) the
+    job's share of its node gets (spotline.aws.sizing) when known."""
+    wanted = [{"type": "GPU", "value": str(request.gpus_per_node)}]
+    if request.vcpus is not None:
+        wanted.append({"type": "VCPU", "value": str(request.vcpus)})
+    if request.memory_mib is not None:
+        wanted.append({"type": "MEMORY", "value": str(request.memory_mib)})
+    return wanted
+
+
+def _fits(container: Mapping[str, Any], image: str, shared_memory_mib: int | None) -> bool:
+    """A definition's container runs `image` (or names none) with that /dev/shm (None: any)."""
+    if container.get("image") not in (None, image):
+        return False
+    shm = (container.get("linuxParameters") or {}).get("sharedMemorySize")
+    return shared_memory_mib is None or shm == shared_memory_mib
+
+
+def _with_shared_memory(container: Mapping[str, Any], shared_memory_mib: int | None) -> dict[str, Any]:
+    if shared_memory_mib is None:
+        return dict(container)
+    linux = {**(container.get("linuxParameters") or {}), "sharedMemorySize": shared_memory_mib}
+    return {**container, "linuxParameters": linux}
 
 
 class AwsBatchLauncher:
@@ -102,7 +132,7 @@ class AwsBatchLauncher:
         self.job_definition = job_definition
         self.multinode_job_definition = multinode_job_definition
         self.team_definitions = dict(team_definitions or {})
-        self._definitions: dict[tuple[str, str, bool], str] = {}
+        self._definitions: dict[tuple[str, str, bool, int | None], str] = {}
         self._lock = threading.Lock()
 
     def base_definition(self, team: str, *, gang: bool) -> str:
@@ -125,7 +155,7 @@ class AwsBatchLauncher:
         container: dict[str, Any] = {
             "command": list(request.command),
             "environment": [{"name": k, "value": v} for k, v in sorted(request.environment.items())],
-            "resourceRequirements": [{"type": "GPU", "value": str(request.gpus_per_node)}],
+            "resourceRequirements": resource_requirements(request),
         }
         kwargs: dict[str, Any] = {
             "jobName": request.job_name,
@@ -136,7 +166,9 @@ class AwsBatchLauncher:
         if request.timeout_s is not None:
             kwargs["timeout"] = {"attemptDurationSeconds": max(60, request.timeout_s)}
         try:
-            kwargs["jobDefinition"] = self._definition_for(base, request.image, multinode=gang)
+            kwargs["jobDefinition"] = self._definition_for(
+                base, request.image, multinode=gang, shared_memory_mib=request.shared_memory_mib
+            )
             if gang:
                 kwargs["nodeOverrides"] = {
                     "numNodes": request.nodes,
@@ -160,8 +192,10 @@ class AwsBatchLauncher:
             # An unknown or finished job needs no stopping.
             logger.warning("terminate_job refused", extra={"batch_job_id": batch_job_id, "error": str(error)})
 
-    def _definition_for(self, base: str, image: str, *, multinode: bool = False) -> str:
-        key = (base, image, multinode)
+    def _definition_for(
+        self, base: str, image: str, *, multinode: bool = False, shared_memory_mib: int | None = None
+    ) -> str:
+        key = (base, image, multinode, shared_memory_mib)
         with self._lock:
             cached = self._definitions.get(key)
         if cached is not None:
@@ -169,35 +203,45 @@ class AwsBatchLauncher:
         described = self._latest(base)
         if described is None:
             raise LaunchFailed(f"job definition {base} not found")
+        shm = shared_memory_mib
         kind = described.get("type")
         if multinode and kind != "multinode":
             if kind != "container":
                 raise LaunchFailed(
                     f"job definition {base} is of type {kind}: no multi-node job can derive from it"
                 )
-            arn = self._derived(described, image, multinode=True)
+            arn = self._derived(described, image, multinode=True, shared_memory_mib=shm)
         elif multinode:
             ranges = (described.get("nodeProperties") or {}).get("nodeRangeProperties") or []
-            images = {(r.get("container") or {}).get("image") for r in ranges}
+            fits = all(_fits(r.get("container") or {}, image, shm) for r in ranges)
             arn = (
                 str(described["jobDefinitionArn"])
-                if images <= {image, None}
-                else self._derived(described, image)
+                if fits
+                else self._derived(described, image, shared_memory_mib=shm)
             )
         else:
             properties = described.get("containerProperties") or {}
-            if kind != "container" or properties.get("image") in (None, image):
+            if kind != "container" or _fits(properties, image, shm):
                 arn = str(described["jobDefinitionArn"])
             else:
-                arn = self._derived(described, image)
+                arn = self._derived(described, image, shared_memory_mib=shm)
         with self._lock:
             self._definitions[key] = arn
         return arn
 
-    def _derived(self, described: dict[str, Any], image: str, *, multinode: bool = False) -> str:
-        """The ARN of `described` with `image` (as a multi-node definition when `multinode`),
-        registered under a name derived from both if no active revision has it yet."""
-        digest = hashlib.sha256(image.encode()).hexdigest()[:12]
+    def _derived(
+        self,
+        described: dict[str, Any],
+        image: str,
+        *,
+        multinode: bool = False,
+        shared_memory_mib: int | None = None,
+    ) -> str:
+        """The ARN of `described` with `image` (as a multi-node definition when `multinode`, with
+        /dev/shm of `shared_memory_mib` when given), registered under a name derived from them
+        if no active revision has it yet."""
+        variant = image if shared_memory_mib is None else f"{image}#shm={shared_memory_mib}"
+        digest = hashlib.sha256(variant.encode()).hexdigest()[:12]
         name = f"{described['jobDefinitionName']}-{'mnp-' if multinode else ''}{digest}"
         derived = self._latest(name)
         if derived is not None:
@@ -205,11 +249,14 @@ class AwsBatchLauncher:
         kept = {
             k: described[k] for k in ("retryStrategy", "timeout", "platformCapabilities") if described.get(k)
         }
+
+        def sized(container: dict[str, Any]) -> dict[str, Any]:
+            return {**_with_shared_memory(container, shared_memory_mib), "image": image}
+
         if described.get("type") == "multinode":
             nodes = dict(described["nodeProperties"])
             nodes["nodeRangeProperties"] = [
-                {**r, "container": {**(r.get("container") or {}), "image": image}}
-                for r in nodes["nodeRangeProperties"]
+                {**r, "container": sized(r.get("container") or {})} for r in nodes["nodeRangeProperties"]
             ]
             definition: dict[str, Any] = {"type": "multinode", "nodeProperties": nodes}
         elif multinode:
@@ -223,15 +270,13 @@ class AwsBatchLauncher:
                 "nodeProperties": {
                     "numNodes": 2,  # a placeholder: each SubmitJob sets the gang size
                     "mainNode": 0,
-                    "nodeRangeProperties": [
-                        {"targetNodes": "0:", "container": {**container, "image": image}}
-                    ],
+                    "nodeRangeProperties": [{"targetNodes": "0:", "container": sized(container)}],
                 },
             }
         else:
             definition = {
                 "type": "container",
-                "containerProperties": {**(described.get("containerProperties") or {}), "image": image},
+                "containerProperties": sized(described.get("containerProperties") or {}),
             }
         client: Any = self.client  # the stubs' TypedDicts do not fit a copied definition
         registered = client.register_job_definition(jobDefinitionName=name, **definition, **kept)

@@ -27,6 +27,9 @@ class PoolSettings(Pool):
     """A domain `Pool` plus the Batch job queue (name or ARN) that runs its jobs."""
 
     job_queue: str = Field(min_length=1)
+    # The compute environment's EC2 instance types: containers are sized from them
+    # (spotline.aws.sizing); none or unknown ones leave the job definition's vCPUs and memory.
+    instance_types: tuple[str, ...] = ()
 
 
 class TeamSettings(TeamQuota):
@@ -77,6 +80,10 @@ class SpotlineConfig(BaseModel):
     # A checkpointing job whose workflow has not finished this long past its deadline is
     # finished by the reconciler.
     checkpoint_overrun_s: float = Field(default=60.0, ge=0)
+    # A job whose host was lost this many times is not requeued again but FAILED with the reason
+    # (a cap on requeue loops; a Spot-tolerant job moves On-Demand earlier, after the scheduler's
+    # `max_interruptions_on_spot`).
+    max_interruptions: int = Field(default=5, ge=0)
     # How often the agent should read its job record (passed to the container).
     agent_poll_s: float = Field(default=5.0, gt=0)
     # Seed of the scheduler's random source (None: the system's). Only the `random` victim

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from botocore.exceptions import ClientError
@@ -104,6 +104,22 @@ class SqsPassTrigger:
     def __init__(self, client: SQSClient, queue_url: str | None) -> None:
         self.client = client
         self.queue_url = queue_url
+
+    def retry_soon(self, receipt_handles: Sequence[str], after_s: int) -> None:
+        """Make received triggers visible again after `after_s` seconds instead of the queue's
+        visibility timeout: a failed pass is retried in seconds, and the message group it
+        blocks is free again as soon."""
+        if not self.queue_url:
+            return
+        for start in range(0, len(receipt_handles), 10):  # at most 10 entries per call
+            chunk = receipt_handles[start : start + 10]
+            self.client.change_message_visibility_batch(
+                QueueUrl=self.queue_url,
+                Entries=[
+                    {"Id": str(i), "ReceiptHandle": handle, "VisibilityTimeout": after_s}
+                    for i, handle in enumerate(chunk)
+                ],
+            )
 
     def request(self, reason: str, dedup_key: str) -> None:
         if not self.queue_url:

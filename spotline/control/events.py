@@ -10,11 +10,11 @@ its Batch job id and ignored.
 from __future__ import annotations
 
 import logging
-import re
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from spotline.aws.batch import job_id_from_batch_name
+from spotline.aws.batch_failures import classify_failure
 from spotline.aws.errors import InvalidTransition, StaleJobError
 from spotline.aws.jobs import ACTIVE_STATES, Disruption, JobRecord
 from spotline.control.lifecycle import (
@@ -202,17 +202,6 @@ def _log_dropped(cp: ControlPlane, kind: str, job_id: str, team: str | None, fie
 
 # --- AWS Batch ------------------------------------------------------------------------------
 
-# Batch's statusReason when the instance under a job went away: "Host EC2 (instance i-...)
-# terminated." (Spot reclaim, scale-in, hardware failure). Such a run is requeued, not failed.
-_HOST_LOSS = re.compile(
-    r"host ec2|instance .*terminated|spot|reclaim|host .*(lost|terminated|failed)", re.IGNORECASE
-)
-
-
-def is_host_loss(reason: str) -> bool:
-    return bool(_HOST_LOSS.search(reason))
-
-
 @dataclass(frozen=True)
 class BatchJobChange:
     """The fields of a Batch Job State Change that Spotline uses."""
@@ -317,11 +306,18 @@ def _on_failed(cp: ControlPlane, record: JobRecord, change: BatchJobChange, now:
         # Being stopped by the preempt workflow (or lost while checkpointing): the workflow,
         # or the reconciler after the deadline, requeues it with the right outcome.
         return "checkpointing: left to the preempt workflow"
-    if is_host_loss(change.status_reason):
-        requeue_after_disruption(
-            cp, record, JobState.INTERRUPTED, now=now, reason=f"host lost: {change.status_reason}"
-        )
+    cause = classify_failure(change.status_reason)
+    if cause.requeue and record.job.interruptions < cp.config.max_interruptions:
+        requeue_after_disruption(cp, record, JobState.INTERRUPTED, now=now, reason=cause.describe())
         return "interrupted: requeued"
+    if cause.requeue:
+        cause_text = (
+            f"{cause.describe()}, interrupted {record.job.interruptions} times before "
+            f"(max_interruptions {cp.config.max_interruptions})"
+        )
+    else:
+        cause_text = cause.describe()
+    change = replace(change, status_reason=cause_text)
     cp.jobs.transition(
         record,
         JobState.FAILED,

@@ -17,6 +17,7 @@ from spotline.aws import resources
 from spotline.aws.batch import BatchJobRequest
 from spotline.aws.errors import ConditionFailed, StaleJobError
 from spotline.aws.jobs import Disruption, JobRecord
+from spotline.aws.sizing import sized_container
 from spotline.aws.workflows import execution_name
 from spotline.control.plane import ControlPlane
 from spotline.domain import JobState
@@ -241,16 +242,19 @@ def launch_request(cp: ControlPlane, record: JobRecord) -> BatchJobRequest:
     if uri is not None:
         environment[resources.AGENT_ENV_CHECKPOINT_URI] = uri
     max_runtime = job.spec.max_runtime_s
+    gpus_per_node = min(job.spec.gpus_per_node, pool.gpus_per_node) if job.nodes == 1 else pool.gpus_per_node
+    size = sized_container(pool.instance_types, gpus_per_node, whole_node=job.nodes > 1)
     return BatchJobRequest(
         job_id=job.id,
         team=job.team,
         job_queue=pool.job_queue,
         image=job.spec.image,
         command=tuple(job.spec.command),
-        gpus_per_node=min(job.spec.gpus_per_node, pool.gpus_per_node)
-        if job.nodes == 1
-        else pool.gpus_per_node,
+        gpus_per_node=gpus_per_node,
         nodes=job.nodes,
         environment=environment,
         timeout_s=None if max_runtime is None else max(1, math.ceil(max_runtime - job.runtime_s)),
+        vcpus=None if size is None else size.vcpus,
+        memory_mib=None if size is None else size.memory_mib,
+        shared_memory_mib=None if size is None else size.shared_memory_mib,
     )

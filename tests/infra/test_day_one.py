@@ -1,0 +1,240 @@
+"""Issue 12's findings on the synthesized template: images pull, gang nodes talk, Spot pools are
+diverse, AZs are configurable, and alarms page someone."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from aws_cdk import App, Environment
+from aws_cdk.assertions import Template
+
+from stacks.config import ConfigError, parse_context
+from stacks.spotline_stack import SpotlineStack
+from tests.infra.support import Synthesized, cdk_context, source_dirs
+from tests.infra.test_stack import CONTEXT, actions_of, as_list, flatten, getatt_arn, statements_of_role
+
+TOPIC = "arn:aws:sns:us-east-1:123456789012:spotline-oncall"
+
+
+def _properties(syn: Synthesized, construct: Any) -> dict[str, Any]:
+    props: dict[str, Any] = syn.json["Resources"][syn.logical_id(construct)]["Properties"]
+    return props
+
+
+# --- finding 1: private images -----------------------------------------------------------------
+
+
+def test_the_execution_role_can_pull_private_ecr_images(synthesized: Synthesized) -> None:
+    stack = synthesized.stack
+    container = _properties(synthesized, stack.compute.job_definition)["ContainerProperties"]
+    role = stack.compute.container.execution_role
+    assert role is not None
+    assert container["ExecutionRoleArn"] == getatt_arn(synthesized, role)
+    statements = statements_of_role(synthesized, synthesized.logical_id(role))
+    assert {"ecr:BatchGetImage", "ecr:GetDownloadUrlForLayer", "ecr:GetAuthorizationToken"} <= actions_of(
+        statements
+    )
+    pull = next(s for s in statements if "ecr:BatchGetImage" in as_list(s["Action"]))
+    # Repositories of this account and region only.
+    assert [flatten(r) for r in as_list(pull["Resource"])] == [
+        "arn:aws:ecr:us-east-1:123456789012:repository/*"
+    ]
+
+
+# --- finding 3: gang jobs ----------------------------------------------------------------------
+
+
+def test_gang_nodes_reach_each_other_on_every_port(synthesized: Synthesized) -> None:
+    stack = synthesized.stack
+    group = stack.network.training_security_group
+    group_id = synthesized.logical_id(group)
+    rules = [
+        rule
+        for rule in synthesized.resources("AWS::EC2::SecurityGroupIngress").values()
+        if rule["Properties"]["GroupId"] == {"Fn::GetAtt": [group_id, "GroupId"]}
+    ]
+    assert [r["Properties"]["IpProtocol"] for r in rules] == ["-1"]
+    assert rules[0]["Properties"]["SourceSecurityGroupId"] == {"Fn::GetAtt": [group_id, "GroupId"]}
+    # Nothing else may come in.
+    assert "SecurityGroupIngress" not in _properties(synthesized, group)
+    # Every pool's instances are in that group.
+    for environment in stack.compute.compute_environments.values():
+        assert _properties(synthesized, environment)["ComputeResources"]["SecurityGroupIds"] == [
+            {"Fn::GetAtt": [group_id, "GroupId"]}
+        ]
+
+
+def test_on_demand_pools_get_a_cluster_placement_group_and_spot_pools_none(synthesized: Synthesized) -> None:
+    stack = synthesized.stack
+    for pool in stack.config.pools:
+        resources = _properties(synthesized, stack.compute.compute_environments[pool.name])[
+            "ComputeResources"
+        ]
+        if pool.is_spot:
+            assert "PlacementGroup" not in resources
+            continue
+        group = stack.compute.placement_groups[pool.name]
+        assert _properties(synthesized, group)["Strategy"] == "cluster"
+        assert resources["PlacementGroup"] == {"Fn::GetAtt": [synthesized.logical_id(group), "GroupName"]}
+
+
+def test_a_gang_job_derives_its_definition_from_the_training_container(synthesized: Synthesized) -> None:
+    # The launcher derives the multi-node definition from this one (same container on every node,
+    # tests/integration/test_adapters.py); it must be an EC2 container definition for that.
+    props = _properties(synthesized, synthesized.stack.compute.job_definition)
+    assert props["Type"] == "container" and props["PlatformCapabilities"] == ["EC2"]
+    assert "NetworkConfiguration" not in props["ContainerProperties"]
+
+
+# --- finding 8: Spot diversity -----------------------------------------------------------------
+
+
+def test_the_spot_pool_has_several_instance_types(synthesized: Synthesized) -> None:
+    spot = [p for p in CONTEXT["pools"] if p["purchase"] == "spot"]
+    assert spot and all(len(p["instance_types"]) >= 2 for p in spot)
+    config = json.loads(
+        json.dumps(synthesized.stack.spotline_config())  # the pools' types reach the launcher
+    )
+    for pool in config["pools"]:
+        assert (
+            pool["instance_types"]
+            == next(p for p in CONTEXT["pools"] if p["name"] == pool["name"])["instance_types"]
+        )
+
+
+# --- finding 7: alarms -------------------------------------------------------------------------
+
+
+def test_alarms_cover_queues_workflows_passes_stuck_jobs_and_repairs(synthesized: Synthesized) -> None:
+    stack = synthesized.stack
+    alarms = stack.alarms.alarms
+    assert set(alarms) == {
+        "DeadLetters-events",
+        "DeadLetters-scheduler",
+        "OldestDeadLetter-events",
+        "OldestDeadLetter-scheduler",
+        "OldestSchedulingTrigger",
+        "WorkflowFailures-preempt",
+        "WorkflowFailures-launch",
+        "SchedulingPassErrors",
+        "JobsStuckPastDeadline",
+        "ReconcilerRepairs",
+    }
+    text = json.dumps({name: _properties(synthesized, alarm) for name, alarm in alarms.items()})
+    for metric in ("PassErrors", "ReconcilerRequeued", "LedgerRepaired", "ExecutionsFailed"):
+        assert metric in text
+    for alarm in alarms.values():
+        props = _properties(synthesized, alarm)
+        assert props["TreatMissingData"] == "notBreaching"
+        assert props["AlarmDescription"]
+        assert "AlarmActions" not in props  # no topic in cdk.json
+
+
+# --- a variant: EFA, chosen AZs, an alarm topic ------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def variant(tmp_path_factory: pytest.TempPathFactory) -> tuple[SpotlineStack, Template]:
+    tmp = tmp_path_factory.mktemp("variant")
+    functions_dir, statemachines_dir, _ = source_dirs(tmp / "sources")
+    raw = cdk_context()
+    raw["pools"] = [
+        {**raw["pools"][0], "instance_types": ["p4d.24xlarge", "p4de.24xlarge", "p5.48xlarge"]},
+        {**raw["pools"][1], "efa": True},
+    ]
+    raw.update({"availability_zones": ["us-east-1b", "us-east-1d"], "alarm_topic_arn": TOPIC})
+    config = parse_context(raw)
+    stack = SpotlineStack(
+        App(context=raw),
+        "Variant",
+        config=config,
+        env=Environment(account="123456789012", region="us-east-1"),
+        functions_dir=functions_dir,
+        statemachines_dir=statemachines_dir,
+        build_dir=tmp / "build",
+    )
+    return stack, Template.from_stack(stack)
+
+
+def test_the_created_vpc_uses_the_configured_azs(variant: tuple[SpotlineStack, Template]) -> None:
+    _, template = variant
+    subnets = template.find_resources("AWS::EC2::Subnet")
+    assert {s["Properties"]["AvailabilityZone"] for s in subnets.values()} == {"us-east-1b", "us-east-1d"}
+
+
+def test_an_efa_pool_launches_with_an_efa_in_the_training_group(
+    variant: tuple[SpotlineStack, Template],
+) -> None:
+    stack, template = variant
+    resolved = template.to_json()["Resources"]
+    efa = stack.compute.efa_launch_template
+    assert efa is not None
+    data = resolved[stack.get_logical_id(efa.node.default_child)]["Properties"]["LaunchTemplateData"]
+    [interface] = data["NetworkInterfaces"]
+    assert interface["InterfaceType"] == "efa" and interface["DeviceIndex"] == 0
+    group_id = stack.get_logical_id(stack.network.training_security_group.node.default_child)
+    assert interface["Groups"] == [{"Fn::GetAtt": [group_id, "GroupId"]}]
+    assert data["MetadataOptions"]["HttpTokens"] == "required"
+    on_demand = stack.compute.compute_environments[stack.config.pools[1].name]
+    resources = resolved[stack.get_logical_id(on_demand.node.default_child)]["Properties"]["ComputeResources"]
+    # The group is on the interface; EC2 refuses it in both places.
+    assert "SecurityGroupIds" not in resources
+    assert resources["LaunchTemplate"]["LaunchTemplateId"] == {
+        "Ref": stack.get_logical_id(efa.node.default_child)
+    }
+    # The Spot pool keeps the plain template, with its three 8-GPU types.
+    spot = stack.compute.compute_environments[stack.config.pools[0].name]
+    spot_resources = resolved[stack.get_logical_id(spot.node.default_child)]["Properties"]["ComputeResources"]
+    assert spot_resources["InstanceTypes"] == ["p4d.24xlarge", "p4de.24xlarge", "p5.48xlarge"]
+    assert "SecurityGroupIds" in spot_resources
+
+
+def test_every_alarm_notifies_the_configured_topic(variant: tuple[SpotlineStack, Template]) -> None:
+    _, template = variant
+    alarms = template.find_resources("AWS::CloudWatch::Alarm")
+    assert len(alarms) == 10
+    assert all(a["Properties"]["AlarmActions"] == [TOPIC] for a in alarms.values())
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"efa": True, "instance_types": ["g5.xlarge"]}, "support EFA"),
+        ({"placement_group": True, "purchase": "spot"}, "no placement group"),
+        ({"placement_group": "yes"}, "must be true or false"),
+    ],
+)
+def test_impossible_pool_networking_is_refused(change: dict[str, Any], message: str) -> None:
+    pool = {
+        "name": "p",
+        "gpu_type": "a100",
+        "instance_types": ["p4d.24xlarge"],
+        "purchase": "on-demand",
+        "max_gpus": 8,
+    }
+    with pytest.raises(ConfigError, match=message):
+        parse_context({"pools": [{**pool, **change}]})
+
+
+def test_azs_and_topic_are_checked() -> None:
+    pool = {
+        "name": "p",
+        "gpu_type": "a100",
+        "instance_types": ["p4d.24xlarge"],
+        "purchase": "spot",
+        "max_gpus": 8,
+    }
+    with pytest.raises(ConfigError, match="alarm_topic_arn"):
+        parse_context({"pools": [pool], "alarm_topic_arn": "oncall"})
+    with pytest.raises(ConfigError, match="vpc_availability_zones"):
+        parse_context(
+            {
+                "pools": [pool],
+                "vpc_id": "vpc-1",
+                "vpc_subnet_ids": ["subnet-1"],
+                "vpc_availability_zones": ["us-east-1a"],
+                "availability_zones": ["us-east-1a"],
+            }
+        )

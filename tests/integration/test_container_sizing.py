@@ -1,0 +1,130 @@
+"""Containers sized from the node's GPUs, through the launcher and the job definitions it
+registers on moto's Batch (issue 12, finding 2)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from spotline.aws.batch import AwsBatchLauncher
+from spotline.aws.sizing import INSTANCE_SHAPES, node_shape
+from spotline.control.lifecycle import launch_request
+from spotline.control.scheduling import admit
+
+from .conftest import Deployment, submit
+
+P4D = INSTANCE_SHAPES["p4d.24xlarge"]  # 8 GPUs, 96 vCPUs, 1152 GiB
+BASE = "spotline-training"
+
+
+class RecordingBatch:
+    """moto's Batch client, with each SubmitJob's arguments kept, and each registered definition
+    (moto keeps no nodeProperties of a multi-node one)."""
+
+    def __init__(self, client: Any) -> None:
+        self.client = client
+        self.submitted: list[dict[str, Any]] = []
+        self.registered: dict[str, dict[str, Any]] = {}
+
+    def register_job_definition(self, **kwargs: Any) -> dict[str, Any]:
+        response: dict[str, Any] = self.client.register_job_definition(**kwargs)
+        self.registered[response["jobDefinitionArn"]] = kwargs
+        return response
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.client, name)
+
+    def submit_job(self, **kwargs: Any) -> dict[str, Any]:
+        self.submitted.append(kwargs)
+        return {"jobId": f"b-{len(self.submitted)}", "jobName": kwargs["jobName"]}
+
+
+@pytest.fixture
+def batch(deployment: Deployment) -> RecordingBatch:
+    client = deployment.clients.client("batch")
+    # The stack's training definition: small defaults, 1 GPU, Docker's /dev/shm.
+    client.register_job_definition(
+        jobDefinitionName=BASE,
+        type="container",
+        containerProperties={
+            "image": "123456789012.dkr.ecr.us-east-1.amazonaws.com/spotline-train:latest",
+            "command": ["true"],
+            "resourceRequirements": [
+                {"type": "VCPU", "value": "4"},
+                {"type": "MEMORY", "value": "16384"},
+                {"type": "GPU", "value": "1"},
+            ],
+            "linuxParameters": {"sharedMemorySize": 8192},
+        },
+    )
+    plane = deployment.plane
+    # p4d nodes, and On-Demand room for a gang of two
+    pools = tuple(
+        p.model_copy(update={"instance_types": ("p4d.24xlarge",), "capacity_gpus": max(16, p.capacity_gpus)})
+        for p in plane.config.pools
+    )
+    plane.settings = plane.settings.model_copy(
+        update={"config": plane.config.model_copy(update={"pools": pools})}
+    )
+    return RecordingBatch(client)
+
+
+def _launch(deployment: Deployment, batch: RecordingBatch, pool: str, **spec: Any) -> dict[str, Any]:
+    record = submit(deployment, **spec)
+    admitted = admit(deployment.plane, record, pool, "test", now=deployment.clock())
+    AwsBatchLauncher(batch, BASE).submit(launch_request(deployment.plane, admitted))
+    return batch.submitted[-1]
+
+
+def _requirements(container: dict[str, Any]) -> dict[str, int]:
+    return {r["type"]: int(r["value"]) for r in container["resourceRequirements"]}
+
+
+def _shared_memory(batch: RecordingBatch, definition: str) -> int:
+    registered = batch.registered[definition]
+    if registered["type"] == "multinode":
+        [node_range] = registered["nodeProperties"]["nodeRangeProperties"]
+        properties = node_range["container"]
+    else:
+        properties = registered["containerProperties"]
+    return int(properties["linuxParameters"]["sharedMemorySize"])
+
+
+def test_an_8_gpu_job_on_an_8_gpu_node_gets_nearly_all_of_it(
+    deployment: Deployment, batch: RecordingBatch
+) -> None:
+    submitted = _launch(deployment, batch, "a100-spot", gpus=8)
+    wanted = _requirements(submitted["containerOverrides"])
+    assert wanted["GPU"] == 8
+    # At least 90% of the node's vCPUs and memory, and less than all (headroom for the ECS agent).
+    assert 0.9 * P4D.vcpus <= wanted["VCPU"] < P4D.vcpus
+    assert 0.9 * P4D.memory_gib * 1024 <= wanted["MEMORY"] < P4D.memory_gib * 1024
+    node = node_shape("p4d.24xlarge")
+    assert wanted["VCPU"] == node.usable_vcpus and wanted["MEMORY"] == node.usable_memory_mib
+    # /dev/shm is set in a job definition derived for it (not overridable at SubmitJob).
+    assert _shared_memory(batch, submitted["jobDefinition"]) == wanted["MEMORY"] // 2
+
+
+def test_a_1_gpu_job_gets_an_eighth(deployment: Deployment, batch: RecordingBatch) -> None:
+    submitted = _launch(deployment, batch, "a100-spot", gpus=1)
+    wanted = _requirements(submitted["containerOverrides"])
+    node = node_shape("p4d.24xlarge")
+    assert wanted["GPU"] == 1
+    assert wanted["VCPU"] == node.usable_vcpus // 8 == 11
+    assert wanted["MEMORY"] == node.usable_memory_mib // 8
+    assert _shared_memory(batch, submitted["jobDefinition"]) == wanted["MEMORY"] // 2
+    # Eight of them fit on one node together.
+    assert 8 * wanted["VCPU"] <= P4D.vcpus and 8 * wanted["MEMORY"] <= P4D.memory_gib * 1024
+
+
+def test_a_gang_job_gets_whole_nodes(deployment: Deployment, batch: RecordingBatch) -> None:
+    pool = next(p.name for p in deployment.plane.config.pools if not p.is_spot)
+    submitted = _launch(deployment, batch, pool, gpus=16, nodes=2, spot="never")
+    overrides = submitted["nodeOverrides"]
+    assert overrides["numNodes"] == 2
+    [node_override] = overrides["nodePropertyOverrides"]
+    wanted = _requirements(node_override["containerOverrides"])
+    node = node_shape("p4d.24xlarge")
+    assert wanted == {"GPU": 8, "VCPU": node.usable_vcpus, "MEMORY": node.usable_memory_mib}
+    assert _shared_memory(batch, submitted["jobDefinition"]) == node.usable_memory_mib // 2

@@ -1,0 +1,49 @@
+"""Classifying a FAILED Batch job from Batch's reasons (issue 12, finding 4)."""
+
+from __future__ import annotations
+
+import pytest
+
+from spotline.aws.batch_failures import FailureKind, classify_failure
+
+CASES = {
+    "host terminated (Spot reclaim, scale-in)": (
+        "Host EC2 (instance i-0123456789abcdef0) terminated.",
+        FailureKind.HOST_LOST,
+    ),
+    "host stopped": ("Host EC2 (instance i-0abc) stopped.", FailureKind.HOST_LOST),
+    "host loss as the attempt's reason": (
+        "Essential container in task exited; Host EC2 (instance i-0abc) terminated.",
+        FailureKind.HOST_LOST,
+    ),
+    # The bug: "spot" anywhere in the reason was taken for a lost host.
+    "private image named after spot": (
+        "Task failed to start; CannotPullContainerError: pull image manifest has been retried 5 "
+        "time(s): failed to resolve ref 123456789012.dkr.ecr.us-east-1.amazonaws.com/spotline-train:"
+        "latest: not found",
+        FailureKind.IMAGE,
+    ),
+    "image pull after the host went": (
+        "CannotPullContainerError: access denied; Host EC2 (instance i-0abc) terminated.",
+        FailureKind.IMAGE,
+    ),
+    "container cannot be created": (
+        "CannotCreateContainerError: Error response from daemon: devices not found",
+        FailureKind.CONFIGURATION,
+    ),
+    "task resources": ("ResourceInitializationError: unable to pull secrets", FailureKind.CONFIGURATION),
+    "Batch misconfiguration": ("MISCONFIGURATION:JOB_RESOURCE_REQUIREMENT", FailureKind.CONFIGURATION),
+    "timeout": ("Job attempt duration exceeded timeout", FailureKind.TIMEOUT),
+    "the job's own failure": ("Essential container in task exited", FailureKind.APPLICATION),
+    "a job that printed about spot": ("spot reclaim simulation failed; host lost", FailureKind.APPLICATION),
+    "no reason": ("", FailureKind.APPLICATION),
+}
+
+
+@pytest.mark.parametrize(("reasons", "kind"), CASES.values(), ids=list(CASES))
+def test_classify_failure(reasons: str, kind: FailureKind) -> None:
+    cause = classify_failure(reasons)
+    assert cause.kind is kind
+    assert cause.requeue is (kind is FailureKind.HOST_LOST)
+    if kind is not FailureKind.APPLICATION:
+        assert cause.evidence and cause.evidence in reasons
