@@ -8,10 +8,11 @@ Spotline, from its checkpoint, in priority order).
 
 from __future__ import annotations
 
-from aws_cdk import Aws, Size, Stack
+from aws_cdk import Aws, RemovalPolicy, Size, Stack
 from aws_cdk import aws_batch as batch
 from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_ecr as ecr
 from aws_cdk import aws_ecs as ecs
 from aws_cdk import aws_events as events
 from aws_cdk import aws_iam as iam
@@ -27,6 +28,8 @@ from stacks.observability import EncryptedLogs
 
 # Root volume of a GPU instance: container images for training are large.
 ROOT_VOLUME_GIB = 200
+# The tag of the stack's training repository that the job definition runs by default.
+TRAINING_IMAGE_TAG = "latest"
 # What a training container may publish on the project bus.
 AGENT_DETAIL_TYPES = (r.DETAIL_CHECKPOINT_COMPLETED, r.DETAIL_JOB_HEARTBEAT)
 # A team's checkpoint key (checkpoint_kms_per_team): what the team's role does with it through
@@ -134,6 +137,7 @@ class TrainingCompute(Construct):
         self.team_keys: dict[str, kms.Key] = {}
         self.job_definitions: dict[str, batch.EcsJobDefinition] = {}
         execution_role: iam.IRole | None = None
+        image = self._training_image(config)
         for team in config.team_names:
             role = self._team_role(team, checkpoints=checkpoints, jobs_table=jobs_table, bus=bus)
             key = self._team_key(team, role, checkpoints) if config.checkpoint_kms_per_team else None
@@ -151,7 +155,7 @@ class TrainingCompute(Construct):
             container = batch.EcsEc2ContainerDefinition(
                 self,
                 f"TrainingContainer-{team}",
-                image=ecs.ContainerImage.from_registry(config.training_image),
+                image=image,
                 cpu=config.training_vcpus,
                 memory=Size.gibibytes(config.training_memory_gib),
                 # The launcher sets each job's GPUs, vCPUs and memory with resourceRequirements
@@ -377,3 +381,18 @@ class TrainingCompute(Construct):
             "ecr:GetAuthorizationToken supports no resource-level permission; ECS needs it to pull "
             "a private image.",
         )
+
+    def _training_image(self, config: DeploymentConfig) -> ecs.ContainerImage:
+        """The configured image, else `latest` in the stack's own repository (created here and
+        kept when the stack is deleted: it holds the teams' images)."""
+        if config.training_image:
+            self.training_repository: ecr.IRepository | None = None
+            return ecs.ContainerImage.from_registry(config.training_image)
+        self.training_repository = ecr.Repository(
+            self,
+            "TrainingImages",
+            repository_name=f"spotline-{config.stage}-train",
+            image_scan_on_push=True,
+            removal_policy=RemovalPolicy.RETAIN,
+        )
+        return ecs.ContainerImage.from_ecr_repository(self.training_repository, tag=TRAINING_IMAGE_TAG)

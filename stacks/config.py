@@ -134,7 +134,9 @@ class DeploymentConfig:
     nat_gateways: int = 1
     api_rate_limit: float = 50.0
     api_burst_limit: int = 100
-    training_image: str = "public.ecr.aws/docker/library/python:3.12-slim"
+    # The job definition's image. None: `<the stack's training repository>:latest`, the image
+    # built from images/training/Dockerfile and pushed there (README, "Deploying to AWS").
+    training_image: str | None = None
     training_vcpus: int = 4
     training_memory_gib: int = 16
     powertools_layer_version: int = 37
@@ -299,7 +301,7 @@ def parse_context(context: Mapping[str, Any]) -> DeploymentConfig:
         ),
         api_rate_limit=float(raw.get("api_rate_limit", defaults.api_rate_limit)),
         api_burst_limit=int(raw.get("api_burst_limit", defaults.api_burst_limit)),
-        training_image=str(raw.get("training_image", defaults.training_image)),
+        training_image=str(raw["training_image"]) if raw.get("training_image") else None,
         training_vcpus=int(raw.get("training_vcpus", defaults.training_vcpus)),
         training_memory_gib=int(raw.get("training_memory_gib", defaults.training_memory_gib)),
         powertools_layer_version=int(raw.get("powertools_layer_version", defaults.powertools_layer_version)),

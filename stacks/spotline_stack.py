@@ -203,6 +203,10 @@ class SpotlineStack(Stack):
         CfnOutput(self, "ApiUrl", value=self.api.rest_api.url)
         CfnOutput(self, "EventBusName", value=self.messaging.bus.event_bus_name)
         CfnOutput(self, "CheckpointBucketName", value=self.storage.checkpoints.bucket_name)
+        if self.compute.training_repository is not None:
+            CfnOutput(
+                self, "TrainingImageRepositoryUri", value=self.compute.training_repository.repository_uri
+            )
 
     def spotline_config(self) -> dict[str, Any]:
         """SPOTLINE_CONFIG: the pools (with their Batch job queues), the job definition, teams,

@@ -19,6 +19,16 @@ from spotline.aws import resources
 from spotline.domain import Pool, Priority, SchedulerConfig, TeamQuota
 
 
+def principal_key(arn: str) -> str:
+    """What an identity is matched by: a role ARN without its path (`role/aws-reserved/sso.amazonaws.com/
+    AWSReservedSSO_x` -> `role/AWSReservedSSO_x`), since an assumed-role session names only the
+    role; a role's name is unique in its account. Anything else as it is."""
+    prefix, separator, resource = arn.partition(":role/")
+    if not separator or not prefix.startswith("arn:") or ":iam::" not in prefix:
+        return arn
+    return f"{prefix}:role/{resource.rsplit('/', 1)[-1]}"
+
+
 class SettingsError(ValueError):
     """The environment does not describe a usable deployment (names the variable at fault)."""
 
@@ -106,6 +116,14 @@ class SpotlineConfig(BaseModel):
         undeclared = sorted(team for team in self.job_definitions if teams and team not in teams)
         if undeclared:
             raise ValueError(f"job_definitions: teams {undeclared} have no entry in teams")
+        by_key: dict[str, tuple[str, str]] = {}
+        for arn, team in self.identities.items():
+            seen = by_key.setdefault(principal_key(arn), (arn, team))
+            if seen[1] != team:
+                raise ValueError(
+                    f"identities: {seen[0]} and {arn} are the same role (roles match by account and "
+                    f"name) but map to teams {seen[1]} and {team}"
+                )
         return self
 
     @property

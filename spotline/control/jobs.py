@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from spotline.aws.errors import JobAlreadyExists, JobNotFound, PublishFailed, StaleJobError
 from spotline.aws.jobs import ACTIVE_STATES, JobRecord
 from spotline.aws.page_tokens import InvalidPageToken
+from spotline.aws.settings import principal_key
 from spotline.aws.timeline import TimelineEntry
 from spotline.control.errors import Conflict, InvalidRequest, Unauthorized
 from spotline.control.lifecycle import iso
@@ -54,10 +55,11 @@ def identity_candidates(identity: Mapping[str, Any]) -> list[str]:
 
 
 def team_for_identity(cp: ControlPlane, identity: Mapping[str, Any] | None) -> str:
-    """The team of an authenticated caller (Unauthorized if it has none)."""
-    identities = cp.config.identities
+    """The team of an authenticated caller (Unauthorized if it has none). Roles match by account
+    and name: an assumed-role session names its role without the role's path."""
+    identities = {principal_key(arn): team for arn, team in cp.config.identities.items()}
     for candidate in identity_candidates(identity or {}):
-        team = identities.get(candidate)
+        team = identities.get(principal_key(candidate))
         if team is not None:
             return team
     raise Unauthorized("this identity belongs to no Spotline team")
