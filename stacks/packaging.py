@@ -18,14 +18,11 @@ from pathlib import Path
 
 from aws_cdk import Aws
 
+from spotline.aws.resources import POWERTOOLS_LAYER_ACCOUNT, POWERTOOLS_LAYER_NAME
+
 # Bytecode and tool caches never ship; they also must not change the asset hash.
 _SKIPPED_DIRS = frozenset({"__pycache__", ".mypy_cache", ".pytest_cache", ".ruff_cache"})
 _SKIPPED_SUFFIXES = (".pyc", ".pyo")
-
-# The public layer account of Powertools for AWS Lambda (Python) in the commercial partition
-# (China and GovCloud publish from other accounts).
-POWERTOOLS_LAYER_ACCOUNT = "017000801446"
-POWERTOOLS_LAYER_NAME = "AWSLambdaPowertoolsPythonV3-python312-x86_64"
 
 
 def powertools_layer_arn(version: int) -> str:

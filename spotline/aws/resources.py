@@ -392,3 +392,10 @@ STATE_MACHINES: tuple[StateMachine, ...] = (
 # Periodic triggers: the scheduler's tick (aging, deadlines) and the reconciler.
 SCHEDULER_TICK_RATE_MINUTES = 1
 RECONCILER_RATE_MINUTES = 5
+
+
+# The public layer of Powertools for AWS Lambda (Python) that the functions run with (account of
+# the commercial partition; China and GovCloud publish from other accounts). The stack adds it,
+# `spotline doctor` checks the configured version exists in the region.
+POWERTOOLS_LAYER_ACCOUNT = "017000801446"
+POWERTOOLS_LAYER_NAME = "AWSLambdaPowertoolsPythonV3-python312-x86_64"

@@ -26,6 +26,7 @@ def main() -> None:
 COMMAND_MODULES = [
     "spotline.cli.client",
     "spotline.cli.demo",
+    "spotline.cli.doctor",
     "spotline.cli.local",
     "spotline.cli.simulate",
     "spotline.cli.trace",

@@ -1,0 +1,420 @@
+"""`spotline doctor`: what would otherwise fail at 3 a.m., checked against an account.
+
+It reads the deployment's settings (the CDK context: pools, identities, stage, AZs, image, layer
+version) and asks AWS, read-only:
+
+- **quotas**: the On-Demand and Spot vCPU quotas of the P and G families the pools use, against
+  the vCPUs the pools may grow to (and at least one node's);
+- **batch**: each pool's job queue VALID and ENABLED, its compute environment VALID and ENABLED
+  (before the first deploy: not deployed yet);
+- **layer**: the Powertools layer version exists in the region;
+- **image**: the training image exists in ECR, and the job definition's execution role may pull it;
+- **azs**: the AZs offer each pool's instance types;
+- **identities**: each IAM role or user in `identities` exists (this account's).
+
+Each finding says what is wrong and how to fix it. A call the endpoint does not implement (an
+emulator such as moto) or refuses is reported as skipped, with the reason.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from botocore.exceptions import BotoCoreError, ClientError
+
+from spotline.aws.resources import POWERTOOLS_LAYER_ACCOUNT, POWERTOOLS_LAYER_NAME
+from spotline.aws.sizing import INSTANCE_SHAPES
+
+
+class Status(StrEnum):
+    OK = "ok"
+    WARN = "warn"
+    FAIL = "fail"
+    SKIP = "skip"
+
+
+@dataclass(frozen=True)
+class Finding:
+    check: str
+    subject: str
+    status: Status
+    detail: str
+    fix: str = ""
+
+
+@dataclass(frozen=True)
+class DoctorPool:
+    name: str
+    purchase: str  # "spot" | "on-demand"
+    instance_types: tuple[str, ...]
+    max_vcpus: int
+
+
+@dataclass(frozen=True)
+class DoctorTarget:
+    """What the checks need of a deployment (from the CDK context, `stacks.config`)."""
+
+    region: str
+    stage: str
+    pools: tuple[DoctorPool, ...]
+    identities: Mapping[str, str]
+    powertools_layer_version: int
+    training_image: str | None = None
+    availability_zones: tuple[str, ...] = ()
+
+    @property
+    def job_definition_name(self) -> str:
+        return f"spotline-{self.stage}-training"
+
+    def job_queue_name(self, pool: str) -> str:
+        return f"spotline-{self.stage}-{pool}"
+
+    @property
+    def training_repository(self) -> str:
+        return f"spotline-{self.stage}-train"
+
+
+# EC2's vCPU quotas by instance family letter and purchase option.
+QUOTAS: Mapping[tuple[str, str], tuple[str, str]] = {
+    ("p", "on-demand"): ("L-417A185B", "Running On-Demand P instances"),
+    ("g", "on-demand"): ("L-DB2E81BA", "Running On-Demand G and VT instances"),
+    ("p", "spot"): ("L-7212CCBC", "All P Spot Instance Requests"),
+    ("g", "spot"): ("L-3819A6DF", "All G and VT Spot Instance Requests"),
+}
+
+_ECR_IMAGE = re.compile(
+    r"^(?P<account>\d{12})\.dkr\.ecr\.(?P<region>[a-z0-9-]+)\.amazonaws\.com(?:\.cn)?/"
+    r"(?P<repository>[^:@]+)(?::(?P<tag>[^@]+))?(?:@(?P<digest>.+))?$"
+)
+_IAM_PRINCIPAL = re.compile(
+    r"^arn:aws[a-z-]*:iam::(?P<account>\d{12}):(?P<kind>role|user)/(?P<path_name>.+)$"
+)
+
+Clients = Callable[[str], Any]  # service name -> boto3 client
+
+
+def _why(error: Exception) -> str:
+    if isinstance(error, ClientError):
+        info = error.response.get("Error", {})
+        return f"{info.get('Code', 'error')}: {info.get('Message', '')}".strip()
+    if isinstance(error, NotImplementedError):
+        return f"the endpoint does not implement this call ({error})"
+    return str(error)
+
+
+_SKIPPABLE = (ClientError, BotoCoreError, NotImplementedError)
+
+
+def check_quotas(target: DoctorTarget, client: Clients) -> Iterator[Finding]:
+    needed: dict[tuple[str, str], int] = {}
+    largest_node: dict[tuple[str, str], int] = {}
+    for pool in target.pools:
+        for family in sorted({t[0] for t in pool.instance_types if t[:1] in ("p", "g")}):
+            key = (family, pool.purchase)
+            needed[key] = needed.get(key, 0) + pool.max_vcpus
+            node = max(
+                (
+                    INSTANCE_SHAPES[t].vcpus
+                    for t in pool.instance_types
+                    if t in INSTANCE_SHAPES and t[0] == family
+                ),
+                default=0,
+            )
+            largest_node[key] = max(largest_node.get(key, 0), node)
+    quotas = client("service-quotas")
+    for key, vcpus in sorted(needed.items()):
+        code, name = QUOTAS[key]
+        subject = f"{name} ({code})"
+        fix = (
+            f"aws service-quotas request-service-quota-increase --service-code ec2 --quota-code {code} "
+            f"--desired-value {vcpus} --region {target.region}"
+        )
+        try:
+            value = float(quotas.get_service_quota(ServiceCode="ec2", QuotaCode=code)["Quota"]["Value"])
+        except _SKIPPABLE as error:
+            yield Finding("quotas", subject, Status.SKIP, f"quota not readable: {_why(error)}", fix)
+            continue
+        if value < largest_node[key]:
+            detail = (
+                f"{value:g} vCPUs: not one {largest_node[key]}-vCPU instance can start; pools need {vcpus}"
+            )
+            yield Finding("quotas", subject, Status.FAIL, detail, fix)
+        elif value < vcpus:
+            detail = f"{value:g} vCPUs, but the pools may grow to {vcpus}: they stop short of max_gpus"
+            yield Finding("quotas", subject, Status.WARN, detail, fix)
+        else:
+            yield Finding("quotas", subject, Status.OK, f"{value:g} vCPUs for the pools' {vcpus}")
+
+
+def check_batch(target: DoctorTarget, client: Clients) -> Iterator[Finding]:
+    batch = client("batch")
+    names = [target.job_queue_name(p.name) for p in target.pools]
+    try:
+        queues = {q["jobQueueName"]: q for q in batch.describe_job_queues(jobQueues=names)["jobQueues"]}
+    except _SKIPPABLE as error:
+        yield Finding("batch", "job queues", Status.SKIP, f"cannot describe job queues: {_why(error)}")
+        return
+    for name in names:
+        queue = queues.get(name)
+        if queue is None:
+            yield Finding(
+                "batch",
+                f"job queue {name}",
+                Status.WARN,
+                "not found: the stack is not deployed (in this region) yet",
+                "npx cdk deploy (README, Deploying to AWS)",
+            )
+            continue
+        if queue.get("status") != "VALID" or queue.get("state") != "ENABLED":
+            yield Finding(
+                "batch",
+                f"job queue {name}",
+                Status.FAIL,
+                f"{queue.get('status')}/{queue.get('state')}: {queue.get('statusReason', '')}",
+                f"aws batch update-job-queue --job-queue {name} --state ENABLED (after fixing the reason)",
+            )
+        else:
+            yield Finding("batch", f"job queue {name}", Status.OK, "VALID and ENABLED")
+        arns = [c["computeEnvironment"] for c in queue.get("computeEnvironmentOrder", [])]
+        try:
+            environments = batch.describe_compute_environments(computeEnvironments=arns)[
+                "computeEnvironments"
+            ]
+        except _SKIPPABLE as error:
+            yield Finding("batch", f"compute environments of {name}", Status.SKIP, _why(error))
+            continue
+        for environment in environments:
+            subject = f"compute environment {environment['computeEnvironmentName']}"
+            if environment.get("status") == "VALID" and environment.get("state") == "ENABLED":
+                yield Finding("batch", subject, Status.OK, "VALID and ENABLED")
+                continue
+            yield Finding(
+                "batch",
+                subject,
+                Status.FAIL,
+                "{}/{}: {}".format(
+                    environment.get("status"), environment.get("state"), environment.get("statusReason", "")
+                ),
+                "INVALID usually names a role, subnet, security group or launch template at fault; fix it "
+                "and redeploy, then `aws batch update-compute-environment --compute-environment "
+                f"{environment['computeEnvironmentName']} --state ENABLED`",
+            )
+
+
+def check_layer(target: DoctorTarget, client: Clients) -> Iterator[Finding]:
+    arn = (
+        f"arn:aws:lambda:{target.region}:{POWERTOOLS_LAYER_ACCOUNT}:layer:{POWERTOOLS_LAYER_NAME}:"
+        f"{target.powertools_layer_version}"
+    )
+    fix = (
+        "set `powertools_layer_version` in cdk.json to a version published in "
+        f"{target.region} (docs.powertools.aws.dev/lambda/python/latest/#lambda-layer)"
+    )
+    try:
+        client("lambda").get_layer_version_by_arn(Arn=arn)
+    except NotImplementedError as error:
+        yield Finding("layer", arn, Status.SKIP, _why(error), fix)
+        return
+    except ClientError as error:
+        yield Finding("layer", arn, Status.FAIL, f"not usable: {_why(error)}", fix)
+        return
+    except BotoCoreError as error:
+        yield Finding("layer", arn, Status.SKIP, _why(error), fix)
+        return
+    yield Finding("layer", arn, Status.OK, "exists")
+
+
+def _account(client: Clients) -> str | None:
+    try:
+        return str(client("sts").get_caller_identity()["Account"])
+    except _SKIPPABLE:
+        return None
+
+
+def check_image(target: DoctorTarget, client: Clients, account: str | None) -> Iterator[Finding]:
+    image = target.training_image or (
+        f"{account}.dkr.ecr.{target.region}.amazonaws.com/{target.training_repository}:latest"
+        if account
+        else None
+    )
+    if image is None:
+        yield Finding("image", "training image", Status.SKIP, "no account known to name the default image")
+        return
+    parts = _ECR_IMAGE.match(image)
+    if parts is None:
+        yield Finding(
+            "image",
+            image,
+            Status.SKIP,
+            "not an ECR image: a public registry needs no credentials (a private non-ECR one needs "
+            "the job definition's repositoryCredentials)",
+        )
+        return
+    repository, registry = parts["repository"], parts["account"]
+    image_id = {"imageDigest": parts["digest"]} if parts["digest"] else {"imageTag": parts["tag"] or "latest"}
+    push = (
+        f"build and push it: docker build -f images/training/Dockerfile -t {image} . && docker push {image} "
+        "(README, Deploying to AWS)"
+    )
+    try:
+        client("ecr").describe_images(registryId=registry, repositoryName=repository, imageIds=[image_id])
+    except ClientError as error:
+        yield Finding("image", image, Status.FAIL, f"not found: {_why(error)}", push)
+    except (BotoCoreError, NotImplementedError) as error:
+        yield Finding("image", image, Status.SKIP, _why(error), push)
+    else:
+        yield Finding("image", image, Status.OK, "in ECR")
+    yield from _check_pull_permission(target, client, parts)
+
+
+def _check_pull_permission(target: DoctorTarget, client: Clients, parts: re.Match[str]) -> Iterator[Finding]:
+    subject = "execution role may pull the image"
+    try:
+        described = client("batch").describe_job_definitions(
+            jobDefinitionName=target.job_definition_name, status="ACTIVE"
+        )["jobDefinitions"]
+    except _SKIPPABLE as error:
+        yield Finding("image", subject, Status.SKIP, _why(error))
+        return
+    if not described:
+        yield Finding(
+            "image", subject, Status.WARN, f"job definition {target.job_definition_name} not deployed yet"
+        )
+        return
+    latest = max(described, key=lambda d: int(d.get("revision", 0)))
+    role = (latest.get("containerProperties") or {}).get("executionRoleArn")
+    if not role:
+        yield Finding(
+            "image",
+            subject,
+            Status.FAIL,
+            "the job definition has no execution role: ECS cannot authenticate to ECR",
+            "redeploy the stack (its job definition has one)",
+        )
+        return
+    repository_arn = f"arn:aws:ecr:{parts['region']}:{parts['account']}:repository/{parts['repository']}"
+    iam = client("iam")
+    try:
+        results = iam.simulate_principal_policy(
+            PolicySourceArn=role,
+            ActionNames=["ecr:BatchGetImage", "ecr:GetDownloadUrlForLayer"],
+            ResourceArns=[repository_arn],
+        )["EvaluationResults"]
+        results += iam.simulate_principal_policy(
+            PolicySourceArn=role, ActionNames=["ecr:GetAuthorizationToken"], ResourceArns=["*"]
+        )["EvaluationResults"]
+    except _SKIPPABLE as error:
+        yield Finding("image", subject, Status.SKIP, f"cannot simulate {role}'s policy: {_why(error)}")
+        return
+    denied = sorted(r["EvalActionName"] for r in results if r.get("EvalDecision") != "allowed")
+    if denied:
+        yield Finding(
+            "image",
+            subject,
+            Status.FAIL,
+            f"{role} is denied {denied} on {repository_arn}",
+            "redeploy the stack (its execution role reads this account's repositories); for another "
+            "account's repository, allow this role in that repository's policy",
+        )
+    else:
+        yield Finding("image", subject, Status.OK, f"{role} may pull from {repository_arn}")
+
+
+def check_azs(target: DoctorTarget, client: Clients) -> Iterator[Finding]:
+    ec2 = client("ec2")
+    try:
+        region_azs = sorted(
+            z["ZoneName"]
+            for z in ec2.describe_availability_zones(
+                Filters=[{"Name": "zone-type", "Values": ["availability-zone"]}]
+            )["AvailabilityZones"]
+            if z.get("State") == "available"
+        )
+        types = sorted({t for p in target.pools for t in p.instance_types})
+        offerings = ec2.describe_instance_type_offerings(
+            LocationType="availability-zone", Filters=[{"Name": "instance-type", "Values": types}]
+        )["InstanceTypeOfferings"]
+    except _SKIPPABLE as error:
+        yield Finding("azs", "instance type offerings", Status.SKIP, _why(error))
+        return
+    azs = list(target.availability_zones) or region_azs[:2]
+    offered: dict[str, set[str]] = {}
+    for offering in offerings:
+        offered.setdefault(offering["InstanceType"], set()).add(offering["Location"])
+    for pool in target.pools:
+        for instance_type in pool.instance_types:
+            where = offered.get(instance_type, set())
+            inside = sorted(where & set(azs))
+            subject = f"{instance_type} ({pool.name}) in {', '.join(azs)}"
+            fix = (
+                f"set `availability_zones` (or an imported VPC's subnets) in cdk.json to AZs offering "
+                f"{instance_type}: {', '.join(sorted(where)) or 'none in this region'}"
+            )
+            if not inside:
+                yield Finding("azs", subject, Status.FAIL, "offered in none of them", fix)
+            elif len(inside) < len(azs):
+                yield Finding("azs", subject, Status.WARN, f"offered only in {', '.join(inside)}", fix)
+            else:
+                yield Finding("azs", subject, Status.OK, "offered in every one")
+
+
+def check_identities(target: DoctorTarget, client: Clients, account: str | None) -> Iterator[Finding]:
+    iam = client("iam")
+    for arn, team in sorted(target.identities.items()):
+        parts = _IAM_PRINCIPAL.match(arn)
+        if parts is None:
+            yield Finding("identities", arn, Status.SKIP, f"not an IAM role or user ARN (team {team})")
+            continue
+        if account is not None and parts["account"] != account:
+            yield Finding("identities", arn, Status.SKIP, f"in account {parts['account']}, not {account}")
+            continue
+        name = parts["path_name"].rsplit("/", 1)[-1]
+        try:
+            if parts["kind"] == "role":
+                iam.get_role(RoleName=name)
+            else:
+                iam.get_user(UserName=name)
+        except ClientError as error:
+            code = error.response.get("Error", {}).get("Code")
+            status = Status.FAIL if code == "NoSuchEntity" else Status.SKIP
+            yield Finding(
+                "identities",
+                arn,
+                status,
+                f"{parts['kind']} {name}: {_why(error)}",
+                f"create it, or correct its ARN in cdk.json `identities` (team {team}); it also needs "
+                "execute-api:Invoke on the API (README)",
+            )
+            continue
+        except (BotoCoreError, NotImplementedError) as error:
+            yield Finding("identities", arn, Status.SKIP, _why(error))
+            continue
+        yield Finding("identities", arn, Status.OK, f"{parts['kind']} exists (team {team})")
+
+
+CHECKS: Sequence[str] = ("quotas", "batch", "layer", "image", "azs", "identities")
+
+
+def run_checks(target: DoctorTarget, client: Clients, only: Sequence[str] = CHECKS) -> list[Finding]:
+    """Every finding of the checks named in `only`, in their order."""
+    unknown = sorted(set(only) - set(CHECKS))
+    if unknown:
+        raise ValueError(f"unknown checks {unknown}; choose from {list(CHECKS)}")
+    account = _account(client) if {"image", "identities"} & set(only) else None
+    runs: dict[str, Callable[[], Iterator[Finding]]] = {
+        "quotas": lambda: check_quotas(target, client),
+        "batch": lambda: check_batch(target, client),
+        "layer": lambda: check_layer(target, client),
+        "image": lambda: check_image(target, client, account),
+        "azs": lambda: check_azs(target, client),
+        "identities": lambda: check_identities(target, client, account),
+    }
+    findings: list[Finding] = []
+    for name in CHECKS:
+        if name in only:
+            findings.extend(runs[name]())
+    return findings

@@ -1,0 +1,179 @@
+"""`spotline doctor` on moto (issue 12): each check reports what is wrong and how to fix it; a call
+moto does not implement is reported as skipped with the reason, by doctor itself."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+from moto import mock_aws
+from typer.testing import CliRunner
+
+from spotline.aws.doctor import DoctorPool, DoctorTarget, Finding, Status, run_checks
+from spotline.cli import app
+from tests.infra.support import cdk_context
+
+REGION = "us-east-1"
+ACCOUNT = "123456789012"
+EXISTING_ROLE = f"arn:aws:iam::{ACCOUNT}:role/aws-reserved/sso.amazonaws.com/AWSReservedSSO_ML_1"
+MISSING_ROLE = f"arn:aws:iam::{ACCOUNT}:role/spotline-nobody"
+OTHER_ACCOUNT = "arn:aws:iam::210987654321:role/spotline-partner"
+
+TARGET = DoctorTarget(
+    region=REGION,
+    stage="dev",
+    pools=(
+        DoctorPool("a100-spot", "spot", ("p4d.24xlarge", "p4de.24xlarge"), 768),
+        DoctorPool("a100-ondemand", "on-demand", ("p4d.24xlarge",), 384),
+    ),
+    identities={EXISTING_ROLE: "ml", MISSING_ROLE: "cv", OTHER_ACCOUNT: "partner"},
+    powertools_layer_version=7,
+    availability_zones=("us-east-1a", "us-east-1e"),
+)
+
+
+def _client(service: str) -> Any:
+    return boto3.client(service, region_name=REGION)
+
+
+def _deploy_one_pool() -> None:
+    """What the stack makes for the Spot pool (not the On-Demand one), and its job definition."""
+    iam = _client("iam")
+    trust = json.dumps({"Version": "2012-10-17", "Statement": []})
+    iam.create_role(
+        RoleName="AWSReservedSSO_ML_1",
+        Path="/aws-reserved/sso.amazonaws.com/",
+        AssumeRolePolicyDocument=trust,
+    )
+    service_role = iam.create_role(RoleName="batch-service", AssumeRolePolicyDocument=trust)["Role"]["Arn"]
+    execution_role = iam.create_role(RoleName="execution", AssumeRolePolicyDocument=trust)["Role"]["Arn"]
+    iam.create_instance_profile(InstanceProfileName="ecs-instance")
+    ec2 = _client("ec2")
+    vpc = ec2.create_vpc(CidrBlock="10.0.0.0/16")["Vpc"]["VpcId"]
+    subnet = ec2.create_subnet(VpcId=vpc, CidrBlock="10.0.0.0/24", AvailabilityZone="us-east-1a")["Subnet"][
+        "SubnetId"
+    ]
+    group = ec2.create_security_group(GroupName="training", Description="t", VpcId=vpc)["GroupId"]
+    batch = _client("batch")
+    environment = batch.create_compute_environment(
+        computeEnvironmentName="a100-spot-compute",
+        type="MANAGED",
+        state="ENABLED",
+        computeResources={
+            "type": "SPOT",
+            "minvCpus": 0,
+            "maxvCpus": 768,
+            "instanceTypes": ["p4d.24xlarge"],
+            "subnets": [subnet],
+            "securityGroupIds": [group],
+            "instanceRole": f"arn:aws:iam::{ACCOUNT}:instance-profile/ecs-instance",
+        },
+        serviceRole=service_role,
+    )["computeEnvironmentArn"]
+    batch.create_job_queue(
+        jobQueueName="spotline-dev-a100-spot",
+        state="ENABLED",
+        priority=1,
+        computeEnvironmentOrder=[{"order": 1, "computeEnvironment": environment}],
+    )
+    batch.register_job_definition(
+        jobDefinitionName="spotline-dev-training",
+        type="container",
+        containerProperties={
+            "image": f"{ACCOUNT}.dkr.ecr.{REGION}.amazonaws.com/spotline-dev-train:latest",
+            "executionRoleArn": execution_role,
+            "resourceRequirements": [{"type": "VCPU", "value": "4"}, {"type": "MEMORY", "value": "16384"}],
+        },
+    )
+
+
+@pytest.fixture
+def account(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    for name, value in {
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": REGION,
+    }.items():
+        monkeypatch.setenv(name, value)
+    with mock_aws(config={"batch": {"use_docker": False}}):  # type: ignore[arg-type]
+        _deploy_one_pool()
+        yield
+
+
+def _by(findings: list[Finding], check: str) -> dict[str, Finding]:
+    return {f.subject: f for f in findings if f.check == check}
+
+
+def test_each_check_reports_with_a_fix(account: None) -> None:
+    findings = run_checks(TARGET, _client)
+    assert {f.check for f in findings} == {"quotas", "batch", "layer", "image", "azs", "identities"}
+    for finding in findings:
+        assert finding.detail
+        if finding.status in (Status.FAIL, Status.WARN):
+            assert finding.fix, finding
+
+    # quotas: moto has no EC2 quotas, so doctor says it could not read them (and how to raise them)
+    quotas = _by(findings, "quotas")
+    assert set(quotas) == {
+        "All P Spot Instance Requests (L-7212CCBC)",
+        "Running On-Demand P instances (L-417A185B)",
+    }
+    assert all(q.status is Status.SKIP and "request-service-quota-increase" in q.fix for q in quotas.values())
+
+    # batch: the deployed pool is VALID and ENABLED; the other is not deployed yet
+    batch = _by(findings, "batch")
+    assert batch["job queue spotline-dev-a100-spot"].status is Status.OK
+    assert batch["compute environment a100-spot-compute"].status is Status.OK
+    assert batch["job queue spotline-dev-a100-ondemand"].status is Status.WARN
+
+    # layer: moto cannot look up a public layer
+    [layer] = _by(findings, "layer").values()
+    assert layer.status is Status.SKIP and "does not implement" in layer.detail
+
+    # image: none pushed; the pull permission cannot be simulated on moto
+    image = _by(findings, "image")
+    pushed = image[f"{ACCOUNT}.dkr.ecr.{REGION}.amazonaws.com/spotline-dev-train:latest"]
+    assert pushed.status is Status.FAIL and "docker push" in pushed.fix
+    assert image["execution role may pull the image"].status is Status.SKIP
+
+    # azs: p4de is not offered in us-east-1a or us-east-1e (moto's offerings); p4d only in 1a
+    azs = _by(findings, "azs")
+    assert azs["p4de.24xlarge (a100-spot) in us-east-1a, us-east-1e"].status is Status.FAIL
+    assert "us-east-1b" in azs["p4de.24xlarge (a100-spot) in us-east-1a, us-east-1e"].fix
+    assert azs["p4d.24xlarge (a100-spot) in us-east-1a, us-east-1e"].status is Status.WARN
+
+    # identities: a role with a path exists; a missing one fails; another account's is skipped
+    identities = _by(findings, "identities")
+    assert identities[EXISTING_ROLE].status is Status.OK
+    assert identities[MISSING_ROLE].status is Status.FAIL and "identities" in identities[MISSING_ROLE].fix
+    assert identities[OTHER_ACCOUNT].status is Status.SKIP
+
+
+def test_an_image_in_ecr_passes(account: None) -> None:
+    ecr = _client("ecr")
+    ecr.create_repository(repositoryName="spotline-dev-train")
+    manifest = {
+        "schemaVersion": 2,
+        "mediaType": "application/vnd.docker.distribution.manifest.v2+json",
+        "config": {},
+        "layers": [],
+    }
+    ecr.put_image(repositoryName="spotline-dev-train", imageManifest=json.dumps(manifest), imageTag="latest")
+    [found, _] = run_checks(TARGET, _client, ["image"])
+    assert found.status is Status.OK
+
+
+def test_the_command_reads_cdk_json_prints_every_check_and_fails_on_a_failure(
+    account: None, tmp_path: Path
+) -> None:
+    context = {**cdk_context(), "identities": {MISSING_ROLE: "research"}}
+    (tmp_path / "cdk.json").write_text(json.dumps({"context": context}))
+    result = CliRunner().invoke(app, ["doctor", "--context", str(tmp_path / "cdk.json")])
+    assert result.exit_code == 1, result.output
+    for check in ("quotas", "batch", "layer", "image", "azs", "identities"):
+        assert check in result.output
+    assert "spotline-nobody" in result.output and "fail" in result.output
