@@ -238,3 +238,11 @@ def test_azs_and_topic_are_checked() -> None:
                 "availability_zones": ["us-east-1a"],
             }
         )
+
+
+def test_cfn_lint_reports_no_error_on_the_variant(variant: tuple[SpotlineStack, Template]) -> None:
+    from cfnlint.api import ManualArgs, lint
+
+    _, template = variant
+    matches = lint(json.dumps(template.to_json()), config=ManualArgs(regions=["us-east-1"]))
+    assert [f"{m.rule.id}: {m.message}" for m in matches if m.rule.id.startswith("E")] == []
