@@ -36,11 +36,13 @@ def test_the_execution_role_can_pull_private_ecr_images(synthesized: Synthesized
     assert {"ecr:BatchGetImage", "ecr:GetDownloadUrlForLayer", "ecr:GetAuthorizationToken"} <= actions_of(
         statements
     )
-    pull = next(s for s in statements if "ecr:BatchGetImage" in as_list(s["Action"]))
-    # Repositories of this account and region only.
-    assert [flatten(r) for r in as_list(pull["Resource"])] == [
-        "arn:aws:ecr:us-east-1:123456789012:repository/*"
-    ]
+    pulls = [s for s in statements if "ecr:BatchGetImage" in as_list(s["Action"])]
+    resources = {flatten(r) for s in pulls for r in as_list(s["Resource"])}
+    # Repositories of this account and region only (the stack's own, the default image, among them).
+    repository = stack.compute.training_repository
+    assert repository is not None
+    own = flatten(stack.resolve(repository.repository_arn))
+    assert resources == {"arn:aws:ecr:us-east-1:123456789012:repository/*", own}
 
 
 # --- finding 3: gang jobs ----------------------------------------------------------------------
