@@ -184,6 +184,7 @@ class TrainingCompute(Construct):
                 retry_attempts=1,
                 propagate_tags=True,
             )
+        self.execution_role = execution_role
         if execution_role is not None:
             self._allow_image_pulls(execution_role)
         # The roles a job definition derived from these carries (the launcher passes them).

@@ -65,10 +65,13 @@ class DoctorTarget:
     powertools_layer_version: int
     training_image: str | None = None
     availability_zones: tuple[str, ...] = ()
+    teams: tuple[str, ...] = ()
 
     @property
     def job_definition_name(self) -> str:
-        return f"spotline-{self.stage}-training"
+        """A team's training job definition (they all pull with one execution role)."""
+        base = f"spotline-{self.stage}-training"
+        return f"{base}-{self.teams[0]}" if self.teams else base
 
     def job_queue_name(self, pool: str) -> str:
         return f"spotline-{self.stage}-{pool}"

@@ -48,6 +48,7 @@ def target_from_context(path: Path, region: str | None = None) -> DoctorTarget:
         powertools_layer_version=config.powertools_layer_version,
         training_image=config.training_image,
         availability_zones=config.availability_zones or config.vpc_availability_zones,
+        teams=tuple(config.team_names),
     )
 
 

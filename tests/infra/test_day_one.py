@@ -28,10 +28,12 @@ def _properties(syn: Synthesized, construct: Any) -> dict[str, Any]:
 
 def test_the_execution_role_can_pull_private_ecr_images(synthesized: Synthesized) -> None:
     stack = synthesized.stack
-    container = _properties(synthesized, stack.compute.job_definition)["ContainerProperties"]
-    role = stack.compute.container.execution_role
+    role = stack.compute.execution_role
     assert role is not None
-    assert container["ExecutionRoleArn"] == getatt_arn(synthesized, role)
+    # Every team's definition pulls with the one execution role.
+    for definition in stack.compute.job_definitions.values():
+        container = _properties(synthesized, definition)["ContainerProperties"]
+        assert container["ExecutionRoleArn"] == getatt_arn(synthesized, role)
     statements = statements_of_role(synthesized, synthesized.logical_id(role))
     assert {"ecr:BatchGetImage", "ecr:GetDownloadUrlForLayer", "ecr:GetAuthorizationToken"} <= actions_of(
         statements
@@ -85,9 +87,10 @@ def test_on_demand_pools_get_a_cluster_placement_group_and_spot_pools_none(synth
 def test_a_gang_job_derives_its_definition_from_the_training_container(synthesized: Synthesized) -> None:
     # The launcher derives the multi-node definition from this one (same container on every node,
     # tests/integration/test_adapters.py); it must be an EC2 container definition for that.
-    props = _properties(synthesized, synthesized.stack.compute.job_definition)
-    assert props["Type"] == "container" and props["PlatformCapabilities"] == ["EC2"]
-    assert "NetworkConfiguration" not in props["ContainerProperties"]
+    for definition in synthesized.stack.compute.job_definitions.values():
+        props = _properties(synthesized, definition)
+        assert props["Type"] == "container" and props["PlatformCapabilities"] == ["EC2"]
+        assert "NetworkConfiguration" not in props["ContainerProperties"]
 
 
 # --- finding 8: Spot diversity -----------------------------------------------------------------

@@ -33,6 +33,7 @@ TARGET = DoctorTarget(
     identities={EXISTING_ROLE: "ml", MISSING_ROLE: "cv", OTHER_ACCOUNT: "partner"},
     powertools_layer_version=7,
     availability_zones=("us-east-1a", "us-east-1e"),
+    teams=("ml", "cv"),
 )
 
 
@@ -81,7 +82,7 @@ def _deploy_one_pool() -> None:
         computeEnvironmentOrder=[{"order": 1, "computeEnvironment": environment}],
     )
     batch.register_job_definition(
-        jobDefinitionName="spotline-dev-training",
+        jobDefinitionName="spotline-dev-training-ml",
         type="container",
         containerProperties={
             "image": f"{ACCOUNT}.dkr.ecr.{REGION}.amazonaws.com/spotline-dev-train:latest",
