@@ -27,6 +27,7 @@ def _handle(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         stopped_at=None if detail.stoppedAt is None else detail.stoppedAt / 1000.0,
         container_instances=tuple(detail.container_instances()),
         exit_code=detail.exit_code(),
+        job_queue=detail.jobQueue,
     )
     outcome = handle_batch_job_change(control_plane(), change)
     logger.info(

@@ -29,6 +29,7 @@ def _handle(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         record = record_checkpoint(
             control_plane(),
             detail.job_id,
+            run_id=detail.run_id,
             checkpoint_uri=detail.checkpoint_uri,
             step=detail.step,
             progress=detail.progress,

@@ -1,8 +1,9 @@
 """Job Heartbeat (from the agent) -> progress, utilization and the instance the job runs on.
 
 Not idempotent through the Idempotency table (its role may not write it, and a heartbeat every
-few seconds per job would double its writes): the write itself only moves forward by step, so
-a duplicate or a late heartbeat changes nothing.
+few seconds per job would double its writes): the write counts only for the job's current run
+and only moves forward by step within it, so a duplicate, a late heartbeat, or one of an
+earlier run changes nothing (it is counted as HeartbeatsDropped).
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     record = record_heartbeat(
         control_plane(),
         detail.job_id,
+        run_id=detail.run_id,
         step=detail.step,
         instance_id=detail.instance_id,
         progress=detail.progress,

@@ -20,6 +20,13 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     metrics.add_metric(name="ReconcilerRequeued", unit=MetricUnit.Count, value=len(result.requeued))
     metrics.add_metric(name="LedgerDrift", unit=MetricUnit.Count, value=len(result.drift))
     metrics.add_metric(name="LedgerRepaired", unit=MetricUnit.Count, value=len(result.repaired))
+    # Runs that records gave up and Batch had not confirmed stopped (pending terminations).
+    metrics.add_metric(
+        name="TerminationsRetried", unit=MetricUnit.Count, value=len(result.terminations_retried)
+    )
+    metrics.add_metric(
+        name="TerminationsConfirmed", unit=MetricUnit.Count, value=len(result.terminations_confirmed)
+    )
     logger.info(
         "reconciled",
         extra={
@@ -27,6 +34,8 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
             "requeued": result.requeued,
             "drift": result.drift,
             "repaired": result.repaired,
+            "terminations_retried": result.terminations_retried,
+            "terminations_confirmed": result.terminations_confirmed,
         },
     )
     return {

@@ -406,7 +406,9 @@ class Agent:
         if record is not None:
             self.publisher.publish(
                 DETAIL_CHECKPOINT_COMPLETED,
-                checkpoint_completed_detail(record, instance_id=self.instance_id, requested_at=answered),
+                checkpoint_completed_detail(
+                    record, instance_id=self.instance_id, requested_at=answered, run_id=self.settings.run_id
+                ),
             )
             if self.store is not None and self.settings.keep_checkpoints > 0:
                 # After the event: a preemption waiting for this checkpoint does not wait for it.
@@ -531,6 +533,7 @@ class Agent:
             last = self.last_checkpoint
             detail = heartbeat_detail(
                 job_id=self.job_id,
+                run_id=self.settings.run_id,
                 instance_id=self.instance_id,
                 step=self._step,
                 progress=self._progress,

@@ -82,12 +82,18 @@ class RecordingPublisher:
 
 
 def checkpoint_completed_detail(
-    record: CheckpointRecord, *, instance_id: str | None, requested_at: float | None
+    record: CheckpointRecord,
+    *,
+    instance_id: str | None,
+    requested_at: float | None,
+    run_id: str | None = None,
 ) -> dict[str, Any]:
-    """job_id, checkpoint_uri, step, progress (the contract), plus what the control plane can use
-    to match the event to its request and to measure lost work."""
+    """job_id, run_id, checkpoint_uri, step, progress (the contract), plus what the control plane
+    can use to match the event to its request and to measure lost work."""
     return {
         "job_id": record.job_id,
+        # The run that wrote it: the control plane credits it to that run only (RUN_IDENTITY).
+        "run_id": run_id,
         "checkpoint_uri": record.uri,
         "step": record.step,
         "progress": record.progress,
@@ -104,6 +110,7 @@ def checkpoint_completed_detail(
 def heartbeat_detail(
     *,
     job_id: str,
+    run_id: str | None = None,
     instance_id: str | None,
     step: int,
     progress: float | None,
@@ -112,6 +119,7 @@ def heartbeat_detail(
 ) -> dict[str, Any]:
     return {
         "job_id": job_id,
+        "run_id": run_id,
         "instance_id": instance_id,
         "step": step,
         "progress": progress,

@@ -19,6 +19,7 @@ from spotline.aws.resources import (
     AGENT_ENV_JOB_ID,
     AGENT_ENV_JOBS_TABLE,
     AGENT_ENV_POLL_S,
+    AGENT_ENV_RUN_ID,
     AGENT_ENV_TEAM,
 )
 
@@ -65,6 +66,9 @@ class AgentSettings:
     job_id: str = DEFAULT_JOB_ID
     # The job's team (SPOTLINE_TEAM): the agent's event source and its signal item carry it.
     team: str | None = None
+    # The run this container is (SPOTLINE_RUN_ID, set by the launcher): named in every event, so
+    # the control plane credits its checkpoints and heartbeats to this run only.
+    run_id: str | None = None
     checkpoint_uri: str | None = None
     # The team's KMS key for checkpoints (SPOTLINE_CHECKPOINT_KMS_KEY), named on every upload.
     checkpoint_kms_key: str | None = None
@@ -104,6 +108,7 @@ class AgentSettings:
             job_id=_text(env, AGENT_ENV_JOB_ID) or DEFAULT_JOB_ID,
             team=_text(env, AGENT_ENV_TEAM),
             checkpoint_kms_key=_text(env, AGENT_ENV_CHECKPOINT_KMS_KEY),
+            run_id=_text(env, AGENT_ENV_RUN_ID),
             checkpoint_uri=_text(env, AGENT_ENV_CHECKPOINT_URI),
             jobs_table=_text(env, AGENT_ENV_JOBS_TABLE),
             event_bus=_text(env, AGENT_ENV_EVENT_BUS),

@@ -139,6 +139,7 @@ class CommandWrapper:
             # A command that does not use the library: alive, but no step or progress to report.
             detail = make_heartbeat_detail(
                 job_id=self.settings.job_id,
+                run_id=self.settings.run_id,
                 instance_id=self.instance_id,
                 step=0,
                 progress=None,
@@ -147,6 +148,7 @@ class CommandWrapper:
             )
         else:
             detail["job_id"] = self.settings.job_id
+            detail["run_id"] = self.settings.run_id
             detail["instance_id"] = detail.get("instance_id") or self.instance_id
         self.publisher.publish(DETAIL_JOB_HEARTBEAT, detail)
         self.heartbeats_sent += 1

@@ -1,8 +1,12 @@
 """Launching training jobs: the `BatchLauncher` protocol, its AWS Batch implementation, and the
 mapping from a Batch container instance to its EC2 instance id.
 
-The launch workflow calls `submit` once per admission (jobName `spotline-<job_id>`, into the
-job queue of the pool the scheduler chose) and the preempt workflow calls `terminate`. The
+The launch workflow submits once per admission (a *run*, docs RUN_IDENTITY): the Batch job name
+is the run id `spotline-<job_id>-r<run>`, into the job queue of the pool the scheduler chose.
+Submission is idempotent per run: the workflow first asks `find_live` for a live Batch job of
+that name and adopts it. The preempt workflow, the reconciler and the event handlers call
+`terminate`; `stopped` tells which of some Batch jobs have ended (a termination is pending until
+then). The
 local runtime provides its own launcher (local processes) with the same protocol and the same
 agent environment (`resources.AGENT_ENV_*`).
 """
@@ -11,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import re
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -28,13 +33,32 @@ logger = logging.getLogger(__name__)
 JOB_NAME_PREFIX = "spotline-"
 
 
-def batch_job_name(job_id: str) -> str:
-    """The Batch job name of a Spotline job (the BatchJobStateChange rule matches its prefix)."""
-    return f"{JOB_NAME_PREFIX}{job_id}"
+_RUN_SUFFIX = re.compile(r"^(?P<job>.+)-r(?P<run>[1-9][0-9]{0,9})$")
+# Batch's statuses after which a job holds nothing any more.
+TERMINAL_BATCH_STATUSES = frozenset({"SUCCEEDED", "FAILED"})
 
 
-def job_id_from_batch_name(name: str) -> str | None:
-    return name[len(JOB_NAME_PREFIX) :] if name.startswith(JOB_NAME_PREFIX) else None
+def run_id_for(job_id: str, run: int) -> str:
+    """The run id of a job's `run`-th admission: also the Batch job name of that run (the
+    BatchJobStateChange rule matches its `spotline-` prefix)."""
+    if run < 1:
+        raise ValueError(f"run must be at least 1, not {run}")
+    return f"{JOB_NAME_PREFIX}{job_id}-r{run}"
+
+
+def batch_job_name(job_id: str, run: int) -> str:
+    """The Batch job name of a job's `run`-th admission (its run id)."""
+    return run_id_for(job_id, run)
+
+
+def parse_run_id(name: str) -> tuple[str, int] | None:
+    """(job id, run) of a run id / Batch job name, or None if it is not a Spotline run's."""
+    if not name.startswith(JOB_NAME_PREFIX):
+        return None
+    matched = _RUN_SUFFIX.match(name[len(JOB_NAME_PREFIX) :])
+    if matched is None:
+        return None
+    return matched.group("job"), int(matched.group("run"))
 
 
 @dataclass(frozen=True)
@@ -42,6 +66,8 @@ class BatchJobRequest:
     """One run of a job: where, what, and the agent's environment."""
 
     job_id: str
+    # The admission this request launches (JobRecord.run, at least 1).
+    run: int
     team: str
     job_queue: str
     image: str
@@ -59,7 +85,11 @@ class BatchJobRequest:
 
     @property
     def job_name(self) -> str:
-        return batch_job_name(self.job_id)
+        return batch_job_name(self.job_id, self.run)
+
+    @property
+    def run_id(self) -> str:
+        return run_id_for(self.job_id, self.run)
 
 
 class BatchLauncher(Protocol):
@@ -68,8 +98,18 @@ class BatchLauncher(Protocol):
         LaunchFailed (a retry will not help)."""
         ...
 
+    def find_live(self, job_queue: str, job_name: str) -> list[str]:
+        """The Batch job ids named `job_name` in `job_queue` that have not ended (oldest first).
+        Raises BatchThrottled."""
+        ...
+
     def terminate(self, batch_job_id: str, reason: str) -> None:
-        """Stop a run (no error if it already ended)."""
+        """Stop a run (no error if it already ended). Raises BatchThrottled."""
+        ...
+
+    def stopped(self, batch_job_ids: Sequence[str]) -> set[str]:
+        """Those of `batch_job_ids` that have ended (or that Batch no longer knows).
+        Raises BatchThrottled."""
         ...
 
 
@@ -183,14 +223,61 @@ class AwsBatchLauncher:
             raise LaunchFailed(str(error)) from error
         return response["jobId"]
 
+    def find_live(self, job_queue: str, job_name: str) -> list[str]:
+        """ListJobs with a JOB_NAME filter (which lists every status; the ended ones are left
+        out here)."""
+        found: list[tuple[int, str]] = []
+        kwargs: dict[str, Any] = {
+            "jobQueue": job_queue,
+            "filters": [{"name": "JOB_NAME", "values": [job_name]}],
+        }
+        try:
+            while True:
+                response = self.client.list_jobs(**kwargs)
+                for summary in response.get("jobSummaryList", []):
+                    if summary.get("jobName") != job_name:
+                        continue  # the filter matches a prefix when given one ending in *
+                    if summary.get("status") in TERMINAL_BATCH_STATUSES:
+                        continue
+                    found.append((int(summary.get("createdAt") or 0), str(summary["jobId"])))
+                token = response.get("nextToken")
+                if not token:
+                    break
+                kwargs["nextToken"] = token
+        except ClientError as error:
+            if is_throttling(error) or error_code(error) == "TooManyRequestsException":
+                raise BatchThrottled(str(error)) from error
+            raise LaunchFailed(str(error)) from error
+        return [job_id for _, job_id in sorted(found)]
+
     def terminate(self, batch_job_id: str, reason: str) -> None:
         try:
             self.client.terminate_job(jobId=batch_job_id, reason=reason[:256])
         except ClientError as error:
-            if is_throttling(error):
+            if is_throttling(error) or error_code(error) == "TooManyRequestsException":
                 raise BatchThrottled(str(error)) from error
             # An unknown or finished job needs no stopping.
             logger.warning("terminate_job refused", extra={"batch_job_id": batch_job_id, "error": str(error)})
+
+    def stopped(self, batch_job_ids: Sequence[str]) -> set[str]:
+        """DescribeJobs (100 ids a call): a job it no longer returns has ended long ago."""
+        ids = list(dict.fromkeys(batch_job_ids))
+        ended: set[str] = set()
+        for start in range(0, len(ids), 100):
+            chunk = ids[start : start + 100]
+            try:
+                response = self.client.describe_jobs(jobs=chunk)
+            except ClientError as error:
+                if is_throttling(error) or error_code(error) == "TooManyRequestsException":
+                    raise BatchThrottled(str(error)) from error
+                raise
+            live = {
+                str(job["jobId"])
+                for job in response.get("jobs", [])
+                if job.get("status") not in TERMINAL_BATCH_STATUSES
+            }
+            ended |= set(chunk) - live
+        return ended
 
     def _definition_for(
         self, base: str, image: str, *, multinode: bool = False, shared_memory_mib: int | None = None

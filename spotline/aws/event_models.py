@@ -48,6 +48,9 @@ class RebalanceEvent(EventBridgeModel):
 
 class CheckpointCompletedDetail(_Detail):
     job_id: str = Field(min_length=1)
+    # The run that wrote it (RUN_IDENTITY: `spotline-<job_id>-r<run>`); an event without one is
+    # parsed, then dropped by the handler, which counts it.
+    run_id: str | None = None
     checkpoint_uri: str = Field(min_length=1)
     step: int = Field(ge=0)
     progress: float | None = Field(default=None, ge=0.0, le=1.0)
@@ -62,6 +65,7 @@ class CheckpointCompletedEvent(EventBridgeModel):
 
 class HeartbeatDetail(_Detail):
     job_id: str = Field(min_length=1)
+    run_id: str | None = None
     step: int = Field(ge=0)
     instance_id: str | None = None
     progress: float | None = Field(default=None, ge=0.0, le=1.0)

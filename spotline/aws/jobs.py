@@ -13,6 +13,7 @@ only while the job holds GPUs.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -22,6 +23,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from spotline.aws import costs, resources
+from spotline.aws.batch import run_id_for
 from spotline.aws.dynamo import (
     MAX_ITEM_BYTES,
     DynamoTable,
@@ -36,6 +38,7 @@ from spotline.aws.errors import (
     InvalidTransition,
     ItemTooLarge,
     JobNotFound,
+    StaleJobError,
     UnreadableRecord,
 )
 from spotline.aws.ledger import LedgerRepository
@@ -53,6 +56,8 @@ ACTIVE_STATES = frozenset({JobState.ADMITTED, JobState.RUNNING, JobState.CHECKPO
 # Room a new job's item keeps for what its life adds (reasons, run and instance ids, checkpoint
 # URIs, task tokens): a submission larger than MAX_ITEM_BYTES minus this is refused before any write.
 ITEM_HEADROOM_BYTES = 32 * 1024
+# String sets written as ADD / DELETE deltas by transitions (others add to them concurrently).
+_DELTA_SETS = ("terminating_batch_job_ids",)
 
 QUEUE_PK_PREFIX = "Q#"
 DEADLINE_PK = "D"
@@ -81,9 +86,16 @@ class JobRecord(BaseModel):
     state_reason: str = ""
     # GPUs charged to the pool and team ledger while ACTIVE (a gang takes whole nodes).
     gpus_held: int = 0
+    # Admissions so far (RUN_IDENTITY): 0 before the first; the admission's write increments it.
+    # The current run's id is `run_id_for(job id, run)`, also its Batch job name.
+    run: int = 0
     batch_job_id: str | None = None
     # Batch jobs of earlier runs: their late events are ignored.
     retired_batch_job_ids: tuple[str, ...] = ()
+    # Batch jobs this record stopped owning (requeued, cancelled, orphans) that Batch has not yet
+    # confirmed stopped: the reconciler retries TerminateJob until it does (the job stays in
+    # the `active` index meanwhile, so the retry needs no scan).
+    terminating_batch_job_ids: tuple[str, ...] = ()
     instance_ids: tuple[str, ...] = ()
     admitted_at: float | None = None
     # Why the job waits (set by the scheduling pass, only when it changes).
@@ -98,8 +110,11 @@ class JobRecord(BaseModel):
     disruption: Disruption | None = None
     # Launches that failed since the job was last admitted successfully (gives up after a few).
     launch_failures: int = 0
+    # Progress of the current run (reset by each admission): heartbeats only move it forward.
     last_heartbeat_at: float | None = None
     step: int | None = None
+    # The run that wrote the last recorded checkpoint (its step is compared only within a run).
+    last_checkpoint_run: int | None = None
     finished_at: float | None = None
     # A digest of the submission that created the job (Idempotency-Key reuse is checked on it).
     request_digest: str | None = None
@@ -119,6 +134,11 @@ class JobRecord(BaseModel):
     @property
     def team(self) -> str:
         return self.job.team
+
+    @property
+    def run_id(self) -> str | None:
+        """The current run's id (None before the first admission)."""
+        return run_id_for(self.id, self.run) if self.run > 0 else None
 
     def with_changes(self, job: Mapping[str, Any] | None = None, **changes: Any) -> JobRecord:
         """A copy with record fields in `changes` and job fields in `job` changed."""
@@ -148,8 +168,10 @@ _RECORD_FIELDS = (
     "updated_at",
     "state_reason",
     "gpus_held",
+    "run",
     "batch_job_id",
     "retired_batch_job_ids",
+    "terminating_batch_job_ids",
     "instance_ids",
     "admitted_at",
     "wait_reason",
@@ -161,6 +183,7 @@ _RECORD_FIELDS = (
     "launch_failures",
     "last_heartbeat_at",
     "step",
+    "last_checkpoint_run",
     "finished_at",
     "request_digest",
 )
@@ -202,7 +225,7 @@ def record_to_item(record: JobRecord) -> Item:
         if deadline is not None:
             item["deadline_pk"] = DEADLINE_PK
             item["deadline_sk"] = order_key(deadline, job.id)
-    if job.state in ACTIVE_STATES:
+    if job.state in ACTIVE_STATES or record.terminating_batch_job_ids:
         item["active_pk"] = ACTIVE_PK
     return {k: v for k, v in item.items() if v is not None}
 
@@ -226,7 +249,7 @@ def _item_to_record(item: Mapping[str, Any]) -> JobRecord:
         **{name: item[name] for name in _JOB_FIELDS if name in item},
     )
     fields = {name: item[name] for name in _RECORD_FIELDS if name in item}
-    for name in ("retired_batch_job_ids", "instance_ids"):
+    for name in ("retired_batch_job_ids", "terminating_batch_job_ids", "instance_ids"):
         if name in fields:
             fields[name] = tuple(sorted(fields[name]))
     return JobRecord(job=job, **fields)
@@ -461,14 +484,25 @@ class JobRepository:
         sets = [
             f"{expr.name(k)} = {expr.value(v)}"
             for k, v in after.items()
-            if k != "job_id" and before.get(k) != v
+            if k != "job_id" and k not in _DELTA_SETS and before.get(k) != v
         ]
-        removes = [expr.name(k) for k in before if k not in after]
+        removes = [expr.name(k) for k in before if k not in after and k not in _DELTA_SETS]
+        # Sets that other writers ADD to without a version bump are written as deltas, so a
+        # transition never drops an element added after it read the record.
+        adds, deletes = [], []
+        for name in _DELTA_SETS:
+            was, now = set(before.get(name) or ()), set(after.get(name) or ())
+            if now - was:
+                adds.append(f"{expr.name(name)} {expr.value(now - was)}")
+            if was - now:
+                deletes.append(f"{expr.name(name)} {expr.value(was - now)}")
         update_expression = " ".join(
             part
             for part in (
                 "SET " + ", ".join(sets) if sets else "",
                 "REMOVE " + ", ".join(removes) if removes else "",
+                "ADD " + ", ".join(adds) if adds else "",
+                "DELETE " + ", ".join(deletes) if deletes else "",
             )
             if part
         )
@@ -537,11 +571,15 @@ class JobRepository:
         conditions: Sequence[tuple[str, str, Any]] = (),
         add_to_set: Mapping[str, Iterable[str]] | None = None,
         team: str | None = None,
+        delete_from_set: Mapping[str, Iterable[str]] | None = None,
+        any_of: Sequence[Sequence[tuple[str, str, Any]]] = (),
     ) -> JobRecord:
         """A write that is not a transition (progress, checkpoint, wait reason, task token):
         conditional on the job being in one of `states` (and at `version`, if given), plus
         `conditions` given as (attribute, operator, value); an operator ending in "?" also
-        accepts a missing attribute, e.g. ("step", "<=?", 12). No version bump, no timeline.
+        accepts a missing attribute, e.g. ("step", "<=?", 12); "contains" tests a set member,
+        "attribute_not_exists" ignores its value. Each group in `any_of` holds if one of its
+        conditions does. No version bump, no timeline.
         A change of a signal field (resources.SIGNAL_FIELDS) also updates the job's signal item,
         in the same transaction (`team`: the job's, read when not given).
         """
@@ -553,6 +591,9 @@ class JobRepository:
         adds = [f"{expr.name(n)} {expr.value(set(v))}" for n, v in (add_to_set or {}).items() if v]
         if adds:
             update_expression += (" " if update_expression else "") + "ADD " + ", ".join(adds)
+        deletes = [f"{expr.name(n)} {expr.value(set(v))}" for n, v in (delete_from_set or {}).items() if v]
+        if deletes:
+            update_expression += (" " if update_expression else "") + "DELETE " + ", ".join(deletes)
         removes = [expr.name(n) for n in remove_fields]
         if removes:
             update_expression += (" " if update_expression else "") + "REMOVE " + ", ".join(removes)
@@ -560,13 +601,8 @@ class JobRepository:
         condition = [f"{expr.name('state')} IN ({state_values})"]
         if version is not None:
             condition.append(f"{expr.name('version')} = {expr.value(version)}")
-        for name, operator, value in conditions:
-            optional = operator.endswith("?")
-            op = operator.rstrip("?")
-            clause = f"{expr.name(name)} {op} {expr.value(value)}"
-            if optional:
-                clause = f"(attribute_not_exists({expr.name(name)}) OR {clause})"
-            condition.append(clause)
+        condition += [_clause(expr, *c) for c in conditions]
+        condition += ["(" + " OR ".join(_clause(expr, *c) for c in group) + ")" for group in any_of if group]
         request = expr.attach(
             {
                 "Key": serialize_item({"job_id": job_id}),
@@ -592,6 +628,45 @@ class JobRepository:
             [("job", job_id), ("signal", job_id)],
         )
         return self.get(job_id)
+
+    def mark_terminating(self, job_id: str, batch_job_ids: Iterable[str]) -> JobRecord | None:
+        """Remember that these Batch jobs must be stopped (whatever the job's state), and keep
+        the job in the `active` index until they are. None if there is no such job."""
+        ids = sorted(set(batch_job_ids))
+        if not ids:
+            return self.find(job_id)
+        try:
+            return self.update_fields(
+                job_id,
+                states=list(JobState),
+                set_fields={"active_pk": ACTIVE_PK},
+                add_to_set={"terminating_batch_job_ids": ids},
+            )
+        except StaleJobError:
+            return None
+
+    def confirm_stopped(self, job_id: str, batch_job_id: str) -> JobRecord | None:
+        """Batch confirmed that `batch_job_id` ended: forget its pending termination (once:
+        None when it was not pending)."""
+        try:
+            record = self.update_fields(
+                job_id,
+                states=list(JobState),
+                delete_from_set={"terminating_batch_job_ids": [batch_job_id]},
+                conditions=[("terminating_batch_job_ids", "contains", batch_job_id)],
+            )
+        except StaleJobError:
+            return None
+        if not record.terminating_batch_job_ids and record.state not in ACTIVE_STATES:
+            # Out of the `active` index, unless a transition or a new termination came between.
+            with contextlib.suppress(StaleJobError):
+                self.update_fields(
+                    job_id,
+                    states=[s for s in JobState if s not in ACTIVE_STATES],
+                    remove_fields=["active_pk"],
+                    conditions=[("terminating_batch_job_ids", "attribute_not_exists", None)],
+                )
+        return record
 
     # --- reads ---------------------------------------------------------------------------
 
@@ -687,6 +762,14 @@ class JobRepository:
         """Every job holding GPUs (the `active` index): as many as the cluster runs, never the
         queue. An unreadable item is noted (`quarantine`) and left out: its GPUs stay charged in
         the ledger, which the admission transaction checks, so leaving it out never over-commits."""
+        return [r for r in self._active_index(skipped) if r.state in ACTIVE_STATES]
+
+    def terminating(self, *, skipped: Quarantined | None = None) -> list[JobRecord]:
+        """Every job with a Batch job it must still see stopped (also in the `active` index,
+        whatever the job's state)."""
+        return [r for r in self._active_index(skipped) if r.terminating_batch_job_ids]
+
+    def _active_index(self, skipped: Quarantined | None) -> list[JobRecord]:
         records: list[JobRecord] = []
         start: dict[str, Any] | None = None
         while True:
@@ -700,7 +783,7 @@ class JobRepository:
             if start is not None:
                 request["ExclusiveStartKey"] = start
             items, start = self.table.query(request)
-            records += [r for r in self._readable(items, skipped) if r.state in ACTIVE_STATES]
+            records += self._readable(items, skipped)
             if start is None:
                 return records
 
@@ -757,6 +840,21 @@ class JobRepository:
             if any(n in item for n in resources.SIGNAL_FIELDS)
         ]
         self.table.batch_put(items + signals)
+
+
+def _clause(expr: Expression, name: str, operator: str, value: Any) -> str:
+    """One condition of `update_fields`."""
+    optional = operator.endswith("?")
+    op = operator.rstrip("?")
+    if op == "attribute_not_exists":
+        clause = f"attribute_not_exists({expr.name(name)})"
+    elif op == "contains":
+        clause = f"contains({expr.name(name)}, {expr.value(value)})"
+    else:
+        clause = f"{expr.name(name)} {op} {expr.value(value)}"
+    if optional:
+        clause = f"(attribute_not_exists({expr.name(name)}) OR {clause})"
+    return clause
 
 
 class DynamoPendingQueue:

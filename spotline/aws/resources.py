@@ -31,6 +31,8 @@ ENV_CONFIG = "SPOTLINE_CONFIG"
 # Environment of a training container (the agent reads these; the job definition and the local
 # fleet set them).
 AGENT_ENV_JOB_ID = "SPOTLINE_JOB_ID"
+# The run id (RUN_IDENTITY): the agent names it in every Checkpoint Completed and Job Heartbeat.
+AGENT_ENV_RUN_ID = "SPOTLINE_RUN_ID"
 AGENT_ENV_JOBS_TABLE = ENV_JOBS_TABLE
 AGENT_ENV_EVENT_BUS = ENV_EVENT_BUS
 AGENT_ENV_CHECKPOINT_URI = (

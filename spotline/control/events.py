@@ -2,9 +2,9 @@
 and heartbeats, and AWS Batch job state changes.
 
 EventBridge delivers at least once and out of order, so each reaction is a conditional write
-that a duplicate or a late event cannot apply twice or backwards: checkpoints and heartbeats
-only move forward by step, and a Batch event about an earlier run of a job is recognised by
-its Batch job id and ignored.
+that a duplicate or a late event cannot apply twice or backwards. Every event names its run
+(RUN_IDENTITY): checkpoints and heartbeats count only for the job's current run and move
+forward by step within it; a Batch event of a run the record does not own stops that run.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
-from spotline.aws.batch import job_id_from_batch_name
+from spotline.aws.batch import TERMINAL_BATCH_STATUSES, parse_run_id
 from spotline.aws.batch_failures import classify_failure
 from spotline.aws.errors import InvalidTransition, StaleJobError
 from spotline.aws.jobs import ACTIVE_STATES, Disruption, JobRecord
@@ -22,9 +22,10 @@ from spotline.control.lifecycle import (
     iso,
     requeue_after_disruption,
     start_disruption,
+    stop_runs,
 )
 from spotline.control.plane import ControlPlane
-from spotline.domain import JobState
+from spotline.domain import TERMINAL_STATES, JobState
 
 logger = logging.getLogger(__name__)
 
@@ -95,10 +96,21 @@ def _jobs_on(cp: ControlPlane, instance_id: str) -> list[JobRecord]:
 # --- the agent -----------------------------------------------------------------------------
 
 
+def _current_run(cp: ControlPlane, job_id: str, run_id: str | None, kind: str) -> int | None:
+    """The run an agent event names, if it names this job's (RUN_IDENTITY); None otherwise.
+    Whether it is still the record's current run is the write's condition."""
+    parsed = None if run_id is None else parse_run_id(run_id)
+    if parsed is None or parsed[0] != job_id:
+        logger.info(f"{kind} dropped: no run id of this job", extra={"job_id": job_id, "run_id": run_id})
+        return None
+    return parsed[1]
+
+
 def record_checkpoint(
     cp: ControlPlane,
     job_id: str,
     *,
+    run_id: str | None,
     checkpoint_uri: str,
     step: int,
     progress: float | None = None,
@@ -107,21 +119,28 @@ def record_checkpoint(
     team: str | None = None,
 ) -> JobRecord | None:
     """A durable checkpoint: remember where to resume from, and release the preempt workflow
-    waiting for it. Ignored (None, with a log line) when the job no longer runs, a later step is
-    recorded, or `team` (the team named by the event's source) does not own the job: the write
-    is conditional on all three, so a forged checkpoint changes nothing and answers nothing.
+    waiting for it. Dropped (None, with a log line) unless `run_id` is the job's current run,
+    the job still holds its GPUs, and `team` (the team named by the event's source) owns the
+    job; and within that run unless its step is at least the recorded one (a delayed checkpoint
+    of an earlier run is never credited; a run that resumed from an older checkpoint may record
+    a lower step than an earlier run did). The write is conditional on all of it, so a forged
+    checkpoint changes nothing and answers nothing.
 
     `captured_at` is when the agent captured the state (its clock; never later than now): work
     after it is lost if the job stops. `requested_at` is the request the agent says it
     answered. A checkpoint satisfies the pending request if it answers it or was captured
     after it.
     """
+    run = _current_run(cp, job_id, run_id, "checkpoint")
+    if run is None:
+        return None
     now = cp.clock()
     at = now if captured_at is None else min(now, captured_at)
     fields: dict[str, object] = {
         "last_checkpoint_at": at,
         "last_checkpoint_step": step,
         "last_checkpoint_uri": checkpoint_uri,
+        "last_checkpoint_run": run,
     }
     if progress is not None:
         fields["progress"] = progress
@@ -130,10 +149,12 @@ def record_checkpoint(
             job_id,
             states=ACTIVE_STATES,
             set_fields=fields,
-            conditions=[("last_checkpoint_step", "<=?", step), *_owned_by(team)],
+            conditions=[("run", "=", run), *_owned_by(team)],
+            # Step order holds within a run only.
+            any_of=[[("last_checkpoint_run", "<>?", run), ("last_checkpoint_step", "<=?", step)]],
         )
     except StaleJobError:
-        _log_dropped(cp, "checkpoint", job_id, team, "last_checkpoint_step", step)
+        _log_dropped(cp, "checkpoint", job_id, team, "last_checkpoint_step", step, run=run)
         return None
     wanted = record.checkpoint_requested_at
     answers = wanted is None or at >= wanted or (requested_at is not None and requested_at >= wanted - 1e-3)
@@ -146,6 +167,7 @@ def record_heartbeat(
     cp: ControlPlane,
     job_id: str,
     *,
+    run_id: str | None,
     step: int,
     instance_id: str | None = None,
     progress: float | None = None,
@@ -153,9 +175,13 @@ def record_heartbeat(
     team: str | None = None,
 ) -> JobRecord | None:
     """Progress, utilization and the instance the job runs on (the agent reads it from instance
-    metadata, which is where a Spot warning's instance id comes from). Ignored (None, with a log
-    line) unless the job is active, the step does not go back, and `team` (the team named by the
-    event's source) owns the job."""
+    metadata, which is where a Spot warning's instance id comes from). Dropped (None, with a log
+    line) unless `run_id` is the job's current run, the job is active, and `team` (the team named
+    by the event's source) owns the job; the step only moves forward within a run (each
+    admission resets it)."""
+    run = _current_run(cp, job_id, run_id, "heartbeat")
+    if run is None:
+        return None
     now = cp.clock()
     fields: dict[str, object] = {"last_heartbeat_at": now, "step": step}
     if progress is not None:
@@ -167,11 +193,11 @@ def record_heartbeat(
             job_id,
             states=ACTIVE_STATES,
             set_fields=fields,
-            conditions=[("step", "<=?", step), *_owned_by(team)],
+            conditions=[("run", "=", run), ("step", "<=?", step), *_owned_by(team)],
             add_to_set={"instance_ids": [instance_id]} if instance_id else None,
         )
     except StaleJobError:
-        _log_dropped(cp, "heartbeat", job_id, team, "step", step)
+        _log_dropped(cp, "heartbeat", job_id, team, "step", step, run=run)
         return None
     if instance_id:
         cp.instances.add_job([instance_id], job_id, now)
@@ -183,13 +209,17 @@ def _owned_by(team: str | None) -> list[tuple[str, str, object]]:
     return [] if team is None else [("team", "=", team)]
 
 
-def _log_dropped(cp: ControlPlane, kind: str, job_id: str, team: str | None, field: str, step: int) -> None:
+def _log_dropped(
+    cp: ControlPlane, kind: str, job_id: str, team: str | None, field: str, step: int, *, run: int
+) -> None:
     """Why an agent event changed nothing (read only after its conditional write failed)."""
     record = cp.jobs.find(job_id)
     if record is None:
         why = "no such job"
     elif team is not None and record.team != team:
         why = f"the source's team {team!r} does not own the job"
+    elif record.run != run:
+        why = f"run {run} is not the job's current run {record.run}"
     elif record.state not in ACTIVE_STATES:
         why = f"job is {record.state.value}"
     else:
@@ -201,6 +231,7 @@ def _log_dropped(cp: ControlPlane, kind: str, job_id: str, team: str | None, fie
 
 
 # --- AWS Batch ------------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class BatchJobChange:
@@ -214,37 +245,85 @@ class BatchJobChange:
     stopped_at: float | None = None
     container_instances: Sequence[str] = field(default_factory=tuple)
     exit_code: int | None = None
+    job_queue: str | None = None
 
 
 def handle_batch_job_change(cp: ControlPlane, change: BatchJobChange) -> str:
     """Follow a run: RUNNING starts the job's clock, SUCCEEDED finishes it, FAILED fails it,
     unless the host was lost, in which case it is requeued from its checkpoint as INTERRUPTED.
-    Returns what was done, in words (for the log)."""
-    job_id = job_id_from_batch_name(change.job_name)
-    if job_id is None:
-        return "not a Spotline job"
+
+    The job name is the run id (RUN_IDENTITY). An ended run that was a pending termination is
+    confirmed stopped. A live run the record does not own (an earlier or unknown run, a second
+    Batch job of this run, a job that left its GPUs, another pool's queue) is an orphan: it is
+    stopped (recorded first, so the reconciler retries a refused call) and nothing else
+    changes; it is never adopted. Returns what was done, in words (for the log)."""
+    parsed = parse_run_id(change.job_name)
+    if parsed is None:
+        return "not a Spotline run"
+    job_id, run = parsed
     record = cp.jobs.find(job_id)
     if record is None:
-        return "unknown job"
-    if change.batch_job_id in record.retired_batch_job_ids:
-        return "event of an earlier run: ignored"
-    if record.batch_job_id not in (None, change.batch_job_id):
-        return "event of another run: ignored"
-    if record.state not in ACTIVE_STATES:
-        return f"job is {record.state.value}: ignored"
+        # Not ours to stop: the name alone does not prove it is this deployment's.
+        return "unknown job: ignored"
+    ended = change.status in TERMINAL_BATCH_STATUSES
+    confirmed = ""
+    if ended and change.batch_job_id in record.terminating_batch_job_ids:
+        record = cp.jobs.confirm_stopped(job_id, change.batch_job_id) or record
+        confirmed = "termination confirmed; "
+    foreign = _not_owned(cp, record, run, change)
+    if foreign is not None:
+        late = ended or (
+            change.batch_job_id not in record.terminating_batch_job_ids
+            and (
+                change.batch_job_id in record.retired_batch_job_ids
+                or (record.state in TERMINAL_STATES and change.batch_job_id == record.batch_job_id)
+            )
+        )
+        if late:
+            return f"{confirmed}event of a run that ended ({foreign}): ignored"
+        cp.jobs.mark_terminating(job_id, [change.batch_job_id])
+        stop_runs(cp, job_id, [change.batch_job_id], f"Spotline: orphan run ({foreign})")
+        logger.warning(
+            "orphan Batch job stopped",
+            extra={"job_id": job_id, "batch_job_id": change.batch_job_id, "why": foreign},
+        )
+        return f"orphan stopped: {foreign}"
     if record.batch_job_id is None and record.state is not JobState.ADMITTED:
-        return "no run recorded: ignored"
+        return f"{confirmed}no Batch job recorded: ignored"
     now = cp.clock()
     try:
         if change.status == "RUNNING":
-            return _on_running(cp, record, change, now)
+            return confirmed + _on_running(cp, record, change, now)
         if change.status == "SUCCEEDED":
-            return _on_succeeded(cp, record, change, now)
+            return confirmed + _on_succeeded(cp, record, change, now)
         if change.status == "FAILED":
-            return _on_failed(cp, record, change, now)
+            return confirmed + _on_failed(cp, record, change, now)
     except (StaleJobError, InvalidTransition) as error:
         return f"job changed concurrently: {error}"
-    return f"{change.status}: nothing to do"
+    return f"{confirmed}{change.status}: nothing to do"
+
+
+def _not_owned(cp: ControlPlane, record: JobRecord, run: int, change: BatchJobChange) -> str | None:
+    """Why the record does not own this Batch job as its current run (None if it does)."""
+    if run != record.run:
+        return f"run {run} of {record.id}, whose current run is {record.run}"
+    if record.state not in ACTIVE_STATES:
+        return f"{record.id} is {record.state.value}"
+    if change.batch_job_id in record.retired_batch_job_ids or (
+        change.batch_job_id in record.terminating_batch_job_ids
+    ):
+        return f"Batch job {change.batch_job_id} was given up"
+    if record.batch_job_id not in (None, change.batch_job_id):
+        return f"run {run} of {record.id} is Batch job {record.batch_job_id}"
+    pool = cp.config.pools_by_name.get(record.job.pool or "")
+    if change.job_queue and pool is not None and _queue_name(change.job_queue) != _queue_name(pool.job_queue):
+        return f"queue {change.job_queue} is not the queue of pool {pool.name}"
+    return None
+
+
+def _queue_name(queue: str) -> str:
+    """A job queue's name, from its name or its ARN."""
+    return queue.rsplit("/", 1)[-1]
 
 
 def _on_running(cp: ControlPlane, record: JobRecord, change: BatchJobChange, now: float) -> str:
@@ -308,7 +387,9 @@ def _on_failed(cp: ControlPlane, record: JobRecord, change: BatchJobChange, now:
         return "checkpointing: left to the preempt workflow"
     cause = classify_failure(change.status_reason)
     if cause.requeue and record.job.interruptions < cp.config.max_interruptions:
-        requeue_after_disruption(cp, record, JobState.INTERRUPTED, now=now, reason=cause.describe())
+        requeue_after_disruption(
+            cp, record, JobState.INTERRUPTED, now=now, reason=cause.describe(), run_stopped=True
+        )
         return "interrupted: requeued"
     if cause.requeue:
         cause_text = (

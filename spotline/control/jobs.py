@@ -20,7 +20,7 @@ from spotline.aws.page_tokens import InvalidPageToken
 from spotline.aws.settings import principal_key
 from spotline.aws.timeline import TimelineEntry
 from spotline.control.errors import Conflict, InvalidRequest, Unauthorized
-from spotline.control.lifecycle import iso
+from spotline.control.lifecycle import iso, stop_runs
 from spotline.control.plane import ControlPlane
 from spotline.control.usage import check_budget
 from spotline.domain import TERMINAL_STATES, Job, JobSpec, JobState, Priority, effective_priority
@@ -333,15 +333,24 @@ def cancel_job(cp: ControlPlane, team: str, job_id: str) -> JobRecord:
                 JobState.CANCELLED,
                 "cancelled by the team",
                 now=now,
-                changes={"finished_at": now, "checkpoint_task_token": None, "draining_for": None},
+                changes={
+                    "finished_at": now,
+                    "checkpoint_task_token": None,
+                    "draining_for": None,
+                    # Stopped below; pending until Batch confirms (the reconciler retries).
+                    "terminating_batch_job_ids": tuple(
+                        sorted({*record.terminating_batch_job_ids, record.batch_job_id})
+                    )
+                    if record.state in ACTIVE_STATES and record.batch_job_id
+                    else record.terminating_batch_job_ids,
+                },
                 job={"started_at": None, "runtime_s": record.job.elapsed_s(now)}
                 if record.job.started_at is not None
                 else None,
             )
         except StaleJobError:
             continue  # changed under us (e.g. admitted): read again and cancel that
-        if record.state in ACTIVE_STATES and record.batch_job_id:
-            cp.launcher.terminate(record.batch_job_id, "cancelled by the team (Spotline)")
+        stop_runs(cp, job_id, cancelled.terminating_batch_job_ids, "cancelled by the team (Spotline)")
         # A preempt workflow waiting on this job times out and finds nothing left to do.
         if record.instance_ids:
             cp.instances.remove_job(record.instance_ids, job_id)

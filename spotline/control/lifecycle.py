@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
+from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -118,10 +119,13 @@ def requeue_after_disruption(
     *,
     now: float,
     reason: str,
+    run_stopped: bool = False,
 ) -> JobRecord:
     """Stop accounting for the current run and requeue: `record` (RUNNING, ADMITTED or
     CHECKPOINTING) goes to `outcome` (PREEMPTED or INTERRUPTED) and on to PENDING in one
-    conditional write, which also releases its GPUs.
+    conditional write, which also releases its GPUs. Unless `run_stopped` (Batch said the run
+    ended), the run's Batch job is recorded as a pending termination in the same write: the
+    caller stops it (`stop_runs`), and the reconciler retries until Batch confirms.
 
     Lost work is the time since the last durable checkpoint of this run; the work up to that
     checkpoint is kept (`runtime_s`), and the job keeps its place in its class's queue
@@ -158,7 +162,7 @@ def requeue_after_disruption(
             "lost_work_s": job.lost_work_s + lost,
             "pool": None,
         },
-        changes=_run_cleared(retired),
+        changes=_run_cleared(record, retired, run_stopped=run_stopped),
     )
     if record.instance_ids:
         cp.instances.remove_job(record.instance_ids, record.id)
@@ -173,25 +177,37 @@ def requeue_unstarted(
     reason: str,
     preempted: bool = False,
     launch_failed: bool = False,
+    also_stopping: tuple[str, ...] = (),
 ) -> JobRecord:
     """Put an ADMITTED job that never ran back in the queue (ADMITTED -> PENDING), releasing its
-    GPUs. It keeps its `enqueued_at`: waiting for a launch that failed is still waiting."""
-    retired = set(record.retired_batch_job_ids)
+    GPUs. It keeps its `enqueued_at`: waiting for a launch that failed is still waiting.
+    Its Batch job, if any, and `also_stopping` (runs submitted but not recorded) become pending
+    terminations in the same write: the caller stops them (`stop_runs`)."""
+    retired = set(record.retired_batch_job_ids) | set(also_stopping)
     if record.batch_job_id:
         retired.add(record.batch_job_id)
     job_changes: dict[str, Any] = {"pool": None, "started_at": None}
     if preempted:
         job_changes["preemptions"] = record.job.preemptions + 1
-    changes = _run_cleared(retired)
+    changes = _run_cleared(record, retired, also_stopping=also_stopping)
     if launch_failed:
         changes["launch_failures"] = record.launch_failures + 1
     return cp.jobs.transition(record, JobState.PENDING, reason, now=now, job=job_changes, changes=changes)
 
 
-def _run_cleared(retired: set[str]) -> dict[str, Any]:
+def _run_cleared(
+    record: JobRecord, retired: set[str], *, run_stopped: bool = False, also_stopping: tuple[str, ...] = ()
+) -> dict[str, Any]:
+    """The record fields of a run that ends: its per-run progress is cleared, and its Batch job
+    (unless Batch said it stopped) is a pending termination."""
+    stopping = set(record.terminating_batch_job_ids) | set(also_stopping)
+    if record.batch_job_id and not run_stopped:
+        stopping.add(record.batch_job_id)
     return {
         "batch_job_id": None,
         "retired_batch_job_ids": tuple(sorted(retired)),
+        "terminating_batch_job_ids": tuple(sorted(stopping)),
+        "step": None,
         "instance_ids": (),
         "admitted_at": None,
         "draining_for": None,
@@ -202,6 +218,25 @@ def _run_cleared(retired: set[str]) -> dict[str, Any]:
         "last_heartbeat_at": None,
         "wait_reason": None,
     }
+
+
+def stop_runs(cp: ControlPlane, job_id: str, batch_job_ids: Iterable[str], reason: str) -> list[str]:
+    """TerminateJob for each of a job's runs that the record no longer owns (each already a
+    pending termination on the record). A refusal or a throttle is logged and left to the
+    reconciler, which retries until Batch confirms the run stopped. Returns those asked."""
+    asked: list[str] = []
+    for batch_job_id in dict.fromkeys(batch_job_ids):
+        try:
+            cp.launcher.terminate(batch_job_id, reason)
+        except Exception:
+            logger.warning(
+                "TerminateJob failed; the reconciler retries it",
+                extra={"job_id": job_id, "batch_job_id": batch_job_id},
+                exc_info=True,
+            )
+            continue
+        asked.append(batch_job_id)
+    return asked
 
 
 def answer_checkpoint_wait(cp: ControlPlane, record: JobRecord, output: dict[str, Any]) -> bool:
@@ -229,10 +264,13 @@ def launch_request(cp: ControlPlane, record: JobRecord) -> BatchJobRequest:
     if job.pool is None:
         raise ValueError(f"job {job.id} has no pool")
     pool = cp.config.pools_by_name[job.pool]
+    if record.run_id is None:
+        raise ValueError(f"job {job.id} was never admitted")
     environment = {
         resources.AGENT_ENV_JOB_ID: job.id,
         # The team's job definition sets it too; the agent's event source and signal item carry it.
         resources.AGENT_ENV_TEAM: job.team,
+        resources.AGENT_ENV_RUN_ID: record.run_id,
         resources.AGENT_ENV_JOBS_TABLE: cp.settings.jobs_table,
         resources.AGENT_ENV_EVENT_BUS: cp.settings.event_bus,
         resources.AGENT_ENV_CHECKPOINT_INTERVAL_S: f"{job.spec.checkpoint_interval_s:g}",
@@ -246,6 +284,7 @@ def launch_request(cp: ControlPlane, record: JobRecord) -> BatchJobRequest:
     size = sized_container(pool.instance_types, gpus_per_node, whole_node=job.nodes > 1)
     return BatchJobRequest(
         job_id=job.id,
+        run=record.run,
         team=job.team,
         job_queue=pool.job_queue,
         image=job.spec.image,

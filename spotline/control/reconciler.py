@@ -3,13 +3,15 @@
 It reads only the `active` index (jobs holding GPUs: bounded by the cluster, never the queue):
 
 1. ADMITTED without a Batch job after `launch_timeout_s` (the launch workflow never ran or
-   died): requeue.
+   died): requeue, stopping any Batch job submitted under the run's name.
 2. ADMITTED with a Batch job that never started after `start_timeout_s` (no capacity in the
    pool, e.g. Spot unavailable): stop it and requeue, so the next pass may pick another pool.
 3. CHECKPOINTING past its deadline plus `checkpoint_overrun_s` (the workflow failed or never
    started): stop it and requeue with the work lost since its last checkpoint.
-4. RUNNING without a heartbeat for `heartbeat_timeout_s`: the host is presumed lost; stop it
-   and requeue it as INTERRUPTED.
+4. RUNNING without a heartbeat of its current run for `heartbeat_timeout_s`: the host is
+   presumed lost; stop it and requeue it as INTERRUPTED.
+5. A Batch job a record gave up (requeued, cancelled, orphaned) that Batch has not confirmed
+   stopped: ask DescribeJobs, and TerminateJob again until it has (`finish_terminations`).
 
 It also compares the ledger's counters with the GPUs the active jobs hold. Every change moves
 both in one transaction, but the reads are not one snapshot (and the active index is eventually
@@ -29,7 +31,7 @@ from dataclasses import dataclass, field
 from spotline.aws.errors import InvalidTransition, StaleJobError
 from spotline.aws.jobs import Disruption, JobRecord
 from spotline.aws.ledger import Counter, pool_key, team_key
-from spotline.control.lifecycle import requeue_after_disruption, requeue_unstarted
+from spotline.control.lifecycle import launch_request, requeue_after_disruption, requeue_unstarted, stop_runs
 from spotline.control.plane import ControlPlane
 from spotline.domain import JobState
 
@@ -45,6 +47,9 @@ class ReconcileResult:
     # Those set to what the active jobs hold: the previous run saw the same drift, and the
     # counter has not changed since.
     repaired: dict[str, tuple[int, int]] = field(default_factory=dict)
+    # Pending terminations that Batch confirmed, and those asked again (Batch job ids).
+    terminations_confirmed: list[str] = field(default_factory=list)
+    terminations_retried: list[str] = field(default_factory=list)
 
 
 def reconcile(cp: ControlPlane) -> ReconcileResult:
@@ -68,7 +73,34 @@ def reconcile(cp: ControlPlane) -> ReconcileResult:
             result.requeued.append((record.id, why))
     if result.requeued:
         cp.trigger.request("reconciler freed capacity", f"reconciler-{int(now)}")
+    result.terminations_confirmed, result.terminations_retried = finish_terminations(cp)
     return result
+
+
+def finish_terminations(cp: ControlPlane) -> tuple[list[str], list[str]]:
+    """Batch jobs that records gave up and Batch has not confirmed stopped: confirm those that
+    DescribeJobs shows ended (or no longer knows), and ask again for the others. Reads the
+    `active` index (the records stay in it while a termination is pending). Returns (confirmed,
+    retried)."""
+    confirmed: list[str] = []
+    retried: list[str] = []
+    for record in cp.jobs.terminating():
+        ids = list(record.terminating_batch_job_ids)
+        try:
+            stopped = cp.launcher.stopped(ids)
+        except Exception:
+            logger.warning(
+                "DescribeJobs failed; the next run retries", extra={"job_id": record.id}, exc_info=True
+            )
+            continue
+        for batch_job_id in ids:
+            if batch_job_id in stopped and cp.jobs.confirm_stopped(record.id, batch_job_id) is not None:
+                confirmed.append(batch_job_id)
+        pending = [b for b in ids if b not in stopped]
+        retried += stop_runs(cp, record.id, pending, "Spotline: run no longer owned by its job (retry)")
+    if confirmed or retried:
+        logger.info("pending terminations", extra={"confirmed": confirmed, "retried": retried})
+    return confirmed, retried
 
 
 def _stuck(cp: ControlPlane, record: JobRecord, now: float) -> str | None:
@@ -76,18 +108,34 @@ def _stuck(cp: ControlPlane, record: JobRecord, now: float) -> str | None:
     if record.state is JobState.ADMITTED:
         admitted = record.admitted_at or record.updated_at
         if record.batch_job_id is None and now - admitted > config.launch_timeout_s:
-            requeue_unstarted(
-                cp, record, now=now, reason=f"launch did not complete in {config.launch_timeout_s:.0f}s"
+            # A Batch job the launch submitted without recording it (the workflow died after
+            # SubmitJob) is found by its name, the run id, and stopped with the requeue.
+            request = launch_request(cp, record)
+            try:
+                submitted = tuple(cp.launcher.find_live(request.job_queue, request.job_name))
+            except Exception:
+                # Its RUNNING event will name an orphan, which is stopped then.
+                logger.warning("ListJobs failed", extra={"job_id": record.id}, exc_info=True)
+                submitted = ()
+            moved = requeue_unstarted(
+                cp,
+                record,
+                now=now,
+                reason=f"launch did not complete in {config.launch_timeout_s:.0f}s",
+                also_stopping=submitted,
             )
+            stop_runs(cp, record.id, moved.terminating_batch_job_ids, "Spotline: launch timed out; requeued")
             return "launch timed out"
         if record.batch_job_id is not None and now - admitted > config.start_timeout_s:
-            requeue_unstarted(
+            moved = requeue_unstarted(
                 cp,
                 record,
                 now=now,
                 reason=f"Batch job did not start in {config.start_timeout_s:.0f}s (no capacity?)",
             )
-            cp.launcher.terminate(record.batch_job_id, "Spotline: did not start in time; requeued")
+            stop_runs(
+                cp, record.id, moved.terminating_batch_job_ids, "Spotline: did not start in time; requeued"
+            )
             return "start timed out"
         return None
     if record.state is JobState.CHECKPOINTING:
@@ -95,29 +143,27 @@ def _stuck(cp: ControlPlane, record: JobRecord, now: float) -> str | None:
         if now <= deadline + config.checkpoint_overrun_s:
             return None
         disruption = record.disruption or Disruption.PREEMPT
-        requeue_after_disruption(
+        moved = requeue_after_disruption(
             cp,
             record,
             disruption.outcome,
             now=now,
             reason=f"checkpoint deadline passed {now - deadline:.0f}s ago without the workflow finishing",
         )
-        if record.batch_job_id:
-            cp.launcher.terminate(record.batch_job_id, "Spotline: checkpoint deadline passed")
+        stop_runs(cp, record.id, moved.terminating_batch_job_ids, "Spotline: checkpoint deadline passed")
         return "checkpoint overran"
     if record.state is JobState.RUNNING:
         last = record.last_heartbeat_at or record.job.started_at or record.updated_at
         if now - last <= config.heartbeat_timeout_s:
             return None
-        requeue_after_disruption(
+        moved = requeue_after_disruption(
             cp,
             record,
             JobState.INTERRUPTED,
             now=now,
             reason=f"no heartbeat for {now - last:.0f}s: host presumed lost",
         )
-        if record.batch_job_id:
-            cp.launcher.terminate(record.batch_job_id, "Spotline: no heartbeat; requeued")
+        stop_runs(cp, record.id, moved.terminating_batch_job_ids, "Spotline: no heartbeat; requeued")
         return "heartbeat lost"
     return None
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from spotline.aws.errors import CapacityExhausted, ConditionFailed, InvalidTransition, StaleJobError
 from spotline.aws.jobs import Disruption, DynamoPendingQueue, JobRecord
 from spotline.aws.workflows import execution_name
-from spotline.control.lifecycle import requeue_unstarted, start_disruption
+from spotline.control.lifecycle import requeue_unstarted, start_disruption, stop_runs
 from spotline.control.plane import ControlPlane
 from spotline.control.usage import budget_pass, soften
 from spotline.domain import (
@@ -170,14 +170,22 @@ def admit(cp: ControlPlane, record: JobRecord, pool_name: str, reason: str, *, n
         reason,
         now=now,
         job={"pool": pool_name},
-        changes={"gpus_held": demand, "admitted_at": now, "wait_reason": None},
+        # A new run (RUN_IDENTITY): its id is fixed here, and its progress starts afresh.
+        changes={
+            "gpus_held": demand,
+            "admitted_at": now,
+            "wait_reason": None,
+            "run": record.run + 1,
+            "step": None,
+            "last_heartbeat_at": None,
+        },
         reserve=reserve,
     )
     try:
         cp.workflows.start(
             cp.settings.state_machine_arn("launch"),
             execution_name("launch", admitted.id, admitted.version),
-            {"job_id": admitted.id, "version": admitted.version, "pool": pool_name},
+            {"job_id": admitted.id, "version": admitted.version, "run": admitted.run, "pool": pool_name},
         )
     except Exception:
         # The job stays ADMITTED without a Batch job; the reconciler requeues it after
@@ -214,9 +222,12 @@ def preempt(
                     reason=reason,
                 )
             elif victim.state is JobState.ADMITTED:
-                requeue_unstarted(cp, victim, now=now, reason=reason + " before it started", preempted=True)
-                if victim.batch_job_id:
-                    cp.launcher.terminate(victim.batch_job_id, f"preempted for {preemptor.id} (Spotline)")
+                moved = requeue_unstarted(
+                    cp, victim, now=now, reason=reason + " before it started", preempted=True
+                )
+                stop_runs(
+                    cp, victim.id, moved.terminating_batch_job_ids, f"preempted for {preemptor.id} (Spotline)"
+                )
             else:
                 continue
         except (StaleJobError, InvalidTransition) as error:

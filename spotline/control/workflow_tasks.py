@@ -16,9 +16,14 @@ import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from spotline.aws.errors import StaleJobError
-from spotline.aws.jobs import Disruption, JobRecord
-from spotline.control.lifecycle import launch_request, requeue_after_disruption, requeue_unstarted
+from spotline.aws.errors import BatchThrottled, StaleJobError
+from spotline.aws.jobs import ACTIVE_STATES, Disruption, JobRecord
+from spotline.control.lifecycle import (
+    launch_request,
+    requeue_after_disruption,
+    requeue_unstarted,
+    stop_runs,
+)
 from spotline.control.plane import ControlPlane
 from spotline.domain import JobState
 
@@ -118,6 +123,8 @@ def terminate_batch_job(
     so a later run of the same job is never touched)."""
     if not batch_job_id:
         return {"terminated": False}
+    # Pending until Batch confirms: if this task fails for good, the reconciler retries it.
+    cp.jobs.mark_terminating(job_id, [batch_job_id])
     cp.launcher.terminate(batch_job_id, reason or f"Spotline: stopping job {job_id} after its checkpoint")
     return {"terminated": True}
 
@@ -144,73 +151,141 @@ def finish_preemption(cp: ControlPlane, job_id: str, *, version: int | None = No
 # --- launch -----------------------------------------------------------------------------------
 
 
+def _launch_run(record: JobRecord, version: int, run: int | None) -> int | None:
+    """The run a launch workflow launches: named in its input (RUN_IDENTITY). An input without
+    one (started before runs existed) launches the record's run only at the version it saw."""
+    if run is not None:
+        return run
+    return record.run if record.version == version else None
+
+
 def submit_batch_job(
-    cp: ControlPlane, job_id: str, *, version: int, pool: str | None = None
+    cp: ControlPlane, job_id: str, *, version: int, run: int | None = None, pool: str | None = None
 ) -> dict[str, Any]:
-    """Submit the admitted job to its pool's job queue (once: a retry finds the recorded id).
-    Raises BatchThrottled for the workflow's backoff, LaunchFailed for its Catch."""
+    """Submit the admission's run to its pool's job queue, once per run: a retry finds the
+    recorded Batch job id, or, if the crash came between SubmitJob and the record, the live
+    Batch job of that name (the run id), which it adopts. A field change (priority, deadline)
+    during the launch does not matter: only the run does. Raises BatchThrottled for the
+    workflow's backoff, LaunchFailed for its Catch."""
     record = cp.jobs.get(job_id)
-    if record.batch_job_id is not None and record.state in (JobState.ADMITTED, JobState.RUNNING):
-        return {"submitted": True, "batch_job_id": record.batch_job_id}
-    if record.state is not JobState.ADMITTED or record.version != version:
+    launching = _launch_run(record, version, run)
+    if launching is None or record.run != launching or record.state not in ACTIVE_STATES:
         return {
             "submitted": False,
             "batch_job_id": None,
-            "why": f"job is {record.state.value} at version {record.version}",
+            "why": f"job is {record.state.value} on run {record.run}, not on run {launching}",
         }
-    batch_job_id = cp.launcher.submit(launch_request(cp, record))
+    if record.batch_job_id is not None:
+        return {"submitted": True, "batch_job_id": record.batch_job_id}
+    if record.state is not JobState.ADMITTED:
+        return {"submitted": False, "batch_job_id": None, "why": f"job is {record.state.value}"}
+    request = launch_request(cp, record)
+    live = cp.launcher.find_live(request.job_queue, request.job_name)
+    if live:
+        adopted, duplicates = live[0], live[1:]
+        if duplicates:
+            cp.jobs.mark_terminating(job_id, duplicates)
+            stop_runs(cp, job_id, duplicates, f"Spotline: duplicate of {adopted} for run {request.run_id}")
+        logger.info("adopting the run's live Batch job", extra={"job_id": job_id, "batch_job_id": adopted})
+        return {"submitted": True, "batch_job_id": adopted, "adopted": True}
+    batch_job_id = cp.launcher.submit(request)
     return {"submitted": True, "batch_job_id": batch_job_id}
 
 
-def record_batch_job(cp: ControlPlane, job_id: str, *, version: int, batch_job_id: str) -> dict[str, Any]:
+def record_batch_job(
+    cp: ControlPlane, job_id: str, *, version: int, batch_job_id: str, run: int | None = None
+) -> dict[str, Any]:
     """Remember the run's Batch job id. If the job was requeued or cancelled while it was being
-    submitted, the new run is orphaned: stop it."""
+    submitted, or the record already names another Batch job for this run, the new Batch job
+    is orphaned: it becomes a pending termination and is stopped."""
     try:
-        cp.jobs.update_fields(
-            job_id,
-            states=[JobState.ADMITTED],
-            version=version,
-            set_fields={"batch_job_id": batch_job_id, "launch_failures": 0},
-            conditions=[("batch_job_id", "=?", batch_job_id)],
-        )
+        if run is None:
+            cp.jobs.update_fields(
+                job_id,
+                states=[JobState.ADMITTED],
+                version=version,
+                set_fields={"batch_job_id": batch_job_id, "launch_failures": 0},
+                conditions=[("batch_job_id", "=?", batch_job_id)],
+            )
+        else:
+            cp.jobs.update_fields(
+                job_id,
+                states=[JobState.ADMITTED],
+                set_fields={"batch_job_id": batch_job_id, "launch_failures": 0},
+                conditions=[("run", "=", run), ("batch_job_id", "=?", batch_job_id)],
+            )
         return {"recorded": True}
     except StaleJobError:
         record = cp.jobs.find(job_id)
-        if record is not None and record.batch_job_id == batch_job_id:
+        if record is not None and record.batch_job_id == batch_job_id and record.state in ACTIVE_STATES:
             return {"recorded": True}  # its RUNNING event got there first
-        cp.launcher.terminate(batch_job_id, f"Spotline: job {job_id} no longer admitted for this run")
+        cp.jobs.mark_terminating(job_id, [batch_job_id])
+        stop_runs(cp, job_id, [batch_job_id], f"Spotline: job {job_id} no longer admitted for this run")
         return {"recorded": False, "terminated": True}
 
 
 def mark_launch_failed(
-    cp: ControlPlane, job_id: str, *, version: int, error: str = "", cause: str = ""
+    cp: ControlPlane,
+    job_id: str,
+    *,
+    version: int,
+    run: int | None = None,
+    error: str = "",
+    cause: str = "",
 ) -> dict[str, Any]:
     """The launch failed for good: requeue the job (its GPUs go back), or fail it after
     MAX_LAUNCH_FAILURES attempts in a row. Throttling that outlasted the workflow's retries is
-    not a failure: the job is requeued without counting it. `error` and `cause` are the
-    workflow's caught error (for a Lambda task, the cause is the function's error payload as
-    JSON)."""
+    not a failure: the job is requeued without counting it. A Batch job that SubmitJob did
+    start for this run (the error came after it) is found by its name, becomes a pending
+    termination in the same write, and is stopped. `error` and `cause` are the workflow's
+    caught error (for a Lambda task, the cause is the function's error payload as JSON)."""
     record = cp.jobs.get(job_id)
-    if record.state is not JobState.ADMITTED or record.version != version:
-        return {"requeued": False, "why": f"job is {record.state.value} at version {record.version}"}
+    launching = _launch_run(record, version, run)
+    if launching is None or record.run != launching or record.state is not JobState.ADMITTED:
+        return {
+            "requeued": False,
+            "why": f"job is {record.state.value} on run {record.run}, not on run {launching}",
+        }
+    request = launch_request(cp, record)
+    try:
+        submitted = tuple(cp.launcher.find_live(request.job_queue, request.job_name))
+    except BatchThrottled:
+        # Requeue anyway: a Batch job of this run that does start sends a RUNNING event, which
+        # names a run the record no longer owns, and the handler stops it then.
+        logger.warning("ListJobs throttled; an unrecorded run is stopped by its first event")
+        submitted = ()
     now = cp.clock()
     summary = f"{error or 'unknown error'}: {_error_message(cause)}"[:500]
     if error in THROTTLING_ERRORS:
         # Throttled for longer than the workflow's backoff: nothing is wrong with the job. It
         # goes back to the queue without counting as a failure, and the next scheduled pass
         # admits it again (no pass is requested now: more launches would not help the API).
-        requeue_unstarted(cp, record, now=now, reason=f"launch throttled, retried later: {summary}")
+        moved = requeue_unstarted(
+            cp, record, now=now, reason=f"launch throttled, retried later: {summary}", also_stopping=submitted
+        )
+        stop_runs(cp, job_id, moved.terminating_batch_job_ids, f"Spotline: launch of {job_id} throttled")
         return {"requeued": True, "throttled": True}
     if record.launch_failures + 1 >= MAX_LAUNCH_FAILURES:
-        cp.jobs.transition(
+        stopping = {*record.terminating_batch_job_ids, *submitted}
+        if record.batch_job_id:
+            stopping.add(record.batch_job_id)
+        failed = cp.jobs.transition(
             record,
             JobState.FAILED,
             f"launch failed {record.launch_failures + 1} times; last: {summary}",
             now=now,
-            changes={"finished_at": now, "launch_failures": record.launch_failures + 1},
+            changes={
+                "finished_at": now,
+                "launch_failures": record.launch_failures + 1,
+                "terminating_batch_job_ids": tuple(sorted(stopping)),
+            },
         )
+        stop_runs(cp, job_id, failed.terminating_batch_job_ids, f"Spotline: launch of {job_id} failed")
         return {"requeued": False, "failed": True}
-    requeue_unstarted(cp, record, now=now, reason=f"launch failed: {summary}", launch_failed=True)
+    moved = requeue_unstarted(
+        cp, record, now=now, reason=f"launch failed: {summary}", launch_failed=True, also_stopping=submitted
+    )
+    stop_runs(cp, job_id, moved.terminating_batch_job_ids, f"Spotline: launch of {job_id} failed; requeued")
     cp.trigger.request(f"launch of {job_id} failed", f"launch-failed-{job_id}-v{version}")
     return {"requeued": True}
 

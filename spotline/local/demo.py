@@ -21,6 +21,7 @@ from typing import Any
 import boto3
 import httpx
 
+from spotline.aws.batch import parse_run_id
 from spotline.domain import TERMINAL_STATES, JobState
 from spotline.local.runtime import LocalConfig, LocalControlPlane
 
@@ -274,7 +275,8 @@ def _resumed_from_checkpoint(plane: LocalControlPlane, job_id: str) -> bool:
     if plane.fleet is None:
         return False
     runs = sorted(
-        (j for j in plane.fleet.jobs.values() if j.name.endswith(job_id)), key=lambda j: j.created_at
+        (j for j in plane.fleet.jobs.values() if (parse_run_id(j.name) or ("", 0))[0] == job_id),
+        key=lambda j: j.created_at,
     )
     if not runs:
         return False

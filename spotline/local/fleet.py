@@ -149,6 +149,19 @@ class LocalFleet:
         job.status_reason = reason
         self._stop_process(job, signal.SIGTERM)
 
+    def list_jobs(self, job_queue: str, job_name: str) -> list[tuple[str, str]]:
+        """ListJobs with a JOB_NAME filter: (Batch job id, status) of every job of that name in
+        the queue, oldest first."""
+        pool = self._queue_pool.get(job_queue) or job_queue
+        with self._lock:
+            found = [j for j in self.jobs.values() if j.name == job_name and j.pool == pool]
+            return [(j.job_id, j.status) for j in sorted(found, key=lambda j: j.created_at)]
+
+    def describe_jobs(self, job_ids: Sequence[str]) -> dict[str, str]:
+        """DescribeJobs: the status of each job the fleet knows (unknown ids are left out)."""
+        with self._lock:
+            return {i: self.jobs[i].status for i in job_ids if i in self.jobs}
+
     # --- injected failures --------------------------------------------------------------
 
     def instance_of(self, name_prefix: str) -> str | None:

@@ -22,7 +22,7 @@ from typing import Any
 
 from spotline.aws import emulation
 from spotline.aws import resources as r
-from spotline.aws.batch import BatchJobRequest
+from spotline.aws.batch import TERMINAL_BATCH_STATUSES, BatchJobRequest
 from spotline.aws.clients import AwsClients, reset_default_clients
 from spotline.aws.settings import Settings, get_settings
 from spotline.control.logs import FileRunLogs
@@ -152,8 +152,19 @@ class FleetLauncher:
             nodes=request.nodes,
         )
 
+    def find_live(self, job_queue: str, job_name: str) -> list[str]:
+        return [
+            job_id
+            for job_id, status in self.fleet.list_jobs(job_queue, job_name)
+            if status not in TERMINAL_BATCH_STATUSES
+        ]
+
     def terminate(self, batch_job_id: str, reason: str) -> None:
         self.fleet.terminate_job(batch_job_id, reason)
+
+    def stopped(self, batch_job_ids: Sequence[str]) -> set[str]:
+        known = self.fleet.describe_jobs(batch_job_ids)
+        return {i for i in batch_job_ids if known.get(i, "SUCCEEDED") in TERMINAL_BATCH_STATUSES}
 
 
 class LocalInstanceResolver:

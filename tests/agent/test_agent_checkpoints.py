@@ -363,7 +363,9 @@ def test_without_a_store_nothing_is_restored_or_written(clock: FakeClock) -> Non
 
 def test_heartbeats_carry_the_last_reported_step(tmp_path: Path, clock: FakeClock) -> None:
     publisher = RecordingPublisher()
-    agent = make_agent(tmp_path, clock, publisher, heartbeat_s=30.0, checkpoint_interval_s=0)
+    agent = make_agent(
+        tmp_path, clock, publisher, heartbeat_s=30.0, checkpoint_interval_s=0, run_id=f"spotline-{JOB}-r2"
+    )
 
     agent.poll_once()  # one at start: the job is alive
     agent.report(12, 0.12, utilization=0.9)
@@ -376,6 +378,7 @@ def test_heartbeats_carry_the_last_reported_step(tmp_path: Path, clock: FakeCloc
     assert len(beats) == 2
     assert beats[1] == {
         "job_id": JOB,
+        "run_id": f"spotline-{JOB}-r2",
         "instance_id": "local-0",
         "step": 12,
         "progress": 0.12,
@@ -419,6 +422,7 @@ def test_keep_zero_keeps_every_checkpoint(tmp_path: Path, clock: FakeClock) -> N
 def test_settings_from_env() -> None:
     env = {
         "SPOTLINE_JOB_ID": "j1",
+        "SPOTLINE_RUN_ID": "spotline-j1-r4",
         "SPOTLINE_CHECKPOINT_URI": "s3://b/p/",
         "SPOTLINE_JOBS_TABLE": "t",
         "SPOTLINE_EVENT_BUS": "bus",
@@ -434,8 +438,10 @@ def test_settings_from_env() -> None:
         "bus",
     )
     assert (settings.instance_id, settings.checkpoint_interval_s, settings.poll_s) == ("local-3", 2.5, 0.5)
+    assert settings.run_id == "spotline-j1-r4"
     assert settings.imds_endpoint is None  # not on AWS: no instance metadata probing
     assert AgentSettings.from_env({}).job_id == "local"
+    assert AgentSettings.from_env({}).run_id is None
     with pytest.raises(ValueError, match="SPOTLINE_AGENT_POLL_S"):
         AgentSettings.from_env({"SPOTLINE_AGENT_POLL_S": "soon"})
     assert AgentSettings.from_env({}).keep_checkpoints == 3

@@ -61,7 +61,13 @@ def test_checkpoint_completed_and_heartbeat_reach_the_bus(
 ) -> None:
     events, queue_url = bus_to_queue
     agent = Agent(
-        AgentSettings(job_id="job-e", instance_id="local-1", heartbeat_s=30, checkpoint_interval_s=0),
+        AgentSettings(
+            job_id="job-e",
+            run_id="spotline-job-e-r3",
+            instance_id="local-1",
+            heartbeat_s=30,
+            checkpoint_interval_s=0,
+        ),
         store=LocalCheckpointStore(tmp_path),
         publisher=EventBridgePublisher(events, BUS, team="vision"),
         clock=clock,
@@ -77,15 +83,17 @@ def test_checkpoint_completed_and_heartbeat_reach_the_bus(
     assert all(e["source"] == "spotline.agent.vision" for e in received.values())
     done = received[DETAIL_CHECKPOINT_COMPLETED]["detail"]
     assert record is not None
-    assert {k: done[k] for k in ("job_id", "checkpoint_uri", "step", "progress")} == {
+    assert {k: done[k] for k in ("job_id", "run_id", "checkpoint_uri", "step", "progress")} == {
         "job_id": "job-e",
+        "run_id": "spotline-job-e-r3",
         "checkpoint_uri": record.uri,
         "step": 10,
         "progress": 0.25,
     }
     beat = received[DETAIL_JOB_HEARTBEAT]["detail"]
-    assert {k: beat[k] for k in ("job_id", "instance_id", "step", "progress", "utilization")} == {
+    assert {k: beat[k] for k in ("job_id", "run_id", "instance_id", "step", "progress", "utilization")} == {
         "job_id": "job-e",
+        "run_id": "spotline-job-e-r3",
         "instance_id": "local-1",
         "step": 10,
         "progress": 0.25,
@@ -114,10 +122,13 @@ def test_a_missing_bus_is_logged_not_raised(bus_to_queue: tuple[Any, str]) -> No
 @pytest.mark.parametrize(("node_index", "sends"), [(0, True), (1, False)])
 def test_under_the_wrapper_only_a_gangs_main_node_sends_heartbeats(node_index: int, sends: bool) -> None:
     publisher = RecordingPublisher()
-    settings = AgentSettings(job_id="job-g", heartbeat_s=0.05, node_index=node_index, main_node_index=0)
+    settings = AgentSettings(
+        job_id="job-g", run_id="spotline-job-g-r1", heartbeat_s=0.05, node_index=node_index, main_node_index=0
+    )
     wrapper = CommandWrapper(settings, publisher=publisher, instance_id="i-1", utilization_probe=lambda: None)
 
     assert wrapper.run([sys.executable, "-c", "import time; time.sleep(0.6)"]) == 0
 
     beats = [detail for kind, detail in publisher.events if kind == DETAIL_JOB_HEARTBEAT]
     assert (len(beats) > 0) is sends and wrapper.heartbeats_sent == len(beats)
+    assert all(beat["run_id"] == "spotline-job-g-r1" for beat in beats)

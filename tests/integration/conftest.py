@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 from moto import mock_aws
 
-from spotline.aws.batch import BatchJobRequest
+from spotline.aws.batch import BatchJobRequest, run_id_for
 from spotline.aws.clients import AwsClients
 from spotline.aws.emulation import (
     LambdaContextStub,
@@ -114,21 +114,52 @@ class TestClock:
 
 @dataclass
 class RecordingLauncher:
-    """A BatchLauncher that records what it was asked; `failures` are raised by the next
-    submits, in order."""
+    """A BatchLauncher that records what it was asked, and answers like Batch about the jobs it
+    submitted: `find_live` by queue and name, `stopped` for the ended ones (and unknown ids).
+
+    Faults: `failures` are raised by the next submits instead of submitting;
+    `crash_after_submit` by the next submits after the job was submitted (a crash after the
+    call); `terminate_failures` by the next terminates. A terminate ends the job at once
+    unless `terminate_ends` is False (then only `end` does, as Batch's terminal event would)."""
 
     submitted: list[BatchJobRequest] = field(default_factory=list)
     terminated: list[tuple[str, str]] = field(default_factory=list)
     failures: list[Exception] = field(default_factory=list)
+    crash_after_submit: list[Exception] = field(default_factory=list)
+    terminate_failures: list[Exception] = field(default_factory=list)
+    terminate_ends: bool = True
+    names: dict[str, tuple[str, str]] = field(default_factory=dict)
+    ended: set[str] = field(default_factory=set)
 
     def submit(self, request: BatchJobRequest) -> str:
         if self.failures:
             raise self.failures.pop(0)
         self.submitted.append(request)
-        return f"batch-{request.job_id}-{len(self.submitted)}"
+        batch_job_id = f"batch-{request.job_id}-{len(self.submitted)}"
+        self.names[batch_job_id] = (request.job_queue, request.job_name)
+        if self.crash_after_submit:
+            raise self.crash_after_submit.pop(0)
+        return batch_job_id
+
+    def find_live(self, job_queue: str, job_name: str) -> list[str]:
+        return [b for b, key in self.names.items() if key == (job_queue, job_name) and b not in self.ended]
 
     def terminate(self, batch_job_id: str, reason: str) -> None:
+        if self.terminate_failures:
+            raise self.terminate_failures.pop(0)
         self.terminated.append((batch_job_id, reason))
+        if self.terminate_ends:
+            self.ended.add(batch_job_id)
+
+    def stopped(self, batch_job_ids: Any) -> set[str]:
+        return {b for b in batch_job_ids if b in self.ended or b not in self.names}
+
+    def end(self, batch_job_id: str) -> None:
+        """The Batch job stops (its terminal event is the test's to send)."""
+        self.ended.add(batch_job_id)
+
+    def live(self) -> list[str]:
+        return [b for b in self.names if b not in self.ended]
 
 
 @dataclass
@@ -263,11 +294,14 @@ def load_event(name: str) -> dict[str, Any]:
 
 def eventbridge(name: str, *, detail: Mapping[str, Any] | None = None, **fields: Any) -> dict[str, Any]:
     """A documented sample event with a fresh id (EventBridge gives every event its own) and
-    the given detail fields replaced."""
+    the given detail fields replaced. An agent event given another `job_id` and no `run_id`
+    names that job's first run."""
     event = copy.deepcopy(load_event(name))
     event["id"] = str(uuid.uuid4())
     event.update(fields)
     if detail:
+        if "run_id" in event["detail"] and "job_id" in detail and "run_id" not in detail:
+            detail = {**detail, "run_id": run_id_for(str(detail["job_id"]), 1)}
         event["detail"].update(detail)
     return event
 
@@ -281,13 +315,19 @@ def batch_event(
     container_instance: str | None = None,
     started_at_ms: int | None = None,
     exit_code: int | None = None,
+    run: int = 1,
+    job_queue: str | None = None,
 ) -> dict[str, Any]:
-    """AWS's documented Batch Job State Change, for a Spotline job in `status`."""
+    """AWS's documented Batch Job State Change, for run `run` of a Spotline job in `status`."""
     event = eventbridge("batch_job_state_change")
     detail = event["detail"]
+    if job_queue is not None:
+        detail["jobQueue"] = job_queue
+    else:
+        detail.pop("jobQueue", None)
     detail.update(
         {
-            "jobName": f"spotline-{job_id}",
+            "jobName": run_id_for(job_id, run),
             "jobId": batch_job_id,
             "jobArn": f"arn:aws:batch:{REGION}:{ACCOUNT}:job/{batch_job_id}",
             "status": status,
@@ -412,10 +452,12 @@ def start(
             assert time.time() < deadline, "the launch workflow recorded no Batch job"
             time.sleep(0.05)
     else:
-        batch_job_id = submit_batch_job(dep.plane, record.id, version=admitted.version, pool=pool)[
-            "batch_job_id"
-        ]
-        record_batch_job(dep.plane, record.id, version=admitted.version, batch_job_id=batch_job_id)
+        batch_job_id = submit_batch_job(
+            dep.plane, record.id, version=admitted.version, run=admitted.run, pool=pool
+        )["batch_job_id"]
+        record_batch_job(
+            dep.plane, record.id, version=admitted.version, run=admitted.run, batch_job_id=batch_job_id
+        )
     container = f"arn:aws:ecs:{REGION}:{ACCOUNT}:container-instance/spotline-{pool}/{uuid.uuid4().hex}"
     dep.resolver.mapping[container] = instance_id
     functions.batch_state_change.handler(
@@ -425,6 +467,7 @@ def start(
             "RUNNING",
             container_instance=container,
             started_at_ms=int(dep.clock() * 1000),
+            run=admitted.run,
         ),
         context("batch_state_change"),
     )

@@ -33,6 +33,7 @@ IMAGE = "123456789012.dkr.ecr.us-east-1.amazonaws.com/spotline-train:latest"
 def request(**changes: Any) -> BatchJobRequest:
     fields: dict[str, Any] = {
         "job_id": "job-1",
+        "run": 2,
         "team": "vision",
         "job_queue": "arn:aws:batch:us-east-1:123456789012:job-queue/spotline-a100-spot",
         "image": IMAGE,
@@ -67,9 +68,9 @@ def test_submit_sends_the_job_to_the_pools_queue_with_the_agents_environment() -
         stub.add_response("describe_job_definitions", described(), {"jobDefinitions": [DEFINITION]})
         stub.add_response(
             "submit_job",
-            {"jobName": "spotline-job-1", "jobId": "b-1"},
+            {"jobName": "spotline-job-1-r2", "jobId": "b-1"},
             {
-                "jobName": "spotline-job-1",
+                "jobName": "spotline-job-1-r2",
                 "jobQueue": request().job_queue,
                 "jobDefinition": DEFINITION,
                 "containerOverrides": {
@@ -99,8 +100,8 @@ def test_a_job_with_another_image_runs_under_a_derived_definition() -> None:
             "register_job_definition",
             {"jobDefinitionName": "d", "jobDefinitionArn": "arn:derived", "revision": 1},
         )
-        stub.add_response("submit_job", {"jobName": "spotline-job-1", "jobId": "b-2"})
-        stub.add_response("submit_job", {"jobName": "spotline-job-1", "jobId": "b-3"})
+        stub.add_response("submit_job", {"jobName": "spotline-job-1-r2", "jobId": "b-2"})
+        stub.add_response("submit_job", {"jobName": "spotline-job-1-r2", "jobId": "b-3"})
         assert launcher.submit(request(image="pytorch/pytorch:2.5")) == "b-2"
         # The derived definition is reused without asking Batch again.
         assert launcher.submit(request(image="pytorch/pytorch:2.5")) == "b-3"
@@ -134,8 +135,8 @@ def test_a_gang_job_runs_under_a_multi_node_definition_derived_from_the_base() -
     }
 
     def submitted(job_id: str, nodes: int) -> tuple[dict[str, Any], dict[str, Any]]:
-        return {"jobName": "spotline-job-1", "jobId": job_id}, {
-            "jobName": "spotline-job-1",
+        return {"jobName": "spotline-job-1-r2", "jobId": job_id}, {
+            "jobName": "spotline-job-1-r2",
             "jobQueue": request().job_queue,
             "jobDefinition": "arn:mnp",
             # The definition's node range is open-ended, so the gang size is set here.
@@ -275,3 +276,64 @@ def test_function_modules_import_without_settings_or_aws() -> None:
     )
     assert result.returncode == 0, result.stderr
     assert float(result.stdout.strip()) < 10.0
+
+
+def test_find_live_lists_the_runs_jobs_by_name_and_leaves_out_the_ended_ones() -> None:
+    batch = boto3.client("batch", region_name=REGION)
+    launcher = AwsBatchLauncher(batch, DEFINITION)
+    queue = request().job_queue
+    summary = {"jobArn": "arn", "jobName": "spotline-job-1-r2", "createdAt": 0}
+    with Stubber(batch) as stub:
+        stub.add_response(
+            "list_jobs",
+            {
+                "jobSummaryList": [
+                    {**summary, "jobId": "b-2", "status": "RUNNING", "createdAt": 20},
+                    {**summary, "jobId": "b-0", "status": "FAILED", "createdAt": 5},
+                ],
+                "nextToken": "t",
+            },
+            {"jobQueue": queue, "filters": [{"name": "JOB_NAME", "values": ["spotline-job-1-r2"]}]},
+        )
+        stub.add_response(
+            "list_jobs",
+            {"jobSummaryList": [{**summary, "jobId": "b-1", "status": "RUNNABLE", "createdAt": 10}]},
+            {
+                "jobQueue": queue,
+                "filters": [{"name": "JOB_NAME", "values": ["spotline-job-1-r2"]}],
+                "nextToken": "t",
+            },
+        )
+        assert launcher.find_live(queue, "spotline-job-1-r2") == ["b-1", "b-2"]
+        stub.add_client_error("list_jobs", "TooManyRequestsException", http_status_code=429)
+        with pytest.raises(BatchThrottled):
+            launcher.find_live(queue, "spotline-job-1-r2")
+        stub.assert_no_pending_responses()
+
+
+def test_stopped_names_the_ended_jobs_and_those_batch_no_longer_knows() -> None:
+    batch = boto3.client("batch", region_name=REGION)
+    launcher = AwsBatchLauncher(batch, DEFINITION)
+    job = {
+        "jobArn": "arn",
+        "jobName": "spotline-job-1-r2",
+        "jobQueue": "q",
+        "startedAt": 1,
+        "jobDefinition": "d",
+    }
+    with Stubber(batch) as stub:
+        stub.add_response(
+            "describe_jobs",
+            {
+                "jobs": [
+                    {**job, "jobId": "b-1", "status": "RUNNING"},
+                    {**job, "jobId": "b-2", "status": "FAILED"},
+                ]
+            },
+            {"jobs": ["b-1", "b-2", "b-3"]},
+        )
+        assert launcher.stopped(["b-1", "b-2", "b-3"]) == {"b-2", "b-3"}
+        stub.add_client_error("describe_jobs", "TooManyRequestsException", http_status_code=429)
+        with pytest.raises(BatchThrottled):
+            launcher.stopped(["b-1"])
+        stub.assert_no_pending_responses()

@@ -40,7 +40,7 @@ def test_a_pass_admits_what_fits_and_starts_one_launch_workflow_each(deployment:
     assert deployment.starter is not None
     assert sorted(deployment.starter.names()) == sorted([f"launch-{first.id}-v1", f"launch-{second.id}-v1"])
     _, _, payload = deployment.starter.started[0]
-    assert set(payload) == {"job_id", "version", "pool"}
+    assert set(payload) == {"job_id", "version", "run", "pool"} and payload["run"] == 1
     assert deployment.plane.ledger.usage(["a100-spot"], [])[0] == {"a100-spot": 16}
 
 

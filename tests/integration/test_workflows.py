@@ -196,7 +196,8 @@ def test_launch_submits_to_the_pools_job_queue_and_records_the_batch_job(sfn_dep
     # job knows its Batch job id
     assert described["status"] == "SUCCEEDED"
     [request] = dep.launcher.submitted
-    assert request.job_name == f"spotline-{record.id}"
+    assert request.job_name == f"spotline-{record.id}-r1"
+    assert request.environment["SPOTLINE_RUN_ID"] == f"spotline-{record.id}-r1"
     assert request.job_queue.endswith("job-queue/spotline-a100-spot")
     assert request.environment["SPOTLINE_JOB_ID"] == record.id
     assert request.environment["SPOTLINE_JOBS_TABLE"] == dep.tables["Jobs"]
