@@ -104,7 +104,7 @@ class ActionScopes:
             resources = [any_job]
             conditions = {"StringEquals": {"batch:CreateAction": "SubmitJob"}}
             self.wildcard_reasons[any_job] = job_reason
-        elif action in ("batch:DescribeJobDefinitions", "batch:DescribeJobs"):
+        elif action in ("batch:DescribeJobDefinitions", "batch:ListJobs", "batch:DescribeJobs"):
             resources = ["*"]
         elif action == "logs:GetLogEvents" and self.training_log_group_arn is not None:
             resources = [self.training_log_group_arn]

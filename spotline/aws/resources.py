@@ -312,16 +312,26 @@ FUNCTION_ACTIONS: dict[str, dict[str, str]] = {
     "spot_interruption": {"states:StartExecution": "the preempt state machine"},
     # Only this function answers a workflow's task token.
     "checkpoint_completed": {"states:SendTaskSuccess": "the preempt state machine"},
-    # Batch names the ECS container instance; the Spot warning names the EC2 instance.
-    "batch_state_change": {"ecs:DescribeContainerInstances": "the pools' ECS clusters"},
+    # Batch names the ECS container instance; the Spot warning names the EC2 instance. A run
+    # the record does not own (an orphan) is stopped.
+    "batch_state_change": {
+        "ecs:DescribeContainerInstances": "the pools' ECS clusters",
+        "batch:TerminateJob": "Spotline's Batch jobs",
+    },
+    # Pending terminations: DescribeJobs until Batch confirms, TerminateJob again meanwhile; a
+    # launch that timed out has its run's Batch job found by name (ListJobs) and stopped.
     "reconciler": {
         "batch:TerminateJob": "Spotline's Batch jobs",
+        "batch:DescribeJobs": "*",
+        "batch:ListJobs": "*",
         "sqs:SendMessage": "the scheduler queue",
     },
     "workflow_tasks": {
         "batch:SubmitJob": "the pools' job queues and Spotline's job definitions",
         "batch:TagResource": "Spotline's Batch jobs (SubmitJob with tags)",
         "batch:TerminateJob": "Spotline's Batch jobs",
+        # SubmitJob is idempotent per run: a live Batch job of the run's name is adopted.
+        "batch:ListJobs": "*",
         # A job whose image differs from the job definition's runs under a derived definition
         # (Batch cannot override an image per job), registered once per image.
         "batch:DescribeJobDefinitions": "*",

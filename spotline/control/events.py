@@ -309,8 +309,11 @@ def _not_owned(cp: ControlPlane, record: JobRecord, run: int, change: BatchJobCh
         return f"run {run} of {record.id}, whose current run is {record.run}"
     if record.state not in ACTIVE_STATES:
         return f"{record.id} is {record.state.value}"
-    if change.batch_job_id in record.retired_batch_job_ids or (
-        change.batch_job_id in record.terminating_batch_job_ids
+    # (The current run's own Batch job may be a pending termination while the preempt workflow
+    # stops it: its events still count, e.g. a SUCCEEDED that came first.)
+    if change.batch_job_id != record.batch_job_id and (
+        change.batch_job_id in record.retired_batch_job_ids
+        or change.batch_job_id in record.terminating_batch_job_ids
     ):
         return f"Batch job {change.batch_job_id} was given up"
     if record.batch_job_id not in (None, change.batch_job_id):

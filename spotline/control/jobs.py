@@ -12,7 +12,7 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from spotline.aws.errors import JobAlreadyExists, JobNotFound, PublishFailed, StaleJobError
 from spotline.aws.jobs import ACTIVE_STATES, JobRecord
@@ -94,6 +94,11 @@ class JobView(BaseModel):
     pool: str | None
     instance_ids: list[str]
     batch_job_id: str | None
+    # The current (or last) run: its id is the Batch job name (0 / None before the first).
+    run: int = 0
+    run_id: str | None = None
+    # Batch jobs given up that Batch has not yet confirmed stopped (retried by the reconciler).
+    terminating_batch_job_ids: list[str] = Field(default_factory=list)
     wait_reason: str | None
     # Time queued since the job was last enqueued (computed when read, while PENDING).
     waited_s: float | None = None
@@ -156,6 +161,9 @@ def job_view(
         pool=job.pool,
         instance_ids=list(record.instance_ids),
         batch_job_id=record.batch_job_id,
+        run=record.run,
+        run_id=record.run_id,
+        terminating_batch_job_ids=list(record.terminating_batch_job_ids),
         wait_reason=record.wait_reason if job.state is JobState.PENDING else None,
         waited_s=round(wait_s(job, now), 3) if job.state is JobState.PENDING else None,
         submitted_at=job.submitted_at,

@@ -644,3 +644,25 @@ def test_a_failed_preempt_workflow_is_finished_by_the_reconciler_which_stops_the
     assert used(dep)["a100-spot"] == 0  # the ledger frees at the requeue; the run stays visible
     dep.launcher.end(running.batch_job_id)
     assert reconcile(dep.plane).terminations_confirmed == [running.batch_job_id]
+
+
+def test_reordering_a_run_that_succeeds_while_the_preempt_workflow_stops_it_ends_succeeded(
+    deployment: Deployment,
+) -> None:
+    """The workflow asked Batch to stop the run (a pending termination), but the run had
+    finished: its SUCCEEDED event still counts, and the workflow's requeue finds nothing to do."""
+    from spotline.control.workflow_tasks import finish_preemption, terminate_batch_job
+
+    dep = deployment
+    running = start(dep, submit(dep))
+    assert running.batch_job_id is not None
+    dep.plane.jobs.transition(running, JobState.CHECKPOINTING, "preempted", now=dep.clock())
+    terminate_batch_job(dep.plane, running.id, batch_job_id=running.batch_job_id)
+    assert dep.plane.jobs.get(running.id).terminating_batch_job_ids == (running.batch_job_id,)
+
+    outcome = batch(running, running.batch_job_id, "SUCCEEDED")
+
+    assert outcome == "termination confirmed; succeeded"
+    assert finish_preemption(dep.plane, running.id)["finished"] is False
+    stored = dep.plane.jobs.get(running.id)
+    assert stored.state is JobState.SUCCEEDED and stored.terminating_batch_job_ids == ()
