@@ -250,7 +250,8 @@ def test_an_orphan_run_of_an_earlier_admission_is_stopped_and_never_adopted(depl
         "batch_job_id"
     ]
     # Preempted before the id was recorded; admitted again (run 2), not yet launched.
-    dep.plane.jobs.update_fields(record.id, states=[JobState.ADMITTED], set_fields={"admitted_at": 1.0})
+    timed_out = dep.clock() - dep.plane.config.launch_timeout_s - 1
+    dep.plane.jobs.update_fields(record.id, states=[JobState.ADMITTED], set_fields={"admitted_at": timed_out})
     reconcile(dep.plane)  # launch timeout: requeued, the run found by name is stopped
     second = admit(dep.plane, dep.plane.jobs.get(record.id), "a100-on-demand", "fits", now=dep.clock())
     assert second.run == 2 and second.batch_job_id is None
