@@ -87,7 +87,7 @@ from spotline.domain.quota import quota_shortfall
 
 from .conftest import ACCOUNT, REGION
 
-EXAMPLES = int(os.environ.get("SPOTLINE_STATEFUL_EXAMPLES", "34"))
+EXAMPLES = int(os.environ.get("SPOTLINE_STATEFUL_EXAMPLES", "40"))
 STEPS = int(os.environ.get("SPOTLINE_STATEFUL_STEPS", "60"))
 LONG_RUN = "SPOTLINE_STATEFUL_EXAMPLES" in os.environ
 # What CI must execute at least, counted (not assumed from the settings).
