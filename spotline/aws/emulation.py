@@ -8,12 +8,21 @@ function moto's Step Functions interpreter calls for `arn:aws:states:::lambda:in
 an exception becomes FunctionError "Unhandled" with `errorType` = the exception's class name,
 which is what the ASL's Retry and Catch match on AWS.
 
+`SerializedMotoServer` is moto's server answering one request at a time. moto's backends are
+not safe under concurrent requests: a failed TransactWriteItems rolls back by restoring a
+snapshot of whole tables, wiping other requests' writes made meanwhile, and iterations raise
+"dictionary changed size". One lock around every request makes the emulation linearizable, as
+DynamoDB is per item; `install_item_transactions` makes a transaction snapshot only the items
+it touches, and `install_keyed_queries` makes a query look only at the items of its key,
+so neither costs the size of the table.
+
 Pinned to moto 5.2.5: the patched names are private (see `_PATCH_TARGETS`); `install` fails
 loudly if they move.
 """
 
 from __future__ import annotations
 
+import copy
 import importlib
 import json
 import threading
@@ -72,11 +81,22 @@ def function_name_of(name_or_arn: str) -> str:
     return name_or_arn
 
 
+_INVOCATION_LOCKS: dict[str, threading.RLock] = {}
+
+
 def import_handler(function: resources.Function) -> LambdaHandler:
     """`functions.<module>.handler`, as the Lambda runtime imports it (the repository root must
-    be on sys.path)."""
+    be on sys.path), invoked one event at a time per function, as one Lambda instance runs:
+    a handler may keep its invocation in module state (the API resolver keeps the current
+    request), which concurrent threads would mix up (a job stored under another team)."""
     handler: LambdaHandler = importlib.import_module(f"functions.{function.module}").handler
-    return handler
+    lock = _INVOCATION_LOCKS.setdefault(function.module, threading.RLock())
+
+    def invoke(event: dict[str, Any], context: Any) -> Any:
+        with lock:
+            return handler(event, context)
+
+    return invoke
 
 
 # --- dispatching Lambda tasks ---------------------------------------------------------------
@@ -150,12 +170,7 @@ class LambdaTaskDispatcher:
 
     def install(self) -> LambdaTaskDispatcher:
         """Patch moto (process-wide) until `uninstall`."""
-        import moto
-
-        if moto.__version__ != MOTO_VERSION:
-            raise RuntimeError(
-                f"spotline.aws.emulation patches moto {MOTO_VERSION}; found {moto.__version__}"
-            )
+        _require_moto()
         replacements = {
             "_invoke_lambda_function": self._invoke_lambda_function,
             "exec_lambda_function": self._exec_lambda_function,
@@ -172,6 +187,13 @@ class LambdaTaskDispatcher:
         while self._originals:
             module, attribute, original = self._originals.pop()
             setattr(module, attribute, original)
+
+
+def _require_moto() -> None:
+    import moto
+
+    if moto.__version__ != MOTO_VERSION:
+        raise RuntimeError(f"spotline.aws.emulation patches moto {MOTO_VERSION}; found {moto.__version__}")
 
 
 def _decode(payload: Any) -> Any:
@@ -307,3 +329,318 @@ def environment(
     if checkpoint_bucket:
         env[resources.ENV_CHECKPOINT_BUCKET] = checkpoint_bucket
     return env
+
+
+# --- serving moto, one request at a time -------------------------------------------------------
+
+# Held while moto serves a request (re-entrant: a request never waits on another request).
+EMULATION_LOCK = threading.RLock()
+_serving = threading.local()  # .held: this thread is serving a request under EMULATION_LOCK
+
+
+def _serialized(app: Any) -> Any:
+    """The WSGI app `app`, run under EMULATION_LOCK, its body produced before the lock is let go."""
+
+    def serve(environ: dict[str, Any], start_response: Any) -> list[bytes]:
+        with EMULATION_LOCK:
+            _serving.held = True
+            try:
+                result = app(environ, start_response)
+                try:
+                    return [b"".join(result)]
+                finally:
+                    close = getattr(result, "close", None)
+                    if close is not None:
+                        close()
+            finally:
+                _serving.held = False
+
+    return serve
+
+
+class SerializedMotoServer:
+    """moto's ThreadedMotoServer, but linearizable: a thread per connection, one request served
+    at a time under EMULATION_LOCK. An SQS long poll waits outside the lock (`install`
+    patches the queue's wait), so a poller never holds up other clients."""
+
+    def __init__(self, ip_address: str = "127.0.0.1", port: int = 0) -> None:
+        self._address = (ip_address, port)
+        self._server: Any = None
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        from moto.moto_server.werkzeug_app import (
+            DomainDispatcherApplication,
+            MotoRequestHandler,
+            create_backend_app,
+        )
+        from werkzeug.serving import make_server
+
+        class KeepAliveHandler(MotoRequestHandler):
+            # HTTP/1.1: an SDK client keeps its connection (moto's default, 1.0, makes a
+            # connection, and a server thread, per request).
+            protocol_version = "HTTP/1.1"
+
+        install_serialized_moto()
+        app = DomainDispatcherApplication(create_backend_app)
+        self._server = make_server(
+            self._address[0],
+            self._address[1],
+            _serialized(app),
+            threaded=True,
+            request_handler=KeepAliveHandler,
+        )
+        self._thread = threading.Thread(target=self._server.serve_forever, name="moto", daemon=True)
+        self._thread.start()
+
+    def get_host_and_port(self) -> tuple[str, int]:
+        if self._server is None:
+            raise RuntimeError("the server is not started")
+        host, port = self._server.server_address[:2]
+        return str(host), int(port)
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+
+_installed: set[str] = set()
+
+
+def install_serialized_moto() -> None:
+    """Patch moto (process-wide, once) for `SerializedMotoServer`: SQS long polls let the lock
+    go while they wait; transactions roll back item by item; queries read their key's items."""
+    _require_moto()
+    with EMULATION_LOCK:
+        if "serialized" in _installed:
+            return
+        _install_sqs_wait()
+        install_item_transactions()
+        install_keyed_queries()
+        _installed.add("serialized")
+
+
+def _install_sqs_wait() -> None:
+    from moto.sqs.models import Queue
+
+    original = Queue.wait_for_messages
+
+    def wait_for_messages(self: Any, timeout: int) -> None:
+        if not getattr(_serving, "held", False):
+            original(self, timeout)
+            return
+        # Let other requests run (a SendMessage among them) while this poll waits.
+        _serving.held = False
+        EMULATION_LOCK.release()
+        try:
+            original(self, timeout)
+        finally:
+            EMULATION_LOCK.acquire()
+            _serving.held = True
+
+    Queue.wait_for_messages = wait_for_messages  # type: ignore[method-assign]
+
+
+def install_item_transactions() -> None:
+    """TransactWriteItems that keeps the prior version of each item it touches and, if any
+    action fails, puts those items back: moto 5.2.5 deep-copies every table the transaction
+    names and restores the copies, which costs the tables' size and, under concurrency, wipes
+    other requests' writes. Otherwise moto's own code (same checks, same errors)."""
+    from moto.dynamodb.comparisons import get_filter_expression
+    from moto.dynamodb.exceptions import (
+        ConditionalCheckFailed,
+        MockValidationException,
+        MultipleTransactionsException,
+        TooManyTransactionsException,
+        TransactionCanceledException,
+        TransactWriteSingleOpException,
+    )
+    from moto.dynamodb.models import DynamoDBBackend
+    from moto.dynamodb.models.dynamo_type import DynamoType
+
+    def transact_write_items(self: Any, transact_items: list[dict[str, Any]]) -> None:
+        if len(transact_items) > 100:
+            raise TooManyTransactionsException()
+        touched: list[tuple[Any, Any, Any, Any]] = []  # (table, hash, range, prior item or None)
+        targets: set[tuple[str, str]] = set()
+
+        def rollback() -> None:
+            for table, hash_value, range_value, prior in reversed(touched):
+                if prior is None:
+                    table.delete_item(hash_value, range_value)
+                elif range_value is not None:
+                    table.items[hash_value][range_value] = prior
+                else:
+                    table.items[hash_value] = prior
+
+        errors: list[tuple[str | None, str | None, dict[str, Any] | None]] = []
+        for item in transact_items:
+            original_item: dict[str, Any] | None = None
+            if len(list(item.keys())) > 1:
+                raise TransactWriteSingleOpException
+            try:
+                op_type, op = next(iter(item.items()))
+                if op_type not in {"ConditionCheck", "Put", "Delete", "Update"}:
+                    raise ValueError("Unsupported transaction operation")
+                table_name = op["TableName"]
+                condition_expression = op.get("ConditionExpression")
+                names = op.get("ExpressionAttributeNames")
+                values = op.get("ExpressionAttributeValues")
+                table = self.get_table(table_name)
+                if op_type == "Put":
+                    attrs = op["Item"]
+                    key = {table.hash_key_attr: attrs[table.hash_key_attr]}
+                    if table.range_key_attr is not None:
+                        key[table.range_key_attr] = attrs[table.range_key_attr]
+                else:
+                    key = op["Key"]
+                target = (str(table_name), str(dict(sorted(key.items()))))
+                if target in targets:
+                    raise MultipleTransactionsException()
+                targets.add(target)
+
+                current = self.get_item(table_name, key)
+                if condition_expression is not None:
+                    condition = get_filter_expression(condition_expression, names, values)
+                    if not condition.expr(current):
+                        if op.get("ReturnValuesOnConditionCheckFailure") == "ALL_OLD" and current:
+                            original_item = current.to_json()["Attributes"]
+                        raise ConditionalCheckFailed(item=original_item)
+                if op_type != "ConditionCheck":
+                    hash_value = DynamoType(key[table.hash_key_attr])
+                    range_value = (
+                        DynamoType(key[table.range_key_attr]) if table.range_key_attr is not None else None
+                    )
+                    touched.append((table, hash_value, range_value, copy.deepcopy(current)))
+                if op_type == "Put":
+                    self.put_item(
+                        table_name,
+                        op["Item"],
+                        condition_expression=condition_expression,
+                        expression_attribute_names=names,
+                        expression_attribute_values=values,
+                    )
+                elif op_type == "Delete":
+                    self.delete_item(
+                        table_name,
+                        key,
+                        condition_expression=condition_expression,
+                        expression_attribute_names=names,
+                        expression_attribute_values=values,
+                    )
+                elif op_type == "Update":
+                    self.update_item(
+                        table_name,
+                        key,
+                        update_expression=op["UpdateExpression"],
+                        condition_expression=condition_expression,
+                        expression_attribute_names=names,
+                        expression_attribute_values=values,
+                    )
+                errors.append((None, None, None))
+            except (MultipleTransactionsException, MockValidationException):
+                rollback()
+                raise
+            except ConditionalCheckFailed as error:
+                errors.append(("ConditionalCheckFailed", str(error.message), original_item))
+            except Exception as error:  # moto's own: any other failure cancels the transaction
+                errors.append((type(error).__name__, str(error), original_item))
+        if any(code is not None for code, _, _ in errors):
+            rollback()
+            raise TransactionCanceledException(errors)
+
+    DynamoDBBackend.transact_write_items = transact_write_items  # type: ignore[method-assign]
+
+
+_candidates = threading.local()  # .of: (table, the items a query may return), while it runs
+
+
+def install_keyed_queries() -> None:
+    """A query reads only the items it may return: the items of its partition key on the table,
+    the items whose index key attributes equal the condition's on an index. moto 5.2.5 sorts
+    every item of the table on each query (and a table query filters them after). The rest is
+    moto's own query (same order, pages, filters and errors)."""
+    from moto.dynamodb.models.table import Table
+
+    original_query = Table.query
+    original_all_items = Table.all_items
+
+    def all_items(self: Any) -> list[Any]:
+        override = getattr(_candidates, "of", None)
+        if override is None or override[0] is not self:
+            return original_all_items(self)
+        return sorted(override[1], key=lambda x: (x.hash_key, x.range_key) if x.range_key else x.hash_key)
+
+    def query(
+        self: Any,
+        hash_key: Any,
+        range_comparison: Any,
+        range_objs: Any,
+        limit: Any,
+        exclusive_start_key: Any,
+        scan_index_forward: Any,
+        projection_expressions: Any,
+        index_name: str | None = None,
+        consistent_read: bool = False,
+        filter_expression: Any = None,
+        hash_key_conditions: list[tuple[str, Any]] | None = None,
+        range_key_conditions: Any = None,
+        **filter_kwargs: Any,
+    ) -> Any:
+        def run() -> Any:
+            return original_query(
+                self,
+                hash_key,
+                range_comparison,
+                range_objs,
+                limit,
+                exclusive_start_key,
+                scan_index_forward,
+                projection_expressions,
+                index_name,
+                consistent_read,
+                filter_expression,
+                hash_key_conditions=hash_key_conditions,
+                range_key_conditions=range_key_conditions,
+                **filter_kwargs,
+            )
+
+        if index_name is None and hash_key is not None:
+            bucket = self.items.get(hash_key)
+            if not bucket:
+                items: list[Any] = []
+            elif self.range_key_attr:
+                items = list(bucket.values())
+            else:
+                items = [bucket]
+        elif index_name is not None and hash_key_conditions:
+            items = [item for item in _every_item(self) if _matches(item, hash_key_conditions)]
+        else:
+            return run()
+        _candidates.of = (self, items)
+        try:
+            return run()
+        finally:
+            _candidates.of = None
+
+    Table.query = query  # type: ignore[method-assign]
+    Table.all_items = all_items  # type: ignore[method-assign]
+
+
+def _matches(item: Any, conditions: list[tuple[str, Any]]) -> bool:
+    for name, value in conditions:
+        present = item.attrs.get(name)
+        if present is None or present != value:
+            return False
+    return True
+
+
+def _every_item(table: Any) -> Iterator[Any]:
+    for bucket in table.items.values():
+        if table.range_key_attr:
+            yield from bucket.values()
+        else:
+            yield bucket

@@ -16,7 +16,6 @@ from typing import Any
 
 import boto3
 from moto.core.config import default_user_config
-from moto.server import ThreadedMotoServer
 
 from spotline.aws import emulation
 from spotline.aws import resources as r
@@ -34,11 +33,12 @@ class LocalResources:
 
 
 class LocalAws:
-    """moto's ThreadedMotoServer on 127.0.0.1, configured to execute state machines."""
+    """moto's server on 127.0.0.1 (one request at a time: `emulation.SerializedMotoServer`),
+    configured to execute state machines."""
 
     def __init__(self, region: str = "us-east-1", port: int = 0) -> None:
         self.region = region
-        self._server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+        self._server = emulation.SerializedMotoServer(ip_address="127.0.0.1", port=port)
         self.endpoint_url = ""
 
     def start(self) -> None:

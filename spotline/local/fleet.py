@@ -3,8 +3,11 @@
 Pools of nodes with instance ids and GPUs; Batch job states SUBMITTED -> RUNNABLE -> STARTING ->
 RUNNING -> SUCCEEDED | FAILED, each published as a `Batch Job State Change` event in AWS's
 documented shape on the default bus; each job's command run as a real local process with the
-agent's environment; and injected failures: a Spot reclaim (an `EC2 Spot Instance Interruption
-Warning` in AWS's shape, then the node dies after the notice) and a node failure.
+agent's environment, the runtime's own interpreter environment first on PATH (as the image
+would have it); and injected failures: a Spot reclaim (an `EC2 Spot Instance Interruption
+Warning` in AWS's shape, then the node dies after the notice) and a node failure. A warned node
+drains (`drain`), whoever put the warning on the bus. A job that cannot be started, whatever the
+error, fails with its GPUs given back.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import logging
 import os
 import signal
 import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -53,6 +57,7 @@ class LocalBatchJob:
     status: str = "SUBMITTED"
     status_reason: str = ""
     instances: list[str] = field(default_factory=list)
+    instances_held: bool = False  # its GPUs are counted as used on `instances`
     process: subprocess.Popen[bytes] | None = None
     created_at: int = field(default_factory=lambda: int(time.time() * 1000))
     started_at: int | None = None
@@ -75,6 +80,14 @@ def _instance_id() -> str:
     return "i-" + uuid.uuid4().hex[:17]
 
 
+def interpreter_first_on_path(env: Mapping[str, str]) -> dict[str, str]:
+    """`env` with the directory of this runtime's interpreter (a venv's bin) first on PATH, so
+    a job's `python -m spotline...` runs with Spotline installed, as it would in its image."""
+    bin_dir = str(Path(sys.executable).parent)  # not resolved: a venv's python is a link
+    rest = [d for d in env.get("PATH", os.defpath).split(os.pathsep) if d and d != bin_dir]
+    return {**env, "PATH": os.pathsep.join([bin_dir, *rest])}
+
+
 class LocalFleet:
     """Runs Batch jobs as local processes on emulated nodes and publishes their state changes."""
 
@@ -91,7 +104,7 @@ class LocalFleet:
         self._queue_pool = {p.job_queue: p.name for p in pools}
         self._publish = publish
         self._log_dir = log_dir
-        self._base_env = dict(base_env or os.environ)
+        self._base_env = interpreter_first_on_path(base_env or os.environ)
         self._start_delay_s = start_delay_s
         self._stop_grace_s = stop_grace_s
         self._lock = threading.RLock()
@@ -203,12 +216,19 @@ class LocalFleet:
         )
         self.reclaim_after(instance_id, notice_s)
 
-    def reclaim_after(self, instance_id: str, notice_s: float) -> None:
-        """The node drains now and dies `notice_s` seconds from now (the end of a Spot notice).
+    def drain(self, instance_id: str) -> bool:
+        """No new job is placed on the node (what ECS does on a Spot warning when
+        ECS_ENABLE_SPOT_INSTANCE_DRAINING is set; the stack sets it). False for an instance
+        this fleet does not have."""
+        with self._lock:
+            node = next((n for n in self.nodes if n.instance_id == instance_id), None)
+            if node is None:
+                return False
+            node.draining = True
+            return True
 
-        Draining is what ECS does on a Spot warning when ECS_ENABLE_SPOT_INSTANCE_DRAINING is
-        set (the stack sets it): no new task is placed on the doomed instance.
-        """
+    def reclaim_after(self, instance_id: str, notice_s: float) -> None:
+        """The node drains now and dies `notice_s` seconds from now (the end of a Spot notice)."""
         with self._lock:
             self._node(instance_id).draining = True
         timer = threading.Timer(notice_s, self.fail_node, args=(instance_id,))
@@ -261,6 +281,16 @@ class LocalFleet:
         return None
 
     def _lifecycle(self, job: LocalBatchJob) -> None:
+        try:
+            self._run(job)
+        except Exception as error:  # never leave a job running or a node's GPUs held
+            log.exception("batch job %s failed in the fleet", job.job_id)
+            if job.status not in ("SUCCEEDED", "FAILED"):
+                job.status_reason = job.status_reason or f"CannotStartContainerError: {error}"
+                with contextlib.suppress(Exception):
+                    self._finish(job, "FAILED")
+
+    def _run(self, job: LocalBatchJob) -> None:
         self._set(job, "RUNNABLE")
         while True:
             if self._closed.is_set() or job.status == "FAILED":
@@ -271,11 +301,15 @@ class LocalFleet:
                     for node in placed:
                         node.used += job.gpus // job.nodes
                     job.instances = [n.instance_id for n in placed]
+                    job.instances_held = True
             if placed is not None:
                 break
             time.sleep(0.2)
         self._set(job, "STARTING")
         time.sleep(self._start_delay_s)
+        if job.status == "FAILED":  # terminated while starting
+            self._release(job)
+            return
         env = {
             **self._base_env,
             **job.environment,
@@ -288,7 +322,7 @@ class LocalFleet:
             job.process = subprocess.Popen(
                 job.command, env=env, stdout=logfile, stderr=subprocess.STDOUT, start_new_session=True
             )
-        except OSError as error:
+        except (OSError, ValueError, TypeError) as error:  # ValueError: a NUL byte in an argument
             logfile.close()
             job.status_reason = f"CannotStartContainerError: {error}"
             self._finish(job, "FAILED")
@@ -299,11 +333,17 @@ class LocalFleet:
         logfile.close()
         self._finish(job, "SUCCEEDED" if job.exit_code == 0 and not job.status_reason else "FAILED")
 
-    def _finish(self, job: LocalBatchJob, status: str) -> None:
+    def _release(self, job: LocalBatchJob) -> None:
+        """Give the job's GPUs back to its nodes (once)."""
         with self._lock:
+            if not job.instances_held:
+                return
+            job.instances_held = False
             for instance in job.instances:
-                node = self._node(instance)
-                node.used -= job.gpus // job.nodes
+                self._node(instance).used -= job.gpus // job.nodes
+
+    def _finish(self, job: LocalBatchJob, status: str) -> None:
+        self._release(job)
         job.stopped_at = int(time.time() * 1000)
         if status == "FAILED" and not job.status_reason:
             job.status_reason = f"Essential container in task exited (exit code {job.exit_code})"

@@ -5,6 +5,10 @@ the caller's IAM identity in `requestContext.identity`; locally a team's access 
 listed in `.spotline/local.json`) is turned into the same identity, so the API handler maps
 identity -> team by one code path in both places. A request without a known key is refused
 with 403, as API Gateway refuses an unsigned request.
+
+Whatever a client sends gets a JSON answer: a body that is not UTF-8 or a bad Content-Length
+gets 400, a body over API Gateway's 10 MB payload limit 413, a method the API has no route for
+(HEAD, OPTIONS, TRACE, ...) 405, a malformed request line http.server's own status, in JSON.
 """
 
 from __future__ import annotations
@@ -14,11 +18,15 @@ import threading
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 ACCESS_KEY_HEADER = "x-spotline-access-key"
+MAX_BODY_BYTES = 10 * 1024 * 1024  # API Gateway's payload limit
+ALLOWED_METHODS = "GET, POST, PATCH, DELETE"
+LISTEN_BACKLOG = 128
 Handler = Callable[[dict[str, Any], Any], dict[str, Any]]
 
 
@@ -66,6 +74,12 @@ def proxy_event(
     }
 
 
+class _Server(ThreadingHTTPServer):
+    # http.server's default backlog (5) resets connections from a burst of clients.
+    request_queue_size = LISTEN_BACKLOG
+    daemon_threads = True
+
+
 class LocalApiServer:
     """A threaded HTTP server on 127.0.0.1 in front of the API handler."""
 
@@ -75,7 +89,7 @@ class LocalApiServer:
         self._handler = handler
         self._identities = dict(identities)  # access key -> identity
         self._context = context
-        self._server = ThreadingHTTPServer(("127.0.0.1", port), self._request_handler())
+        self._server = _Server(("127.0.0.1", port), self._request_handler())
         self._thread = threading.Thread(target=self._server.serve_forever, name="local-api", daemon=True)
 
     @property
@@ -96,12 +110,68 @@ class LocalApiServer:
         class RequestHandler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
 
+            # A client that stops sending mid-request does not hold its thread for good.
+            timeout = 60
+
             def log_message(self, format: str, *args: Any) -> None:  # quiet: the runtime logs
                 return
 
+            def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
+                """http.server's own errors (a malformed request line, an unknown method, headers
+                too long) in JSON, as every other answer, instead of its HTML page."""
+                try:
+                    phrase = HTTPStatus(code).phrase
+                except ValueError:
+                    phrase = ""
+                self.close_connection = True
+                # A line http.server takes for HTTP/0.9 (garbage, or TLS) gets a status line too.
+                self.request_version = self.protocol_version
+                self._reply(
+                    code,
+                    {"content-type": "application/json", "connection": "close"},
+                    json.dumps({"message": message or phrase}),
+                )
+
+            def _refuse(self, status: int, message: str, **headers: str) -> None:
+                self.close_connection = True  # what is left of the body is not read
+                self._reply(
+                    status,
+                    {"content-type": "application/json", "connection": "close", **headers},
+                    json.dumps({"message": message}),
+                )
+
+            def _body(self) -> str | None:
+                """The request body, or None after answering 4xx for one that cannot be read."""
+                if self.headers.get("Transfer-Encoding"):
+                    self._refuse(411, "Transfer-Encoding is not supported: send a Content-Length")
+                    return None
+                raw = self.headers.get_all("Content-Length") or []
+                if len(set(raw)) > 1:
+                    self._refuse(400, "Content-Length: conflicting values")
+                    return None
+                text = raw[0].strip() if raw else "0"
+                if not text.isdigit() or not text.isascii():
+                    self._refuse(400, f"Content-Length: not a non-negative integer: {text[:40]!r}")
+                    return None
+                length = int(text)
+                if length > MAX_BODY_BYTES:
+                    self._refuse(413, f"body: over {MAX_BODY_BYTES} bytes")
+                    return None
+                data = self.rfile.read(length) if length else b""
+                if len(data) < length:
+                    self._refuse(400, f"body: {len(data)} bytes received, Content-Length says {length}")
+                    return None
+                try:
+                    return data.decode("utf-8")
+                except UnicodeDecodeError as error:
+                    self._refuse(400, f"body: not UTF-8 (byte {error.start})")
+                    return None
+
             def _serve(self) -> None:
-                length = int(self.headers.get("Content-Length") or 0)
-                body = self.rfile.read(length).decode() if length else None
+                body = self._body()
+                if body is None:
+                    return  # answered
+                body = body or None
                 headers = {k: v for k, v in self.headers.items()}
                 key = self.headers.get(ACCESS_KEY_HEADER, "")
                 identity = server._identities.get(key)
@@ -135,8 +205,19 @@ class LocalApiServer:
                         self.send_header(name, value)
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
-                self.wfile.write(data)
+                if self.command != "HEAD":
+                    self.wfile.write(data)
+
+            def _not_allowed(self) -> None:
+                if self._body() is None:  # read (and so skip) any body, to answer on a clean connection
+                    return
+                self._reply(
+                    405,
+                    {"content-type": "application/json", "allow": ALLOWED_METHODS},
+                    json.dumps({"message": f"method {self.command} not allowed; allowed: {ALLOWED_METHODS}"}),
+                )
 
             do_GET = do_POST = do_PATCH = do_DELETE = do_PUT = _serve
+            do_HEAD = do_OPTIONS = do_TRACE = do_CONNECT = _not_allowed
 
         return RequestHandler

@@ -5,6 +5,10 @@ the scheduler with an SQS batch. moto only delivers to SQS, so each rule has a q
 one thread per queue long-polls it and makes the same call AWS would make: the event itself for
 a function target, an SQS event (`Records`) for the scheduler. A failed call is retried after
 the queue's visibility timeout, up to `max_receives` times (AWS: retry policy, then the DLQ).
+
+An observer of a target sees each of its events first: the fleet drains the node a Spot
+warning names before the handler requeues its jobs, whoever put the warning on the bus (on AWS
+the ECS agent drains on the same notice).
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ import json
 import logging
 import threading
 import time
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from spotline.aws import emulation
@@ -32,9 +37,15 @@ class Router:
     """One long-polling thread per rule queue."""
 
     def __init__(
-        self, sqs: Any, queues: dict[str, str], scheduler_queue_url: str, max_receives: int = 3
+        self,
+        sqs: Any,
+        queues: dict[str, str],
+        scheduler_queue_url: str,
+        max_receives: int = 3,
+        observers: Mapping[str, Callable[[dict[str, Any]], None]] | None = None,
     ) -> None:
         self._sqs = sqs
+        self._observers = dict(observers or {})  # target -> called with each event first
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self._max_receives = max_receives
@@ -82,7 +93,18 @@ class Router:
                 self._deliver(url, target, messages, {"Records": [_sqs_record(m, url) for m in messages]})
             else:
                 for message in messages:
-                    self._deliver(url, target, [message], _as_delivered_by_aws(json.loads(message["Body"])))
+                    event = _as_delivered_by_aws(json.loads(message["Body"]))
+                    self._observe(target, event)
+                    self._deliver(url, target, [message], event)
+
+    def _observe(self, target: str, event: dict[str, Any]) -> None:
+        observer = self._observers.get(target)
+        if observer is None:
+            return
+        try:
+            observer(event)
+        except Exception:  # an observer's failure does not hold back the delivery
+            log.exception("observer of %s failed", target)
 
     def _deliver(self, url: str, target: str, messages: list[dict[str, Any]], event: dict[str, Any]) -> None:
         module = "scheduler" if target == r.SCHEDULER_QUEUE else target

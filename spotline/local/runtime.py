@@ -259,7 +259,12 @@ class LocalControlPlane:
         self._dispatcher = emulation.LambdaTaskDispatcher(
             {f.name: emulation.import_handler(f) for f in r.FUNCTIONS}
         ).install()
-        self.router = Router(self.aws.client("sqs"), made.rule_queues, made.scheduler_queue_url)
+        self.router = Router(
+            self.aws.client("sqs"),
+            made.rule_queues,
+            made.scheduler_queue_url,
+            observers={"spot_interruption": self._drain_warned_node},
+        )
         self.router.start()
         self._every(cfg.tick_s, self._tick, "scheduler-tick")
         self._every(cfg.reconcile_s, self._reconcile, "reconciler")
@@ -309,6 +314,13 @@ class LocalControlPlane:
     def trigger_pass(self) -> None:
         """A scheduling pass now (what the one-minute tick does on AWS)."""
         self._tick()
+
+    def _drain_warned_node(self, event: dict[str, Any]) -> None:
+        """A Spot warning on the default bus, from EC2 or any client: the fleet drains the node
+        (ECS drains on AWS), so no requeued job is placed back on it."""
+        instance = (event.get("detail") or {}).get("instance-id")
+        if self.fleet is not None and isinstance(instance, str):
+            self.fleet.drain(instance)
 
     def _tick(self) -> None:
         self._sqs.send_message(

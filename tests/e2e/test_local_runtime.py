@@ -201,3 +201,42 @@ def test_local_up_writes_local_json_and_stops_cleanly_on_sigterm(tmp_path: Path)
         output, _ = process.communicate(timeout=60)
     assert process.returncode == 0, output.decode()
     assert not local_json.exists()
+
+
+def test_a_spot_warning_from_any_client_drains_the_node(
+    plane: tuple[LocalControlPlane, dict[str, Any]],
+) -> None:
+    # Given a job running on a Spot node
+    local, info = plane
+    api = httpx.Client(base_url=info["api_url"], timeout=30)
+    headers = info["teams"]["vision"]["headers"]
+    job_id = api.post("/jobs", json=train_body("warned", 80, spot="required"), headers=headers).json()["id"]
+    view = wait_for(api, job_id, headers, {"RUNNING"})
+    warned = view["instance_ids"][0]
+    time.sleep(2)
+    # When a warning for its instance is put on the default bus by a plain SDK client (the
+    # fleet injects nothing: the instance lives on)
+    events = boto3.client("events", endpoint_url=info["aws_endpoint_url"], region_name=info["region"])
+    events.put_events(
+        Entries=[
+            {
+                "Source": "aws.ec2",
+                "DetailType": "EC2 Spot Instance Interruption Warning",
+                "Detail": json.dumps({"instance-id": warned, "instance-action": "terminate"}),
+                "Resources": [f"arn:aws:ec2:us-east-1a:instance/{warned}"],
+            }
+        ]
+    )
+    # Then the job is requeued and runs again on Spot, but not on the warned node, which drains
+    deadline = time.time() + 120
+    while True:
+        view = api.get(f"/jobs/{job_id}", headers=headers).json()
+        if view["state"] == "RUNNING" and view["interruptions"] >= 1:
+            break
+        assert time.time() < deadline, f"not running again: {view}"
+        time.sleep(0.3)
+    assert view["pool"] == "a100-spot"
+    assert warned not in view["instance_ids"]
+    assert local.fleet is not None
+    assert next(n for n in local.fleet.nodes if n.instance_id == warned).draining
+    api.delete(f"/jobs/{job_id}", headers=headers)

@@ -1,18 +1,23 @@
-"""The emulation helper behind moto's ThreadedMotoServer, as the local runtime uses it: the
-handlers and the ASL run in this process, every SDK call goes over HTTP to the server."""
+"""The emulation helper behind moto's server, as the local runtime uses it: the handlers and the
+ASL run in this process, every SDK call goes over HTTP to the server (`SerializedMotoServer`:
+one request at a time, transactions rolled back item by item)."""
 
 from __future__ import annotations
 
 import time
+import urllib.request
 from collections.abc import Iterator
+from typing import Any
 
+import boto3
 import pytest
-from moto.server import ThreadedMotoServer
+from botocore.exceptions import ClientError
 
 import functions.checkpoint_completed
 import functions.workflow_tasks
 from spotline.aws.clients import AwsClients
 from spotline.aws.emulation import (
+    SerializedMotoServer,
     create_state_machines,
     create_tables,
     dispatch_lambda_tasks,
@@ -46,7 +51,7 @@ def server_deployment() -> Iterator[Deployment]:
 
     executing = default_user_config["stepfunctions"]["execute_state_machine"]
     enable_state_machine_execution()
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server = SerializedMotoServer(ip_address="127.0.0.1", port=0)
     server.start()
     host, port = server.get_host_and_port()
     try:
@@ -99,3 +104,82 @@ def test_a_preemption_round_trip_over_the_server(server_deployment: Deployment) 
             assert time.time() < deadline, f"job still {plane.jobs.get(running.id).state}"
             time.sleep(0.05)
         assert plane.jobs.get(running.id).job.preemptions == 1
+
+
+@pytest.fixture
+def dynamodb() -> Iterator[Any]:
+    server = SerializedMotoServer()
+    server.start()
+    host, port = server.get_host_and_port()
+    # moto's backends are process-wide: start from an empty account.
+    urllib.request.urlopen(urllib.request.Request(f"http://{host}:{port}/moto-api/reset", method="POST"))
+    try:
+        client = boto3.client(
+            "dynamodb",
+            endpoint_url=f"http://{host}:{port}",
+            region_name=REGION,
+            aws_access_key_id="testing",
+            aws_secret_access_key="testing",
+        )
+        client.create_table(
+            TableName="t",
+            BillingMode="PAY_PER_REQUEST",
+            KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}],
+            AttributeDefinitions=[
+                {"AttributeName": "pk", "AttributeType": "S"},
+                {"AttributeName": "g", "AttributeType": "S"},
+            ],
+            GlobalSecondaryIndexes=[
+                {
+                    "IndexName": "by-g",
+                    "KeySchema": [{"AttributeName": "g", "KeyType": "HASH"}],
+                    "Projection": {"ProjectionType": "ALL"},
+                }
+            ],
+        )
+        yield client
+    finally:
+        server.stop()
+
+
+def _failing_transaction(client: Any, n: int, puts: int = 1) -> None:
+    """Writes `puts` items and updates one, then fails on a condition: all of it is rolled back."""
+    items: list[dict[str, Any]] = [
+        {"Put": {"TableName": "t", "Item": {"pk": {"S": f"tx-{n}-{k}"}, "g": {"S": "tx"}}}}
+        for k in range(puts)
+    ]
+    items += [
+        {
+            "Update": {
+                "TableName": "t",
+                "Key": {"pk": {"S": "base"}},
+                "UpdateExpression": "SET v = :v",
+                "ExpressionAttributeValues": {":v": {"N": str(n)}},
+            }
+        },
+        {
+            "ConditionCheck": {
+                "TableName": "t",
+                "Key": {"pk": {"S": "absent"}},
+                "ConditionExpression": "attribute_exists(pk)",
+            }
+        },
+    ]
+    with pytest.raises(ClientError, match="TransactionCanceled"):
+        client.transact_write_items(TransactItems=items)
+
+
+def test_a_failed_transaction_leaves_every_item_as_it_was(dynamodb: Any) -> None:
+    dynamodb.put_item(TableName="t", Item={"pk": {"S": "base"}, "g": {"S": "x"}, "v": {"N": "0"}})
+    _failing_transaction(dynamodb, 7)
+    assert dynamodb.get_item(TableName="t", Key={"pk": {"S": "base"}})["Item"]["v"] == {"N": "0"}
+    assert "Item" not in dynamodb.get_item(TableName="t", Key={"pk": {"S": "tx-7-0"}})
+    assert (
+        dynamodb.query(
+            TableName="t",
+            IndexName="by-g",
+            KeyConditionExpression="g = :g",
+            ExpressionAttributeValues={":g": {"S": "tx"}},
+        )["Items"]
+        == []
+    )

@@ -1,0 +1,188 @@
+"""The local runtime at scale: pending jobs and memory, submissions and server errors, and
+admissions per second from a backlog with free capacity.
+
+    .venv/bin/python -m bench.local_runtime                       # 1,000 pending, 200 admitted
+    .venv/bin/python -m bench.local_runtime --pending 10000 --admit 0
+    .venv/bin/python -m bench.local_runtime --moto-server         # moto's own threaded server
+
+Everything runs in this process (moto's server, the handlers, the fleet, the API), so the
+resident set size is the local runtime's memory. Submissions go through the HTTP API from
+`--clients` threads. Admissions: the scheduler is held while the backlog is submitted (its
+handler's invocation lock), then let go; the rate is the jobs admitted over the time from the
+release to the last admission, from the jobs' timelines. `--moto-server` serves moto with its
+own ThreadedMotoServer, unpatched, for the "before" figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from spotline.aws import emulation
+from spotline.local import emulator
+from spotline.local.runtime import LocalConfig, LocalControlPlane, LocalPool
+
+
+def rss_mb() -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def submit_all(
+    info: dict[str, Any], n: int, clients: int, body: dict[str, Any]
+) -> tuple[list[str], Counter[int], float]:
+    """Submit `n` jobs (two teams, alternately) from `clients` threads: ids, statuses, seconds."""
+    teams = sorted(info["teams"])
+    local = threading.local()
+
+    def one(i: int) -> tuple[int, str]:
+        if not hasattr(local, "http"):
+            local.http = httpx.Client(base_url=info["api_url"], timeout=600)
+        headers = info["teams"][teams[i % 2]]["headers"]
+        try:
+            response = local.http.post("/jobs", json={**body, "name": f"b{i}"}, headers=headers)
+        except httpx.HTTPError:
+            return -1, ""
+        return response.status_code, response.json().get("id", "") if response.status_code < 300 else ""
+
+    started = time.perf_counter()
+    with ThreadPoolExecutor(clients) as pool:
+        results = list(pool.map(one, range(n)))
+    elapsed = time.perf_counter() - started
+    return [job_id for _, job_id in results if job_id], Counter(status for status, _ in results), elapsed
+
+
+def use_moto_threaded_server() -> None:
+    """The "before": moto's ThreadedMotoServer, as the local runtime served it until now."""
+    from moto.server import ThreadedMotoServer
+
+    class Threaded:
+        def __init__(self, ip_address: str = "127.0.0.1", port: int = 0) -> None:
+            self._server = ThreadedMotoServer(ip_address=ip_address, port=port, verbose=False)
+
+        def start(self) -> None:
+            self._server.start()
+
+        def get_host_and_port(self) -> tuple[str, int]:
+            return self._server.get_host_and_port()
+
+        def stop(self) -> None:
+            self._server.stop()
+
+    emulator.emulation.SerializedMotoServer = Threaded  # type: ignore[misc,assignment]
+
+
+def pending(n: int, clients: int) -> dict[str, Any]:
+    """`n` jobs pending on the default cluster (12 GPUs, 3 of these 4-GPU jobs running)."""
+    state = Path(tempfile.mkdtemp(prefix="spotline-bench-"))
+    local = LocalControlPlane(LocalConfig(state_dir=state))
+    info = local.start()
+    try:
+        before = rss_mb()
+        cpu0 = time.process_time()
+        body = {"priority": "low", "gpus": 4, "image": "x", "command": ["sleep", "3600"]}
+        ids, statuses, elapsed = submit_all(info, n, clients, body)
+        cpu = time.process_time() - cpu0
+        time.sleep(2 * local.config.tick_s)  # a pass or two over the full backlog
+        return {
+            "submitted": n,
+            "created": len(ids),
+            "statuses": dict(statuses),
+            "server_errors": sum(c for s, c in statuses.items() if s >= 500 or s < 0),
+            "submit_s": round(elapsed, 1),
+            "submissions_per_s": round(n / elapsed, 1),
+            "cpu_s_per_submission": round(cpu / n, 4),
+            "rss_mb_start": round(before),
+            "rss_mb_pending": round(rss_mb()),
+        }
+    finally:
+        local.stop()
+
+
+def admissions(n: int, clients: int) -> dict[str, Any]:
+    """A backlog of `n` one-GPU jobs, submitted while the scheduler is held, then admitted with
+    capacity for all of them."""
+    nodes = max(1, -(-n // 8))
+    config = LocalConfig(
+        state_dir=Path(tempfile.mkdtemp(prefix="spotline-bench-")),
+        pools=(LocalPool("bench", "a100", "on-demand", nodes=nodes, gpus_per_node=8),),
+        team_nominal_gpus=n,
+    )
+    local = LocalControlPlane(config)
+    info = local.start()
+    held = emulation._INVOCATION_LOCKS.setdefault("scheduler", threading.RLock())
+    try:
+        body = {"priority": "normal", "gpus": 1, "image": "x", "command": ["sleep", "600"]}
+        with held:
+            ids, statuses, _ = submit_all(info, n, clients, body)
+            released = time.time()
+        deadline = time.time() + 1800
+        http = httpx.Client(base_url=info["api_url"], timeout=600)
+        headers = {t: info["teams"][t]["headers"] for t in info["teams"]}
+        admitted_at: list[float] = []
+        teams = sorted(info["teams"])
+        for i, job_id in enumerate(ids):
+            while True:
+                events = http.get(f"/jobs/{job_id}/events", headers=headers[teams[i % 2]]).json()["events"]
+                times = [e["t"] for e in events if e["to"] == "ADMITTED"]
+                if times:
+                    admitted_at.append(min(times))
+                    break
+                if time.time() > deadline:
+                    raise RuntimeError(f"{job_id} not admitted in 30 minutes")
+                time.sleep(0.5)
+        span = max(admitted_at) - released
+        return {
+            "backlog": n,
+            "statuses": dict(statuses),
+            "admitted": len(admitted_at),
+            "seconds_to_admit_all": round(span, 2),
+            "admissions_per_s": round(len(admitted_at) / span, 1) if span > 0 else None,
+        }
+    finally:
+        local.stop()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--pending", type=int, default=1000, help="jobs submitted and left pending")
+    parser.add_argument("--admit", type=int, default=200, help="backlog admitted with free capacity")
+    parser.add_argument("--clients", type=int, default=16, help="concurrent API clients")
+    parser.add_argument("--moto-server", action="store_true", help="moto's own threaded server (before)")
+    parser.add_argument("--json", type=Path, help="also write the figures here")
+    args = parser.parse_args(argv)
+    os.environ.setdefault("POWERTOOLS_LOG_LEVEL", "ERROR")
+    if args.moto_server:
+        use_moto_threaded_server()
+    figures: dict[str, Any] = {
+        "server": "moto ThreadedMotoServer" if args.moto_server else "SerializedMotoServer"
+    }
+    if args.pending:
+        figures["pending"] = pending(args.pending, args.clients)
+        print(json.dumps({"pending": figures["pending"]}), flush=True)
+    if args.admit:
+        figures["admissions"] = admissions(args.admit, args.clients)
+        print(json.dumps({"admissions": figures["admissions"]}), flush=True)
+    if args.json:
+        args.json.write_text(json.dumps(figures, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,113 @@
+"""The local fleet (Batch and EC2 on this machine), without the control plane: what it runs a
+job's command with, and that no error in it leaks a node."""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from spotline.local.fleet import LocalFleet, PoolSpec
+
+
+class Events:
+    def __init__(self) -> None:
+        self.entries: list[dict[str, Any]] = []
+        self._lock = threading.Lock()
+
+    def __call__(self, entries: list[dict[str, Any]]) -> None:
+        with self._lock:
+            self.entries.extend(entries)
+
+    def final(self, job_id: str, timeout_s: float = 30.0) -> dict[str, Any]:
+        deadline = time.time() + timeout_s
+        while time.time() < deadline:
+            with self._lock:
+                for entry in self.entries:
+                    detail = json.loads(entry["Detail"])
+                    if detail["jobId"] == job_id and detail["status"] in ("SUCCEEDED", "FAILED"):
+                        return dict(detail)
+            time.sleep(0.05)
+        raise AssertionError(f"{job_id} never finished")
+
+
+def fleet(tmp_path: Path, events: Events, **env: str) -> LocalFleet:
+    return LocalFleet(
+        [PoolSpec("spot", "q-spot", nodes=1, gpus_per_node=4, spot=True)],
+        events,
+        log_dir=tmp_path,
+        base_env={"PATH": "/usr/bin:/bin", **env},
+        start_delay_s=0.0,
+    )
+
+
+def test_a_command_with_a_nul_byte_fails_the_job_and_frees_the_node(tmp_path: Path) -> None:
+    events = Events()
+    local = fleet(tmp_path, events)
+    try:
+        bad = local.submit_job(
+            job_name="spotline-nul", job_queue="q-spot", command=["true", "a\0b"], environment={}, gpus=4
+        )
+        detail = events.final(bad)
+        assert detail["status"] == "FAILED"
+        assert "CannotStartContainerError" in detail["statusReason"]
+        assert [n.used for n in local.nodes] == [0]
+        # The node's 4 GPUs are free: a 4-GPU job runs on it.
+        good = local.submit_job(
+            job_name="spotline-ok", job_queue="q-spot", command=["true"], environment={}, gpus=4
+        )
+        assert events.final(good)["status"] == "SUCCEEDED"
+    finally:
+        local.close()
+
+
+def test_any_error_starting_a_job_fails_it_and_frees_the_node(tmp_path: Path) -> None:
+    events = Events()
+    local = fleet(tmp_path, events)
+    try:
+        job = local.submit_job(
+            job_name="spotline-env", job_queue="q-spot", command=["true"], environment={"BAD": "x\0y"}, gpus=4
+        )
+        assert events.final(job)["status"] == "FAILED"
+        assert [n.used for n in local.nodes] == [0]
+    finally:
+        local.close()
+
+
+def test_python_on_the_path_is_the_runtimes_own(tmp_path: Path) -> None:
+    # Given a PATH without this runtime's environment (no venv activated)
+    events = Events()
+    local = fleet(tmp_path, events)
+    try:
+        # When a job runs `python`, then it is this interpreter's environment, with Spotline
+        job = local.submit_job(
+            job_name="spotline-python",
+            job_queue="q-spot",
+            command=["python", "-c", "import sys, spotline.examples.train; print(sys.prefix)"],
+            environment={},
+            gpus=1,
+        )
+        assert events.final(job)["status"] == "SUCCEEDED"
+        (log,) = tmp_path.glob("spotline-python-*.log")
+        assert log.read_text().strip() == sys.prefix
+    finally:
+        local.close()
+
+
+def test_a_drained_node_gets_no_new_job(tmp_path: Path) -> None:
+    events = Events()
+    local = fleet(tmp_path, events)
+    try:
+        (node,) = local.nodes
+        assert local.drain(node.instance_id)
+        assert not local.drain("i-unknown")
+        job = local.submit_job(
+            job_name="spotline-wait", job_queue="q-spot", command=["true"], environment={}, gpus=1
+        )
+        time.sleep(0.5)
+        assert local.jobs[job].status == "RUNNABLE" and node.used == 0
+    finally:
+        local.close()
