@@ -35,7 +35,8 @@ def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
 
 def test_concurrent_submits_and_cancels_lose_no_acknowledged_cancel(plane: dict[str, Any]) -> None:
     # Given 64 clients of two teams submitting and at once cancelling 300 jobs, while the
-    # scheduler passes every second and admits what fits (3 of these jobs at a time)
+    # scheduler passes every second and admits what fits (3 of these jobs at a time, which run
+    # until cancelled)
     teams = sorted(plane["teams"])
     local = threading.local()
 
@@ -65,13 +66,10 @@ def test_concurrent_submits_and_cancels_lose_no_acknowledged_cancel(plane: dict[
     with ThreadPoolExecutor(CLIENTS) as pool:
         results = list(pool.map(submit_and_cancel, range(JOBS)))
 
-    # Then every submit was created, and every cancel acknowledged (or refused for a job that
-    # had already finished, with 409)
+    # Then every submit was created, and every cancel acknowledged
     assert [r for r in results if r[2] != 201] == []
-    assert [r for r in results if r[3] not in (200, 409)] == []
-    acknowledged = [(team, job_id) for team, job_id, _, status, body in results if status == 200]
-    assert all(body["state"] == "CANCELLED" for *_, status, body in results if status == 200)
-    assert len(acknowledged) >= JOBS - 3  # at most the 3 that fit can have finished first
+    assert [r for r in results if r[3] != 200 or r[4]["state"] != "CANCELLED"] == []
+    acknowledged = [(team, job_id) for team, job_id, *_ in results]
 
     # And every acknowledged cancel holds, each job under its own team
     http = httpx.Client(base_url=plane["api_url"], timeout=60)
