@@ -8,9 +8,9 @@ admissions per second from a backlog with free capacity.
 Everything runs in this process (moto's server, the handlers, the fleet, the API), so the
 resident set size is the local runtime's memory. Submissions go through the HTTP API from
 `--clients` threads. Admissions: the scheduler is held while the backlog is submitted (its
-handler's invocation lock), then let go; the rate is the jobs admitted over the time from the
-release to the last admission, from the jobs' timelines. `--moto-server` serves moto with its
-own ThreadedMotoServer, unpatched, for the "before" figures.
+handler's invocation lock), then let go; the rate is the backlog over the time from the release
+until no job is PENDING (polled every 0.2 s), and until the fleet has started every job.
+`--moto-server` serves moto with its own ThreadedMotoServer, unpatched, for the "before" figures.
 """
 
 from __future__ import annotations
@@ -132,26 +132,28 @@ def admissions(n: int, clients: int) -> dict[str, Any]:
             released = time.time()
         deadline = time.time() + 1800
         http = httpx.Client(base_url=info["api_url"], timeout=600)
-        headers = {t: info["teams"][t]["headers"] for t in info["teams"]}
-        admitted_at: list[float] = []
-        teams = sorted(info["teams"])
-        for i, job_id in enumerate(ids):
-            while True:
-                events = http.get(f"/jobs/{job_id}/events", headers=headers[teams[i % 2]]).json()["events"]
-                times = [e["t"] for e in events if e["to"] == "ADMITTED"]
-                if times:
-                    admitted_at.append(min(times))
-                    break
-                if time.time() > deadline:
-                    raise RuntimeError(f"{job_id} not admitted in 30 minutes")
-                time.sleep(0.5)
-        span = max(admitted_at) - released
+        headers = [info["teams"][t]["headers"] for t in sorted(info["teams"])]
+        # Admitted: no job of either team is PENDING any more (polled every 0.2 s).
+        pending_query = {"state": "PENDING", "limit": 1}
+        while any(http.get("/jobs", params=pending_query, headers=h).json()["jobs"] for h in headers):
+            if time.time() > deadline:
+                raise RuntimeError("backlog not admitted in 30 minutes")
+            time.sleep(0.2)
+        admitted = time.time() - released
+        # Launched: every job's process started by the fleet (Batch RUNNING).
+        assert local.fleet is not None
+        while sum(1 for j in list(local.fleet.jobs.values()) if j.started_at is not None) < len(ids):
+            if time.time() > deadline:
+                raise RuntimeError("backlog not launched in 30 minutes")
+            time.sleep(0.2)
+        launched = max(j.started_at or 0 for j in list(local.fleet.jobs.values())) / 1000 - released
         return {
             "backlog": n,
             "statuses": dict(statuses),
-            "admitted": len(admitted_at),
-            "seconds_to_admit_all": round(span, 2),
-            "admissions_per_s": round(len(admitted_at) / span, 1) if span > 0 else None,
+            "seconds_to_admit_all": round(admitted, 2),
+            "admissions_per_s": round(len(ids) / admitted, 1),
+            "seconds_to_launch_all": round(launched, 2),
+            "launches_per_s": round(len(ids) / launched, 1),
         }
     finally:
         local.stop()
