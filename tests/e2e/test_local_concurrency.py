@@ -54,7 +54,7 @@ def test_concurrent_submits_and_cancels_lose_no_acknowledged_cancel(plane: dict[
             "priority": "low",
             "gpus": 4,
             "image": "spotline/train:latest",
-            "command": ["true"],
+            "command": ["sleep", "600"],
         }
         created = client().post("/jobs", json=body, headers=headers)
         if created.status_code != 201:
