@@ -82,7 +82,9 @@ class Workflows(Construct):
                 # Named, so that functions can be told its ARN without a reference to it (the
                 # workflow invokes functions that also read that ARN: a reference would be a cycle).
                 state_machine_name=names[machine.name],
-                state_machine_type=sfn.StateMachineType.STANDARD,
+                state_machine_type=(
+                    sfn.StateMachineType.EXPRESS if machine.express else sfn.StateMachineType.STANDARD
+                ),
                 definition_body=sfn.DefinitionBody.from_string(text),
                 definition_substitutions={name: fn.function_arn for name, fn in invoked.items()},
                 role=role,

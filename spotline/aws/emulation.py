@@ -292,7 +292,7 @@ def create_state_machines(
     role_arn: str = f"arn:aws:iam::{ACCOUNT_ID}:role/spotline-workflows",
     directory: Path = STATEMACHINES_DIR,
 ) -> dict[str, str]:
-    """Every workflow of resources.STATE_MACHINES (Standard); returns name -> ARN. Function
+    """Every workflow of resources.STATE_MACHINES (of its type); returns name -> ARN. Function
     ARNs default to `function_arn(<function name>)` in the client's region."""
     region = stepfunctions.meta.region_name
     arns = dict(function_arns or {f.name: function_arn(f.name, region) for f in resources.FUNCTIONS})
@@ -302,7 +302,7 @@ def create_state_machines(
             name=f"{prefix}-{machine.name}",
             definition=render_definition(machine, arns, directory),
             roleArn=role_arn,
-            type="STANDARD",
+            type="EXPRESS" if machine.express else "STANDARD",
         )
         created[machine.name] = response["stateMachineArn"]
     return created

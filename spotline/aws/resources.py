@@ -377,13 +377,17 @@ def checkpoint_prefix(team: str) -> str:
 
 @dataclass(frozen=True)
 class StateMachine:
-    """A Step Functions Standard workflow from `statemachines/<file>`; `substitutions` maps each
-    ${Name} in the ASL to a function name in FUNCTIONS (its ARN is substituted)."""
+    """A Step Functions workflow from `statemachines/<file>`; `substitutions` maps each
+    ${Name} in the ASL to a function name in FUNCTIONS (its ARN is substituted). Standard unless
+    `express`."""
 
     name: str
     file: str
     env: str
     substitutions: dict[str, str]
+    # Express: billed per execution and duration instead of per state transition, at least once
+    # (names are not deduplicated) and at most 5 minutes, with no .waitForTaskToken.
+    express: bool = False
 
 
 STATE_MACHINES: tuple[StateMachine, ...] = (
@@ -393,11 +397,16 @@ STATE_MACHINES: tuple[StateMachine, ...] = (
         ENV_PREEMPT_STATE_MACHINE_ARN,
         {"WorkflowTasksFunctionArn": "workflow_tasks"},
     ),
+    # The launch is Express: its steps are idempotent per run (SubmitJob looks up the run's
+    # deterministic job name before submitting; recording the Batch job id is a conditional write),
+    # so Standard's exactly-once start buys nothing, while its transitions were the largest part of
+    # the per-job bill. It runs in seconds (its retries back off for about a minute at most).
     StateMachine(
         "launch",
         "launch.asl.json",
         ENV_LAUNCH_STATE_MACHINE_ARN,
         {"WorkflowTasksFunctionArn": "workflow_tasks"},
+        express=True,
     ),
 )
 

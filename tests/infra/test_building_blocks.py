@@ -227,3 +227,25 @@ def test_an_environment_too_large_for_lambda_fails_the_synth(tmp_path: Path) -> 
             statemachines_dir=statemachines_dir,
             build_dir=tmp_path / "build",
         )
+
+
+@pytest.mark.parametrize("machine", [m for m in r.STATE_MACHINES if m.express], ids=lambda m: m.name)
+def test_an_express_workflow_waits_for_nothing_express_cannot_do(machine: r.StateMachine) -> None:
+    """Express offers neither task tokens nor .sync integrations, and stops after 5 minutes: its
+    retries must end well before that."""
+    definition = json.loads(
+        (Path(__file__).resolve().parents[2] / "statemachines" / machine.file).read_text()
+    )
+    worst_s = 0.0
+    for state in definition["States"].values():
+        resource = str(state.get("Resource", ""))
+        assert not resource.endswith((".waitForTaskToken", ".sync")), resource
+        assert state["Type"] != "Wait", "an Express workflow should not wait"
+        for retry in state.get("Retry", []):
+            interval, rate, attempts = (
+                retry.get("IntervalSeconds", 1),
+                retry.get("BackoffRate", 2.0),
+                retry.get("MaxAttempts", 3),
+            )
+            worst_s += sum(interval * rate**i for i in range(attempts))
+    assert worst_s < 240, f"retries may take {worst_s:.0f} s"

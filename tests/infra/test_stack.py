@@ -457,7 +457,10 @@ def test_state_machine_definition_logging_and_tracing(
 ) -> None:
     stack = synthesized.stack
     props = synthesized.json["Resources"][synthesized.logical_id(stack.workflows[machine.name])]["Properties"]
-    assert props["StateMachineType"] == "STANDARD"
+    # The launch is Express (idempotent steps, billed per execution); the preempt workflow waits
+    # for a task token, which only Standard offers.
+    assert props["StateMachineType"] == ("EXPRESS" if machine.express else "STANDARD")
+    assert machine.express == (machine.name == "launch")
     assert props["DefinitionSubstitutions"] == {
         name: getatt_arn(synthesized, stack.functions[fn]) for name, fn in machine.substitutions.items()
     }
