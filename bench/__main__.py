@@ -1,4 +1,6 @@
-"""`make bench`: the scheduling pass's speed, then the policies side by side on the Philly trace."""
+"""`make bench`: the scheduling pass's speed, the policies side by side on the Philly trace, then
+the control plane's own figures (each handler's import against boto3's, and what it costs on AWS
+per 1,000 jobs, idle and per running job-hour, counted on the local runtime)."""
 
 from __future__ import annotations
 
@@ -13,8 +15,14 @@ def main() -> int:
         from bench import policy_bench
     except ImportError as error:  # the simulator bench lands separately
         print(f"policy bench unavailable: {error}", file=sys.stderr)
-        return 0
-    policy_bench.main()
+    else:
+        policy_bench.main()
+    from bench import aws_costs, cold_start
+
+    print()
+    cold_start.main(["--runs", "5"])
+    print()
+    aws_costs.main(["--jobs", "10", "--idle-runs", "5"])
     return 0
 
 

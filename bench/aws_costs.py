@@ -46,6 +46,9 @@ PRICE_API_GATEWAY_REST_PER_M = 3.50  # REST API requests, first 333 M a month
 PRICE_LAMBDA_REQUEST_PER_M = 0.20
 PRICE_LAMBDA_GB_S = 0.0000166667  # x86_64
 PRICE_SFN_STANDARD_PER_1K_TRANSITIONS = 0.025
+PRICE_SFN_EXPRESS_PER_M = 1.00  # Express requests
+PRICE_SFN_EXPRESS_GB_S = 0.00001667  # Express duration, first 1,000 h GB a month
+EXPRESS_MEMORY_GB = 0.0625
 PRICE_DDB_WRU_PER_M = 0.625  # on-demand write request units
 PRICE_DDB_RRU_PER_M = 0.125  # on-demand read request units
 PRICE_EVENTBRIDGE_CUSTOM_PER_M = 1.00  # custom events put (AWS service events are free)
@@ -347,9 +350,9 @@ def request_units(meter: Meter, sizes_kb: dict[str, float]) -> tuple[float, floa
 
 
 def dollars(
-    meter: Meter, sizes_kb: dict[str, float], transitions: float, api_requests: float
+    meter: Meter, sizes_kb: dict[str, float], workflows: Workflows | None, api_requests: float
 ) -> dict[str, float]:
-    """Dollars by service for what `meter` counted (and the given transitions and API calls)."""
+    """Dollars by service for what `meter` counted (and the given workflows and API calls)."""
     wru, rru = request_units(meter, sizes_kb)
     invocations = sum(meter.invocations.values())
     # Billed duration: the handler's CPU time here plus AWS_CALL_S for each AWS call it made
@@ -365,7 +368,7 @@ def dollars(
     return {
         "api_gateway": api_requests * PRICE_API_GATEWAY_REST_PER_M / 1e6,
         "lambda": invocations * PRICE_LAMBDA_REQUEST_PER_M / 1e6 + gb_s * PRICE_LAMBDA_GB_S,
-        "step_functions": transitions * PRICE_SFN_STANDARD_PER_1K_TRANSITIONS / 1e3,
+        "step_functions": workflows.dollars() if workflows is not None else 0.0,
         "dynamodb": wru * PRICE_DDB_WRU_PER_M / 1e6 + rru * PRICE_DDB_RRU_PER_M / 1e6,
         "eventbridge": sum(meter.events_put.values()) * PRICE_EVENTBRIDGE_CUSTOM_PER_M / 1e6,
         # On AWS only the scheduler has a queue (the other rules invoke their functions): each
@@ -376,15 +379,43 @@ def dollars(
     }
 
 
-def state_transitions(sfn: Any) -> int:
-    """States entered by every execution of every state machine (what Standard bills)."""
-    total = 0
+@dataclass
+class Workflows:
+    """What the workflows' executions bill: Standard by state transition, Express by execution
+    and duration (64 MB, the smallest memory step Express bills)."""
+
+    standard_transitions: int = 0
+    express_executions: int = 0
+    express_s: float = 0.0
+
+    def dollars(self) -> float:
+        return (
+            self.standard_transitions * PRICE_SFN_STANDARD_PER_1K_TRANSITIONS / 1e3
+            + self.express_executions * PRICE_SFN_EXPRESS_PER_M / 1e6
+            + self.express_s * EXPRESS_MEMORY_GB * PRICE_SFN_EXPRESS_GB_S
+        )
+
+
+def workflow_usage(sfn: Any) -> Workflows:
+    """Every execution of every state machine, read back from the emulated Step Functions."""
+    usage = Workflows()
     for machine in sfn.list_state_machines()["stateMachines"]:
+        express = sfn.describe_state_machine(stateMachineArn=machine["stateMachineArn"])["type"] == "EXPRESS"
         for page in sfn.get_paginator("list_executions").paginate(stateMachineArn=machine["stateMachineArn"]):
             for execution in page["executions"]:
+                if express:
+                    usage.express_executions += 1
+                    stop = execution.get("stopDate")
+                    if stop is not None:
+                        # Wall time on the local runtime, where every task waits on the shared
+                        # emulation: an upper bound of AWS's duration.
+                        usage.express_s += (stop - execution["startDate"]).total_seconds()
+                    continue
                 history = sfn.get_execution_history(executionArn=execution["executionArn"], maxResults=1000)
-                total += sum(1 for e in history["events"] if e["type"].endswith("StateEntered"))
-    return total
+                usage.standard_transitions += sum(
+                    1 for e in history["events"] if e["type"].endswith("StateEntered")
+                )
+    return usage
 
 
 # --- the run ---------------------------------------------------------------------------------
@@ -460,21 +491,25 @@ def run(jobs: int, idle_runs: int) -> dict[str, Any]:
                 time.sleep(1.0)
         elapsed = time.time() - t0
         lifecycle = meter.snapshot().minus(started)
-        transitions = state_transitions(sfn)
+        workflows = workflow_usage(sfn)
         sizes = {name: mean_item_kb(dynamodb, name) for name in dynamodb.list_tables()["TableNames"]}
     finally:
         local.stop()
     control = lifecycle.only(per_job_part)
     run_time = lifecycle.only(run_time_part)
-    per_job = {k: v / jobs for k, v in dollars(control, sizes, transitions, jobs).items()}
-    tick = {k: v / idle_runs for k, v in dollars(per_tick.only(is_handler), sizes, 0, 0).items()}
-    reconcile = {k: v / idle_runs for k, v in dollars(per_reconcile.only(is_handler), sizes, 0, 0).items()}
-    run_time_per_s = {k: v / max(runtime_s, 1e-9) for k, v in dollars(run_time, sizes, 0, 0).items()}
+    per_job = {k: v / jobs for k, v in dollars(control, sizes, workflows, jobs).items()}
+    tick = {k: v / idle_runs for k, v in dollars(per_tick.only(is_handler), sizes, None, 0).items()}
+    reconcile = {k: v / idle_runs for k, v in dollars(per_reconcile.only(is_handler), sizes, None, 0).items()}
+    run_time_per_s = {k: v / max(runtime_s, 1e-9) for k, v in dollars(run_time, sizes, None, 0).items()}
     return {
         "jobs": jobs,
         "lifecycle_s": round(elapsed, 1),
         "job_runtime_s": round(runtime_s, 1),
-        "state_transitions": transitions,
+        "workflows": {
+            "standard_transitions_per_job": workflows.standard_transitions / jobs,
+            "express_executions_per_job": workflows.express_executions / jobs,
+            "express_s_per_execution": workflows.express_s / max(workflows.express_executions, 1),
+        },
         "item_kb": {k: round(v, 2) for k, v in sizes.items()},
         "calls_per_job": {
             f"{service}:{operation}": round(n / jobs, 2)
@@ -506,7 +541,7 @@ def unit_costs(lifecycle: Meter, sizes: dict[str, float]) -> dict[str, float]:
     agent's event put, and the agent's own calls for a checkpoint (S3) or a poll (DynamoDB)."""
 
     def cost(keep: Any) -> float:
-        return sum(dollars(lifecycle.only(keep), sizes, 0, 0).values())
+        return sum(dollars(lifecycle.only(keep), sizes, None, 0).values())
 
     heartbeats = lifecycle.invocations.get("heartbeat", 0) or 1
     checkpoints = lifecycle.invocations.get("checkpoint_completed", 0) or 1
@@ -521,8 +556,8 @@ def unit_costs(lifecycle: Meter, sizes: dict[str, float]) -> dict[str, float]:
         "heartbeat": cost(lambda c: c == "fn:heartbeat") / heartbeats + event,
         "checkpoint": cost(lambda c: c == "fn:checkpoint_completed") / checkpoints
         + event
-        + sum(dollars(s3, sizes, 0, 0).values()) / checkpoints,
-        "agent_poll": sum(dollars(reads, sizes, 0, 0).values()) / polls,
+        + sum(dollars(s3, sizes, None, 0).values()) / checkpoints,
+        "agent_poll": sum(dollars(reads, sizes, None, 0).values()) / polls,
     }
 
 
@@ -588,7 +623,12 @@ def main(argv: list[str] | None = None) -> int:
     for service, value in sorted(figures["dollars_per_1000_jobs"].items(), key=lambda kv: -kv[1]):
         print(f"  {service:16s} ${value:8.4f}")
     print(f"  {'total':16s} ${total:8.4f}   goal <= $0.10: {'met' if total <= 0.10 else 'missed'}")
-    print(f"  state transitions per job: {figures['state_transitions'] / args.jobs:.1f}")
+    flows = figures["workflows"]
+    print(
+        f"  per job: {flows['standard_transitions_per_job']:.1f} Standard transitions, "
+        f"{flows['express_executions_per_job']:.1f} Express executions "
+        f"({flows['express_s_per_execution']:.1f} s each, local wall time)"
+    )
     print(f"  Lambda invocations per job: {figures['invocations_per_job']}")
     production = figures["production"]
     idle = production["idle_dollars_per_month"]
