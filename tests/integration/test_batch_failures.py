@@ -47,7 +47,8 @@ def test_host_loss_is_requeued_up_to_max_interruptions_then_failed(deployment: D
         reason = f"Host EC2 (instance i-0{attempt:016x}) terminated."
         outcomes.append(
             functions.batch_state_change.handler(
-                batch_event(record.id, running.batch_job_id, "FAILED", reason=reason), context()
+                batch_event(record.id, running.batch_job_id, "FAILED", reason=reason, run=running.run),
+                context(),
             )["outcome"]
         )
 
