@@ -207,6 +207,7 @@ def test_the_local_fleet_runs_each_teams_jobs_with_that_teams_credentials() -> N
         launcher.submit(
             BatchJobRequest(
                 job_id=f"job-{team}",
+                run=1,
                 team=team,
                 job_queue="q",
                 image="i",
