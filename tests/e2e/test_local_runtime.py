@@ -203,11 +203,22 @@ def test_local_up_writes_local_json_and_stops_cleanly_on_sigterm(tmp_path: Path)
     assert not local_json.exists()
 
 
+@pytest.fixture
+def fresh_plane(tmp_path: Path) -> Iterator[tuple[LocalControlPlane, dict[str, Any]]]:
+    """A control plane of its own: the module's plane has a node drained by an earlier test."""
+    local = LocalControlPlane(LocalConfig(state_dir=tmp_path / "spotline"))
+    info = local.start()
+    try:
+        yield local, info
+    finally:
+        local.stop()
+
+
 def test_a_spot_warning_from_any_client_drains_the_node(
-    plane: tuple[LocalControlPlane, dict[str, Any]],
+    fresh_plane: tuple[LocalControlPlane, dict[str, Any]],
 ) -> None:
     # Given a job running on a Spot node
-    local, info = plane
+    local, info = fresh_plane
     api = httpx.Client(base_url=info["api_url"], timeout=30)
     headers = info["teams"]["vision"]["headers"]
     job_id = api.post("/jobs", json=train_body("warned", 80, spot="required"), headers=headers).json()["id"]
