@@ -4,13 +4,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from aws_lambda_powertools.logging import correlation_paths
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.parser import parse
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from spotline.aws.event_models import BatchJobStateChangeEvent
-from spotline.aws.lambda_runtime import control_plane, idempotent_on_event_id, logger, metrics, tracer
+from spotline.aws.lambda_runtime import (
+    control_plane,
+    event_bridge_handler,
+    idempotent_on_event_id,
+    logger,
+    metrics,
+)
 from spotline.control.events import BatchJobChange, handle_batch_job_change
 
 
@@ -38,11 +43,4 @@ def _handle(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     return {"batch_job_id": detail.jobId, "status": detail.status, "outcome": outcome}
 
 
-@logger.inject_lambda_context(correlation_id_path=correlation_paths.EVENT_BRIDGE, clear_state=True)
-@tracer.capture_lambda_handler
-@metrics.log_metrics
-def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
-    # Counts deliveries, duplicates included (a duplicate returns the first run's result).
-    metrics.add_metric(name="EventsReceived", unit=MetricUnit.Count, value=1)
-    result: dict[str, Any] = _handle(event, context)
-    return result
+handler = event_bridge_handler(_handle)

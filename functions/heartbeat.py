@@ -11,12 +11,11 @@ from __future__ import annotations
 from typing import Any
 
 from aws_lambda_powertools.logging import correlation_paths
-from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.parser import parse
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from spotline.aws.event_models import HeartbeatEvent
-from spotline.aws.lambda_runtime import control_plane, logger, metrics, tracer
+from spotline.aws.lambda_runtime import control_plane, count_agent_event, logger, metrics, tracer
 from spotline.aws.resources import team_of_agent_source
 from spotline.control.events import record_heartbeat
 
@@ -32,7 +31,7 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     team = team_of_agent_source(parsed.source)
     if team is None:
         logger.warning("heartbeat dropped: source names no team", extra={"source": parsed.source})
-        metrics.add_metric(name="AgentEventsDropped", unit=MetricUnit.Count, value=1)
+        count_agent_event("Heartbeats", False)
         return {"job_id": detail.job_id, "recorded": False}
     record = record_heartbeat(
         control_plane(),
@@ -44,7 +43,5 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         utilization=detail.utilization,
         team=team,
     )
-    metrics.add_metric(name="HeartbeatsRecorded", unit=MetricUnit.Count, value=0 if record is None else 1)
-    if record is None:
-        metrics.add_metric(name="AgentEventsDropped", unit=MetricUnit.Count, value=1)
+    count_agent_event("Heartbeats", record is not None)
     return {"job_id": detail.job_id, "recorded": record is not None}

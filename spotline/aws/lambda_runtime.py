@@ -16,6 +16,8 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from aws_lambda_powertools import Logger, Metrics
+from aws_lambda_powertools.logging import correlation_paths
+from aws_lambda_powertools.metrics import MetricUnit
 
 from spotline.aws.clients import default_clients
 from spotline.aws.settings import get_settings
@@ -122,3 +124,29 @@ def idempotent_on_event_id(key_prefix: str) -> Callable[[Handler], Handler]:
         return handler
 
     return decorate
+
+
+def event_bridge_handler(handle: Handler) -> Handler:
+    """The Lambda entry point of an EventBridge-invoked handler: Powertools' logger (with the
+    event's id as correlation id), tracer and metrics around `handle`, and one `EventsReceived`
+    per delivery, duplicates included (an idempotent `handle` returns the first run's result)."""
+
+    def handler(event: dict[str, Any], context: Any) -> Any:
+        metrics.add_metric(name="EventsReceived", unit=MetricUnit.Count, value=1)
+        return handle(event, context)
+
+    handler.__doc__ = handle.__doc__
+    entry: Handler = metrics.log_metrics(tracer.capture_lambda_handler(handler))
+    entry = logger.inject_lambda_context(
+        correlation_id_path=correlation_paths.EVENT_BRIDGE, clear_state=True
+    )(entry)
+    return entry
+
+
+def count_agent_event(kind: str, recorded: bool) -> None:
+    """Count an agent event (`HeartbeatsRecorded`, `CheckpointsRecorded`): 1 when it changed the
+    job, else 0 and one `AgentEventsDropped` (a duplicate, a late event, another run's or another
+    team's, or a source that names no team)."""
+    metrics.add_metric(name=f"{kind}Recorded", unit=MetricUnit.Count, value=1 if recorded else 0)
+    if not recorded:
+        metrics.add_metric(name="AgentEventsDropped", unit=MetricUnit.Count, value=1)
