@@ -4,6 +4,7 @@ and idempotency under redelivery."""
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime
 
 import pytest
@@ -142,6 +143,46 @@ def test_a_heartbeat_records_progress_and_the_instance_for_spot_warnings(deploym
     assert stored.job.utilization == pytest.approx(0.92)
     assert stored.instance_ids == (SAMPLE_INSTANCE,)
     assert deployment.plane.instances.jobs_on(SAMPLE_INSTANCE) == [running.id]
+
+
+def emitted_metrics(out: str) -> dict[str, float]:
+    """The metrics of the EMF documents Powertools printed (a sum per name)."""
+    totals: dict[str, float] = {}
+    for line in out.splitlines():
+        if '"_aws"' not in line:
+            continue
+        document = json.loads(line)
+        for directive in document["_aws"]["CloudWatchMetrics"]:
+            for metric in directive["Metrics"]:
+                value = document[metric["Name"]]
+                totals[metric["Name"]] = totals.get(metric["Name"], 0.0) + (
+                    sum(value) if isinstance(value, list) else value
+                )
+    return totals
+
+
+def test_agent_events_are_counted_recorded_or_dropped(
+    deployment: Deployment, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Given a running job, a fresh heartbeat, a stale one, and a checkpoint from no team's source
+    running = start(deployment, submit(deployment), instance_id=SAMPLE_INSTANCE)
+    capsys.readouterr()
+    functions.heartbeat.handler(
+        eventbridge("job_heartbeat", detail={"job_id": running.id, "step": 100}), context("heartbeat")
+    )
+    functions.heartbeat.handler(
+        eventbridge("job_heartbeat", detail={"job_id": running.id, "step": 90}), context("heartbeat")
+    )
+    foreign = eventbridge("checkpoint_completed", detail={"job_id": running.id})
+    foreign["source"] = "spotline.agent"
+    functions.checkpoint_completed.handler(foreign, context("checkpoint_completed"))
+
+    # Then one heartbeat is recorded, and the stale one and the checkpoint are counted as dropped
+    totals = emitted_metrics(capsys.readouterr().out)
+    assert totals["HeartbeatsRecorded"] == 1
+    assert totals["CheckpointsRecorded"] == 0
+    assert totals["AgentEventsDropped"] == 2
+    assert totals["EventsReceived"] == 1  # the checkpoint's delivery (heartbeats are not idempotent)
 
 
 def test_batch_running_starts_the_job_on_its_instances(deployment: Deployment) -> None:
