@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -18,7 +17,8 @@ import yaml
 from typer.testing import CliRunner
 
 from spotline.cli import app
-from spotline.local.runtime import LocalConfig, LocalControlPlane
+
+from .conftest import running_plane, train_body
 
 pytestmark = pytest.mark.slow
 
@@ -26,12 +26,8 @@ pytestmark = pytest.mark.slow
 @pytest.fixture(scope="module")
 def local(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     state = tmp_path_factory.mktemp("spotline")
-    plane = LocalControlPlane(LocalConfig(state_dir=state))
-    plane.start()
-    try:
+    with running_plane(state):
         yield state
-    finally:
-        plane.stop()
 
 
 @pytest.fixture
@@ -59,23 +55,7 @@ def ok(*args: str) -> Any:
 
 def spec_file(folder: Path, name: str, steps: int) -> Path:
     path = folder / f"{name}.yaml"
-    body = {
-        "name": name,
-        "gpus": 4,
-        "image": "spotline/train:latest",
-        "command": [
-            sys.executable,
-            "-m",
-            "spotline.examples.train",
-            "--steps",
-            str(steps),
-            "--step-time-s",
-            "0.15",
-        ],
-        "checkpoint_interval_s": 1.5,
-        "expected_runtime_s": steps * 0.15,
-    }
-    path.write_text(yaml.safe_dump(body, sort_keys=False))
+    path.write_text(yaml.safe_dump(train_body(name, steps), sort_keys=False))
     return path
 
 

@@ -17,41 +17,15 @@ import pytest
 from spotline.local.demo import SHORT_SCENARIO, run_demo
 from spotline.local.runtime import LocalConfig, LocalControlPlane
 
+from .conftest import running_plane, train_body
+
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
 def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LocalControlPlane, dict[str, Any]]]:
-    state = tmp_path_factory.mktemp("spotline")
-    local = LocalControlPlane(LocalConfig(state_dir=state))
-    info = local.start()
-    try:
-        yield local, info
-    finally:
-        local.stop()
-
-
-def train_body(name: str, steps: int, priority: str = "normal", spot: str = "auto") -> dict[str, Any]:
-    return {
-        "name": name,
-        "priority": priority,
-        "gpus": 4,
-        "image": "spotline/train:latest",
-        "command": [
-            sys.executable,
-            "-m",
-            "spotline.examples.train",
-            "--steps",
-            str(steps),
-            "--step-time-s",
-            "0.15",
-            "--seed",
-            "3",
-        ],
-        "spot": spot,
-        "checkpoint_interval_s": 1.5,
-        "expected_runtime_s": steps * 0.15,
-    }
+    with running_plane(tmp_path_factory.mktemp("spotline")) as started:
+        yield started
 
 
 def wait_for(
@@ -64,6 +38,22 @@ def wait_for(
             return view
         time.sleep(0.3)
     raise AssertionError(f"job {job_id} never reached {states}: {view}")
+
+
+def put_spot_warning(info: dict[str, Any], instance: str) -> None:
+    """EC2's Spot interruption warning, in AWS's documented shape, put on the default bus by a
+    plain SDK client."""
+    events = boto3.client("events", endpoint_url=info["aws_endpoint_url"], region_name=info["region"])
+    events.put_events(
+        Entries=[
+            {
+                "Source": "aws.ec2",
+                "DetailType": "EC2 Spot Instance Interruption Warning",
+                "Detail": json.dumps({"instance-id": instance, "instance-action": "terminate"}),
+                "Resources": [f"arn:aws:ec2:us-east-1a:instance/{instance}"],
+            }
+        ]
+    )
 
 
 def test_local_json_describes_the_running_plane(plane: tuple[LocalControlPlane, dict[str, Any]]) -> None:
@@ -124,17 +114,7 @@ def test_spot_warning_on_the_default_bus_requeues_and_resumes_from_checkpoint(
     instance = view["instance_ids"][0]
     time.sleep(4)  # let it make progress and write a periodic checkpoint
     # When EC2's warning, in AWS's documented shape, is put on the default bus with boto3
-    events = boto3.client("events", endpoint_url=info["aws_endpoint_url"], region_name=info["region"])
-    events.put_events(
-        Entries=[
-            {
-                "Source": "aws.ec2",
-                "DetailType": "EC2 Spot Instance Interruption Warning",
-                "Detail": json.dumps({"instance-id": instance, "instance-action": "terminate"}),
-                "Resources": [f"arn:aws:ec2:us-east-1a:instance/{instance}"],
-            }
-        ]
-    )
+    put_spot_warning(info, instance)
     assert local.fleet is not None
     local.fleet.reclaim_after(instance, local.config.spot_notice_s)
     # Then it goes INTERRUPTED -> PENDING -> RUNNING -> SUCCEEDED, resuming from its checkpoint
@@ -190,7 +170,7 @@ def test_local_up_writes_local_json_and_stops_cleanly_on_sigterm(tmp_path: Path)
     )
     local_json = tmp_path / "local.json"
     try:
-        deadline = time.time() + 60
+        deadline = time.time() + 180  # generous: a loaded machine starts the plane slowly
         while not local_json.exists() and time.time() < deadline and process.poll() is None:
             time.sleep(0.2)
         info = json.loads(local_json.read_text())
@@ -206,12 +186,8 @@ def test_local_up_writes_local_json_and_stops_cleanly_on_sigterm(tmp_path: Path)
 @pytest.fixture
 def fresh_plane(tmp_path: Path) -> Iterator[tuple[LocalControlPlane, dict[str, Any]]]:
     """A control plane of its own: the module's plane has a node drained by an earlier test."""
-    local = LocalControlPlane(LocalConfig(state_dir=tmp_path / "spotline"))
-    info = local.start()
-    try:
-        yield local, info
-    finally:
-        local.stop()
+    with running_plane(tmp_path / "spotline") as started:
+        yield started
 
 
 def test_a_spot_warning_from_any_client_drains_the_node(
@@ -227,17 +203,7 @@ def test_a_spot_warning_from_any_client_drains_the_node(
     time.sleep(2)
     # When a warning for its instance is put on the default bus by a plain SDK client (the
     # fleet injects nothing: the instance lives on)
-    events = boto3.client("events", endpoint_url=info["aws_endpoint_url"], region_name=info["region"])
-    events.put_events(
-        Entries=[
-            {
-                "Source": "aws.ec2",
-                "DetailType": "EC2 Spot Instance Interruption Warning",
-                "Detail": json.dumps({"instance-id": warned, "instance-action": "terminate"}),
-                "Resources": [f"arn:aws:ec2:us-east-1a:instance/{warned}"],
-            }
-        ]
-    )
+    put_spot_warning(info, warned)
     # Then the job is requeued and runs again on Spot, but not on the warned node, which drains
     deadline = time.time() + 120
     while True:

@@ -1,0 +1,50 @@
+"""What the end-to-end tests share: a local control plane started and stopped around a test
+(or a module), and the body of a real training job that checkpoints."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from spotline.local.runtime import LocalConfig, LocalControlPlane
+
+STEP_TIME_S = 0.15
+
+
+@contextmanager
+def running_plane(state_dir: Path, **config: Any) -> Iterator[tuple[LocalControlPlane, dict[str, Any]]]:
+    """A local control plane on `state_dir` (its `local.json` info with it), stopped after."""
+    local = LocalControlPlane(LocalConfig(state_dir=state_dir, **config))
+    info = local.start()
+    try:
+        yield local, info
+    finally:
+        local.stop()
+
+
+def train_body(name: str, steps: int, priority: str = "normal", spot: str = "auto") -> dict[str, Any]:
+    """A `POST /jobs` body whose command is the example trainer: `steps` steps of 0.15 s, a
+    checkpoint every 1.5 s, resumable."""
+    return {
+        "name": name,
+        "priority": priority,
+        "gpus": 4,
+        "image": "spotline/train:latest",
+        "command": [
+            sys.executable,
+            "-m",
+            "spotline.examples.train",
+            "--steps",
+            str(steps),
+            "--step-time-s",
+            str(STEP_TIME_S),
+            "--seed",
+            "3",
+        ],
+        "spot": spot,
+        "checkpoint_interval_s": 1.5,
+        "expected_runtime_s": steps * STEP_TIME_S,
+    }
