@@ -472,3 +472,22 @@ def start(
         context("batch_state_change"),
     )
     return dep.plane.jobs.get(record.id)
+
+
+def preempt(
+    plane: ControlPlane, record: JobRecord, grace_s: float, *, now: float, by: str = "job-preemptor"
+) -> JobRecord:
+    """Ask a running job to checkpoint within `grace_s` for the job `by`, as the scheduler's
+    preemption does (RUNNING -> CHECKPOINTING, the preempt workflow started)."""
+    from spotline.aws.jobs import Disruption
+    from spotline.control.lifecycle import start_disruption
+
+    return start_disruption(
+        plane,
+        record,
+        Disruption.PREEMPT,
+        now=now,
+        deadline_at=now + grace_s,
+        draining_for=by,
+        reason=f"preempted for {by}",
+    )

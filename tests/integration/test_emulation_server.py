@@ -24,10 +24,8 @@ from spotline.aws.emulation import (
     enable_state_machine_execution,
     environment,
 )
-from spotline.aws.jobs import Disruption
 from spotline.aws.lambda_runtime import use_control_plane
 from spotline.aws.settings import Settings
-from spotline.control.lifecycle import start_disruption
 from spotline.control.plane import build_control_plane
 from spotline.domain import JobState
 
@@ -40,6 +38,7 @@ from .conftest import (
     TestClock,
     context,
     eventbridge,
+    preempt,
     start,
     submit,
 )
@@ -81,15 +80,7 @@ def test_a_preemption_round_trip_over_the_server(server_deployment: Deployment) 
         # Given a running job asked to checkpoint
         running = start(dep, submit(dep), launch_workflow_runs=True)
         now = time.time()
-        start_disruption(
-            plane,
-            running,
-            Disruption.PREEMPT,
-            now=now,
-            deadline_at=now + 20,
-            draining_for="job-x",
-            reason="preempted",
-        )
+        preempt(plane, running, 20, now=now, by="job-x")
         deadline = time.time() + 10
         while not plane.jobs.get(running.id).checkpoint_task_token:
             assert time.time() < deadline, "no task token stored"

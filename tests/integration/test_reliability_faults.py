@@ -20,7 +20,6 @@ from spotline.aws.settings import SpotlineConfig
 from spotline.aws.workflows import execution_name
 from spotline.control import scheduling
 from spotline.control.events import handle_spot_warning, record_checkpoint
-from spotline.control.lifecycle import start_disruption
 from spotline.control.reconciler import reconcile
 from spotline.control.scheduling import scheduling_pass
 from spotline.control.workflow_tasks import (
@@ -34,7 +33,7 @@ from spotline.control.workflow_tasks import (
 )
 from spotline.domain import JobState
 
-from .conftest import CONFIG, Deployment, start, submit
+from .conftest import CONFIG, Deployment, preempt, start, submit
 
 
 def use_config(dep: Deployment, **changes: Any) -> None:
@@ -153,15 +152,7 @@ def test_a_spot_warning_during_a_preemption_stops_the_job_by_the_earlier_deadlin
     # Given a running job being preempted, with 10 minutes to checkpoint (its workflow waits)
     running = start(dep, submit(dep), instance_id="i-0bbbbbbbbbbbbbbb1", launch_workflow_runs=True)
     now = dep.clock()
-    marked = start_disruption(
-        dep.plane,
-        running,
-        Disruption.PREEMPT,
-        now=now,
-        deadline_at=now + 600,
-        draining_for="job-preemptor",
-        reason="preempted by the test",
-    )
+    marked = preempt(dep.plane, running, 600, now=now)
     waiting = wait_for_token(dep, running.id)
 
     # When a Spot warning for its instance comes with less than 2 s of notice left
@@ -294,15 +285,7 @@ def test_a_lost_checkpoint_event_ends_the_preemption_at_its_grace_timeout(deploy
     running = start(dep, submit(dep))
     control_record_checkpoint(dep, running.id, step=100)
     now = dep.clock.advance(30)
-    marked = start_disruption(
-        dep.plane,
-        dep.plane.jobs.get(running.id),
-        Disruption.PREEMPT,
-        now=now,
-        deadline_at=now + dep.plane.config.grace_period_s,
-        draining_for="job-preemptor",
-        reason="preempted by the test",
-    )
+    marked = preempt(dep.plane, dep.plane.jobs.get(running.id), dep.plane.config.grace_period_s, now=now)
     confirmed = confirm_checkpointing(dep.plane, running.id, version=marked.version, timeout_s=2)
     request_checkpoint(dep.plane, running.id, task_token="token-1")
 
@@ -327,15 +310,7 @@ def test_a_lost_checkpoint_and_a_dead_workflow_are_finished_by_the_reconciler(de
     now = dep.clock.freeze()
     # Given a job asked to checkpoint whose workflow died, and whose checkpoint never came
     running = start(dep, submit(dep))
-    start_disruption(
-        dep.plane,
-        running,
-        Disruption.PREEMPT,
-        now=now,
-        deadline_at=now + dep.plane.config.grace_period_s,
-        draining_for="job-preemptor",
-        reason="preempted by the test",
-    )
+    preempt(dep.plane, running, dep.plane.config.grace_period_s, now=now)
 
     # When the reconciler runs before, then after the deadline plus the overrun allowance
     config = dep.plane.config

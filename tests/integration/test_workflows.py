@@ -12,11 +12,10 @@ import functions.spot_interruption
 from spotline.aws.errors import BatchThrottled, LaunchFailed
 from spotline.aws.jobs import Disruption, JobRecord
 from spotline.aws.workflows import StepFunctionsStarter, execution_name
-from spotline.control.lifecycle import start_disruption
 from spotline.control.scheduling import scheduling_pass
 from spotline.domain import JobState
 
-from .conftest import Deployment, context, eventbridge, start, submit
+from .conftest import Deployment, context, eventbridge, preempt, start, submit
 
 
 def wait_for_token(dep: Deployment, job_id: str, timeout_s: float = 10.0) -> JobRecord:
@@ -58,15 +57,7 @@ def test_preemption_waits_for_the_agents_checkpoint_then_stops_and_requeues(
     # Given a running job asked to checkpoint (its preempt workflow started, 20 s of grace)
     running = start(dep, submit(dep), launch_workflow_runs=True)
     now = dep.clock()
-    marked = start_disruption(
-        dep.plane,
-        running,
-        Disruption.PREEMPT,
-        now=now,
-        deadline_at=now + 20,
-        draining_for="job-urgent",
-        reason="preempted for job-urgent",
-    )
+    marked = preempt(dep.plane, running, 20, now=now, by="job-urgent")
     name = execution_name("preempt", running.id, marked.version)
     waiting = wait_for_token(dep, running.id)
     assert waiting.state is JobState.CHECKPOINTING
@@ -102,15 +93,7 @@ def test_preemption_without_a_checkpoint_times_out_and_still_stops_the_job(
     # Given a running job whose agent never answers, with a 1 s deadline
     running = start(dep, submit(dep), launch_workflow_runs=True)
     now = dep.clock()
-    marked = start_disruption(
-        dep.plane,
-        running,
-        Disruption.PREEMPT,
-        now=now,
-        deadline_at=now + 1.5,
-        draining_for="job-urgent",
-        reason="preempted",
-    )
+    marked = preempt(dep.plane, running, 1.5, now=now, by="job-urgent")
     name = execution_name("preempt", running.id, marked.version)
 
     # When the wait times out (States.Timeout, caught)
