@@ -20,7 +20,7 @@ from spotline.aws.jobs import ACTIVE_STATES, Disruption, JobRecord
 from spotline.control.lifecycle import (
     answer_checkpoint_wait,
     iso,
-    requeue_after_disruption,
+    requeue_interrupted,
     start_disruption,
     stop_runs,
 )
@@ -389,24 +389,22 @@ def _on_failed(cp: ControlPlane, record: JobRecord, change: BatchJobChange, now:
         # or the reconciler after the deadline, requeues it with the right outcome.
         return "checkpointing: left to the preempt workflow"
     cause = classify_failure(change.status_reason)
-    if cause.requeue and record.job.interruptions < cp.config.max_interruptions:
-        requeue_after_disruption(
-            cp, record, JobState.INTERRUPTED, now=now, reason=cause.describe(), run_stopped=True
-        )
-        return "interrupted: requeued"
+    exit_code = f" (exit code {change.exit_code})" if change.exit_code is not None else ""
     if cause.requeue:
-        cause_text = (
-            f"{cause.describe()}, interrupted {record.job.interruptions} times before "
-            f"(max_interruptions {cp.config.max_interruptions})"
+        moved = requeue_interrupted(
+            cp,
+            record,
+            now=now,
+            reason=cause.describe(),
+            run_stopped=True,
+            failed_reason=f"Batch job {change.batch_job_id} failed{exit_code}: {cause.describe()}",
         )
-    else:
-        cause_text = cause.describe()
-    change = replace(change, status_reason=cause_text)
+        return "interrupted: requeued" if moved.state is JobState.PENDING else "failed"
+    change = replace(change, status_reason=cause.describe())
     cp.jobs.transition(
         record,
         JobState.FAILED,
-        f"Batch job {change.batch_job_id} failed: {change.status_reason or 'no reason given'}"
-        + (f" (exit code {change.exit_code})" if change.exit_code is not None else ""),
+        f"Batch job {change.batch_job_id} failed: {change.status_reason or 'no reason given'}{exit_code}",
         now=now,
         job=_finish_run(record, now) if record.job.started_at is not None else None,
         changes={"finished_at": now, "batch_job_id": change.batch_job_id},

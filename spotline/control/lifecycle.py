@@ -169,6 +169,51 @@ def requeue_after_disruption(
     return moved
 
 
+def requeue_interrupted(
+    cp: ControlPlane,
+    record: JobRecord,
+    *,
+    now: float,
+    reason: str,
+    run_stopped: bool = False,
+    failed_reason: str | None = None,
+) -> JobRecord:
+    """The current run's host was lost (Batch's host-loss reason, or a heartbeat the reconciler
+    found missing): requeue the job as INTERRUPTED from its checkpoint, which counts one more
+    `interruptions`. A job already interrupted `max_interruptions` times (whoever found each
+    one) ends FAILED with the reason instead, so a job that loses its host every run is not
+    requeued forever. The record is the one whose current run was lost (RUN_IDENTITY); unless
+    `run_stopped`, that run is a pending termination in the same write, for the caller's
+    `stop_runs`. `failed_reason` (default `reason`) opens the FAILED state's reason."""
+    cap = cp.config.max_interruptions
+    if record.job.interruptions < cap:
+        return requeue_after_disruption(
+            cp, record, JobState.INTERRUPTED, now=now, reason=reason, run_stopped=run_stopped
+        )
+    stopping = set(record.terminating_batch_job_ids)
+    if record.batch_job_id and not run_stopped:
+        stopping.add(record.batch_job_id)
+    failed = cp.jobs.transition(
+        record,
+        JobState.FAILED,
+        f"{failed_reason or reason}, interrupted {record.job.interruptions} times before "
+        f"(max_interruptions {cap}): not requeued again",
+        now=now,
+        job={"runtime_s": record.job.elapsed_s(now), "started_at": None}
+        if record.job.started_at is not None
+        else None,
+        changes={
+            "finished_at": now,
+            "terminating_batch_job_ids": tuple(sorted(stopping)),
+            "draining_for": None,
+            "checkpoint_task_token": None,
+        },
+    )
+    if record.instance_ids:
+        cp.instances.remove_job(record.instance_ids, record.id)
+    return failed
+
+
 def requeue_unstarted(
     cp: ControlPlane,
     record: JobRecord,

@@ -9,7 +9,8 @@ It reads only the `active` index (jobs holding GPUs: bounded by the cluster, nev
 3. CHECKPOINTING past its deadline plus `checkpoint_overrun_s` (the workflow failed or never
    started): stop it and requeue with the work lost since its last checkpoint.
 4. RUNNING without a heartbeat of its current run for `heartbeat_timeout_s`: the host is
-   presumed lost; stop it and requeue it as INTERRUPTED.
+   presumed lost; stop it and requeue it as INTERRUPTED, or end it FAILED once it has been
+   interrupted `max_interruptions` times (the cap Batch's host-loss failures count against too).
 5. A Batch job a record gave up (requeued, cancelled, orphaned) that Batch has not confirmed
    stopped: ask DescribeJobs, and TerminateJob again until it has (`finish_terminations`).
 
@@ -31,7 +32,13 @@ from dataclasses import dataclass, field
 from spotline.aws.errors import InvalidTransition, StaleJobError
 from spotline.aws.jobs import Disruption, JobRecord
 from spotline.aws.ledger import Counter, pool_key, team_key
-from spotline.control.lifecycle import launch_request, requeue_after_disruption, requeue_unstarted, stop_runs
+from spotline.control.lifecycle import (
+    launch_request,
+    requeue_after_disruption,
+    requeue_interrupted,
+    requeue_unstarted,
+    stop_runs,
+)
 from spotline.control.plane import ControlPlane
 from spotline.domain import JobState
 
@@ -156,13 +163,12 @@ def _stuck(cp: ControlPlane, record: JobRecord, now: float) -> str | None:
         last = record.last_heartbeat_at or record.job.started_at or record.updated_at
         if now - last <= config.heartbeat_timeout_s:
             return None
-        moved = requeue_after_disruption(
-            cp,
-            record,
-            JobState.INTERRUPTED,
-            now=now,
-            reason=f"no heartbeat for {now - last:.0f}s: host presumed lost",
+        moved = requeue_interrupted(
+            cp, record, now=now, reason=f"no heartbeat for {now - last:.0f}s: host presumed lost"
         )
+        if moved.state is JobState.FAILED:
+            stop_runs(cp, record.id, moved.terminating_batch_job_ids, "Spotline: no heartbeat; failed")
+            return "heartbeat lost: failed after max_interruptions"
         stop_runs(cp, record.id, moved.terminating_batch_job_ids, "Spotline: no heartbeat; requeued")
         return "heartbeat lost"
     return None

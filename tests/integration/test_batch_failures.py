@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import functions.batch_state_change
+import functions.reconciler
 from spotline.domain import JobState
 
-from .conftest import Deployment, batch_event, context, start, submit
+from .conftest import Deployment, batch_event, context, load_event, start, submit
 
 PULL_FAILURE = (
     "Task failed to start; CannotPullContainerError: pull image manifest has been retried 5 time(s): "
@@ -58,3 +59,117 @@ def test_host_loss_is_requeued_up_to_max_interruptions_then_failed(deployment: D
     assert failed.state is JobState.FAILED
     assert failed.job.interruptions == 2
     assert "host lost" in failed.state_reason and "max_interruptions 2" in failed.state_reason
+
+
+def _capped(deployment: Deployment, cap: int) -> None:
+    plane = deployment.plane
+    plane.settings = plane.settings.model_copy(
+        update={"config": plane.config.model_copy(update={"max_interruptions": cap})}
+    )
+
+
+def _lose_heartbeat(deployment: Deployment) -> dict[str, object]:
+    deployment.clock.advance(deployment.plane.config.heartbeat_timeout_s + 1)
+    event = load_event("scheduled_event")
+    result: dict[str, object] = functions.reconciler.handler(event, context("reconciler"))
+    return result
+
+
+def test_lost_heartbeats_count_against_max_interruptions_then_the_job_fails(deployment: Deployment) -> None:
+    # Given a cap of two requeues after lost hosts
+    deployment.clock.freeze()
+    _capped(deployment, 2)
+    plane = deployment.plane
+    record = submit(deployment)
+    runs = []
+    outcomes = []
+    for attempt in range(3):
+        # When its current run goes silent three times (the reconciler finds each)
+        running = start(deployment, plane.jobs.get(record.id), instance_id=f"i-0{attempt:016x}")
+        runs.append(running.batch_job_id)
+        outcomes.append(_lose_heartbeat(deployment)["requeued"])
+
+    # Then the first two are requeued, and the third ends it FAILED with the reason
+    assert outcomes[0] == [[record.id, "heartbeat lost"]]
+    assert outcomes[1] == [[record.id, "heartbeat lost"]]
+    assert outcomes[2] == [[record.id, "heartbeat lost: failed after max_interruptions"]]
+    failed = plane.jobs.get(record.id)
+    assert failed.state is JobState.FAILED
+    assert failed.job.interruptions == 2
+    assert "no heartbeat" in failed.state_reason and "max_interruptions 2" in failed.state_reason
+    # its GPUs are free, and the silent run is stopped (pending until Batch confirms, which the
+    # reconciler's same run asked: the recording launcher has it stopped at once)
+    assert plane.ledger.usage(["a100-spot"], [])[0] == {"a100-spot": 0}
+    assert [b for b, _ in deployment.launcher.terminated] == runs
+    assert failed.terminating_batch_job_ids == ()
+
+
+def test_host_losses_from_batch_and_the_reconciler_share_one_cap(deployment: Deployment) -> None:
+    # Given a cap of two, and a job whose host Batch reported lost, then whose heartbeat was lost
+    deployment.clock.freeze()
+    _capped(deployment, 2)
+    plane = deployment.plane
+    record = submit(deployment)
+    running = start(deployment, record, instance_id="i-0000000000000000a")
+    assert running.batch_job_id is not None
+    functions.batch_state_change.handler(
+        batch_event(
+            record.id,
+            running.batch_job_id,
+            "FAILED",
+            reason="Host EC2 (instance i-0000000000000000a) terminated.",
+            run=running.run,
+        ),
+        context(),
+    )
+    start(deployment, plane.jobs.get(record.id), instance_id="i-0000000000000000b")
+    _lose_heartbeat(deployment)
+    assert plane.jobs.get(record.id).job.interruptions == 2
+
+    # When Batch reports the third run's host lost
+    third = start(deployment, plane.jobs.get(record.id), instance_id="i-0000000000000000c")
+    assert third.batch_job_id is not None
+    outcome = functions.batch_state_change.handler(
+        batch_event(
+            record.id,
+            third.batch_job_id,
+            "FAILED",
+            reason="Host EC2 (instance i-0000000000000000c) terminated.",
+            run=third.run,
+        ),
+        context(),
+    )["outcome"]
+
+    # Then the cap counted the reconciler's interruption too: the job ends FAILED
+    assert outcome == "failed"
+    failed = plane.jobs.get(record.id)
+    assert failed.state is JobState.FAILED and "max_interruptions 2" in failed.state_reason
+
+
+def test_a_heartbeat_lost_after_the_cap_was_reached_by_batch_fails_the_job(deployment: Deployment) -> None:
+    # Given a cap of one, reached by a host loss Batch reported
+    deployment.clock.freeze()
+    _capped(deployment, 1)
+    plane = deployment.plane
+    record = submit(deployment)
+    running = start(deployment, record, instance_id="i-0000000000000000a")
+    assert running.batch_job_id is not None
+    functions.batch_state_change.handler(
+        batch_event(
+            record.id,
+            running.batch_job_id,
+            "FAILED",
+            reason="Host EC2 (instance i-0000000000000000a) terminated.",
+            run=running.run,
+        ),
+        context(),
+    )
+
+    # When the next run goes silent
+    start(deployment, plane.jobs.get(record.id), instance_id="i-0000000000000000b")
+    _lose_heartbeat(deployment)
+
+    # Then the job is FAILED, not requeued a second time
+    failed = plane.jobs.get(record.id)
+    assert failed.state is JobState.FAILED and failed.job.interruptions == 1
+    assert "max_interruptions 1" in failed.state_reason
