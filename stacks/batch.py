@@ -32,6 +32,12 @@ ROOT_VOLUME_GIB = 200
 TRAINING_IMAGE_TAG = "latest"
 # What a training container may publish on the project bus.
 AGENT_DETAIL_TYPES = (r.DETAIL_CHECKPOINT_COMPLETED, r.DETAIL_JOB_HEARTBEAT)
+# The EFA's device (the launch template attaches one EFA: uverbs0), and what the container's
+# libfabric and NCCL need to use it in EFA pools: the EFA provider (not TCP sockets), and
+# fork-safety for PyTorch's data loader workers. The image must carry libfabric with the EFA
+# provider and the aws-ofi-nccl plugin (README, "EFA").
+EFA_DEVICE = "/dev/infiniband/uverbs0"
+EFA_ENVIRONMENT = {"FI_PROVIDER": "efa", "FI_EFA_FORK_SAFE": "1"}
 # A team's checkpoint key (checkpoint_kms_per_team): what the team's role does with it through
 # S3, and what the account may do (administration, no use).
 KEY_USE_ACTIONS = ("kms:Decrypt", "kms:GenerateDataKey")
@@ -136,6 +142,7 @@ class TrainingCompute(Construct):
         self.team_roles: dict[str, iam.Role] = {}
         self.team_keys: dict[str, kms.Key] = {}
         self.job_definitions: dict[str, batch.EcsJobDefinition] = {}
+        self.efa_job_definitions: dict[str, batch.EcsJobDefinition] = {}
         execution_role: iam.IRole | None = None
         image = self._training_image(config)
         for team in config.team_names:
@@ -152,38 +159,22 @@ class TrainingCompute(Construct):
             }
             if key is not None:
                 environment[r.AGENT_ENV_CHECKPOINT_KMS_KEY] = key.key_arn
-            container = batch.EcsEc2ContainerDefinition(
-                self,
-                f"TrainingContainer-{team}",
-                image=image,
-                cpu=config.training_vcpus,
-                memory=Size.gibibytes(config.training_memory_gib),
-                # The launcher sets each job's GPUs, vCPUs and memory with resourceRequirements
-                # overrides at SubmitJob; these are the smallest GPU job's defaults.
-                gpu=1,
-                job_role=role,
-                # One execution role (image pull, log delivery: the ECS agent's, not the job's).
-                execution_role=execution_role,
-                environment=environment,
-                logging=ecs.LogDriver.aws_logs(stream_prefix="training", log_group=log_group),
-                linux_parameters=batch.LinuxParameters(
-                    self,
-                    f"LinuxParameters-{team}",
-                    init_process_enabled=True,
-                    # PyTorch data loaders share tensors through /dev/shm (Docker's default is 64 MiB).
-                    shared_memory_size=Size.gibibytes(max(1, config.training_memory_gib // 2)),
-                ),
-            )
-            execution_role = execution_role or container.execution_role
             self.team_roles[team] = role
-            self.job_definitions[team] = batch.EcsJobDefinition(
-                self,
-                f"TrainingJob-{team}",
-                job_definition_name=f"{self.job_definition_name}-{team}",
-                container=container,
-                retry_attempts=1,
-                propagate_tags=True,
+            self.job_definitions[team] = self._job_definition(
+                team, config, image=image, role=role, execution_role=execution_role, environment=environment
             )
+            execution_role = execution_role or self.job_definitions[team].container.execution_role
+            if any(pool.efa for pool in config.pools):
+                # EFA pools only: a container mapping a device its host lacks does not start.
+                self.efa_job_definitions[team] = self._job_definition(
+                    team,
+                    config,
+                    image=image,
+                    role=role,
+                    execution_role=execution_role,
+                    environment={**environment, **EFA_ENVIRONMENT},
+                    efa=True,
+                )
         self.execution_role = execution_role
         if execution_role is not None:
             self._allow_image_pulls(execution_role)
@@ -191,6 +182,67 @@ class TrainingCompute(Construct):
         self.job_definition_roles: list[iam.IRole] = list(self.team_roles.values())
         if execution_role is not None:
             self.job_definition_roles.append(execution_role)
+
+    def _job_definition(
+        self,
+        team: str,
+        config: DeploymentConfig,
+        *,
+        image: ecs.ContainerImage,
+        role: iam.IRole,
+        execution_role: iam.IRole | None,
+        environment: dict[str, str],
+        efa: bool = False,
+    ) -> batch.EcsJobDefinition:
+        """The team's training job definition (`<stage>-training-<team>`), or with `efa` its EFA
+        variant (`...-efa`), which maps the EFA's device into the container: libfabric (and NCCL's
+        aws-ofi-nccl plugin over it) reaches the adapter only through /dev/infiniband/uverbs0
+        (docs.aws.amazon.com/batch/latest/userguide/efa.html). The launch template attaches one
+        EFA, hence one device."""
+        suffix = "-efa" if efa else ""
+        linux_parameters = batch.LinuxParameters(
+            self,
+            f"LinuxParameters-{team}{suffix}",
+            init_process_enabled=True,
+            # PyTorch data loaders share tensors through /dev/shm (Docker's default is 64 MiB).
+            shared_memory_size=Size.gibibytes(max(1, config.training_memory_gib // 2)),
+        )
+        if efa:
+            linux_parameters.add_devices(
+                batch.Device(
+                    host_path=EFA_DEVICE,
+                    container_path=EFA_DEVICE,
+                    permissions=[
+                        batch.DevicePermission.READ,
+                        batch.DevicePermission.WRITE,
+                        batch.DevicePermission.MKNOD,
+                    ],
+                )
+            )
+        container = batch.EcsEc2ContainerDefinition(
+            self,
+            f"TrainingContainer-{team}{suffix}",
+            image=image,
+            cpu=config.training_vcpus,
+            memory=Size.gibibytes(config.training_memory_gib),
+            # The launcher sets each job's GPUs, vCPUs and memory with resourceRequirements
+            # overrides at SubmitJob; these are the smallest GPU job's defaults.
+            gpu=1,
+            job_role=role,
+            # One execution role (image pull, log delivery: the ECS agent's, not the job's).
+            execution_role=execution_role,
+            environment=environment,
+            logging=ecs.LogDriver.aws_logs(stream_prefix="training", log_group=self.log_group),
+            linux_parameters=linux_parameters,
+        )
+        return batch.EcsJobDefinition(
+            self,
+            f"TrainingJob-{team}{suffix}",
+            job_definition_name=f"{self.job_definition_name}-{team}{suffix}",
+            container=container,
+            retry_attempts=1,
+            propagate_tags=True,
+        )
 
     def _team_role(
         self,
@@ -388,6 +440,7 @@ class TrainingCompute(Construct):
         kept when the stack is deleted: it holds the teams' images)."""
         if config.training_image:
             self.training_repository: ecr.IRepository | None = None
+            self.training_image_uri = config.training_image
             return ecs.ContainerImage.from_registry(config.training_image)
         self.training_repository = ecr.Repository(
             self,
@@ -396,4 +449,5 @@ class TrainingCompute(Construct):
             image_scan_on_push=True,
             removal_policy=RemovalPolicy.RETAIN,
         )
+        self.training_image_uri = f"{self.training_repository.repository_uri}:{TRAINING_IMAGE_TAG}"
         return ecs.ContainerImage.from_ecr_repository(self.training_repository, tag=TRAINING_IMAGE_TAG)

@@ -7,10 +7,12 @@ from typing import Any
 
 from aws_cdk import ArnFormat, CfnOutput, Duration, Stack
 from aws_cdk import aws_lambda_event_sources as sources
+from aws_cdk import aws_ssm as ssm
 from constructs import Construct
 from pydantic import ValidationError
 
 from spotline.aws import resources as r
+from spotline.aws.published import STANDARD_PARAMETER_BYTES, PublishedConfig, PublishedPool, parameter_name
 from spotline.aws.settings import SpotlineConfig
 from stacks.api import HttpApi
 from stacks.batch import TrainingCompute
@@ -200,13 +202,60 @@ class SpotlineStack(Stack):
             topic_arn=config.alarm_topic_arn,
         )
         self.dashboard.show_alarms(list(self.alarms.alarms.values()))
+        # The effective configuration, where `spotline doctor --stack` and `spotline configure
+        # --stack` read it with one ssm:GetParameter (spotline.aws.published).
+        published = self.to_json_string(self.published_config().model_dump(mode="json"))
+        self.published_parameter = ssm.StringParameter(
+            self,
+            "PublishedConfig",
+            parameter_name=parameter_name(self.stack_name),
+            string_value=published,
+            description="Spotline's deployed configuration (spotline doctor --stack, configure --stack)",
+            tier=(
+                ssm.ParameterTier.ADVANCED
+                if _resolved_size(self, published) > STANDARD_PARAMETER_BYTES
+                else ssm.ParameterTier.STANDARD
+            ),
+        )
         CfnOutput(self, "ApiUrl", value=self.api.rest_api.url)
+        CfnOutput(self, "ConfigParameterName", value=self.published_parameter.parameter_name)
         CfnOutput(self, "EventBusName", value=self.messaging.bus.event_bus_name)
         CfnOutput(self, "CheckpointBucketName", value=self.storage.checkpoints.bucket_name)
         if self.compute.training_repository is not None:
             CfnOutput(
                 self, "TrainingImageRepositoryUri", value=self.compute.training_repository.repository_uri
             )
+
+    def published_config(self) -> PublishedConfig:
+        """What the stack publishes about itself (CloudFormation references where the values
+        exist only once deployed)."""
+        config = self.config
+        base = self.compute.job_definition_name
+        return PublishedConfig(
+            stack=self.stack_name,
+            region=self.region,
+            stage=config.stage,
+            api_url=self.api.rest_api.url,
+            pools=tuple(
+                PublishedPool(
+                    name=pool.name,
+                    purchase=pool.purchase,
+                    instance_types=pool.instance_types,
+                    max_vcpus=pool.max_vcpus,
+                    job_queue=f"spotline-{config.stage}-{pool.name}",
+                    efa=pool.efa,
+                )
+                for pool in config.pools
+            ),
+            teams=config.team_names,
+            job_definitions={t: f"{base}-{t}" for t in self.compute.job_definitions},
+            efa_job_definitions={t: f"{base}-{t}-efa" for t in self.compute.efa_job_definitions},
+            identities={str(k): str(v) for k, v in config.identities.items()},
+            powertools_layer_version=config.powertools_layer_version,
+            training_image=self.compute.training_image_uri,
+            availability_zones=tuple(self.network.vpc.availability_zones),
+            alarm_topic_arn=config.alarm_topic_arn,
+        )
 
     def spotline_config(self) -> dict[str, Any]:
         """SPOTLINE_CONFIG: the pools (with their Batch job queues), the job definition, teams,
@@ -227,6 +276,8 @@ class SpotlineStack(Stack):
                 entry["price"] = pool.price
             if pool.interruption_rate_per_hour is not None:
                 entry["interruption_rate_per_hour"] = pool.interruption_rate_per_hour
+            if pool.efa:
+                entry["efa"] = True
             pools.append(entry)
         document: dict[str, Any] = {
             **self.config.control_plane,
@@ -235,6 +286,16 @@ class SpotlineStack(Stack):
             "job_definitions": {
                 team: f"{self.compute.job_definition_name}-{team}" for team in self.config.team_names
             },
+            **(
+                {
+                    "efa_job_definitions": {
+                        team: f"{self.compute.job_definition_name}-{team}-efa"
+                        for team in self.compute.efa_job_definitions
+                    }
+                }
+                if self.compute.efa_job_definitions
+                else {}
+            ),
             "teams": list(self.config.teams),
             "identities": dict(self.config.identities),
             "scheduler": dict(self.config.scheduler),
@@ -253,18 +314,23 @@ LAMBDA_ENVIRONMENT_LIMIT = 4096
 _REFERENCE_SIZE = 128
 
 
+def _resolved_size(stack: Stack, value: str) -> int:
+    """About how many bytes `value` takes once CloudFormation resolves its references."""
+
+    def size(resolved: Any) -> int:
+        if isinstance(resolved, str):
+            return len(resolved.encode())
+        if isinstance(resolved, dict) and "Fn::Join" in resolved:
+            return sum(size(part) for part in resolved["Fn::Join"][1])
+        return _REFERENCE_SIZE
+
+    return size(stack.resolve(value))
+
+
 def _check_environment_size(stack: Stack, environment: dict[str, str]) -> None:
     """Fail the synth, not the deployment, when the context makes the environment (mostly
     SPOTLINE_CONFIG: pools, teams, identities) too large for Lambda."""
-
-    def size(value: Any) -> int:
-        if isinstance(value, str):
-            return len(value.encode())
-        if isinstance(value, dict) and "Fn::Join" in value:
-            return sum(size(part) for part in value["Fn::Join"][1])
-        return _REFERENCE_SIZE
-
-    total = sum(len(name) + size(stack.resolve(value)) for name, value in environment.items()) + 200
+    total = sum(len(name) + _resolved_size(stack, value) for name, value in environment.items()) + 200
     if total > LAMBDA_ENVIRONMENT_LIMIT:
         raise ConfigError(
             f"the functions' environment would take about {total} bytes, over Lambda's "

@@ -82,6 +82,8 @@ class BatchJobRequest:
     vcpus: int | None = None
     memory_mib: int | None = None
     shared_memory_mib: int | None = None
+    # The pool's instances have an EFA: the team's EFA job definition maps its device.
+    efa: bool = False
 
     @property
     def job_name(self) -> str:
@@ -158,6 +160,12 @@ class AwsBatchLauncher:
     `<base>-mnp-<hash of image>`: the base's container on every node (node range `0:`, open-ended,
     so SubmitJob's `numNodes` override sets the gang size), registered once and reused. (CDK's
     MultiNodeJobDefinition cannot write an open-ended range, aws-cdk#29415.)
+
+    A job in a pool whose instances have an EFA runs under its team's EFA definition
+    (`efa_team_definitions`: the team's, plus the `/dev/infiniband/uverbs0` device and the
+    libfabric environment), from which the same derivations are made. A device mapping names a
+    host path, so a container mapping it cannot start on an instance without an EFA: the plain
+    definition serves every other pool.
     """
 
     def __init__(
@@ -167,19 +175,28 @@ class AwsBatchLauncher:
         multinode_job_definition: str | None = None,
         *,
         team_definitions: Mapping[str, str] | None = None,
+        efa_team_definitions: Mapping[str, str] | None = None,
     ) -> None:
         self.client = client
         self.job_definition = job_definition
         self.multinode_job_definition = multinode_job_definition
         self.team_definitions = dict(team_definitions or {})
+        self.efa_team_definitions = dict(efa_team_definitions or {})
         self._definitions: dict[tuple[str, str, bool, int | None], str] = {}
         self._lock = threading.Lock()
 
-    def base_definition(self, team: str, *, gang: bool) -> str:
+    def base_definition(self, team: str, *, gang: bool, efa: bool = False) -> str:
         """The definition a team's job derives from: the team's own (it carries the team's job
-        role; a gang derives its multi-node definition from it), or, where no team has one, the
-        single `job_definition`. A team without a definition cannot launch: its jobs never run
-        under another team's role."""
+        role; a gang derives its multi-node definition from it), its EFA one in an EFA pool, or,
+        where no team has one, the single `job_definition`. A team without a definition cannot
+        launch: its jobs never run under another team's role."""
+        if efa and self.team_definitions:
+            definition = self.efa_team_definitions.get(team)
+            if definition is None:
+                raise LaunchFailed(
+                    f"team {team!r} has no EFA job definition (config efa_job_definitions) for an EFA pool"
+                )
+            return definition
         if self.team_definitions:
             definition = self.team_definitions.get(team)
             if definition is None:
@@ -191,7 +208,7 @@ class AwsBatchLauncher:
 
     def submit(self, request: BatchJobRequest) -> str:
         gang = request.nodes > 1
-        base = self.base_definition(request.team, gang=gang)
+        base = self.base_definition(request.team, gang=gang, efa=request.efa)
         container: dict[str, Any] = {
             "command": list(request.command),
             "environment": [{"name": k, "value": v} for k, v in sorted(request.environment.items())],

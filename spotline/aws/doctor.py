@@ -1,7 +1,9 @@
 """`spotline doctor`: what would otherwise fail at 3 a.m., checked against an account.
 
-It reads the deployment's settings (the CDK context: pools, identities, stage, AZs, image, layer
-version) and asks AWS, read-only:
+It reads the deployment's settings, either those a deployed stack published (`--stack NAME`:
+the SSM parameter `/spotline/<stack>/config`, `spotline.aws.published`) or, before the first
+deploy, the CDK context (pools, identities, stage, AZs, image, layer version), and asks AWS,
+read-only:
 
 - **quotas**: the On-Demand and Spot vCPU quotas of the P and G families the pools use, against
   the vCPUs the pools may grow to (and at least one node's);
@@ -20,12 +22,13 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
+from spotline.aws.published import PublishedConfig
 from spotline.aws.resources import POWERTOOLS_LAYER_ACCOUNT, POWERTOOLS_LAYER_NAME
 from spotline.aws.sizing import INSTANCE_SHAPES
 
@@ -66,19 +69,40 @@ class DoctorTarget:
     training_image: str | None = None
     availability_zones: tuple[str, ...] = ()
     teams: tuple[str, ...] = ()
+    # As deployed (a published configuration); empty: the names the stack gives them.
+    job_queues: Mapping[str, str] = field(default_factory=dict)
+    job_definitions: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def job_definition_name(self) -> str:
         """A team's training job definition (they all pull with one execution role)."""
+        if self.job_definitions:
+            return self.job_definitions[min(self.job_definitions)]
         base = f"spotline-{self.stage}-training"
         return f"{base}-{self.teams[0]}" if self.teams else base
 
     def job_queue_name(self, pool: str) -> str:
-        return f"spotline-{self.stage}-{pool}"
+        return self.job_queues.get(pool) or f"spotline-{self.stage}-{pool}"
 
     @property
     def training_repository(self) -> str:
         return f"spotline-{self.stage}-train"
+
+
+def target_from_published(config: PublishedConfig, region: str | None = None) -> DoctorTarget:
+    """What a deployed stack published (`spotline.aws.published`), as doctor's target."""
+    return DoctorTarget(
+        region=region or config.region,
+        stage=config.stage,
+        pools=tuple(DoctorPool(p.name, p.purchase, p.instance_types, p.max_vcpus) for p in config.pools),
+        identities=dict(config.identities),
+        powertools_layer_version=config.powertools_layer_version,
+        training_image=config.training_image,
+        availability_zones=config.availability_zones,
+        teams=config.teams,
+        job_queues={p.name: p.job_queue for p in config.pools},
+        job_definitions=dict(config.job_definitions),
+    )
 
 
 # EC2's vCPU quotas by instance family letter and purchase option.

@@ -40,6 +40,9 @@ class PoolSettings(Pool):
     # The compute environment's EC2 instance types: containers are sized from them
     # (spotline.aws.sizing); none or unknown ones leave the job definition's vCPUs and memory.
     instance_types: tuple[str, ...] = ()
+    # The instances have an Elastic Fabric Adapter: jobs run under their team's EFA job
+    # definition (`efa_job_definitions`), which maps the EFA device into the container.
+    efa: bool = False
 
 
 class TeamSettings(TeamQuota):
@@ -67,6 +70,10 @@ class SpotlineConfig(BaseModel):
     # only where no team has one (a single-role deployment, tests).
     job_definitions: dict[str, str] = Field(default_factory=dict)
     job_definition: str | None = Field(default=None, min_length=1)
+    # Team -> the job definition its jobs run under in an EFA pool (`efa` pools): the team's, plus
+    # the EFA device and the libfabric / NCCL environment. Needed for every team with an entry in
+    # `job_definitions` when a pool has `efa`.
+    efa_job_definitions: dict[str, str] = Field(default_factory=dict)
     # Job definition for gang jobs (nodes > 1) of the single-role setup: a Batch multi-node
     # parallel definition. None, and always with `job_definitions`: the launcher derives one from
     # the job's definition (`AwsBatchLauncher`).
@@ -113,6 +120,10 @@ class SpotlineConfig(BaseModel):
         unknown = sorted({team for team in self.identities.values() if teams and team not in teams})
         if unknown:
             raise ValueError(f"identities: teams {unknown} have no entry in teams")
+        if any(pool.efa for pool in self.pools):
+            missing = sorted(set(self.job_definitions) - set(self.efa_job_definitions))
+            if missing:
+                raise ValueError(f"efa_job_definitions: an EFA pool needs one for teams {missing}")
         undeclared = sorted(team for team in self.job_definitions if teams and team not in teams)
         if undeclared:
             raise ValueError(f"job_definitions: teams {undeclared} have no entry in teams")

@@ -565,7 +565,12 @@ def _fmt(value: Any) -> str:
 def configure(
     api_url: Annotated[str | None, typer.Option("--api-url", help="The API's URL.")] = None,
     stack: Annotated[
-        str | None, typer.Option("--stack", help="Take the URL from this deployed stack's ApiUrl output.")
+        str | None,
+        typer.Option(
+            "--stack",
+            help="Take the URL from this deployed stack's published configuration (SSM parameter "
+            "/spotline/<stack>/config), else its ApiUrl output.",
+        ),
     ] = None,
     region: Annotated[str | None, typer.Option("--region", help="The stack's region.")] = None,
     profile: ProfileOpt = None,
@@ -583,11 +588,26 @@ def configure(
 
 
 def stack_api_url(stack: str, *, region: str | None, profile: str | None) -> str:
+    """The API's URL from what the stack published (ssm:GetParameter on /spotline/<stack>/config,
+    spotline.aws.published), or, for a stack deployed before it published anything, from its
+    ApiUrl output (cloudformation:DescribeStacks)."""
     import boto3
     import botocore.exceptions
 
+    from spotline.aws.published import ConfigNotPublished, PublishedConfigError, read_published
+
     try:
         session = boto3.Session(profile_name=profile, region_name=region)
+        try:
+            return read_published(session.client("ssm"), stack).api_url
+        except ValueError as error:  # not a stack name
+            raise ClientError(f"--stack: {error}", EXIT_USAGE) from error
+        except PublishedConfigError as error:
+            if not isinstance(error, ConfigNotPublished):
+                raise ClientError(f"--stack {stack}: {error}") from error
+            # None published (a stack of an earlier version): the stack's output.
+        except botocore.exceptions.ClientError:
+            pass  # e.g. no ssm:GetParameter on it: the stack's output
         answer = session.client("cloudformation").describe_stacks(StackName=stack)
     except botocore.exceptions.NoCredentialsError as error:
         raise ClientError(

@@ -1,5 +1,6 @@
-"""`spotline doctor`: check an account (before deploying) or a deployed stack for what would fail
-a first training job (spotline.aws.doctor). Read-only."""
+"""`spotline doctor`: check an account (before deploying, from `cdk.json`) or a deployed stack
+(`--stack NAME`, from the configuration it published) for what would fail a first training job
+(spotline.aws.doctor). Read-only."""
 
 from __future__ import annotations
 
@@ -12,7 +13,16 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from spotline.aws.doctor import CHECKS, DoctorPool, DoctorTarget, Finding, Status, run_checks
+from spotline.aws.doctor import (
+    CHECKS,
+    DoctorPool,
+    DoctorTarget,
+    Finding,
+    Status,
+    run_checks,
+    target_from_published,
+)
+from spotline.aws.published import PublishedConfigError, parameter_name, read_published
 
 _STYLE = {Status.OK: "green", Status.WARN: "yellow", Status.FAIL: "bold red", Status.SKIP: "dim"}
 
@@ -52,6 +62,27 @@ def target_from_context(path: Path, region: str | None = None) -> DoctorTarget:
     )
 
 
+def target_from_stack(stack: str, region: str | None, endpoint_url: str | None) -> DoctorTarget:
+    """What `stack` published about itself (SSM GetParameter on `/spotline/<stack>/config`: the
+    one permission this needs beyond the checks' own)."""
+    import boto3
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    try:
+        ssm = boto3.session.Session(region_name=region).client("ssm", endpoint_url=endpoint_url)
+        published = read_published(ssm, stack)
+    except ValueError as error:  # a malformed stack name
+        raise typer.BadParameter(str(error), param_hint="--stack") from error
+    except PublishedConfigError as error:
+        raise typer.BadParameter(str(error), param_hint="--stack") from error
+    except (ClientError, BotoCoreError) as error:
+        raise typer.BadParameter(
+            f"cannot read {parameter_name(stack)}: {error} (it needs ssm:GetParameter on it)",
+            param_hint="--stack",
+        ) from error
+    return target_from_published(published, region)
+
+
 def render(findings: list[Finding], console: Console) -> None:
     table = Table(title="spotline doctor", show_lines=True)
     for column in ("check", "subject", "status", "what", "how to fix"):
@@ -72,8 +103,19 @@ def render(findings: list[Finding], console: Console) -> None:
 def register(app: typer.Typer) -> None:
     @app.command()
     def doctor(
-        context: Annotated[Path, typer.Option(help="the deployment's cdk.json")] = Path("cdk.json"),
-        region: Annotated[str | None, typer.Option(help="the region (default: cdk.json's)")] = None,
+        context: Annotated[
+            Path, typer.Option(help="the deployment's cdk.json (before deploying; ignored with --stack)")
+        ] = Path("cdk.json"),
+        stack: Annotated[
+            str | None,
+            typer.Option(
+                help="a deployed stack: check the configuration it published (SSM parameter "
+                "/spotline/<stack>/config) instead of cdk.json"
+            ),
+        ] = None,
+        region: Annotated[
+            str | None, typer.Option(help="the region (default: the stack's, or cdk.json's)")
+        ] = None,
         check: Annotated[
             list[str] | None, typer.Option(help=f"run only these checks (of {', '.join(CHECKS)})")
         ] = None,
@@ -86,17 +128,23 @@ def register(app: typer.Typer) -> None:
         permission, AZ offerings, and the callers in `identities`. Exits 1 if anything fails."""
         import boto3
 
-        target = target_from_context(context, region)
         only = check or list(CHECKS)
         unknown = sorted(set(only) - set(CHECKS))
         if unknown:
             raise typer.BadParameter(f"unknown checks {unknown}; choose from {', '.join(CHECKS)}")
+        console = Console(file=sys.stdout, width=200)
+        if stack is None:
+            target = target_from_context(context, region)
+            console.print(f"checking the deployment {context} describes (before or after deploying)")
+        else:
+            target = target_from_stack(stack, region, endpoint_url)
+            console.print(f"checking stack {stack} as deployed ({parameter_name(stack)}, {target.region})")
         session = boto3.session.Session(region_name=target.region)
 
         def client(service: str) -> Any:
             return session.client(service, endpoint_url=endpoint_url)  # type: ignore[call-overload]
 
         findings = run_checks(target, client, only)
-        render(findings, Console(file=sys.stdout, width=200))
+        render(findings, console)
         if any(f.status is Status.FAIL for f in findings):
             raise typer.Exit(1)

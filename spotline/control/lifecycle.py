@@ -341,4 +341,5 @@ def launch_request(cp: ControlPlane, record: JobRecord) -> BatchJobRequest:
         vcpus=None if size is None else size.vcpus,
         memory_mib=None if size is None else size.memory_mib,
         shared_memory_mib=None if size is None else size.shared_memory_mib,
+        efa=pool.efa,
     )

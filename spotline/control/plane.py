@@ -112,6 +112,7 @@ def build_control_plane(
             settings.config.job_definition,
             settings.config.multinode_job_definition,
             team_definitions=settings.config.job_definitions,
+            efa_team_definitions=settings.config.efa_job_definitions,
         ),
         instance_resolver=instance_resolver or EcsInstanceResolver(clients.ecs),
         trigger=trigger or SqsPassTrigger(clients.sqs, settings.scheduler_queue_url),

@@ -10,6 +10,7 @@ import pytest
 from aws_cdk import App, Environment
 from aws_cdk.assertions import Template
 
+from spotline.aws.published import parse_published
 from stacks.config import ConfigError, parse_context
 from stacks.spotline_stack import SpotlineStack
 from tests.infra.support import Synthesized, cdk_context, source_dirs
@@ -196,6 +197,49 @@ def test_an_efa_pool_launches_with_an_efa_in_the_training_group(
     assert "SecurityGroupIds" in spot_resources
 
 
+def test_an_efa_pool_runs_under_definitions_that_map_the_efa_device(
+    variant: tuple[SpotlineStack, Template],
+) -> None:
+    stack, template = variant
+    definitions = {
+        d["Properties"]["JobDefinitionName"]: d["Properties"]["ContainerProperties"]
+        for d in template.find_resources("AWS::Batch::JobDefinition").values()
+    }
+    teams = stack.config.team_names
+    assert teams
+    for team in teams:
+        # The EFA variant of each team's definition maps the EFA's device and selects libfabric's
+        # EFA provider; it keeps the team's role and the agent's environment.
+        efa = definitions[f"spotline-dev-training-{team}-efa"]
+        plain = definitions[f"spotline-dev-training-{team}"]
+        [device] = efa["LinuxParameters"]["Devices"]
+        assert device["HostPath"] == device["ContainerPath"] == "/dev/infiniband/uverbs0"
+        # CDK writes them lower-case; CloudFormation's schema takes them in any case.
+        assert sorted(p.upper() for p in device["Permissions"]) == ["MKNOD", "READ", "WRITE"]
+        environment = {e["Name"]: e["Value"] for e in efa["Environment"]}
+        assert environment["FI_PROVIDER"] == "efa" and environment["FI_EFA_FORK_SAFE"] == "1"
+        assert {e["Name"]: e["Value"] for e in plain["Environment"]}.items() <= environment.items()
+        assert efa["JobRoleArn"] == plain["JobRoleArn"]
+        assert efa["ExecutionRoleArn"] == plain["ExecutionRoleArn"]
+        # The plain one (every other pool's) maps no device: on an instance without an EFA a
+        # container mapping one does not start.
+        assert "Devices" not in plain["LinuxParameters"]
+        assert "FI_PROVIDER" not in {e["Name"] for e in plain["Environment"]}
+    # The launcher learns which pool is EFA and which definition each team's jobs use there.
+    config = stack.spotline_config()
+    assert [p.get("efa", False) for p in config["pools"]] == [False, True]
+    assert config["efa_job_definitions"] == {t: f"spotline-dev-training-{t}-efa" for t in teams}
+
+
+def test_without_an_efa_pool_there_is_no_efa_definition(synthesized: Synthesized) -> None:
+    names = {
+        d["Properties"]["JobDefinitionName"]
+        for d in synthesized.template.find_resources("AWS::Batch::JobDefinition").values()
+    }
+    assert names and not any(n.endswith("-efa") for n in names)
+    assert "efa_job_definitions" not in synthesized.stack.spotline_config()
+
+
 def test_every_alarm_notifies_the_configured_topic(variant: tuple[SpotlineStack, Template]) -> None:
     _, template = variant
     alarms = template.find_resources("AWS::CloudWatch::Alarm")
@@ -251,3 +295,69 @@ def test_cfn_lint_reports_no_error_on_the_variant(variant: tuple[SpotlineStack, 
     _, template = variant
     matches = lint(json.dumps(template.to_json()), config=ManualArgs(regions=["us-east-1"]))
     assert [f"{m.rule.id}: {m.message}" for m in matches if m.rule.id.startswith("E")] == []
+
+
+# --- the deployed configuration, published for doctor and configure ---------------------------
+
+
+def _as_deployed(value: Any) -> str:
+    """A Fn::Join's text, each reference (Ref, GetAtt, Select...) as `<...>`."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, dict) and "Fn::Join" in value:
+        separator, parts = value["Fn::Join"]
+        return str(separator).join(_as_deployed(part) for part in parts)
+    return "<" + "".join(c for c in json.dumps(value) if c.isalnum()) + ">"
+
+
+def _published(template: dict[str, Any], stack: SpotlineStack) -> tuple[dict[str, Any], str]:
+    [parameter] = [
+        r["Properties"] for r in template["Resources"].values() if r["Type"] == "AWS::SSM::Parameter"
+    ]
+    return parameter, _as_deployed(parameter["Value"])
+
+
+def test_the_stack_publishes_its_configuration_where_doctor_reads_it(synthesized: Synthesized) -> None:
+    stack = synthesized.stack
+    parameter, text = _published(synthesized.json, stack)
+    assert parameter["Name"] == f"/spotline/{stack.stack_name}/config"
+    assert parameter["Type"] == "String" and parameter["Tier"] == "Standard"
+    # The document parses with the model doctor and configure read it with.
+    published = parse_published(text, where="template")
+    config = stack.config
+    assert published.stack == stack.stack_name and published.stage == config.stage
+    assert [(p.name, p.purchase, p.instance_types, p.max_vcpus) for p in published.pools] == [
+        (p.name, p.purchase, p.instance_types, p.max_vcpus) for p in config.pools
+    ]
+    # The names the stack gave its job queues and definitions, and the image the definitions run.
+    queues = {
+        q["Properties"]["JobQueueName"] for q in synthesized.resources("AWS::Batch::JobQueue").values()
+    }
+    assert {p.job_queue for p in published.pools} == queues
+    definitions = {
+        d["Properties"]["JobDefinitionName"]: d["Properties"]["ContainerProperties"]
+        for d in synthesized.resources("AWS::Batch::JobDefinition").values()
+    }
+    assert set(published.job_definitions.values()) == set(definitions)
+    assert published.teams == config.team_names and published.identities == dict(config.identities)
+    images = {_as_deployed(d["Image"]) for d in definitions.values()}
+    assert images == {published.training_image}
+    assert published.powertools_layer_version == config.powertools_layer_version
+    # The API's URL is the deployed one (configure --stack), a reference until deployed.
+    assert published.api_url.startswith("https://<") and ".execute-api." in published.api_url
+    assert len(published.availability_zones) == 2
+
+
+def test_the_variant_publishes_its_efa_definitions_azs_and_topic(
+    variant: tuple[SpotlineStack, Template],
+) -> None:
+    stack, template = variant
+    _, text = _published(template.to_json(), stack)
+    published = parse_published(text, where="template")
+    assert [p.efa for p in published.pools] == [False, True]
+    assert published.efa_job_definitions == {
+        t: f"spotline-dev-training-{t}-efa" for t in stack.config.team_names
+    }
+    assert published.availability_zones == ("us-east-1b", "us-east-1d")
+    assert published.alarm_topic_arn == TOPIC
+    assert published.region == "us-east-1"

@@ -21,7 +21,7 @@ from spotline.aws.batch import AwsBatchLauncher, BatchJobRequest, EcsInstanceRes
 from spotline.aws.clients import AwsClients
 from spotline.aws.emulation import LambdaTaskDispatcher, environment
 from spotline.aws.errors import BatchThrottled, LaunchFailed
-from spotline.aws.settings import Settings, SettingsError
+from spotline.aws.settings import Settings, SettingsError, SpotlineConfig
 from spotline.aws.workflows import SqsPassTrigger, StepFunctionsStarter
 
 from .conftest import CONFIG, REGION, Deployment
@@ -337,3 +337,56 @@ def test_stopped_names_the_ended_jobs_and_those_batch_no_longer_knows() -> None:
         with pytest.raises(BatchThrottled):
             launcher.stopped(["b-1"])
         stub.assert_no_pending_responses()
+
+
+def test_a_job_in_an_efa_pool_runs_under_its_teams_efa_definition() -> None:
+    batch = boto3.client("batch", region_name=REGION)
+    launcher = AwsBatchLauncher(
+        batch,
+        None,
+        team_definitions={"vision": "spotline-dev-training-vision", "nlp": "spotline-dev-training-nlp"},
+        efa_team_definitions={"vision": "spotline-dev-training-vision-efa"},
+    )
+    efa = described()
+    efa["jobDefinitions"][0]["jobDefinitionArn"] = "arn:efa"
+    plain = described()
+    plain["jobDefinitions"][0]["jobDefinitionArn"] = "arn:plain"
+    with Stubber(batch) as stub:
+        # In an EFA pool: the team's EFA definition (it maps the EFA device)
+        stub.add_response(
+            "describe_job_definitions",
+            efa,
+            {"jobDefinitionName": "spotline-dev-training-vision-efa", "status": "ACTIVE"},
+        )
+        stub.add_response("submit_job", {"jobName": "spotline-job-1-r2", "jobId": "b-efa"})
+        # Elsewhere: the plain one
+        stub.add_response(
+            "describe_job_definitions",
+            plain,
+            {"jobDefinitionName": "spotline-dev-training-vision", "status": "ACTIVE"},
+        )
+        stub.add_response("submit_job", {"jobName": "spotline-job-1-r2", "jobId": "b-plain"})
+        assert launcher.submit(request(efa=True)) == "b-efa"
+        assert launcher.submit(request()) == "b-plain"
+        stub.assert_no_pending_responses()
+    # A team without an EFA definition cannot launch into an EFA pool (never without the device).
+    with pytest.raises(LaunchFailed, match="efa_job_definitions"):
+        launcher.submit(request(team="nlp", efa=True))
+
+
+def test_an_efa_pool_needs_every_teams_efa_definition() -> None:
+    pools = [{**CONFIG["pools"][0], "efa": True}, CONFIG["pools"][1]]
+    definitions = {"vision": "d-vision", "nlp": "d-nlp"}
+    with pytest.raises(ValueError, match=r"efa_job_definitions: .*\['nlp'\]"):
+        SpotlineConfig.model_validate(
+            {**CONFIG, "pools": pools, "job_definitions": definitions, "efa_job_definitions": {"vision": "e"}}
+        )
+    config = SpotlineConfig.model_validate(
+        {
+            **CONFIG,
+            "pools": pools,
+            "job_definitions": definitions,
+            "efa_job_definitions": {t: f"{d}-efa" for t, d in definitions.items()},
+        }
+    )
+    assert config.pools_by_name["a100-spot"].efa and not config.pools_by_name["a100-on-demand"].efa

@@ -128,3 +128,67 @@ def test_a_gang_job_gets_whole_nodes(deployment: Deployment, batch: RecordingBat
     node = node_shape("p4d.24xlarge")
     assert wanted == {"GPU": 8, "VCPU": node.usable_vcpus, "MEMORY": node.usable_memory_mib}
     assert _shared_memory(batch, submitted["jobDefinition"]) == node.usable_memory_mib // 2
+
+
+def test_a_gang_job_in_an_efa_pool_keeps_the_efa_device_on_every_node(
+    deployment: Deployment, batch: RecordingBatch
+) -> None:
+    # Given the team's plain definition and its EFA variant (what the stack makes for EFA pools)
+    efa_device = {
+        "hostPath": "/dev/infiniband/uverbs0",
+        "containerPath": "/dev/infiniband/uverbs0",
+        "permissions": ["READ", "WRITE", "MKNOD"],
+    }
+    base = batch.client.describe_job_definitions(jobDefinitionName=BASE)["jobDefinitions"][0]
+    properties = base["containerProperties"]
+    batch.client.register_job_definition(
+        jobDefinitionName=f"{BASE}-efa",
+        type="container",
+        containerProperties={
+            **properties,
+            "environment": [{"name": "FI_PROVIDER", "value": "efa"}],
+            "linuxParameters": {**properties["linuxParameters"], "devices": [efa_device]},
+        },
+    )
+    plane = deployment.plane
+    on_demand = next(p.name for p in plane.config.pools if not p.is_spot)
+    pools = tuple(p.model_copy(update={"efa": p.name == on_demand}) for p in plane.config.pools)
+    plane.settings = plane.settings.model_copy(
+        update={"config": plane.config.model_copy(update={"pools": pools})}
+    )
+    teams = {t.team for t in plane.config.teams}
+    launcher = AwsBatchLauncher(
+        batch,
+        None,
+        team_definitions=dict.fromkeys(teams, BASE),
+        efa_team_definitions=dict.fromkeys(teams, f"{BASE}-efa"),
+    )
+
+    # When a gang job is launched into the EFA pool, and a job into the other pool
+    gang_job = submit(deployment, gpus=16, nodes=2, spot="never")
+    gang = admit(plane, gang_job, on_demand, "t", now=deployment.clock())
+    launcher.submit(launch_request(plane, gang))
+    into_efa = batch.submitted[-1]
+    spot = next(p.name for p in plane.config.pools if p.is_spot)
+    single = admit(plane, submit(deployment, gpus=8), spot, "t", now=deployment.clock())
+    launcher.submit(launch_request(plane, single))
+    elsewhere = batch.submitted[-1]
+
+    # Then every node of the gang maps the EFA device and uses the EFA provider (the multi-node
+    # definition derived from the EFA one keeps both), and the other pool's job maps no device
+    registered = batch.registered[into_efa["jobDefinition"]]
+    assert registered["type"] == "multinode"
+    [node_range] = registered["nodeProperties"]["nodeRangeProperties"]
+    assert node_range["container"]["linuxParameters"]["devices"] == [efa_device]
+    assert {"name": "FI_PROVIDER", "value": "efa"} in node_range["container"]["environment"]
+    other = registered_or_described(batch, elsewhere["jobDefinition"])
+    assert "devices" not in (other.get("linuxParameters") or {})
+
+
+def registered_or_described(batch: RecordingBatch, arn: str) -> dict[str, Any]:
+    if arn in batch.registered:
+        properties: dict[str, Any] = batch.registered[arn]["containerProperties"]
+        return properties
+    [described] = batch.client.describe_job_definitions(jobDefinitions=[arn])["jobDefinitions"]
+    found: dict[str, Any] = described["containerProperties"]
+    return found

@@ -13,7 +13,8 @@ import pytest
 from moto import mock_aws
 from typer.testing import CliRunner
 
-from spotline.aws.doctor import DoctorPool, DoctorTarget, Finding, Status, run_checks
+from spotline.aws.doctor import DoctorPool, DoctorTarget, Finding, Status, run_checks, target_from_published
+from spotline.aws.published import PublishedConfig, PublishedPool, parameter_name
 from spotline.cli import app
 from tests.infra.support import cdk_context
 
@@ -154,7 +155,7 @@ def test_each_check_reports_with_a_fix(account: None) -> None:
     assert identities[OTHER_ACCOUNT].status is Status.SKIP
 
 
-def test_an_image_in_ecr_passes(account: None) -> None:
+def _push_image() -> None:
     ecr = _client("ecr")
     ecr.create_repository(repositoryName="spotline-dev-train")
     manifest = {
@@ -164,6 +165,10 @@ def test_an_image_in_ecr_passes(account: None) -> None:
         "layers": [],
     }
     ecr.put_image(repositoryName="spotline-dev-train", imageManifest=json.dumps(manifest), imageTag="latest")
+
+
+def test_an_image_in_ecr_passes(account: None) -> None:
+    _push_image()
     [found, _] = run_checks(TARGET, _client, ["image"])
     assert found.status is Status.OK
 
@@ -178,3 +183,92 @@ def test_the_command_reads_cdk_json_prints_every_check_and_fails_on_a_failure(
     for check in ("quotas", "batch", "layer", "image", "azs", "identities"):
         assert check in result.output
     assert "spotline-nobody" in result.output and "fail" in result.output
+
+
+def _publish(**changes: Any) -> PublishedConfig:
+    """What a deployed stack named Spotline writes to /spotline/Spotline/config (the stack's
+    document is checked against the same model in tests/infra/test_day_one.py)."""
+    fields: dict[str, Any] = {
+        "stack": "Spotline",
+        "region": REGION,
+        "stage": "dev",
+        "api_url": "https://abc123.execute-api.us-east-1.amazonaws.com/dev/",
+        "pools": [
+            PublishedPool(
+                name="a100-spot",
+                purchase="spot",
+                instance_types=("p4d.24xlarge",),
+                max_vcpus=768,
+                job_queue="spotline-dev-a100-spot",
+            )
+        ],
+        "teams": ("ml",),
+        "job_definitions": {"ml": "spotline-dev-training-ml"},
+        "identities": {EXISTING_ROLE: "ml"},
+        "powertools_layer_version": 7,
+        "training_image": f"{ACCOUNT}.dkr.ecr.{REGION}.amazonaws.com/spotline-dev-train:latest",
+        "availability_zones": ("us-east-1a",),
+    }
+    fields.update(changes)
+    published = PublishedConfig(**fields)
+    _client("ssm").put_parameter(
+        Name=parameter_name("Spotline"), Value=published.model_dump_json(), Type="String", Overwrite=True
+    )
+    return published
+
+
+def test_doctor_checks_a_deployed_stack_from_the_configuration_it_published(
+    account: None, tmp_path: Path
+) -> None:
+    # Given a deployed stack's published configuration and its image, and a cdk.json that says
+    # something else
+    _publish()
+    _push_image()
+    context = {**cdk_context(), "identities": {MISSING_ROLE: "research"}}
+    (tmp_path / "cdk.json").write_text(json.dumps({"context": context}))
+
+    # When doctor checks the stack
+    result = CliRunner().invoke(
+        app, ["doctor", "--stack", "Spotline", "--context", str(tmp_path / "cdk.json")]
+    )
+
+    # Then it checked what was deployed: the published pool, queue, AZ and caller, not cdk.json's
+    assert result.exit_code == 0, result.output
+    assert "checking stack Spotline as deployed (/spotline/Spotline/config, us-east-1)" in result.output
+    for check in ("quotas", "batch", "layer", "image", "azs", "identities"):
+        assert check in result.output
+    assert "spotline-dev-a100-spot" in result.output and "AWSReservedSSO_ML_1" in result.output
+    assert "spotline-nobody" not in result.output and "a100-ondemand" not in result.output
+    findings = run_checks(target_from_published(_publish()), _client)
+    assert _by(findings, "batch")["job queue spotline-dev-a100-spot"].status is Status.OK
+    assert _by(findings, "azs")["p4d.24xlarge (a100-spot) in us-east-1a"].status is Status.OK
+    assert _by(findings, "identities")[EXISTING_ROLE].status is Status.OK
+
+
+def _said(output: str) -> str:
+    """The CLI's words, without rich's box and line breaks."""
+    return " ".join(output.replace("│", " ").split())
+
+
+def test_doctor_names_the_parameter_a_stack_did_not_publish(account: None) -> None:
+    result = CliRunner().invoke(app, ["doctor", "--stack", "Elsewhere", "--region", REGION])
+    assert result.exit_code == 2
+    said = _said(result.output)
+    assert "stack Elsewhere has published no configuration at /spotline/Elsewhere/config" in said
+    assert "--region" in said
+
+
+def test_doctor_refuses_a_configuration_it_cannot_read(account: None) -> None:
+    _client("ssm").put_parameter(Name=parameter_name("Spotline"), Value='{"version": 1}', Type="String")
+    result = CliRunner().invoke(app, ["doctor", "--stack", "Spotline", "--region", REGION])
+    assert result.exit_code == 2
+    said = _said(result.output)
+    assert "not a Spotline configuration" in said and "stack: Field required" in said
+    _client("ssm").put_parameter(
+        Name=parameter_name("Spotline"),
+        Value=_publish().model_copy(update={"version": 9}).model_dump_json(),
+        Type="String",
+        Overwrite=True,
+    )
+    result = CliRunner().invoke(app, ["doctor", "--stack", "Spotline", "--region", REGION])
+    assert result.exit_code == 2 and "configuration version 9" in _said(result.output)
