@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 from aws_cdk import Aws, Duration, RemovalPolicy, Stack
 from aws_cdk import aws_cloudwatch as cloudwatch
@@ -161,11 +162,132 @@ def spotline_metric(name: str, period: Duration) -> cloudwatch.Metric:
     )
 
 
+@dataclass(frozen=True)
+class AlarmSpec:
+    """One alarm: its construct id, what it watches, when it fires (at or above `threshold` for
+    `periods` periods; missing data is not breaching), and what the on-call reads."""
+
+    construct_id: str
+    metric: cloudwatch.IMetric
+    threshold: float
+    description: str
+    periods: int = 1
+
+
+def oldest_message_age(queue: sqs.IQueue, period: Duration) -> cloudwatch.IMetric:
+    return queue.metric_approximate_age_of_oldest_message(period=period, statistic="Maximum")
+
+
+def sum_of(label: str, period: Duration, metrics: Mapping[str, cloudwatch.IMetric]) -> cloudwatch.IMetric:
+    """The sum of `metrics` (named by their keys in the expression), as one alarm's metric."""
+    return cloudwatch.MathExpression(
+        expression=" + ".join(metrics), using_metrics=dict(metrics), period=period, label=label
+    )
+
+
+def queue_alarms(
+    scheduler_queue: sqs.IQueue, dead_letter_queues: Mapping[str, sqs.IQueue]
+) -> list[AlarmSpec]:
+    """Each dead-letter queue's depth and oldest message, and the scheduling triggers' age."""
+    specs = [spec for name, queue in dead_letter_queues.items() for spec in _dead_letter_alarms(name, queue)]
+    specs.append(
+        AlarmSpec(
+            "OldestSchedulingTrigger",
+            oldest_message_age(scheduler_queue, Duration.minutes(1)),
+            threshold=SCHEDULER_QUEUE_MAX_AGE.to_seconds(),
+            periods=3,
+            description="A scheduling trigger has waited over 5 minutes: passes fail, time out or "
+            "cannot keep up. See the scheduler's logs and the PassErrors metric.",
+        )
+    )
+    return specs
+
+
+def _dead_letter_alarms(name: str, queue: sqs.IQueue) -> list[AlarmSpec]:
+    five = Duration.minutes(5)
+    return [
+        AlarmSpec(
+            f"DeadLetters-{name}",
+            queue.metric_approximate_number_of_messages_visible(period=five, statistic="Maximum"),
+            threshold=1,
+            description=f"Messages in the {name} dead-letter queue: deliveries that failed for good. "
+            "Read them (RULE_ARN / error attributes say which), fix, and redrive.",
+        ),
+        AlarmSpec(
+            f"OldestDeadLetter-{name}",
+            oldest_message_age(queue, five),
+            threshold=DEAD_LETTER_MAX_AGE.to_seconds(),
+            description=f"A message in the {name} dead-letter queue is over a day old: unhandled.",
+        ),
+    ]
+
+
+def workflow_alarm(name: str, machine: stepfunctions.IStateMachine) -> AlarmSpec:
+    five = Duration.minutes(5)
+    return AlarmSpec(
+        f"WorkflowFailures-{name}",
+        sum_of(
+            f"{name} executions failed, timed out or aborted",
+            five,
+            {
+                "failed": machine.metric_failed(period=five),
+                "timedOut": machine.metric_timed_out(period=five),
+                "aborted": machine.metric_aborted(period=five),
+            },
+        ),
+        threshold=1,
+        description=f"A {name} workflow execution failed: the job it was for is left to the "
+        "reconciler. Open the execution in the Step Functions console.",
+    )
+
+
+def pass_errors_alarm(scheduler_function: lambda_.IFunction) -> AlarmSpec:
+    five = Duration.minutes(5)
+    return AlarmSpec(
+        "SchedulingPassErrors",
+        sum_of(
+            "scheduling passes that raised, and scheduler invocations that failed",
+            five,
+            {
+                "passErrors": spotline_metric("PassErrors", five),
+                "functionErrors": scheduler_function.metric_errors(period=five),
+            },
+        ),
+        threshold=1,
+        description="A scheduling pass failed (retried in seconds; its triggers go to the "
+        "dead-letter queue after 5 failures). See the scheduler's logs.",
+    )
+
+
+def reconciler_alarms() -> list[AlarmSpec]:
+    fifteen = Duration.minutes(15)
+    return [
+        AlarmSpec(
+            "JobsStuckPastDeadline",
+            spotline_metric("ReconcilerRequeued", fifteen),
+            threshold=1,
+            description="The reconciler moved on jobs stuck past a deadline (launch or start timed "
+            "out, checkpoint overran, heartbeat lost): an event was lost or Batch has no capacity. The "
+            "jobs' timelines say which.",
+        ),
+        AlarmSpec(
+            "ReconcilerRepairs",
+            spotline_metric("LedgerRepaired", fifteen),
+            threshold=1,
+            description="The reconciler repaired the GPU ledger (its counters disagreed with the "
+            "active jobs twice in a row): look for a failed write in the functions' logs.",
+        ),
+    ]
+
+
 class Alarms(Construct):
     """What pages someone: dead letters, old messages on each queue, failed workflow executions,
     scheduling passes that error, jobs stuck past a deadline (the reconciler moved them on), and
     the reconciler's ledger repairs. With `topic_arn` (context `alarm_topic_arn`) each alarm
-    notifies that SNS topic; without, the alarms show on the console and the dashboard only."""
+    notifies that SNS topic; without, the alarms show on the console and the dashboard only.
+
+    The alarms are data (`AlarmSpec`, from the functions above, one per kind of thing watched);
+    `_alarm` is the one place that turns a spec into a CloudWatch alarm."""
 
     def __init__(
         self,
@@ -181,99 +303,27 @@ class Alarms(Construct):
         super().__init__(scope, construct_id)
         self.topic = sns.Topic.from_topic_arn(self, "Topic", topic_arn) if topic_arn else None
         self.alarms: dict[str, cloudwatch.Alarm] = {}
-        five = Duration.minutes(5)
-        for name, queue in dead_letter_queues.items():
-            self._alarm(
-                f"DeadLetters-{name}",
-                queue.metric_approximate_number_of_messages_visible(period=five, statistic="Maximum"),
-                threshold=1,
-                description=f"Messages in the {name} dead-letter queue: deliveries that failed for good. "
-                "Read them (RULE_ARN / error attributes say which), fix, and redrive.",
-            )
-            self._alarm(
-                f"OldestDeadLetter-{name}",
-                queue.metric_approximate_age_of_oldest_message(period=five, statistic="Maximum"),
-                threshold=DEAD_LETTER_MAX_AGE.to_seconds(),
-                description=f"A message in the {name} dead-letter queue is over a day old: unhandled.",
-            )
-        self._alarm(
-            "OldestSchedulingTrigger",
-            scheduler_queue.metric_approximate_age_of_oldest_message(
-                period=Duration.minutes(1), statistic="Maximum"
-            ),
-            threshold=SCHEDULER_QUEUE_MAX_AGE.to_seconds(),
-            periods=3,
-            description="A scheduling trigger has waited over 5 minutes: passes fail, time out or "
-            "cannot keep up. See the scheduler's logs and the PassErrors metric.",
-        )
-        for name, machine in state_machines.items():
-            self._alarm(
-                f"WorkflowFailures-{name}",
-                cloudwatch.MathExpression(
-                    expression="failed + timedOut + aborted",
-                    using_metrics={
-                        "failed": machine.metric_failed(period=five),
-                        "timedOut": machine.metric_timed_out(period=five),
-                        "aborted": machine.metric_aborted(period=five),
-                    },
-                    period=five,
-                    label=f"{name} executions failed, timed out or aborted",
-                ),
-                threshold=1,
-                description=f"A {name} workflow execution failed: the job it was for is left to the "
-                "reconciler. Open the execution in the Step Functions console.",
-            )
-        self._alarm(
-            "SchedulingPassErrors",
-            cloudwatch.MathExpression(
-                expression="passErrors + functionErrors",
-                using_metrics={
-                    "passErrors": spotline_metric("PassErrors", five),
-                    "functionErrors": scheduler_function.metric_errors(period=five),
-                },
-                period=five,
-                label="scheduling passes that raised, and scheduler invocations that failed",
-            ),
-            threshold=1,
-            description="A scheduling pass failed (retried in seconds; its triggers go to the dead-letter "
-            "queue after 5 failures). See the scheduler's logs.",
-        )
-        self._alarm(
-            "JobsStuckPastDeadline",
-            spotline_metric("ReconcilerRequeued", Duration.minutes(15)),
-            threshold=1,
-            description="The reconciler moved on jobs stuck past a deadline (launch or start timed out, "
-            "checkpoint overran, heartbeat lost): an event was lost or Batch has no capacity. The jobs' "
-            "timelines say which.",
-        )
-        self._alarm(
-            "ReconcilerRepairs",
-            spotline_metric("LedgerRepaired", Duration.minutes(15)),
-            threshold=1,
-            description="The reconciler repaired the GPU ledger (its counters disagreed with the active "
-            "jobs twice in a row): look for a failed write in the functions' logs.",
-        )
+        specs = [
+            *queue_alarms(scheduler_queue, dead_letter_queues),
+            *(workflow_alarm(name, machine) for name, machine in state_machines.items()),
+            pass_errors_alarm(scheduler_function),
+            *reconciler_alarms(),
+        ]
+        for spec in specs:
+            self._alarm(spec)
 
-    def _alarm(
-        self,
-        construct_id: str,
-        metric: cloudwatch.IMetric,
-        *,
-        threshold: float,
-        description: str,
-        periods: int = 1,
-    ) -> cloudwatch.Alarm:
+    def _alarm(self, spec: AlarmSpec) -> cloudwatch.Alarm:
         alarm = cloudwatch.Alarm(
             self,
-            construct_id,
-            metric=metric,
-            threshold=threshold,
-            evaluation_periods=periods,
+            spec.construct_id,
+            metric=spec.metric,
+            threshold=spec.threshold,
+            evaluation_periods=spec.periods,
             comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
             treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
-            alarm_description=description,
+            alarm_description=spec.description,
         )
         if self.topic is not None:
             alarm.add_alarm_action(cloudwatch_actions.SnsAction(self.topic))
-        self.alarms[construct_id] = alarm
+        self.alarms[spec.construct_id] = alarm
         return alarm
