@@ -217,6 +217,11 @@ def parse_pool(raw: Mapping[str, Any], index: int) -> PoolConfig:
         raise ConfigError(
             f"{where}: 'efa' needs instance types that support EFA; {list(instance_types)} do not all"
         )
+    if efa and not placement_group:
+        raise ConfigError(
+            f"{where}: 'efa' needs the pool's cluster placement group (AWS Batch wants every instance "
+            "with an EFA in one): an On-Demand pool with 'placement_group' true"
+        )
     return PoolConfig(
         name=name,
         gpu_type=str(_require(raw, "gpu_type", where)),

@@ -251,6 +251,8 @@ def test_every_alarm_notifies_the_configured_topic(variant: tuple[SpotlineStack,
     ("change", "message"),
     [
         ({"efa": True, "instance_types": ["g5.xlarge"]}, "support EFA"),
+        ({"efa": True, "placement_group": False}, "cluster placement group"),
+        ({"efa": True, "purchase": "spot"}, "cluster placement group"),
         ({"placement_group": True, "purchase": "spot"}, "no placement group"),
         ({"placement_group": "yes"}, "must be true or false"),
     ],
