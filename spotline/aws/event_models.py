@@ -18,7 +18,12 @@ from pydantic import BaseModel, ConfigDict, Field
 class _Detail(BaseModel):
     # Every number finite: a JSON number too large for a float parses as inf, and NaN passes
     # every range check, so neither may reach a stored record.
-    model_config = ConfigDict(extra="ignore", populate_by_name=True, allow_inf_nan=False)
+    model_config = ConfigDict(defer_build=True, extra="ignore", populate_by_name=True, allow_inf_nan=False)
+
+
+class _Event(EventBridgeModel):
+    # Built on first parse, not at import: a handler pays only for the events it parses.
+    model_config = ConfigDict(defer_build=True)
 
 
 # --- EC2 ------------------------------------------------------------------------------------
@@ -29,7 +34,7 @@ class SpotWarningDetail(_Detail):
     instance_action: str = Field(default="terminate", alias="instance-action")
 
 
-class SpotWarningEvent(EventBridgeModel):
+class SpotWarningEvent(_Event):
     """The whole event, not only its detail: the notice's deadline counts from its `time`."""
 
     detail: SpotWarningDetail
@@ -39,7 +44,7 @@ class RebalanceDetail(_Detail):
     instance_id: str = Field(alias="instance-id", min_length=1)
 
 
-class RebalanceEvent(EventBridgeModel):
+class RebalanceEvent(_Event):
     detail: RebalanceDetail
 
 
@@ -59,7 +64,7 @@ class CheckpointCompletedDetail(_Detail):
     requested_at: float | None = None
 
 
-class CheckpointCompletedEvent(EventBridgeModel):
+class CheckpointCompletedEvent(_Event):
     detail: CheckpointCompletedDetail
 
 
@@ -72,7 +77,7 @@ class HeartbeatDetail(_Detail):
     utilization: float | None = Field(default=None, ge=0.0, le=1.0)
 
 
-class HeartbeatEvent(EventBridgeModel):
+class HeartbeatEvent(_Event):
     detail: HeartbeatDetail
 
 
@@ -138,5 +143,5 @@ class BatchJobStateDetail(_Detail):
         return None
 
 
-class BatchJobStateChangeEvent(EventBridgeModel):
+class BatchJobStateChangeEvent(_Event):
     detail: BatchJobStateDetail

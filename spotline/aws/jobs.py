@@ -78,7 +78,7 @@ class Disruption(StrEnum):
 class JobRecord(BaseModel):
     """A job as stored: the domain `Job` plus what the control plane tracks about its run."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(defer_build=True, frozen=True)
 
     job: Job
     updated_at: float

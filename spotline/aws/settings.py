@@ -62,7 +62,7 @@ class TeamSettings(TeamQuota):
 class SpotlineConfig(BaseModel):
     """The JSON in `SPOTLINE_CONFIG`."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(defer_build=True, extra="forbid", frozen=True)
 
     pools: tuple[PoolSettings, ...] = Field(min_length=1)
     # Team -> the Batch job definition (name or ARN) its jobs run under: each carries its team's
@@ -81,7 +81,7 @@ class SpotlineConfig(BaseModel):
     teams: tuple[TeamSettings, ...] = ()
     # IAM principal ARN (user or role), or a local access key -> team.
     identities: dict[str, str] = Field(default_factory=dict)
-    scheduler: SchedulerConfig = SchedulerConfig()
+    scheduler: SchedulerConfig = Field(default_factory=SchedulerConfig)
     # How long a preempted job has to write its checkpoint before it is stopped anyway.
     grace_period_s: int = Field(default=120, ge=1)
     # A Spot interruption warning comes this long before the instance is reclaimed.
@@ -153,7 +153,7 @@ class SpotlineConfig(BaseModel):
 class Settings(BaseModel):
     """Everything a function needs to know about its deployment."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(defer_build=True, frozen=True)
 
     jobs_table: str
     timeline_table: str

@@ -77,7 +77,7 @@ class CheckpointView(BaseModel):
 class JobView(BaseModel):
     """A job as the API shows it (architecture.md: GET /jobs/{id})."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(defer_build=True, frozen=True)
 
     id: str
     name: str
@@ -369,7 +369,7 @@ def cancel_job(cp: ControlPlane, team: str, job_id: str) -> JobRecord:
 class JobChanges(BaseModel):
     """The body of PATCH /jobs/{id}: a new priority class and/or deadline."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(defer_build=True, extra="forbid")
 
     priority: Priority | None = None
     deadline: DateTime | None = None

@@ -55,7 +55,7 @@ class PriorityWeights(BaseModel):
     seed 1) the high class's p99 wait was 0.52 h at 400, 0.55 h at 100 and 0.57 h at 0.
     """
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(defer_build=True, frozen=True)
 
     class_step: float = 1000.0
     age: float = 900.0
@@ -72,9 +72,9 @@ class PriorityWeights(BaseModel):
 class SchedulerConfig(BaseModel):
     """Policy of one Spotline deployment."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(defer_build=True, frozen=True)
 
-    weights: PriorityWeights = PriorityWeights()
+    weights: PriorityWeights = Field(default_factory=PriorityWeights)
     strategy: VictimStrategy = VictimStrategy.LEAST_LOST_WORK
     # A job cannot be preempted within this many seconds of its last start.
     protection_period_s: float = Field(default=600.0, ge=0)

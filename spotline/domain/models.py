@@ -172,7 +172,7 @@ class JobSpec(BaseModel):
 
     # Every number finite (a JSON number too large for a float parses as inf) and no coercion a
     # user would not expect: `true` or "4" is not a GPU count, 1.5 is not a count at all.
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+    model_config = ConfigDict(defer_build=True, extra="forbid", frozen=True, allow_inf_nan=False)
 
     name: Annotated[str, AfterValidator(check_name)] = Field(min_length=1, max_length=128, strict=True)
     priority: Priority = Priority.NORMAL
@@ -239,7 +239,7 @@ class JobSpec(BaseModel):
 class Job(BaseModel):
     """A job with its spec and what the control plane knows about its progress."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(defer_build=True, frozen=True)
 
     id: str
     team: str
@@ -315,7 +315,7 @@ class Job(BaseModel):
 class Pool(BaseModel):
     """Capacity of one GPU type bought one way (one Batch compute environment and job queue)."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(defer_build=True, frozen=True)
 
     name: str
     gpu_type: str
@@ -356,7 +356,7 @@ class TeamQuota(BaseModel):
     idle quota (None: all of it). `weight` is its fair-share.
     """
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(defer_build=True, frozen=True)
 
     team: str
     nominal_gpus: int = Field(ge=0)
@@ -368,7 +368,7 @@ class TeamQuota(BaseModel):
 class Allocation(BaseModel):
     """A job holding GPUs in a pool: running, or checkpointing before it leaves."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(defer_build=True, frozen=True)
 
     job: Job
     pool: str
@@ -384,7 +384,7 @@ class ClusterSnapshot(BaseModel):
     adapter that owns the history.
     """
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(defer_build=True, frozen=True)
 
     pools: dict[str, Pool]
     allocations: tuple[Allocation, ...] = ()
