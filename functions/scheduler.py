@@ -22,6 +22,9 @@ from spotline.control.scheduling import PassResult, scheduling_pass
 # A failed pass is retried after this long: its triggers become visible again in seconds, not
 # after the queue's visibility timeout, and the one message group they block is free as soon.
 RETRY_FAILED_PASS_AFTER_S = 5
+# A pass stops acting this long before the function's timeout (what is left goes to the next
+# pass, asked for at once): time to report, and to ask for that pass.
+STOP_ACTING_BEFORE_TIMEOUT_S = 15.0
 
 
 def _receipt_handles(event: dict[str, Any]) -> list[str]:
@@ -37,9 +40,11 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     handles = _receipt_handles(event)
     triggers = len(handles) or 1
     started = time.perf_counter()
+    remaining_s = context.get_remaining_time_in_millis() / 1000.0
+    act_until = time.monotonic() + max(0.0, remaining_s - STOP_ACTING_BEFORE_TIMEOUT_S)
     plane = control_plane()
     try:
-        result = scheduling_pass(plane)
+        result = scheduling_pass(plane, act_until=act_until)
     except Exception:
         # Counted (the PassErrors alarm) and retried in seconds; after the queue's
         # maxReceiveCount the triggers go to its dead-letter queue (the DLQ alarm).
@@ -54,12 +59,16 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     metrics.add_metric(name="PassErrors", unit=MetricUnit.Count, value=0)
     elapsed_ms = (time.perf_counter() - started) * 1000.0
     if result.more_work:
-        # A full window was admitted: the jobs behind it may fit what is still free, so the
-        # next pass is asked for now (one message; FIFO keeps passes one at a time).
-        # The key names this pass (its time and first admission), so FIFO deduplication never
-        # drops the request of a later pass.
-        key = f"continue-{result.now:.6f}-{result.admitted[0][0]}"
-        plane.trigger.request("the last pass admitted a full window", key)
+        # A full window was admitted (the jobs behind it may fit what is still free), or the
+        # pass ran out of time: the next pass is asked for now (one message; FIFO keeps passes
+        # one at a time). The key names this pass (its time and first admission), so FIFO
+        # deduplication never drops the request of a later pass.
+        first = result.admitted[0][0] if result.admitted else "none"
+        key = f"continue-{result.now:.6f}-{first}"
+        why = "the last pass admitted a full window"
+        if result.left_for_next_pass:
+            why = "the last pass ran out of time"
+        plane.trigger.request(why, key)
     _report(result, triggers, elapsed_ms)
     return {
         "batchItemFailures": [],
@@ -69,6 +78,8 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         "skipped": len(result.skipped),
         "quarantined": [job for job, _ in result.quarantined],
         "items_read": result.queue_items_read + result.active_items_read,
+        "window": result.window,
+        "more_work": result.more_work,
     }
 
 

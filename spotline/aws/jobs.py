@@ -743,17 +743,26 @@ class JobRepository:
     def _index_head(
         self, index: str, key: str, value: str, limit: int, skipped: Quarantined | None = None
     ) -> list[JobRecord]:
-        expr = Expression()
-        items, _ = self.table.query(
-            expr.attach(
+        # A page ends at `Limit` items or at 1 MB of them, whichever comes first: a large window
+        # reads on from where the page ended until it has `limit` items or the index ends.
+        items: list[Item] = []
+        start: dict[str, Any] | None = None
+        while True:
+            expr = Expression()
+            request = expr.attach(
                 {
                     "IndexName": index,
                     "KeyConditionExpression": f"{expr.name(key)} = {expr.value(value)}",
-                    "Limit": limit,
+                    "Limit": limit - len(items),
                     "ScanIndexForward": True,
                 }
             )
-        )
+            if start is not None:
+                request["ExclusiveStartKey"] = start
+            page, start = self.table.query(request)
+            items += page
+            if start is None or len(items) >= limit:
+                break
         # Index reads are eventually consistent: a job admitted a moment ago may still be listed.
         # Its admission would fail its condition anyway; dropping it here saves the attempt.
         return [r for r in self._readable(items, skipped) if r.state is JobState.PENDING]

@@ -103,6 +103,11 @@ class SpotlineConfig(BaseModel):
     max_interruptions: int = Field(default=5, ge=0)
     # How often the agent should read its job record (passed to the container).
     agent_poll_s: float = Field(default=5.0, gt=0)
+    # A pass reads at least `scheduler.window_per_class` jobs per class, and as many as the GPUs
+    # free at its start (each admission takes one at least, so a freed cluster fills in one pass
+    # where the jobs fit), up to this many: what one pass reads and acts on stays bounded
+    # (`spotline.control.scheduling.pass_window`).
+    max_window_per_class: int = Field(default=2048, gt=0)
     # Seed of the scheduler's random source (None: the system's). Only the `random` victim
     # strategy draws from it.
     seed: int | None = None

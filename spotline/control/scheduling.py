@@ -1,8 +1,9 @@
 """The scheduling pass: read a bounded window, let the domain plan, act on each decision.
 
 Reads per pass: one Query with Limit per priority class and one for the nearest deadlines
-(`window_per_class` items each at most), plus the jobs holding GPUs (bounded by the cluster's
-size). Nothing scales with the length of the queue.
+(`pass_window` items each at most: `window_per_class`, or as many as the GPUs free when more,
+up to `max_window_per_class`), plus the jobs holding GPUs (bounded by the cluster's size).
+Nothing scales with the length of the queue.
 
 Every action is a conditional write, so a pass that races another pass (or an event handler)
 loses cleanly: the decision is skipped and the next pass decides again.
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import re
+import time
 from dataclasses import dataclass, field
 
 from spotline.aws.errors import CapacityExhausted, ConditionFailed, InvalidTransition, StaleJobError
@@ -54,9 +56,14 @@ class PassResult:
     # Longest wait in each class's window (the head of a class is its oldest submission).
     oldest_wait_s: dict[str, float] = field(default_factory=dict)
     window_by_class: dict[str, int] = field(default_factory=dict)
-    # The pass admitted jobs and some class's window was full: jobs beyond it may fit the
-    # capacity left, so the next pass should follow at once rather than at the next trigger.
+    # The pass admitted jobs and some class's window was full (jobs beyond it may fit the
+    # capacity left), or it ran out of time before acting on every decision: the next pass
+    # should follow at once rather than at the next trigger.
     more_work: bool = False
+    # Jobs read per class this pass (`pass_window`), and the decisions it left to the next pass
+    # when its time ran out (`act_until`).
+    window: int = 0
+    left_for_next_pass: int = 0
     # This month's spend of each team with a budget (dollars).
     spend_usd: dict[str, float] = field(default_factory=dict)
     # (job id, why) of each unreadable record met and quarantined: left out, never planned.
@@ -98,8 +105,22 @@ def build_snapshot(
     )
 
 
-def scheduling_pass(cp: ControlPlane) -> PassResult:
-    """One pass: admit what fits, preempt for what may, and record why the rest waits."""
+def pass_window(snapshot: ClusterSnapshot, window_per_class: int, max_window_per_class: int) -> int:
+    """How many jobs of each class (and of the nearest deadlines) a pass reads: the configured
+    window, or the GPUs free in every pool together when more (each admission takes one GPU at
+    least, so no more jobs than that can be admitted), capped at `max_window_per_class`. A freed
+    cluster with a backlog of jobs that fit then fills in one pass instead of one window per
+    pass; with nothing free the pass reads what it always read."""
+    free = sum(max(0, snapshot.free_gpus(name)) for name in snapshot.pools)
+    return max(window_per_class, min(free, max_window_per_class))
+
+
+def scheduling_pass(cp: ControlPlane, *, act_until: float | None = None) -> PassResult:
+    """One pass: admit what fits, preempt for what may, and record why the rest waits.
+
+    `act_until` (a `time.monotonic()` instant): the pass stops acting on its decisions then,
+    leaves the rest to the next pass and asks for it at once (`more_work`), so a pass that admits
+    a large window ends before its function's timeout."""
     now = cp.clock()
     result = PassResult(now=now)
     queue = DynamoPendingQueue(cp.jobs)
@@ -111,7 +132,12 @@ def scheduling_pass(cp: ControlPlane) -> PassResult:
     # What the API shows as a job's effective priority uses the usage of the latest pass.
     cp.ledger.put_fairshare_usage(snapshot.usage_gpu_hours, now)
 
-    decisions, stats = plan_with_stats(snapshot, queue, now, cp.config.scheduler, cp.rng)
+    window = pass_window(snapshot, cp.config.scheduler.window_per_class, cp.config.max_window_per_class)
+    config = cp.config.scheduler
+    if window != config.window_per_class:
+        config = config.model_copy(update={"window_per_class": window})
+    result.window = window
+    decisions, stats = plan_with_stats(snapshot, queue, now, config, cp.rng)
     result.candidates = stats.candidates_examined
     result.running = stats.running_considered
     result.queue_items_read = queue.items_read
@@ -123,7 +149,13 @@ def scheduling_pass(cp: ControlPlane) -> PassResult:
     for priority in PRIORITIES_HIGH_FIRST:
         result.window_by_class.setdefault(priority.value, 0)
 
-    for decision in decisions:
+    stopped = False
+    for done, decision in enumerate(decisions):
+        if act_until is not None and time.monotonic() >= act_until:
+            # Out of time: what is left is planned again by the next pass, from fresh reads.
+            stopped = True
+            result.left_for_next_pass = len(decisions) - done
+            break
         record = queue.records[decision.job.id]
         try:
             if isinstance(decision, Admit):
@@ -145,8 +177,8 @@ def scheduling_pass(cp: ControlPlane) -> PassResult:
             # again from fresh reads.
             logger.info("decision skipped", extra={"job_id": record.id, "why": str(error)})
             result.skipped.append((record.id, str(error)))
-    window = cp.config.scheduler.window_per_class
-    result.more_work = bool(result.admitted) and any(n >= window for n in result.window_by_class.values())
+    full = any(n >= window for n in result.window_by_class.values())
+    result.more_work = stopped or (bool(result.admitted) and full)
     return result
 
 

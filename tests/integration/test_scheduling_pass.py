@@ -340,9 +340,12 @@ class RecordingTrigger:
 def test_a_pass_that_admitted_a_full_window_asks_for_the_next_at_once(deployment: Deployment) -> None:
     """With a backlog beyond the window and capacity left, passes follow each other at once (one
     trigger each) until the backlog no longer fills a window or nothing more fits."""
-    # Given a window of 2 jobs per class, 24 GPUs, and 4 jobs of 8 GPUs queued
+    # Given a window of 2 jobs per class (free GPUs cannot widen it: at most 2), 24 GPUs, and
+    # 4 jobs of 8 GPUs queued
     scheduler = deployment.plane.config.scheduler.model_copy(update={"window_per_class": 2})
-    config = deployment.plane.settings.config.model_copy(update={"scheduler": scheduler})
+    config = deployment.plane.settings.config.model_copy(
+        update={"scheduler": scheduler, "max_window_per_class": 2}
+    )
     settings = deployment.plane.settings.model_copy(update={"config": config})
     trigger = RecordingTrigger()
     plane = dataclasses.replace(deployment.plane, settings=settings, trigger=trigger)
