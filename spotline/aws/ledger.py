@@ -186,12 +186,21 @@ class LedgerRepository:
         }
         return {"Update": expr.attach(update)}
 
-    def usage_buckets(self, teams: Iterable[str]) -> dict[str, dict[int, float]]:
+    def usage_buckets(
+        self, teams: Iterable[str], *, shown: dict[str, float] | None = None
+    ) -> dict[str, dict[int, float]]:
         """Each team's usage buckets (bucket start -> scaled GPU-seconds; `spotline.domain.usage`), empty
-        for a team that never released GPUs."""
+        for a team that never released GPUs. `shown`, when given, gets the fair-share usage the
+        latest pass kept (`fairshare_usage`), read in the same BatchGetItem."""
         teams = list(teams)
         buckets: dict[str, dict[int, float]] = {team: {} for team in teams}
-        for key, item in self._items(team_key(t) for t in teams).items():
+        keys = [team_key(t) for t in teams]
+        found = self._items([*keys, FAIRSHARE_KEY] if shown is not None else keys)
+        kept = found.pop(FAIRSHARE_KEY, None)
+        if shown is not None and kept is not None:
+            usage = kept.get("usage_gpu_hours") or {}
+            shown.update({str(team): float(value) for team, value in usage.items()})
+        for key, item in found.items():
             buckets[key.removeprefix("TEAM#")] = {
                 int(name.removeprefix(USAGE_PREFIX)): float(value)
                 for name, value in item.items()
@@ -286,7 +295,9 @@ class LedgerRepository:
             pass  # a later pass already wrote its usage
 
     def fairshare_usage(self) -> dict[str, float]:
-        """The team usage (GPU-hours) of the latest scheduling pass; empty before the first."""
+        """The team usage (GPU-hours) of a recent scheduling pass: the latest one that found it
+        moved past a tolerance (`spotline.control.scheduling.usage_moved`: 1%); empty before the
+        first."""
         with storage_errors():
             response = self.table.client.get_item(
                 TableName=self.table.name, Key=serialize_item({"pk": FAIRSHARE_KEY})

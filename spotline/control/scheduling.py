@@ -70,11 +70,14 @@ class PassResult:
     quarantined: list[tuple[str, str]] = field(default_factory=list)
 
 
-def team_usage_gpu_hours(cp: ControlPlane, active: list[JobRecord], now: float) -> dict[str, float]:
+def team_usage_gpu_hours(
+    cp: ControlPlane, active: list[JobRecord], now: float, shown: dict[str, float] | None = None
+) -> dict[str, float]:
     """Each team's decayed GPU usage at `now` (fair-share's input): its completed runs from the
-    ledger's usage buckets (one BatchGetItem per 100 teams) plus its jobs holding GPUs now."""
+    ledger's usage buckets (one BatchGetItem per 100 teams) plus its jobs holding GPUs now.
+    `shown` gets the usage the latest pass kept for the API (same BatchGetItem)."""
     teams = {t.team for t in cp.config.teams} | {r.team for r in active}
-    buckets = cp.ledger.usage_buckets(teams)
+    buckets = cp.ledger.usage_buckets(teams, shown=shown)
     running: dict[str, list[tuple[int, float]]] = {}
     for r in active:
         if r.gpus_held > 0 and r.admitted_at is not None:
@@ -87,10 +90,14 @@ def team_usage_gpu_hours(cp: ControlPlane, active: list[JobRecord], now: float) 
 
 
 def build_snapshot(
-    cp: ControlPlane, active: list[JobRecord], now: float, over_budget: frozenset[str] = frozenset()
+    cp: ControlPlane,
+    active: list[JobRecord],
+    now: float,
+    over_budget: frozenset[str] = frozenset(),
+    shown: dict[str, float] | None = None,
 ) -> ClusterSnapshot:
     """What the pass plans from; the teams `over_budget` (soft threshold) count with a lower
-    fair-share weight (`spotline.control.usage`)."""
+    fair-share weight (`spotline.control.usage`). `shown`: see `team_usage_gpu_hours`."""
     pools = cp.config.pools_by_name
     allocations = [
         Allocation(job=r.job, pool=r.job.pool, gpus=r.gpus_held, draining_for=r.draining_for)
@@ -101,7 +108,24 @@ def build_snapshot(
         pools=cp.config.pools,
         allocations=allocations,
         quotas=soften(cp.config.teams, over_budget) if over_budget else cp.config.teams,
-        usage_gpu_hours=team_usage_gpu_hours(cp, active, now),
+        usage_gpu_hours=team_usage_gpu_hours(cp, active, now, shown),
+    )
+
+
+# The fair-share usage kept for the API is rewritten when a team's moved by more than this
+# fraction of it, or this many GPU-hours, whichever is more (or a team came or went).
+USAGE_SHOWN_RELATIVE = 0.01
+USAGE_SHOWN_ABSOLUTE_GPU_H = 0.01
+
+
+def usage_moved(shown: dict[str, float], usage: dict[str, float]) -> bool:
+    """Whether the fair-share usage kept for the API (`shown`) is no longer `usage`: its decay
+    moves it a little at every pass, so only a change past the tolerance counts."""
+    if shown.keys() != usage.keys():
+        return True
+    return any(
+        abs(usage[team] - value) > max(USAGE_SHOWN_ABSOLUTE_GPU_H, USAGE_SHOWN_RELATIVE * abs(value))
+        for team, value in shown.items()
     )
 
 
@@ -128,9 +152,12 @@ def scheduling_pass(cp: ControlPlane, *, act_until: float | None = None) -> Pass
     result.active_items_read = len(active)
     active_by_id = {r.id: r for r in active}
     over_budget = budget_pass(cp, active, now, result.spend_usd)
-    snapshot = build_snapshot(cp, active, now, frozenset(over_budget))
-    # What the API shows as a job's effective priority uses the usage of the latest pass.
-    cp.ledger.put_fairshare_usage(snapshot.usage_gpu_hours, now)
+    shown: dict[str, float] = {}
+    snapshot = build_snapshot(cp, active, now, frozenset(over_budget), shown)
+    # What the API shows as a job's effective priority uses the usage of a recent pass: written
+    # when it moved, so a pass that changes nothing writes nothing.
+    if usage_moved(shown, snapshot.usage_gpu_hours):
+        cp.ledger.put_fairshare_usage(snapshot.usage_gpu_hours, now)
 
     window = pass_window(snapshot, cp.config.scheduler.window_per_class, cp.config.max_window_per_class)
     config = cp.config.scheduler
