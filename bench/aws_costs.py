@@ -614,8 +614,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
     os.environ.setdefault("POWERTOOLS_LOG_LEVEL", "ERROR")
-    # The handlers' EMF metrics are stdout lines (no AWS call): left out of the bench's output.
-    os.environ.setdefault("POWERTOOLS_METRICS_DISABLED", "true")
     figures = run(args.jobs, args.idle_runs)
     figures["production"] = production_scaled(figures)
     total = sum(figures["dollars_per_1000_jobs"].values())
