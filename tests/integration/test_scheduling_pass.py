@@ -234,9 +234,11 @@ def test_a_pass_reads_the_same_bounded_number_of_items_at_2k_and_10k_pending_job
 
     # Then both passes read the same items, within the window bound, with no Scan
     print(f"\nitems read per pass: 2k pending -> {at_1k}, 10k pending -> {at_10k} (bulk load {load_s:.1f}s)")
-    assert at_1k == at_10k
+    # (The second also read the fair-share usage the first kept for the API: one item.)
+    assert at_1k["calls"] == at_10k["calls"] and at_1k["items"] + 1 == at_10k["items"]
     assert at_10k["scans"] == 0
-    assert at_10k["items"] <= bound
+    assert at_10k["items"] <= bound + 1
+    assert small.queue_items_read == large.queue_items_read <= bound
     assert small.candidates == large.candidates <= bound
     assert small.waiting == large.waiting == small.candidates
     # Nothing changed between the passes, so the second wrote no wait reason again.
