@@ -1,8 +1,11 @@
-"""A handler's cold start imports only what it runs: the X-Ray SDK only when tracing is on, and
-the idempotency utility only when a handler that uses it is first invoked."""
+"""A handler's cold start imports only what it runs: the X-Ray SDK only when tracing is on, the
+idempotency utility only when a handler that uses it is first invoked, the planner only in the
+scheduler; and pydantic models build their validators when first used, not at import
+(`bench/cold_start.py` measures the time)."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -48,3 +51,77 @@ def test_outside_lambda_nothing_traces(monkeypatch: pytest.MonkeyPatch) -> None:
     assert not lambda_runtime.tracing_enabled()
     monkeypatch.setenv("POWERTOOLS_TRACE_DISABLED", "false")
     assert lambda_runtime.tracing_enabled()
+
+
+HANDLERS = (
+    "api",
+    "scheduler",
+    "heartbeat",
+    "checkpoint_completed",
+    "batch_state_change",
+    "spot_interruption",
+    "rebalance",
+    "reconciler",
+    "workflow_tasks",
+)
+
+
+def probe(code: str) -> str:
+    environment = {k: v for k, v in os.environ.items() if k != "POWERTOOLS_TRACE_DISABLED"}
+    environment.update(
+        {
+            "LAMBDA_TASK_ROOT": "/var/task",
+            "AWS_DEFAULT_REGION": "us-east-1",
+            "POWERTOOLS_TRACE_DISABLED": "true",
+        }
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=environment, capture_output=True, text=True, check=True
+    )
+    return out.stdout.rstrip("\n").split("\n")[-1].strip()
+
+
+def test_only_the_scheduler_imports_the_planner() -> None:
+    # Every other handler imported into one interpreter: none of them brings the pass along.
+    others = ", ".join(f"functions.{h}" for h in HANDLERS if h != "scheduler")
+    loaded = probe(
+        f"import sys, {others}; "
+        "print(','.join(m for m in ('spotline.domain.planner', 'spotline.control.scheduling', "
+        "'spotline.control.insight') if m in sys.modules))"
+    )
+    assert loaded == ""
+
+
+def test_the_scheduler_imports_the_planner() -> None:
+    assert probe("import sys, functions.scheduler; print('spotline.domain.planner' in sys.modules)") == "True"
+
+
+def test_models_build_their_validators_on_first_use() -> None:
+    """`defer_build`: importing the heartbeat handler builds none of Spotline's models (only the
+    Powertools base it parses with); parsing a heartbeat builds the model it uses, and only that."""
+    code = """
+import json, pydantic, functions.heartbeat
+from spotline.aws import event_models
+from spotline.aws.jobs import JobRecord
+from spotline.aws.settings import Settings
+from spotline.domain import Job, SchedulerConfig
+
+def spotline_built():
+    seen, todo = set(), [pydantic.BaseModel]
+    while todo:
+        for sub in todo.pop().__subclasses__():
+            if sub not in seen:
+                seen.add(sub)
+                todo.append(sub)
+    return sorted(c.__name__ for c in seen if c.__module__.startswith("spotline") and c.__pydantic_complete__)
+
+before = spotline_built()
+event = {"version": "0", "id": "1", "source": "spotline.agent.vision", "account": "123456789012",
+         "time": "2026-12-01T00:00:00Z", "region": "us-east-1", "resources": [],
+         "detail-type": "Job Heartbeat", "detail": {"job_id": "job-1", "step": 3}}
+event_models.HeartbeatEvent.model_validate(event)
+print(json.dumps({"before": before, "after": spotline_built()}))
+"""
+    built = json.loads(probe(code))
+    assert built["before"] == []
+    assert built["after"] == ["HeartbeatEvent"]  # its detail's schema is built into it
