@@ -178,6 +178,7 @@ def pending_records(count: int, base: float, *, gpu_type: str, gpus: int, one_cl
 @dataclass
 class PassFigures:
     seconds: float
+    cpu_seconds: float
     items_read: int
     writes: Counter[str]
     admitted: int = 0
@@ -189,12 +190,18 @@ def timed_pass(plane: Any, meters: list[Meter]) -> PassFigures:
     from spotline.control.scheduling import scheduling_pass
 
     meters.append(Meter())
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), time.process_time()
     result = scheduling_pass(plane)
-    seconds = time.perf_counter() - started
+    seconds, cpu_seconds = time.perf_counter() - started, time.process_time() - cpu
     meter = meters[-1]
     return PassFigures(
-        seconds, meter.items_read, meter.writes(), len(result.admitted), result.window, result.more_work
+        seconds,
+        cpu_seconds,
+        meter.items_read,
+        meter.writes(),
+        len(result.admitted),
+        result.window,
+        result.more_work,
     )
 
 
@@ -233,7 +240,10 @@ def backlog_run(backlog: int, *, max_window: int | None) -> dict[str, Any]:
         left = len(plane.jobs.queue_head(Priority.NORMAL, backlog))
     admitted = sum(p.admitted for p in passes)
     seconds = sum(p.seconds for p in passes)
+    cpu_seconds = sum(p.cpu_seconds for p in passes)
     return {
+        "cpu_seconds": cpu_seconds,
+        "per_cpu_s": admitted / cpu_seconds if cpu_seconds else 0.0,
         "passes": passes,
         "admitted": admitted,
         "left": left,
@@ -264,19 +274,23 @@ def main(argv: list[str] | None = None) -> int:
     if any(s <= 0 for s in sizes) or args.backlog <= 0:
         parser.error("--pending and --backlog must be positive")
 
-    print("scheduling pass by queue length (moto, in-process; jobs that fit no pool, so all wait)")
     print(
-        f"  {'pending':>8} {'load s':>7} | {'1st pass s':>10} {'items':>6} {'writes':>7}"
-        f" | {'unchanged pass s':>16} {'items':>6} writes"
+        "scheduling pass by queue length (moto in-process, this process's CPU s and wall s; the jobs"
+        " fit no pool, so all wait)"
+    )
+    print(
+        f"  {'pending':>8} | {'1st pass cpu':>12} {'wall':>6} {'items':>6} {'writes':>7}"
+        f" | {'unchanged pass cpu':>18} {'wall':>6} {'items':>6} writes"
     )
     for row in queue_length_rows(sizes):
         first, unchanged = row["first"], row["unchanged"]
         print(
-            f"  {row['pending']:>8,} {row['load_s']:>7.1f} | {first.seconds:>10.2f} {first.items_read:>6,}"
-            f" {sum(first.writes.values()):>7,} | {unchanged.seconds:>16.2f} {unchanged.items_read:>6,}"
-            f" {writes_text(unchanged.writes)}"
+            f"  {row['pending']:>8,} | {first.cpu_seconds:>12.2f} {first.seconds:>6.1f}"
+            f" {first.items_read:>6,}"
+            f" {sum(first.writes.values()):>7,} | {unchanged.cpu_seconds:>18.2f} {unchanged.seconds:>6.1f}"
+            f" {unchanged.items_read:>6,} {writes_text(unchanged.writes)}"
         )
-    sys.stdout.flush()
+        sys.stdout.flush()
 
     runs = [("window scaled by free GPUs", None)]
     if not args.skip_fixed:
@@ -284,10 +298,14 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\nfreed cluster: {args.backlog:,} pending 1-GPU jobs (one class), {args.backlog:,} GPUs free")
     for label, max_window in runs:
         run = backlog_run(args.backlog, max_window=max_window)
-        per_pass = ", ".join(f"{p.admitted} in {p.seconds:.1f} s (window {p.window})" for p in run["passes"])
+        per_pass = ", ".join(
+            f"{p.admitted} in {p.cpu_seconds:.1f} cpu s / {p.seconds:.1f} wall s (window {p.window})"
+            for p in run["passes"]
+        )
         print(
             f"  {label}: {run['admitted']:,} admitted, {run['left']:,} left, in"
-            f" {run['passes_to_admit'] or '-'} pass(es); {run['per_s']:.1f} admissions/s of pass time"
+            f" {run['passes_to_admit'] or '-'} pass(es); {run['per_cpu_s']:.1f} admissions per CPU s,"
+            f" {run['per_s']:.1f} per wall s of pass time"
         )
         print(f"    passes: {per_pass}")
         sys.stdout.flush()
