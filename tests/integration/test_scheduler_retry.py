@@ -66,7 +66,7 @@ def _receive(deployment: Deployment, url: str) -> dict[str, Any]:
     }
 
 
-def _failing_pass(cp: Any) -> Any:
+def _failing_pass(cp: Any, **options: Any) -> Any:
     raise RuntimeError("DynamoDB was unreachable")
 
 
