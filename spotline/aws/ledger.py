@@ -277,7 +277,7 @@ class LedgerRepository:
         return True
 
     def put_fairshare_usage(self, usage_gpu_hours: Mapping[str, float], now: float) -> None:
-        """Keep the team usage that the latest scheduling pass used (the API reads it to show
+        """Keep the team usage that a scheduling pass used (the API reads it to show
         effective priorities); a pass that started earlier never overwrites a later one."""
         expr = Expression()
         at = expr.name("at")
