@@ -176,11 +176,13 @@ def scheduling_pass(cp: ControlPlane, *, act_until: float | None = None) -> Pass
     for priority in PRIORITIES_HIGH_FIRST:
         result.window_by_class.setdefault(priority.value, 0)
 
-    stopped = False
+    progressed = False  # out of time after acting on some decisions: the next pass continues
     for done, decision in enumerate(decisions):
         if act_until is not None and time.monotonic() >= act_until:
-            # Out of time: what is left is planned again by the next pass, from fresh reads.
-            stopped = True
+            # Out of time: what is left is planned again by the next pass, from fresh reads. A
+            # pass that could act on nothing asks for no next pass (that one would fare no
+            # better): the next trigger or tick runs it.
+            progressed = done > 0
             result.left_for_next_pass = len(decisions) - done
             break
         record = queue.records[decision.job.id]
@@ -205,7 +207,7 @@ def scheduling_pass(cp: ControlPlane, *, act_until: float | None = None) -> Pass
             logger.info("decision skipped", extra={"job_id": record.id, "why": str(error)})
             result.skipped.append((record.id, str(error)))
     full = any(n >= window for n in result.window_by_class.values())
-    result.more_work = stopped or (bool(result.admitted) and full)
+    result.more_work = progressed or (bool(result.admitted) and full)
     return result
 
 

@@ -10,10 +10,12 @@ import time
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
+from spotline.control import scheduling
 from spotline.control.scheduling import scheduling_pass
 from spotline.domain import JobState
 
@@ -85,7 +87,9 @@ def test_the_cap_bounds_the_window(deployment: Deployment) -> None:
     assert admitted == [4, 4, 4, 4, 4, 0]
 
 
-def test_a_pass_out_of_time_acts_on_nothing_more_and_asks_for_the_next(deployment: Deployment) -> None:
+def test_a_pass_out_of_time_leaves_the_rest_to_the_next_pass(
+    deployment: Deployment, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # Given 3 jobs that fit
     deployment.clock.freeze()
     jobs = [submit(deployment, gpus=1) for _ in range(3)]
@@ -93,12 +97,23 @@ def test_a_pass_out_of_time_acts_on_nothing_more_and_asks_for_the_next(deploymen
     # When a pass's time to act is already over
     result = scheduling_pass(deployment.plane, act_until=time.monotonic() - 1)
 
-    # Then it admitted nothing, left its 3 decisions to the next pass and asks for it
-    assert result.admitted == [] and result.left_for_next_pass == 3 and result.more_work
+    # Then it admitted nothing and left its 3 decisions to the next pass; having acted on none,
+    # it asks for no pass at once (it would fare no better: the next trigger or tick runs one)
+    assert result.admitted == [] and result.left_for_next_pass == 3 and not result.more_work
     assert {deployment.plane.jobs.get(j.id).state for j in jobs} == {JobState.PENDING}
 
-    # And the next pass, with time, admits them
-    assert len(scheduling_pass(deployment.plane).admitted) == 3
+    # When a pass runs out of time after its first admission (the pass's clock: 0 s at its first
+    # decision, 10 s after)
+    readings = iter([0.0])
+    monkeypatch.setattr(scheduling, "time", SimpleNamespace(monotonic=lambda: next(readings, 10.0)))
+    partial = scheduling_pass(deployment.plane, act_until=5.0)
+    monkeypatch.undo()
+
+    # Then it asks for the next pass at once
+    assert len(partial.admitted) == 1 and partial.left_for_next_pass == 2 and partial.more_work
+
+    # And the next pass, with time, admits the rest
+    assert len(scheduling_pass(deployment.plane).admitted) == 2
 
 
 def test_a_pass_that_changes_nothing_writes_nothing(deployment: Deployment) -> None:
