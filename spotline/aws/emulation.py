@@ -24,12 +24,14 @@ from __future__ import annotations
 
 import copy
 import importlib
+import io
 import json
+import socket
 import threading
 import traceback
 import uuid
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -339,21 +341,46 @@ _serving = threading.local()  # .held: this thread is serving a request under EM
 
 
 def _serialized(app: Any) -> Any:
-    """The WSGI app `app`, run under EMULATION_LOCK, its body produced before the lock is let go."""
+    """The WSGI app `app`, run under EMULATION_LOCK, its body produced before the lock is let go.
+
+    The request body is read before the lock is taken (a slow client never holds it up), and
+    the response goes out with its Content-Length, so the connection can serve the next request
+    (keep-alive: see `SerializedMotoServer`). `bench/aws_costs.py` wraps this function to meter
+    every request: keep its signature (a WSGI app in, a WSGI app out)."""
 
     def serve(environ: dict[str, Any], start_response: Any) -> list[bytes]:
+        stream = environ["wsgi.input"]
+        length = environ.get("CONTENT_LENGTH")
+        if length:
+            body_in = stream.read(int(length))
+        elif environ.get("wsgi.input_terminated"):  # chunked: werkzeug ends the stream
+            body_in = stream.read()
+        else:
+            body_in = b""
+        environ["wsgi.input"] = io.BytesIO(body_in)
+        captured: list[Any] = []
+
+        def capture(status: str, headers: list[tuple[str, str]], exc_info: Any = None) -> Any:
+            captured[:] = [status, headers, exc_info]
+            return lambda data: None  # moto never writes through start_response's callable
+
         with EMULATION_LOCK:
             _serving.held = True
             try:
-                result = app(environ, start_response)
+                result = app(environ, capture)
                 try:
-                    return [b"".join(result)]
+                    body = b"".join(result)
                 finally:
                     close = getattr(result, "close", None)
                     if close is not None:
                         close()
             finally:
                 _serving.held = False
+        status, headers, exc_info = captured
+        if not any(name.lower() == "content-length" for name, _ in headers):
+            headers = [*headers, ("Content-Length", str(len(body)))]
+        start_response(status, headers, exc_info)
+        return [body]
 
     return serve
 
@@ -367,6 +394,8 @@ class SerializedMotoServer:
         self._address = (ip_address, port)
         self._server: Any = None
         self._thread: threading.Thread | None = None
+        # The open client connections (kept alive), closed by `stop`.
+        self._connections: set[Any] = set()
 
     def start(self) -> None:
         from moto.moto_server.werkzeug_app import (
@@ -376,10 +405,47 @@ class SerializedMotoServer:
         )
         from werkzeug.serving import make_server
 
+        connections = self._connections
+
         class KeepAliveHandler(MotoRequestHandler):
-            # HTTP/1.1: an SDK client keeps its connection (moto's default, 1.0, makes a
-            # connection, and a server thread, per request).
+            # HTTP/1.1 with keep-alive: an SDK client keeps its connection. werkzeug's own
+            # `run_wsgi` closes every connection (and, after each response, reads whatever the
+            # client sent next), so every call cost a TCP connection and a server thread. This
+            # one writes the whole response (`_serialized` gives it with its Content-Length,
+            # having read the request's body whole) and leaves the connection open.
             protocol_version = "HTTP/1.1"
+
+            def setup(self) -> None:
+                super().setup()
+                connections.add(self.connection)
+
+            def finish(self) -> None:
+                connections.discard(self.connection)
+                super().finish()
+
+            def run_wsgi(self) -> None:
+                answer: list[Any] = []
+
+                def start_response(status: str, headers: list[tuple[str, str]], exc_info: Any = None) -> Any:
+                    answer[:] = [status, headers]
+                    return lambda data: None
+
+                try:
+                    body = b"".join(self.server.app(self.make_environ(), start_response))
+                except Exception:
+                    traceback.print_exc()
+                    self.close_connection = True
+                    self.send_error(500)
+                    return
+                status, headers = answer
+                code, _, message = status.partition(" ")
+                self.send_response(int(code), message)
+                for name, value in headers:
+                    self.send_header(name, value)
+                self.end_headers()
+                if self.command != "HEAD":
+                    self.wfile.write(body)
+                self.wfile.flush()
 
         install_serialized_moto()
         app = DomainDispatcherApplication(create_backend_app)
@@ -403,6 +469,10 @@ class SerializedMotoServer:
         if self._server is not None:
             self._server.shutdown()
             self._server.server_close()
+        # A kept-alive connection would otherwise go on being served after the stop.
+        for connection in list(self._connections):
+            with suppress(OSError):
+                connection.shutdown(socket.SHUT_RDWR)
         if self._thread is not None:
             self._thread.join(timeout=5)
 
@@ -412,7 +482,8 @@ _installed: set[str] = set()
 
 def install_serialized_moto() -> None:
     """Patch moto (process-wide, once) for `SerializedMotoServer`: SQS long polls let the lock
-    go while they wait; transactions roll back item by item; queries read their key's items."""
+    go while they wait; transactions roll back item by item; queries read their key's items;
+    a request finds its backend, and a queue attribute is read, without listing everything."""
     _require_moto()
     with EMULATION_LOCK:
         if "serialized" in _installed:
@@ -420,6 +491,7 @@ def install_serialized_moto() -> None:
         _install_sqs_wait()
         install_item_transactions()
         install_keyed_queries()
+        install_cheap_lookups()
         _installed.add("serialized")
 
 
@@ -553,6 +625,52 @@ def install_item_transactions() -> None:
             raise TransactionCanceledException(errors)
 
     DynamoDBBackend.transact_write_items = transact_write_items  # type: ignore[method-assign]
+
+
+def install_cheap_lookups() -> None:
+    """Two lookups of moto 5.2.5 that cost the size of something on every request:
+    - the server lists moto's package directory (a directory listing and a stat per service)
+      to route each request: the listing is made once;
+    - GetQueueAttributes computes every attribute of the queue, the message counts among them
+      (a pass over all its messages), even for one attribute; EventBridge asks for one on each
+      event it sends to a queue, and each ReceiveMessage once per message it returns (the
+      retention period), so a queue with a backlog cost its length squared. Only the attributes
+      asked for are computed now (same names, same values, same errors)."""
+    from moto import backends
+    from moto.core.utils import camelcase_to_underscores
+    from moto.sqs.exceptions import InvalidAttributeName
+    from moto.sqs.models import SQSBackend
+
+    modules = tuple(backends.list_of_moto_modules())
+    backends.list_of_moto_modules = lambda: iter(modules)
+
+    original = SQSBackend.get_queue_attributes
+
+    def get_queue_attributes(self: Any, queue_name: str, attribute_names: list[str]) -> dict[str, Any]:
+        if not attribute_names or "All" in attribute_names:
+            return original(self, queue_name, attribute_names)
+        queue = self.get_queue(queue_name)
+        valid = ["All", *queue.BASE_ATTRIBUTES, *queue.FIFO_ATTRIBUTES, *queue.KMS_ATTRIBUTES]
+        invalid = next((name for name in attribute_names if name not in valid), None)
+        if invalid or invalid == "":
+            raise InvalidAttributeName(invalid)
+        present = list(queue.BASE_ATTRIBUTES)
+        if queue.fifo_queue:
+            present += queue.FIFO_ATTRIBUTES
+        if queue.kms_master_key_id:
+            present += queue.KMS_ATTRIBUTES
+        attributes: dict[str, Any] = {}
+        for name in attribute_names:
+            if name not in present:
+                continue
+            value = getattr(queue, camelcase_to_underscores(name))
+            if name == "RedrivePolicy" and value:
+                value = json.dumps(value)
+            if value is not None:
+                attributes[name] = str(value).lower() if isinstance(value, bool) else value
+        return attributes
+
+    SQSBackend.get_queue_attributes = get_queue_attributes  # type: ignore[method-assign]
 
 
 _candidates = threading.local()  # .of: (table, the items a query may return), while it runs

@@ -1,0 +1,192 @@
+"""What `SerializedMotoServer` changes in moto for the local runtime's costs, and that it changes
+nothing else: connections are kept alive (one TCP connection serves many calls), a request
+body is read whole, a queue attribute asked for alone has the value GetQueueAttributes "All"
+gives, and a failed transaction still leaves nothing written (tests/integration/test_emulation_server.py)."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import urllib.request
+from collections.abc import Iterator
+from typing import Any
+
+import boto3
+import pytest
+
+from spotline.aws import emulation
+from spotline.aws.emulation import SerializedMotoServer
+
+REGION = "us-east-1"
+
+
+@pytest.fixture
+def server() -> Iterator[tuple[SerializedMotoServer, str]]:
+    server = SerializedMotoServer()
+    server.start()
+    host, port = server.get_host_and_port()
+    url = f"http://{host}:{port}"
+    urllib.request.urlopen(urllib.request.Request(f"{url}/moto-api/reset", method="POST"))
+    try:
+        yield server, url
+    finally:
+        server.stop()
+
+
+def _client(service: str, url: str) -> Any:
+    return boto3.client(  # type: ignore[call-overload]
+        service,
+        endpoint_url=url,
+        region_name=REGION,
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",
+    )
+
+
+def _list_tables(connection: http.client.HTTPConnection) -> tuple[int, dict[str, Any], str | None]:
+    connection.request(
+        "POST",
+        "/",
+        body=json.dumps({}),
+        headers={
+            "Content-Type": "application/x-amz-json-1.0",
+            "X-Amz-Target": "DynamoDB_20120810.ListTables",
+            "Authorization": "AWS4-HMAC-SHA256 Credential=testing/20260101/us-east-1/dynamodb/aws4_request, "
+            "SignedHeaders=host, Signature=x",
+        },
+    )
+    response = connection.getresponse()
+    body = json.loads(response.read())
+    return response.status, body, response.getheader("Connection")
+
+
+def test_one_connection_serves_many_requests(server: tuple[SerializedMotoServer, str]) -> None:
+    _, url = server
+    _client("dynamodb", url).create_table(
+        TableName="kept",
+        BillingMode="PAY_PER_REQUEST",
+        KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}],
+        AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}],
+    )
+    host, port = url.removeprefix("http://").split(":")
+    connection = http.client.HTTPConnection(host, int(port), timeout=30)
+    try:
+        connection.connect()
+        first_socket = connection.sock
+        for _ in range(3):
+            status, body, header = _list_tables(connection)
+            assert status == 200
+            assert body["TableNames"] == ["kept"]
+            assert header != "close"
+            # The same socket answered: the server kept the connection open.
+            assert connection.sock is first_socket
+    finally:
+        connection.close()
+
+
+def test_stop_closes_the_kept_connections() -> None:
+    server = SerializedMotoServer()
+    server.start()
+    host, port = server.get_host_and_port()
+    connection = http.client.HTTPConnection(host, port, timeout=30)
+    try:
+        assert _list_tables(connection)[0] == 200
+        server.stop()
+        # A kept-alive connection is not served after the stop.
+        with pytest.raises((ConnectionError, http.client.HTTPException, OSError)):
+            _list_tables(connection)
+    finally:
+        connection.close()
+
+
+def test_a_large_body_is_read_whole(server: tuple[SerializedMotoServer, str]) -> None:
+    _, url = server
+    dynamodb = _client("dynamodb", url)
+    dynamodb.create_table(
+        TableName="big",
+        BillingMode="PAY_PER_REQUEST",
+        KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}],
+        AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}],
+    )
+    value = "x" * 300_000
+    for n in range(3):  # on one kept connection, each body must end where the next request starts
+        dynamodb.put_item(TableName="big", Item={"pk": {"S": f"k{n}"}, "v": {"S": value}})
+    for n in range(3):
+        item = dynamodb.get_item(TableName="big", Key={"pk": {"S": f"k{n}"}})["Item"]
+        assert item["v"]["S"] == value
+
+
+@pytest.mark.parametrize("fifo", [False, True])
+def test_a_queue_attribute_alone_is_what_all_gives(
+    server: tuple[SerializedMotoServer, str], fifo: bool
+) -> None:
+    _, url = server
+    sqs = _client("sqs", url)
+    dead = sqs.create_queue(
+        QueueName="dead.fifo" if fifo else "dead", Attributes={"FifoQueue": "true"} if fifo else {}
+    )
+    dead_arn = sqs.get_queue_attributes(QueueUrl=dead["QueueUrl"], AttributeNames=["QueueArn"])["Attributes"][
+        "QueueArn"
+    ]
+    attributes = {
+        "RedrivePolicy": json.dumps({"deadLetterTargetArn": dead_arn, "maxReceiveCount": 3}),
+        "VisibilityTimeout": "40",
+    }
+    if fifo:
+        attributes |= {"FifoQueue": "true", "ContentBasedDeduplication": "true"}
+    queue = sqs.create_queue(QueueName="q.fifo" if fifo else "q", Attributes=attributes)["QueueUrl"]
+    for n in range(3):
+        extra = {"MessageGroupId": "g"} if fifo else {}
+        sqs.send_message(QueueUrl=queue, MessageBody=f"m{n}", **extra)
+    every = sqs.get_queue_attributes(QueueUrl=queue, AttributeNames=["All"])["Attributes"]
+    names = [
+        "ApproximateNumberOfMessages",
+        "MessageRetentionPeriod",
+        "RedrivePolicy",
+        "VisibilityTimeout",
+        "ContentBasedDeduplication",
+        "FifoQueue",
+        "KmsMasterKeyId",
+    ]
+    for name in names:
+        alone = sqs.get_queue_attributes(QueueUrl=queue, AttributeNames=[name]).get("Attributes", {})
+        assert alone == ({name: every[name]} if name in every else {}), name
+    assert every["ApproximateNumberOfMessages"] == "3"
+    with pytest.raises(Exception, match=r"InvalidAttributeName|Unknown Attribute"):
+        sqs.get_queue_attributes(QueueUrl=queue, AttributeNames=["NoSuchAttribute"])
+
+
+def test_moto_modules_are_listed_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    from moto import backends
+
+    emulation.install_serialized_moto()
+    listed = list(backends.list_of_moto_modules())
+    assert "dynamodb" in listed and "sqs" in listed
+
+    def no_listing(path: str) -> list[str]:
+        raise AssertionError(f"listed {path} again")
+
+    # Routing a request no longer lists moto's package directory.
+    monkeypatch.setattr(backends.os, "listdir", no_listing)
+    assert list(backends.list_of_moto_modules()) == listed
+
+
+def test_receiving_does_not_count_the_queue(
+    server: tuple[SerializedMotoServer, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from moto.sqs.models import Queue
+
+    _, url = server
+    sqs = _client("sqs", url)
+    queue = sqs.create_queue(QueueName="backlog")["QueueUrl"]
+    for n in range(3):
+        sqs.send_message(QueueUrl=queue, MessageBody=f"m{n}")
+
+    def counted(self: Any) -> int:
+        raise AssertionError("the queue's messages were counted")
+
+    # ReceiveMessage reads the retention period once per message: that must not count the
+    # whole queue each time (a backlog's length squared).
+    monkeypatch.setattr(Queue, "approximate_number_of_messages", property(counted))
+    received = sqs.receive_message(QueueUrl=queue, MaxNumberOfMessages=10)["Messages"]
+    assert sorted(m["Body"] for m in received) == ["m0", "m1", "m2"]
