@@ -14,7 +14,9 @@ snapshot of whole tables, wiping other requests' writes made meanwhile, and iter
 "dictionary changed size". One lock around every request makes the emulation linearizable, as
 DynamoDB is per item; `install_item_transactions` makes a transaction snapshot only the items
 it touches, and `install_keyed_queries` makes a query look only at the items of its key,
-so neither costs the size of the table.
+so neither costs the size of the table; `install_cheap_lookups` routes a request without
+listing moto's package and reads a queue attribute without counting the queue. The server
+keeps connections alive (werkzeug's own loop closes each).
 
 Pinned to moto 5.2.5: the patched names are private (see `_PATCH_TARGETS`); `install` fails
 loudly if they move.
