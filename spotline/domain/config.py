@@ -40,6 +40,14 @@ class PriorityWeights(BaseModel):
               + size * (gpus / size_norm_gpus)       # bigger jobs first (PriorityFavorSmall=NO)
               + fairshare * 2 ** (-usage / share)    # Slurm's classic fair-share factor
               + history * min(disruptions, history_cap) / history_cap
+              - attained * min(service / attained_norm_gpu_h, 1)   # least attained service
+
+    `service` is the GPU-hours the job has run so far (gpus x `runtime_s`): the attained-service
+    term orders a class's jobs least-attained first (Tiresias, NSDI'19, in one queue per class:
+    a job that already ran long yields to fresh ones of its class, and is the first victim among
+    them). Checkpoint-then-preempt makes that cheap. It is 0 by default (see README, "Tuning":
+    it did not pay off on the tuning set); kept below `preemption_margin`, it reorders a class and
+    never lets a job preempt one of its own class.
 
     With the defaults, a class step (1000) outweighs a full day of waiting (900), so aging lets a
     job overtake younger jobs of its own class and, after most of a day, the fresh jobs of the
@@ -67,6 +75,8 @@ class PriorityWeights(BaseModel):
     fairshare: float = 400.0
     history: float = 60.0
     history_cap: int = Field(default=3, gt=0)
+    attained: float = Field(default=0.0, ge=0)
+    attained_norm_gpu_h: float = Field(default=64.0, gt=0)
 
 
 class SchedulerConfig(BaseModel):
@@ -119,13 +129,31 @@ class SchedulerConfig(BaseModel):
     # the Philly replay (`make bench`), waiting for the write put the critical class's p99 wait
     # at 72 s, against 0 for the peers that stop victims at once.
     stop_at_once_for: frozenset[Priority] = frozenset({Priority.CRITICAL})
+    # Preempting at checkpoint boundaries: when every victim of a preemption made a durable
+    # checkpoint at most this many seconds ago, they are stopped at once (they lose at most that
+    # much work) instead of writing another checkpoint while the preemptor waits for it. With
+    # least-lost-work the victims with the freshest checkpoints are picked first. 0: off.
+    fresh_checkpoint_s: float = Field(default=0.0, ge=0)
     # Classes that go to On-Demand when their spot setting is `auto`.
     on_demand_classes: frozenset[Priority] = frozenset({Priority.CRITICAL})
-    # After this many interruptions, a job with spot `auto` runs On-Demand.
+    # After this many interruptions, a job with spot `auto` runs On-Demand (with
+    # `spot_cost_aware`: only if Spot is expected to cost it more than On-Demand, see below).
     max_interruptions_on_spot: int = Field(default=2, ge=0)
     # A job with a deadline runs on Spot only if its slack covers this many times the expected
     # delay from interruptions (rate x remaining time x cost of one interruption).
     spot_slack_factor: float = Field(default=2.0, ge=0)
+    # What one interruption costs a job besides its restart: the agent checkpoints inside the
+    # 2-minute Spot notice (architecture.md), so a checkpoint write (`checkpoint_write_s`); False
+    # for an agent that cannot, whose job loses half a checkpoint interval on average.
+    checkpoint_on_notice: bool = True
+    checkpoint_write_s: float = Field(default=60.0, ge=0)
+    # Spot-risk placement by expected cost (`placement.spot_refusal`): the interruption cap sends
+    # a job On-Demand only when Spot's price x (remaining + expected interruption delay) is at
+    # least On-Demand's price x remaining, with the job's own interruptions as evidence of the
+    # rate; and a job whose deadline is already out of reach stays on (cheaper) Spot. False: the
+    # count alone decides. In the high-churn scenario (one reclaim per 8 instance-hours), the
+    # count alone sent interrupted jobs to On-Demand at three times the price (`make bench`).
+    spot_cost_aware: bool = True
     # Run time assumed for a job that declares none and reports no progress.
     default_runtime_s: float = Field(default=3600.0, gt=0)
     # Half-life of the decayed GPU usage that fair-share compares between teams (Slurm's

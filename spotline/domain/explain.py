@@ -29,6 +29,8 @@ def priority_terms(
         "size": weights.size * min(1.0, job.gpus / weights.size_norm_gpus),
         "fairshare": weights.fairshare * fairshare,
         "disruptions": weights.history * (min(disruptions, weights.history_cap) / weights.history_cap),
+        "attained": -weights.attained
+        * min(1.0, job.gpus * job.runtime_s / (weights.attained_norm_gpu_h * 3600.0)),
     }
 
 

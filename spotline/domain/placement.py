@@ -8,13 +8,32 @@ from spotline.domain.config import SchedulerConfig
 from spotline.domain.models import Job, Pool, SpotPreference
 
 
+def interruption_cost_s(job: Job, config: SchedulerConfig) -> float:
+    """What one interruption costs the job in time: a restart, plus the checkpoint write inside
+    the notice (`checkpoint_on_notice`) or else half a checkpoint interval of lost work."""
+    lost = config.checkpoint_write_s if config.checkpoint_on_notice else job.spec.checkpoint_interval_s / 2.0
+    return lost + config.restart_cost_s
+
+
 def expected_interruption_delay_s(job: Job, pool: Pool, remaining_s: float, config: SchedulerConfig) -> float:
     """Expected extra time Spot costs this job: interruptions expected over its remaining run
-    (rate x remaining hours x nodes) times what each costs (half a checkpoint interval of lost
-    work on average, plus a restart)."""
+    (rate x remaining hours x nodes) times what each costs (`interruption_cost_s`)."""
     interruptions = pool.interruption_rate_per_hour * (remaining_s / 3600.0) * job.nodes
-    per_interruption = job.spec.checkpoint_interval_s / 2.0 + config.restart_cost_s
-    return interruptions * per_interruption
+    return interruptions * interruption_cost_s(job, config)
+
+
+def spot_cost_ratio(job: Job, pool: Pool, remaining_s: float, config: SchedulerConfig) -> float:
+    """Spot's expected cost for the rest of the job over On-Demand's (Pool.price is relative to
+    On-Demand): price x (remaining + expected delay) / remaining. The rate is the pool's, or
+    the job's own record when that is worse: its interruptions per hour it has run (at least
+    one hour), so a job that keeps being hit counts as riskier."""
+    if remaining_s <= 0:
+        return pool.price
+    hours = remaining_s / 3600.0
+    seen = job.interruptions / max(job.runtime_s / 3600.0, 1.0)
+    expected = max(pool.interruption_rate_per_hour * job.nodes, seen) * hours
+    delay = expected * interruption_cost_s(job, config)
+    return pool.price * (remaining_s + delay) / remaining_s
 
 
 def spot_refusal(job: Job, pool: Pool, now: float, remaining_s: float, config: SchedulerConfig) -> str | None:
@@ -22,9 +41,12 @@ def spot_refusal(job: Job, pool: Pool, now: float, remaining_s: float, config: S
 
     1. `spot: never` runs only On-Demand; `spot: required` only Spot.
     2. With `spot: auto`: classes in `on_demand_classes` run On-Demand;
-    3. a job interrupted `max_interruptions_on_spot` times runs On-Demand;
+    3. a job interrupted `max_interruptions_on_spot` times runs On-Demand; with
+       `spot_cost_aware`, only if Spot is expected to cost it at least as much as On-Demand
+       (`spot_cost_ratio` >= 1);
     4. a job with a deadline runs on Spot only if its slack (deadline - now - remaining) covers
-       `spot_slack_factor` times the expected delay from interruptions.
+       `spot_slack_factor` times the expected delay from interruptions; with `spot_cost_aware`,
+       a job whose slack is already negative (On-Demand cannot save its deadline) may use Spot.
     """
     spec = job.spec
     if spec.spot is SpotPreference.NEVER:
@@ -34,12 +56,17 @@ def spot_refusal(job: Job, pool: Pool, now: float, remaining_s: float, config: S
     if job.priority in config.on_demand_classes:
         return f"{job.priority.value} jobs run On-Demand"
     if job.interruptions >= config.max_interruptions_on_spot:
-        return f"interrupted {job.interruptions} times on Spot"
+        if not config.spot_cost_aware:
+            return f"interrupted {job.interruptions} times on Spot"
+        ratio = spot_cost_ratio(job, pool, remaining_s, config)
+        if ratio >= 1.0:
+            times = f"interrupted {job.interruptions} times on Spot"
+            return f"{times}: expected to cost {ratio:.2f}x On-Demand there"
     deadline = spec.deadline_at
     if deadline is not None:
         slack = deadline - now - remaining_s
         needed = config.spot_slack_factor * expected_interruption_delay_s(job, pool, remaining_s, config)
-        if slack < needed:
+        if slack < needed and not (config.spot_cost_aware and slack < 0):
             return f"deadline slack {slack:.0f}s below the {needed:.0f}s that Spot interruptions may cost"
     return None
 

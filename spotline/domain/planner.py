@@ -388,6 +388,11 @@ def plan_with_stats(
         reason = f"preempting {len(ids)} job(s) in {pool.name} by {config.strategy.value}: {first_shortfall}"
         if not checkpoint:
             reason += f"; stopped at once for a {job.priority.value} job"
+        elif config.fresh_checkpoint_s > 0 and all(
+            v.job.unsaved_work_s(now) <= config.fresh_checkpoint_s for v in victims
+        ):
+            checkpoint = False
+            reason += f"; stopped at once: each checkpointed in the last {config.fresh_checkpoint_s:.0f} s"
         decisions.append(Preempt(job, pool.name, ids, priority, reason, checkpoint=checkpoint))
     return decisions, PlanStats(candidates_examined=len(window), running_considered=len(indexed))
 
@@ -418,7 +423,8 @@ class _RunningJobs:
     preemptor may reclaim from, as far as the reclaim policy allows for their class), a superset
     of the eligible ones, and the pass skips it when there are none (its answer would be "no
     victims"). A class is scored only when one of its jobs may be a victim: with non-negative
-    weights no job of class rank r scores below `class_step * r`, and the reclaim policy is a
+    weights no job of class rank r scores below `class_step * r - attained` (the attained-service
+    term is the only one that lowers a score), and the reclaim policy is a
     matter of classes (`_reclaim_allowed` is asked once per class).
     """
 
@@ -436,6 +442,8 @@ class _RunningJobs:
         weights = config.weights
         floors = (weights.age, weights.deadline, weights.size, weights.fairshare, weights.history)
         self._class_floor = min(floors) >= 0
+        # The lowest score a job of class rank r can have is `class_step * r - _floor_drop`.
+        self._floor_drop = weights.attained
         # The pass's working ledger (`Ledger.of`, from the index's sums).
         self.ledger = Ledger(
             pools=snapshot.pools,
@@ -503,7 +511,9 @@ class _RunningJobs:
         borrowing: set[str] | None = None  # teams `job` may reclaim from here, found when needed
         chosen: list[Candidate] = []
         for cls, group in groups.items():
-            lower = not self._class_floor or config.weights.class_step * cls.rank < threshold
+            lower = (
+                not self._class_floor or config.weights.class_step * cls.rank - self._floor_drop < threshold
+            )
             reclaim: list[str] = []
             allowed = group.reclaim_from.get(job.priority)
             if allowed is None:
@@ -577,7 +587,7 @@ class _RunningJobs:
         borrowed: set[Priority] = set()
         for groups in self._groups.values():
             for cls, group in groups.items():
-                if not self._class_floor or step * cls.rank < threshold:
+                if not self._class_floor or step * cls.rank - self._floor_drop < threshold:
                     for candidate in self._scored(group):
                         if candidate.job_id not in taken:
                             floor = min(floor, candidate.effective_priority)

@@ -67,7 +67,7 @@ def effective_priority(
     fair-share factor in [0, 1]; both are computed once per pass by the caller.
 
     Properties (tested): waiting longer, a closer deadline and more disruptions suffered each
-    never lower it.
+    never lower it; more attained service never raises it.
     """
     return PriorityScorer(now, weights, {job.team: fairshare}, lambda _: remaining_s)(job)
 
@@ -102,6 +102,8 @@ class PriorityScorer:
         self._fairshare = fairshare
         self._age = weights.age
         self._max_age_s = weights.max_age_s
+        self._attained = weights.attained
+        self._attained_norm_s = weights.attained_norm_gpu_h * 3600.0
         # The class, size and history terms depend on the weights alone: kept across passes.
         terms = _TERMS.get(weights)
         if terms is None:
@@ -129,6 +131,8 @@ class PriorityScorer:
         sizes = self._size
         teams = self._team
         histories = self._history
+        w_attained = self._attained
+        attained_norm = self._attained_norm_s
         out: list[float] = []
         append = out.append
         for job in jobs:
@@ -156,6 +160,9 @@ class PriorityScorer:
             history = histories.get(disruptions)
             if history is None:
                 history = self._history_term(disruptions)
+            if w_attained > 0.0 and job.runtime_s > 0.0:
+                service = spec.gpus * job.runtime_s
+                score -= w_attained * (1.0 if service >= attained_norm else service / attained_norm)
             append(score + size + team + history)
         return out
 

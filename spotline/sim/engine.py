@@ -16,6 +16,13 @@ every policy sees the same reclaims at the same times. A reclaim hits one instan
 jobs are laid out on the pool's instances in start order (as Batch packs them), and the jobs on
 that instance get the 2-minute notice; a reclaim of an instance nobody uses hits nobody (Batch
 had scaled it in). The pool keeps its size (Batch replaces the instance).
+
+Spot capacity shortages (`SimSettings.shortage_rate_per_day`, 0 by default): each Spot pool has
+shortage periods, a Poisson process drawn from the seed alone (one period at a time). A period
+withdraws `shortage_share` of the pool's instances, the last ones in packing order: the jobs on
+them get the 2-minute notice, as in a reclaim, and the pool's capacity stays that much smaller
+until the period ends, so a launch beyond it finds no capacity. Every policy sees the pool's
+current capacity (`PoolState.capacity`).
 """
 
 from __future__ import annotations
@@ -36,7 +43,8 @@ DecisionSink = Callable[[dict[str, Any]], None]
 _FINISH = 0
 _LEAVE = 1
 _NOTICE = 2
-_TICK = 3
+_SHORTAGE = 3
+_TICK = 4
 
 
 class Policy(Protocol):
@@ -166,6 +174,13 @@ class Simulation:
         self._tick_due = math.inf
         self._dirty = False
         self._started_in_pass = 0
+        self._shortages = [
+            (ps, random.Random(f"spotline-sim:{seed}:shortage:{ps.name}"))
+            for ps in self.pools
+            if ps.is_spot and settings.shortage_rate_per_day > 0 and ps.capacity >= ps.pool.gpus_per_node
+        ]
+        # Capacity changes so far (a policy that caches pool sizes compares this count).
+        self.capacity_changes = 0
         self._reclaims = [
             (ps, random.Random(f"spotline-sim:{seed}:interrupt:{ps.name}"))
             for ps in self.pools
@@ -181,6 +196,8 @@ class Simulation:
         heap = self._heap
         for ps, rng in self._reclaims:
             self._next_reclaim(ps, rng, 0.0)
+        for ps, rng in self._shortages:
+            self._next_shortage(ps, rng, 0.0)
         arrival = 0
         policy = self.policy
         while True:
@@ -200,6 +217,8 @@ class Simulation:
                     self._on_leave(payload, token)
                 elif kind == _NOTICE:
                     self._on_reclaim(payload, token)
+                elif kind == _SHORTAGE:
+                    self._on_shortage(payload, token)
                 elif t == self._tick_due:  # (an earlier wake-up may have replaced this tick)
                     self._tick_due = math.inf
                     self._dirty = True
@@ -414,6 +433,37 @@ class Simulation:
                 hit.append(job)
             offset += job.held
         deadline = now + self.settings.notice_s
+        for job in hit:
+            self._notice(job, now, deadline)
+
+    def _next_shortage(self, ps: PoolState, rng: random.Random, after: float) -> None:
+        at = after + rng.expovariate(self.settings.shortage_rate_per_day / 86400.0)
+        self._push(at, _SHORTAGE, (ps, rng), 0)
+
+    def _on_shortage(self, payload: tuple[PoolState, random.Random], withdrawn: int) -> None:
+        """A shortage starts (`withdrawn` 0) or ends (the GPUs it withdrew come back)."""
+        ps, rng = payload
+        now = self.now
+        self._dirty = True
+        self.capacity_changes += 1
+        if withdrawn:
+            ps.capacity += withdrawn
+            self._next_shortage(ps, rng, now)
+            return
+        per_node = ps.pool.gpus_per_node
+        instances = ps.capacity // per_node
+        taken = min(instances, max(1, round(instances * self.settings.shortage_share))) * per_node
+        ps.capacity -= taken
+        duration = rng.expovariate(1.0 / (self.settings.shortage_mean_h * 3600.0))
+        self._push(now + duration, _SHORTAGE, (ps, rng), taken)
+        # The jobs on the withdrawn instances (the last ones in packing order) get the notice.
+        deadline = now + self.settings.notice_s
+        offset = 0
+        hit: list[SimJob] = []
+        for job in ps.running.values():
+            if offset + job.held > ps.capacity:
+                hit.append(job)
+            offset += job.held
         for job in hit:
             self._notice(job, now, deadline)
 

@@ -48,6 +48,20 @@ class VictimStop(StrEnum):
 
 
 @dataclass(frozen=True)
+class SlurmKnobs:
+    """The Slurm peer's operator knobs (`SlurmPolicy`): what its tuning may change
+    (`bench/tune.py`), as an operator sets them in slurm.conf. The defaults are what the tuning
+    set chose (README, "Tuning")."""
+
+    # PriorityWeightAge, PriorityWeightFairshare, PriorityMaxAge.
+    weight_age: float = 1000.0
+    weight_fairshare: float = 2000.0
+    max_age_s: float = 7 * 86400.0
+    # Reservations backfill makes per cycle (its depth; bf_max_job_test bounds the jobs tested).
+    bf_reservations: int = 16
+
+
+@dataclass(frozen=True)
 class SimSettings:
     """The model's knobs; the defaults are what `spotline simulate` uses."""
 
@@ -58,6 +72,15 @@ class SimSettings:
     spotline_acts_on_notices: bool = True
     # Slurm's user time-limit model (`spotline.sim.peers.ESTIMATE_MODELS`).
     slurm_estimates: str = "uniform"
+    slurm: SlurmKnobs = field(default_factory=SlurmKnobs)
+
+    # Spot capacity shortages (`engine.py`): periods, a Poisson process of this many per Spot pool
+    # per day, during which `shortage_share` of the pool's instances are withdrawn (their jobs get
+    # the 2-minute notice) and no launch finds capacity beyond what is left, for an exponential
+    # time of mean `shortage_mean_h`. 0: none.
+    shortage_rate_per_day: float = 0.0
+    shortage_share: float = 0.5
+    shortage_mean_h: float = 4.0
 
     checkpoint_interval_s: float = 1800.0
     checkpoint_write_s: float = 60.0

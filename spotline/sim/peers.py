@@ -27,7 +27,7 @@ from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from spotline.sim.model import Phase, SimJob, TeamShares
+from spotline.sim.model import Phase, SimJob, SlurmKnobs, TeamShares
 from spotline.sim.queues import Buckets, OrderKey
 from spotline.sim.usage import DecayedUsage
 
@@ -127,6 +127,11 @@ class PeerPolicy:
             return
         del self._waiting[waiting.job.idx]
         waiting.pool.reserved -= waiting.reserved
+        if waiting.pool.demand(waiting.job) > waiting.pool.free:
+            # A Spot capacity shortage took the pool's GPUs meanwhile: no launch finds capacity,
+            # and the preemptor queues again (it keeps its place: the queue orders by submission).
+            self.queue.add(waiting.job)
+            return
         self.start(
             waiting.job,
             waiting.pool,
@@ -783,7 +788,8 @@ class SlurmPolicy(PeerPolicy):
     1. priority = W_qos * qos + W_age * min(wait / max_age, 1) + W_fs * 2^(-U/S)
        + W_size * gpus / cluster GPUs, with qos = class / 3 (low 0 ... critical 1), and wait the
        time since the job last became eligible (a requeued job ages again from zero); weights
-       (documented choice) QOS 10000, fair-share 2000, age 1000, size 500, so the QOS decides;
+       (documented choice) QOS 10000, fair-share 2000, age 1000, size 500, so the QOS decides
+       (age, fair-share, PriorityMaxAge and the backfill depth are `SlurmKnobs`);
     2. the main scheduler takes jobs in priority order: a job starts where it fits (in its
        class's pool order); else it preempts lower-QOS running jobs of one pool, chosen lowest
        QOS first, then fewest nodes (preempt/qos `_gen_job_prio`), then job id, greedily until
@@ -818,8 +824,14 @@ class SlurmPolicy(PeerPolicy):
         estimates: EstimateModel | None = None,
         seed: int = 1,
         competent: bool = True,
+        knobs: SlurmKnobs | None = None,
     ) -> None:
         super().__init__(competent)
+        knobs = knobs or SlurmKnobs()
+        self.WEIGHT_AGE = knobs.weight_age
+        self.WEIGHT_FAIRSHARE = knobs.weight_fairshare
+        self.MAX_AGE_S = knobs.max_age_s
+        self.BF_RESERVATIONS = knobs.bf_reservations
         self.shares = shares
         self.usage = DecayedUsage(half_life_s)
         self.estimates = estimates or ESTIMATE_MODELS["uniform"]

@@ -95,7 +95,7 @@ def make_policy(
                 f"unknown Slurm estimate model {settings.slurm_estimates!r}"
                 f" (one of {', '.join(ESTIMATE_MODELS)})"
             )
-        return SlurmPolicy(shares, settings.usage_half_life_s, estimates, seed, competent)
+        return SlurmPolicy(shares, settings.usage_half_life_s, estimates, seed, competent, settings.slurm)
     if name == "spotline":
         return SpotlinePolicy(config or SchedulerConfig(), shares, settings, seed)
     raise ValueError(f"unknown policy {name!r} (one of {', '.join(KNOWN_POLICIES)})")

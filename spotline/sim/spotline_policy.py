@@ -77,6 +77,7 @@ class SpotlinePolicy:
         self._checkpoints: list[tuple[float, int, SimJob, int]] = []
         self._timer_seq = 0
         self._pools: dict[str, Pool] = {}
+        self._capacity_seen = 0
         self._pool_states: dict[str, PoolState] = {}
         self._sim: Simulation | None = None
 
@@ -204,6 +205,13 @@ class SpotlinePolicy:
 
     def schedule(self, now: float) -> None:
         self._refresh_checkpoints(now)
+        if self.sim.capacity_changes != self._capacity_seen:
+            # A Spot capacity shortage began or ended: the pass reads the pools' current size
+            # (Batch reports the compute environment's instances; a launch beyond them finds none).
+            self._capacity_seen = self.sim.capacity_changes
+            self._pools = {
+                ps.name: ps.pool.model_copy(update={"capacity_gpus": ps.capacity}) for ps in self.sim.pools
+            }
         for _ in range(self.MAX_PASSES_AT_ONCE):
             stopped = False
             for decision in plan(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from spotline.domain import Job, Pool, Priority, SchedulerConfig, candidate_pools, spot_refusal
-from spotline.domain.placement import expected_interruption_delay_s
+from spotline.domain.placement import expected_interruption_delay_s, spot_cost_ratio
 
 from .builders import HOUR, NOW, config, job, pool
 
@@ -17,8 +17,12 @@ A100 = [OD, SPOT]
 
 # The deadline cases: remaining 1h, checkpoint every 1800s, restart 120s, 0.5 reclaims/hour on
 # one node -> 0.5 expected interruptions x (900 + 120) s = 510 s of delay; x2 (spot_slack_factor)
-# = 1020 s of slack needed.
+# = 1020 s of slack needed, for an agent that does not checkpoint inside the notice (`NO_NOTICE`).
+# With the notice's checkpoint (the default), one interruption costs 60 + 120 s: 0.5 x 180 x 2 =
+# 180 s of slack needed.
 DEADLINE_JOB = job("d").gpus(8).expected_runtime(HOUR).checkpoint_interval(1800)
+NO_NOTICE = config(checkpoint_on_notice=False)
+COUNT_ONLY = config(spot_cost_aware=False)
 
 
 @pytest.mark.parametrize(
@@ -34,17 +38,34 @@ DEADLINE_JOB = job("d").gpus(8).expected_runtime(HOUR).checkpoint_interval(1800)
         (job("j").high().build(), A100, config(on_demand_classes=frozenset({Priority.HIGH})), ["od-a100"]),
         (job("j").critical().build(), A100, config(on_demand_classes=frozenset()), ["spot-a100", "od-a100"]),
         (job("j").interruptions(1).build(), A100, config(), ["spot-a100", "od-a100"]),
-        (job("j").interruptions(2).build(), A100, config(), ["od-a100"]),
-        (job("j").interruptions(5).spot("required").build(), A100, config(), ["spot-a100"]),
-        (DEADLINE_JOB.deadline(NOW + HOUR + 1000).build(), A100, config(), ["od-a100"]),
-        (DEADLINE_JOB.deadline(NOW + HOUR + 1100).build(), A100, config(), ["spot-a100", "od-a100"]),
-        (DEADLINE_JOB.deadline(NOW + HOUR + 1100).nodes(2).build(), A100, config(), ["od-a100"]),
+        (job("j").interruptions(2).build(), A100, COUNT_ONLY, ["od-a100"]),
+        # Cost-aware (the default): 2 interruptions in 1 h of run time on a 0.5/h pool at price
+        # 0.35 -> 0.35 x (1 + 2 x 180 / 3600) = 0.39 of On-Demand: it stays on Spot.
+        (job("j").interruptions(2).build(), A100, config(), ["spot-a100", "od-a100"]),
+        # 20 interruptions in its first hour, no checkpoint in the notice, price 0.9: 0.9 x (1 +
+        # 20 x 1020 / 3600) = 6.0 x On-Demand -> On-Demand.
+        (
+            job("j").interruptions(20).build(),
+            [OD, pool("spot-dear", purchase="spot", price=0.9, rate=0.5)],
+            NO_NOTICE,
+            ["od-a100"],
+        ),
+        (job("j").interruptions(5).spot("required").build(), A100, COUNT_ONLY, ["spot-a100"]),
+        (DEADLINE_JOB.deadline(NOW + HOUR + 1000).build(), A100, NO_NOTICE, ["od-a100"]),
+        (DEADLINE_JOB.deadline(NOW + HOUR + 1100).build(), A100, NO_NOTICE, ["spot-a100", "od-a100"]),
+        (DEADLINE_JOB.deadline(NOW + HOUR + 1100).nodes(2).build(), A100, NO_NOTICE, ["od-a100"]),
         (
             DEADLINE_JOB.deadline(NOW + HOUR + 1100).build(),
             A100,
-            config(spot_slack_factor=0.0),
+            config(spot_slack_factor=0.0, checkpoint_on_notice=False),
             ["spot-a100", "od-a100"],
         ),
+        (DEADLINE_JOB.deadline(NOW + HOUR + 170).build(), A100, config(), ["od-a100"]),
+        (DEADLINE_JOB.deadline(NOW + HOUR + 190).build(), A100, config(), ["spot-a100", "od-a100"]),
+        # Slack already negative: On-Demand cannot save the deadline, the job stays on Spot
+        # (cost-aware), or goes On-Demand by the slack rule alone.
+        (DEADLINE_JOB.deadline(NOW + HOUR - 600).build(), A100, config(), ["spot-a100", "od-a100"]),
+        (DEADLINE_JOB.deadline(NOW + HOUR - 600).build(), A100, COUNT_ONLY, ["od-a100"]),
         (
             job("j").build(),
             [
@@ -78,11 +99,17 @@ DEADLINE_JOB = job("d").gpus(8).expected_runtime(HOUR).checkpoint_interval(1800)
         "no-on-demand-classes",
         "interruptions-below-cap",
         "interruptions-at-cap-go-on-demand",
+        "cost-aware-interrupted-job-stays-on-cheap-spot",
+        "cost-aware-interrupted-job-leaves-dear-spot",
         "required-ignores-interruption-cap",
         "deadline-slack-below-expected-interruptions",
         "deadline-slack-covers-expected-interruptions",
         "gang-doubles-expected-interruptions",
         "slack-factor-zero",
+        "notice-checkpoint-slack-below",
+        "notice-checkpoint-slack-covers",
+        "cost-aware-deadline-out-of-reach-stays-on-spot",
+        "count-only-deadline-out-of-reach-on-demand",
         "price-then-rate-then-name",
         "gpu-type",
         "pool-too-small",
@@ -110,10 +137,28 @@ def test_candidate_pools(
     ids=["allowed", "never", "on-demand-class", "interrupted-too-often", "deadline-slack"],
 )
 def test_spot_refusal_reason(subject: Job, reason: str | None) -> None:
-    assert spot_refusal(subject, SPOT, NOW, HOUR, config()) == reason
+    policy = config(spot_cost_aware=False, checkpoint_on_notice=False)
+    assert spot_refusal(subject, SPOT, NOW, HOUR, policy) == reason
+
+
+def test_spot_refusal_reason_cost_aware() -> None:
+    dear = pool("spot-dear", purchase="spot", price=0.9, rate=0.5)
+    subject = job("j").interruptions(20).build()
+    assert spot_refusal(subject, dear, NOW, HOUR, NO_NOTICE) == (
+        "interrupted 20 times on Spot: expected to cost 6.00x On-Demand there"
+    )
+
+
+def test_spot_cost_ratio_hand_computed() -> None:
+    # Pool rate 0.5/h x 2 nodes = 1/h; its own record, 3 interruptions in 2 h, is worse: 1.5/h.
+    # 1.5/h x 2 h = 3 interruptions x (60 + 120) s = 540 s; 0.35 x (7200 + 540) / 7200.
+    subject = job("j").gpus(16).nodes(2).interruptions(3).runtime(2 * HOUR).build()
+    assert spot_cost_ratio(subject, SPOT, 2 * HOUR, config()) == pytest.approx(0.35 * 7740 / 7200)
 
 
 def test_expected_interruption_delay_hand_computed() -> None:
     gang = DEADLINE_JOB.nodes(2).build()
-    # 0.5/h x 2h x 2 nodes = 2 interruptions x (1800/2 + 120) s
-    assert expected_interruption_delay_s(gang, SPOT, 2 * HOUR, config()) == pytest.approx(2040.0)
+    # 0.5/h x 2h x 2 nodes = 2 interruptions x (1800/2 + 120) s, or x (60 + 120) s with the
+    # notice's checkpoint
+    assert expected_interruption_delay_s(gang, SPOT, 2 * HOUR, NO_NOTICE) == pytest.approx(2040.0)
+    assert expected_interruption_delay_s(gang, SPOT, 2 * HOUR, config()) == pytest.approx(360.0)

@@ -12,6 +12,7 @@ from spotline.domain import (
     Allocation,
     ClusterSnapshot,
     Job,
+    Preempt,
     Priority,
     PriorityWeights,
     ReclaimPolicy,
@@ -481,3 +482,59 @@ def test_a_running_index_refuses_two_allocations_of_a_job_and_the_removal_of_an_
     assert (index.pool_used, index.held("r1")) == ({"spot": 4}, moved)
     assert index.remove("r1") == moved
     assert len(index) == 0 and not index.pool_used and not index.groups and not index.team_counts
+
+
+def test_least_attained_service_orders_a_class_and_leaves_other_classes_alone() -> None:
+    # Room for one 8-GPU job. Two normal jobs wait: "old" was submitted first but has already
+    # run 16 GPU-h (2 h on 8 GPUs), "new" has run nothing. With the attained-service term the
+    # fresh one goes first (Tiresias); without it, submission order decides. A high job is
+    # ahead of both either way: the term (300 at most) stays below a class step.
+    snapshot = cluster([OD16], [job("r").gpus(8).on("od")])
+    old = job("old").gpus(8).spot("never").submitted(NOW - 600).runtime(2 * HOUR).build()
+    new = job("new").gpus(8).spot("never").submitted(NOW - 60).build()
+    las = config(
+        weights=PriorityWeights(attained=300.0, attained_norm_gpu_h=16.0), max_preemptions_per_pass=0
+    )
+    fifo = config(max_preemptions_per_pass=0)
+    assert summary(run_plan(snapshot, [old, new], fifo)) == [("admit", "old", "od"), ("wait", "new")]
+    assert summary(run_plan(snapshot, [old, new], las)) == [("admit", "new", "od"), ("wait", "old")]
+    high = job("high").high().gpus(8).spot("never").submitted(NOW).runtime(10 * HOUR).build()
+    assert summary(run_plan(snapshot, [old, new, high], las))[0] == ("admit", "high", "od")
+
+
+def test_an_attained_service_weight_above_the_margin_lets_a_fresh_job_preempt_its_own_class() -> None:
+    # Attained weight 800 > margin 500: a normal job that ran 64 GPU-h scores 1000 - 800 (+ the
+    # other terms) and a fresh normal job 1000: lower by more than the margin, so it is a victim.
+    # The pass must search the preemptor's own class for it (its floor is 1000 - 800 = 200, below
+    # the threshold), not skip the class because 1000 is not below the threshold.
+    weights = PriorityWeights(attained=800.0, fairshare=0.0, size=0.0, age=0.0)
+    ran = job("ran").gpus(8).runtime(8 * HOUR).on("od")
+    snapshot = cluster([pool("od", capacity=8)], [ran])
+    fresh = job("fresh").gpus(8).spot("never").submitted(NOW).build()
+    assert summary(run_plan(snapshot, [fresh], config(weights=weights))) == [
+        ("preempt", "fresh", "od", "ran")
+    ]
+    assert summary(run_plan(snapshot, [fresh], config())) == [("wait", "fresh")]
+
+
+@pytest.mark.parametrize(
+    ("fresh_s", "checkpoints_ago", "checkpoint"),
+    [
+        (0.0, (10.0, 10.0), True),  # off: victims always write a checkpoint first
+        (60.0, (10.0, 50.0), False),  # both checkpointed within 60 s: stopped at once
+        (60.0, (10.0, 3600.0), True),  # one has an hour of unsaved work: checkpoint-then-stop
+    ],
+)
+def test_victims_that_just_checkpointed_are_stopped_at_once(
+    fresh_s: float, checkpoints_ago: tuple[float, float], checkpoint: bool
+) -> None:
+    snapshot = cluster(
+        [OD16],
+        [low_on("v1", 8, checkpoint_s=checkpoints_ago[0]), low_on("v2", 8, checkpoint_s=checkpoints_ago[1])],
+    )
+    pending = job("p").high().gpus(16).nodes(2).spot("never").build()
+    [decision] = run_plan(snapshot, [pending], config(fresh_checkpoint_s=fresh_s))
+    assert isinstance(decision, Preempt)
+    assert sorted(decision.victims) == ["v1", "v2"]
+    assert decision.checkpoint is checkpoint
+    assert decision.reason.endswith("each checkpointed in the last 60 s") is not checkpoint

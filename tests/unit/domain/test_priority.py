@@ -8,7 +8,15 @@ from spotline.domain import Job, PriorityWeights, TeamQuota, effective_priority,
 
 from .builders import DAY, HOUR, NOW, job, quota
 
-NONE = {"class_step": 0.0, "age": 0.0, "deadline": 0.0, "size": 0.0, "fairshare": 0.0, "history": 0.0}
+NONE = {
+    "class_step": 0.0,
+    "age": 0.0,
+    "deadline": 0.0,
+    "size": 0.0,
+    "fairshare": 0.0,
+    "history": 0.0,
+    "attained": 0.0,
+}
 
 
 def only(**weights: float) -> PriorityWeights:
@@ -53,6 +61,10 @@ def only(**weights: float) -> PriorityWeights:
         (only(history=600), job("j").preemptions(1).build(), 0.0, 1.0, 200.0),
         (only(history=600), job("j").preemptions(1).interruptions(1).build(), 0.0, 1.0, 400.0),
         (only(history=600), job("j").preemptions(2).interruptions(4).build(), 0.0, 1.0, 600.0),
+        # attained service (least attained first): gpus x runtime / 64 GPU-h, capped, subtracted
+        (only(attained=300), job("j").gpus(8).build(), 0.0, 1.0, 0.0),
+        (only(attained=300), job("j").gpus(8).runtime(4 * HOUR).build(), 0.0, 1.0, -150.0),
+        (only(attained=300), job("j").gpus(32).runtime(4 * HOUR).build(), 0.0, 1.0, -300.0),
         # all factors with the default weights:
         # 1000 (normal) + 450 (12h) + 750 (slack 3h) + 12.5 (8 GPUs) + 200 (fs 0.5) + 20 (1 of 3, x60)
         (
@@ -86,6 +98,9 @@ def only(**weights: float) -> PriorityWeights:
         "history-one-preemption",
         "history-preemption-plus-interruption",
         "history-capped",
+        "attained-none",
+        "attained-half",
+        "attained-capped",
         "all-factors-default-weights",
     ],
 )

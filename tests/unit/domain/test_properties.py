@@ -502,11 +502,30 @@ def test_more_disruptions_never_lower_effective_priority(
 
 
 @PROPERTY
+@given(st.data(), st.floats(0, 10 * DAY), st.floats(0, 10 * DAY))
+def test_more_attained_service_never_raises_effective_priority(
+    data: st.DataObject, ran: float, more: float
+) -> None:
+    weights = PriorityWeights(attained=300.0)
+    base = data.draw(job_shapes("j"))
+    less_run, more_run = base.runtime(ran).build(), base.runtime(ran + more).build()
+    assert effective_priority(more_run, NOW, weights, remaining_s=HOUR) <= effective_priority(
+        less_run, NOW, weights, remaining_s=HOUR
+    )
+
+
+@PROPERTY
 @given(
     st.data(),
     st.floats(0, 2 * DAY),
     st.sampled_from([0.0, 0.25, 1.0]),
-    st.sampled_from([PriorityWeights(), PriorityWeights(size=0.0, age=1500.0, max_age_s=3600.0)]),
+    st.sampled_from(
+        [
+            PriorityWeights(),
+            PriorityWeights(size=0.0, age=1500.0, max_age_s=3600.0),
+            PriorityWeights(attained=400.0, attained_norm_gpu_h=8.0),
+        ]
+    ),
 )
 def test_the_pass_scorer_gives_exactly_effective_priority(
     data: st.DataObject, later: float, share: float, weights: PriorityWeights

@@ -1,0 +1,251 @@
+"""Tuning kept apart from evaluation: `python -m bench.tune`.
+
+Chooses `SchedulerConfig`'s defaults, and the Slurm peer's knobs (`SlurmKnobs`), on the tuning set
+only (`policy_bench.TUNING`: Philly 2017-10-02..15 and synthetic seeds 101-102; never the
+evaluation set). Every policy gets the same budget on the same samples: `--budget` seeded random
+draws from its knob space, the current defaults as draw 0. Kueue's knob space is its three setups
+(all of them, fewer than the budget), and each setup is a peer in the evaluation anyway; FIFO and
+priority-random have no knob.
+
+The objective, the same for every policy: the sum over the samples and the goal metrics of
+log(value / reference), where the reference is, per sample and metric, the best value of the
+peers at their defaults (lower is better; higher-is-better metrics enter inverted; waits are
+floored at 5 minutes, lost GPU-hours at 1, as the goals read them). Lower is better.
+
+Then each lever is switched off in Spotline's best draw, to check that it pays on the tuning set
+(README, "Tuning"): the least-attained-service term, stopping victims that just checkpointed,
+cost-aware Spot placement.
+
+`--reduced` (the default on this 2-core machine): the synthetic samples at 2,000 jobs on 128
+GPUs and the first four days of the Philly window (2017-10-02..05); `--full`: the tuning set as
+`make bench` would evaluate it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import random
+import sys
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from bench import policy_bench as pb
+from spotline.domain import SchedulerConfig
+from spotline.domain.config import PriorityWeights, VictimStrategy
+from spotline.sim import SimSettings
+from spotline.sim.model import SlurmKnobs
+
+# (label, read it from a policy's metrics, True when lower is better, floor)
+OBJECTIVE: tuple[tuple[str, Callable[[dict[str, Any]], float], bool, float], ...] = (
+    ("avg JCT", lambda m: m["avg_jct_s"], True, 1.0),
+    ("low avg JCT", lambda m: m["avg_jct_s_by_priority"]["low"], True, 1.0),
+    ("critical p99 wait", lambda m: m["wait_p99_s_by_priority"]["critical"], True, 300.0),
+    ("high p99 wait", lambda m: m["wait_p99_s_by_priority"]["high"], True, 300.0),
+    ("lost GPU-h", lambda m: m["lost_gpu_hours"], True, 1.0),
+    ("cost / useful GPU-h", lambda m: m["cost_per_useful_gpu_hour"], True, 1e-6),
+    ("FTF worst team", lambda m: m["ftf_max"], True, 1e-6),
+    ("Jain", lambda m: m["jain_fairness"], False, 1e-6),
+)
+
+REDUCED_SAMPLES: tuple[pb.Sample, ...] = (
+    pb.Sample("philly", 1, "2017-10-02", "2017-10-05"),
+    pb._synth(101, 0.85, 2000, 128),
+    pb._synth(102, 1.1, 2000, 128),
+)
+PEERS_AT_DEFAULTS = ("fifo", "priority-random", "kueue-classic", "kueue-bwc", "kueue-fair", "slurm")
+
+
+def draw_spotline(rng: random.Random) -> SchedulerConfig:
+    """One draw from Spotline's knob space."""
+    weights = PriorityWeights(
+        age=rng.choice([300.0, 600.0, 900.0]),
+        fairshare=rng.choice([0.0, 100.0, 400.0, 800.0]),
+        attained=rng.choice([0.0, 0.0, 200.0, 400.0]),
+        attained_norm_gpu_h=rng.choice([16.0, 64.0, 256.0]),
+    )
+    return SchedulerConfig(
+        weights=weights,
+        strategy=rng.choice(list(VictimStrategy)),
+        preemption_margin=rng.choice([300.0, 500.0, 800.0]),
+        preemption_delay_s=rng.choice([0.0, 60.0, 180.0, 600.0]),
+        protection_period_s=rng.choice([300.0, 600.0, 1800.0]),
+        fresh_checkpoint_s=rng.choice([0.0, 60.0, 120.0]),
+        spot_cost_aware=rng.choice([True, False]),
+    )
+
+
+def draw_slurm(rng: random.Random) -> SlurmKnobs:
+    """One draw from the Slurm peer's knob space (slurm.conf)."""
+    return SlurmKnobs(
+        weight_age=rng.choice([500.0, 1000.0, 2000.0, 4000.0]),
+        weight_fairshare=rng.choice([500.0, 1000.0, 2000.0, 4000.0]),
+        max_age_s=rng.choice([86400.0, 7 * 86400.0]),
+        bf_reservations=rng.choice([1, 4, 16, 64]),
+    )
+
+
+def objective(metrics: Sequence[dict[str, Any]], references: Sequence[dict[str, float]]) -> float:
+    total = 0.0
+    for m, ref in zip(metrics, references, strict=True):
+        for label, read, lower, floor in OBJECTIVE:
+            ours, theirs = max(read(m), floor), max(ref[label], floor)
+            total += math.log(ours / theirs) if lower else math.log(theirs / ours)
+    return total
+
+
+def _reference(runs: dict[str, dict[str, Any]]) -> dict[str, float]:
+    out = {}
+    for label, read, lower, _ in OBJECTIVE:
+        values = [read(runs[p]) for p in PEERS_AT_DEFAULTS]
+        out[label] = min(values) if lower else max(values)
+    return out
+
+
+def _one(job: tuple[pb.Sample, str, SchedulerConfig | None, SimSettings | None]) -> dict[str, Any]:
+    sample, policy, config, settings = job
+    pb.WORKERS = 1
+    return pb.run_sample(sample, [policy], settings=settings, config=config)[policy]
+
+
+def _run_all(
+    jobs: list[tuple[pb.Sample, str, SchedulerConfig | None, SimSettings | None]], workers: int
+) -> list[dict[str, Any]]:
+    if workers <= 1:
+        return [_one(j) for j in jobs]
+    with ProcessPoolExecutor(max_workers=workers) as pool:
+        return list(pool.map(_one, jobs))
+
+
+def tune(samples: Sequence[pb.Sample], budget: int, seed: int, workers: int) -> dict[str, Any]:
+    began = time.perf_counter()
+    rng = random.Random(f"spotline-tune:{seed}")
+    spotline = [SchedulerConfig()] + [draw_spotline(rng) for _ in range(budget - 1)]
+    slurm = [SlurmKnobs()] + [draw_slurm(rng) for _ in range(budget - 1)]
+    base: list[tuple[pb.Sample, str, SchedulerConfig | None, SimSettings | None]] = [
+        (s, p, None, None) for s in samples for p in PEERS_AT_DEFAULTS
+    ]
+    flat = _run_all(base, workers)
+    references = [
+        _reference({p: flat[i * len(PEERS_AT_DEFAULTS) + k] for k, p in enumerate(PEERS_AT_DEFAULTS)})
+        for i in range(len(samples))
+    ]
+
+    def score_all(
+        policy: str, configs: Sequence[SchedulerConfig | None], settings: Sequence[SimSettings | None]
+    ) -> list[float]:
+        jobs = [(s, policy, c, st) for c, st in zip(configs, settings, strict=True) for s in samples]
+        results = _run_all(jobs, workers)
+        n = len(samples)
+        return [objective(results[i * n : (i + 1) * n], references) for i in range(len(configs))]
+
+    spotline_scores = score_all("spotline", spotline, [None] * len(spotline))
+    slurm_scores = score_all("slurm", [None] * len(slurm), [SimSettings(slurm=k) for k in slurm])
+    best = min(range(len(spotline)), key=lambda i: spotline_scores[i])
+    chosen = spotline[best]
+    # Each lever on and off in the chosen draw (one of the two is the chosen draw itself).
+    on_attained = chosen.weights.attained or 200.0
+    levers: dict[str, tuple[SchedulerConfig, SchedulerConfig]] = {
+        "least attained service": (
+            chosen.model_copy(
+                update={"weights": chosen.weights.model_copy(update={"attained": on_attained})}
+            ),
+            chosen.model_copy(update={"weights": chosen.weights.model_copy(update={"attained": 0.0})}),
+        ),
+        "checkpoint boundaries": (
+            chosen.model_copy(update={"fresh_checkpoint_s": chosen.fresh_checkpoint_s or 60.0}),
+            chosen.model_copy(update={"fresh_checkpoint_s": 0.0}),
+        ),
+        "cost-aware Spot placement": (
+            chosen.model_copy(update={"spot_cost_aware": True}),
+            chosen.model_copy(update={"spot_cost_aware": False}),
+        ),
+    }
+    pairs = [c for pair in levers.values() for c in pair]
+    scores = score_all("spotline", pairs, [None] * len(pairs))
+    lever_scores = {name: (scores[2 * i], scores[2 * i + 1]) for i, name in enumerate(levers)}
+    slurm_best = min(range(len(slurm)), key=lambda i: slurm_scores[i])
+    kueue_scores = {
+        name: objective(
+            [flat[i * len(PEERS_AT_DEFAULTS) + PEERS_AT_DEFAULTS.index(name)] for i in range(len(samples))],
+            references,
+        )
+        for name in ("kueue-classic", "kueue-bwc", "kueue-fair")
+    }
+    return {
+        "samples": [s.label for s in samples],
+        "budget": budget,
+        "seed": seed,
+        "spotline": [
+            {"score": sc, "config": json.loads(c.model_dump_json())}
+            for c, sc in zip(spotline, spotline_scores, strict=True)
+        ],
+        "spotline_best": best,
+        "levers": {k: {"on": on, "off": off} for k, (on, off) in lever_scores.items()},
+        "slurm": [{"score": sc, "knobs": asdict(k)} for k, sc in zip(slurm, slurm_scores, strict=True)],
+        "slurm_best": slurm_best,
+        "kueue": kueue_scores,
+        "wall_s": time.perf_counter() - began,
+    }
+
+
+def _diff(config: dict[str, Any], default: dict[str, Any], prefix: str = "") -> list[str]:
+    out = []
+    for key, value in config.items():
+        if isinstance(value, dict):
+            out += _diff(value, default[key], f"{prefix}{key}.")
+        elif value != default[key]:
+            out.append(f"{prefix}{key}={value}")
+    return out
+
+
+def report(result: dict[str, Any]) -> str:
+    lines = [
+        f"tuning set: {'; '.join(result['samples'])}",
+        f"budget {result['budget']} draws per policy, seed {result['seed']}",
+    ]
+    lines.append(
+        "objective (lower is better; 0 = the best peer at its defaults on every metric):"
+        f" wall {result['wall_s']:.0f} s"
+    )
+    default = result["spotline"][0]["config"]
+    for i, row in enumerate(result["spotline"]):
+        mark = " <- chosen" if i == result["spotline_best"] else ""
+        changes = ", ".join(_diff(row["config"], default)) or "(defaults)"
+        lines.append(f"  spotline #{i:2d} {row['score']:+8.3f}  {changes}{mark}")
+    for label, row in result["levers"].items():
+        verdict = "helps" if row["on"] < row["off"] else "does not help"
+        lines.append(f"  lever {label}: on {row['on']:+8.3f}, off {row['off']:+8.3f}: {verdict}")
+    for i, row in enumerate(result["slurm"]):
+        mark = " <- chosen" if i == result["slurm_best"] else ""
+        lines.append(f"  slurm    #{i:2d} {row['score']:+8.3f}  {row['knobs']}{mark}")
+    for name, score in result["kueue"].items():
+        lines.append(f"  {name:13s} {score:+8.3f}")
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--budget", type=int, default=12, help="draws per policy, the defaults included")
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--full", action="store_true", help="the whole tuning set (slow)")
+    parser.add_argument("--out", type=Path, help="write the JSON result here")
+    args = parser.parse_args(argv)
+    samples = pb.available(pb.TUNING if args.full else REDUCED_SAMPLES)
+    if args.budget < 1:
+        parser.error("--budget must be at least 1")
+    result = tune(samples, args.budget, args.seed, args.workers)
+    print(report(result))
+    if args.out:
+        args.out.write_text(json.dumps(result, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
