@@ -111,9 +111,20 @@ def simulate_command(
     spot_data: Annotated[
         Path | None,
         typer.Option(
-            "--spot-data", help="Spot Instance Advisor data (default: shared/spot/gpu-spot-advisor.json)."
+            "--spot-data",
+            help="Spot Instance Advisor data (default: spotline/sim/data/gpu-spot-advisor.json, the"
+            " repository's copy of shared/spot/gpu-spot-advisor.json).",
         ),
     ] = None,
+    spot_shortages: Annotated[
+        float,
+        typer.Option(
+            "--spot-shortages",
+            help="Spot capacity shortages per Spot pool per day (each withdraws half the pool's"
+            " instances, their jobs get the notice, for 4 h on average; default 0: none).",
+            min=0.0,
+        ),
+    ] = 0.0,
 ) -> None:
     """Replay a trace through each policy on the same cluster, jobs and Spot reclaims; print a table."""
     console = Console()
@@ -151,6 +162,7 @@ def simulate_command(
         restart_max_s=restart_max,
         victim_stop=victim_stop,
         slurm_estimates=slurm_estimates,
+        shortage_rate_per_day=spot_shortages,
     )
     sink_file = decisions.open("w") if decisions is not None else None
     try:

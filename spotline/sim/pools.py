@@ -35,8 +35,8 @@ BANDS: tuple[tuple[str, float], ...] = (
 # (shared/spot/gpu-spot-advisor.json, snapshot 2025-06-28: us-east-1 p4d.24xlarge s=67, r=2).
 _BUILTIN: dict[tuple[str, str], tuple[float, int]] = {(DEFAULT_REGION, DEFAULT_INSTANCE): (0.67, 2)}
 
-# shared/spot/gpu-spot-advisor.json next to the repository (read when present).
-DEFAULT_ADVISOR_FILE = Path(__file__).resolve().parents[3] / "shared" / "spot" / "gpu-spot-advisor.json"
+# The repository's copy of shared/spot/gpu-spot-advisor.json (data/README.md: its provenance).
+DEFAULT_ADVISOR_FILE = Path(__file__).resolve().parent / "data" / "gpu-spot-advisor.json"
 
 
 @dataclass(frozen=True)

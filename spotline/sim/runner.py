@@ -48,6 +48,8 @@ class PolicyRun:
     events: int
     passes: int
     wall_s: float
+    # CPU seconds of the run in its process (on a shared machine, what the run itself cost).
+    cpu_s: float = 0.0
 
 
 @dataclass
@@ -141,9 +143,9 @@ def run_policy(
     jobs = build_jobs(trace.jobs, settings, seed, GPUS_PER_NODE)
     policy = make_policy(name, shares, settings, seed, config)
     isolated = isolated_jct(jobs, shares.nominal)
-    began = time.perf_counter()
+    began, cpu = time.perf_counter(), time.process_time()
     sim = Simulation(jobs, list(pools), policy, settings, seed, sink=sink, record_series=record_series).run()
-    wall = time.perf_counter() - began
+    wall, cpu = time.perf_counter() - began, time.process_time() - cpu
     return PolicyRun(
         name=name,
         metrics=policy_metrics(sim, isolated),
@@ -152,6 +154,7 @@ def run_policy(
         events=sim.events,
         passes=sim.passes,
         wall_s=wall,
+        cpu_s=cpu,
     )
 
 
