@@ -3,7 +3,8 @@
 Chooses `SchedulerConfig`'s defaults, and the Slurm peer's knobs (`SlurmKnobs`), on the tuning set
 only (`policy_bench.TUNING`: Philly 2017-10-02..15 and synthetic seeds 101-102; never the
 evaluation set). Every policy gets the same budget on the same samples: `--budget` seeded random
-draws from its knob space, the current defaults as draw 0. Kueue's knob space is its three setups
+draws from its knob space, its defaults before this tuning as draw 0 (`SPOTLINE_BEFORE`,
+`SLURM_BEFORE`; the draws are then the same in every rerun). Kueue's knob space is its three setups
 (all of them, fewer than the budget), and each setup is a peer in the evaluation anyway; FIFO and
 priority-random have no knob.
 
@@ -53,12 +54,22 @@ OBJECTIVE: tuple[tuple[str, Callable[[dict[str, Any]], float], bool, float], ...
     ("Jain", lambda m: m["jain_fairness"], False, 1e-6),
 )
 
-REDUCED_SAMPLES: tuple[pb.Sample, ...] = (
-    pb.Sample("philly", 1, "2017-10-02", "2017-10-05"),
-    pb._synth(101, 0.85, 2000, 128),
-    pb._synth(102, 1.1, 2000, 128),
-)
+REDUCED_SAMPLES = pb.TUNING_REDUCED
 PEERS_AT_DEFAULTS = ("fifo", "priority-random", "kueue-classic", "kueue-bwc", "kueue-fair", "slurm")
+
+
+# Draw 0 of each policy: its defaults before this tuning (so a rerun draws the same 12).
+SPOTLINE_BEFORE = SchedulerConfig(
+    weights=PriorityWeights(fairshare=400.0, attained=0.0, attained_norm_gpu_h=64.0),
+    strategy=VictimStrategy.LEAST_LOST_WORK,
+    protection_period_s=600.0,
+    preemption_margin=500.0,
+    preemption_delay_s=60.0,
+    fresh_checkpoint_s=0.0,
+)
+SLURM_BEFORE = SlurmKnobs(
+    weight_age=1000.0, weight_fairshare=2000.0, max_age_s=7 * 86400.0, bf_reservations=16
+)
 
 
 def draw_spotline(rng: random.Random) -> SchedulerConfig:
@@ -125,8 +136,8 @@ def _run_all(
 def tune(samples: Sequence[pb.Sample], budget: int, seed: int, workers: int) -> dict[str, Any]:
     began = time.perf_counter()
     rng = random.Random(f"spotline-tune:{seed}")
-    spotline = [SchedulerConfig()] + [draw_spotline(rng) for _ in range(budget - 1)]
-    slurm = [SlurmKnobs()] + [draw_slurm(rng) for _ in range(budget - 1)]
+    spotline = [SPOTLINE_BEFORE] + [draw_spotline(rng) for _ in range(budget - 1)]
+    slurm = [SLURM_BEFORE] + [draw_slurm(rng) for _ in range(budget - 1)]
     base: list[tuple[pb.Sample, str, SchedulerConfig | None, SimSettings | None]] = [
         (s, p, None, None) for s in samples for p in PEERS_AT_DEFAULTS
     ]
@@ -216,7 +227,7 @@ def report(result: dict[str, Any]) -> str:
     default = result["spotline"][0]["config"]
     for i, row in enumerate(result["spotline"]):
         mark = " <- chosen" if i == result["spotline_best"] else ""
-        changes = ", ".join(_diff(row["config"], default)) or "(defaults)"
+        changes = ", ".join(_diff(row["config"], default)) or "(the defaults before tuning)"
         lines.append(f"  spotline #{i:2d} {row['score']:+8.3f}  {changes}{mark}")
     for label, row in result["levers"].items():
         verdict = "helps" if row["on"] < row["off"] else "does not help"

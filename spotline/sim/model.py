@@ -54,11 +54,11 @@ class SlurmKnobs:
     set chose (README, "Tuning")."""
 
     # PriorityWeightAge, PriorityWeightFairshare, PriorityMaxAge.
-    weight_age: float = 1000.0
-    weight_fairshare: float = 2000.0
-    max_age_s: float = 7 * 86400.0
+    weight_age: float = 4000.0
+    weight_fairshare: float = 500.0
+    max_age_s: float = 86400.0
     # Reservations backfill makes per cycle (its depth; bf_max_job_test bounds the jobs tested).
-    bf_reservations: int = 16
+    bf_reservations: int = 4
 
 
 @dataclass(frozen=True)

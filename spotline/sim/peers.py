@@ -165,7 +165,14 @@ class PeerPolicy:
             return
         from_free = ps.demand(job) - sum(v.held for v in victims)
         reserved = max(0, from_free)
-        if reserved > ps.free:
+        # (Free GPUs are below 0 while the jobs on instances a Spot capacity shortage withdrew
+        # leave; a preemptor whose victims cover its demand needs none of them.)
+        if reserved > max(ps.free, 0) and ps.capacity < ps.pool.capacity_gpus:
+            # The shortage left fewer GPUs than the policy's books: no launch would find
+            # capacity, so nobody is preempted and the job queues again.
+            self.queue.add(job)
+            return
+        if reserved > max(ps.free, 0):
             raise RuntimeError(
                 f"{self.name}: {job.id} counts on {reserved} free GPUs, {ps.name} has {ps.free}"
             )

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
+from bench.tune import SPOTLINE_BEFORE
+from spotline.domain import SchedulerConfig
 from spotline.domain.models import Priority
 from spotline.sim import SimSettings, simulate
 from spotline.sim.model import SimJob, VictimStop
@@ -15,6 +17,15 @@ from spotline.trace import Trace, TraceJob
 SETTINGS = SimSettings(
     restart_min_s=100.0, restart_max_s=100.0, checkpoint_interval_s=1000.0, checkpoint_write_s=50.0
 )
+
+# Spotline's defaults before the tuning (`bench/tune.py`'s `SPOTLINE_BEFORE`): the hand-computed
+# scenarios below were worked out with them (a 600 s protection period, least lost work, ...).
+BEFORE = SPOTLINE_BEFORE
+
+
+def before(**changes: object) -> SchedulerConfig:
+    return BEFORE.model_copy(update=changes)
+
 
 # The peers as they stop jobs without the agent's help (the `--victim-stop hard-kill` ablation).
 HARD_KILL = replace(SETTINGS, victim_stop=VictimStop.HARD_KILL)
@@ -37,6 +48,8 @@ def run(
 ) -> PolicyRun:
     """One policy on an On-Demand cluster of `gpus` GPUs (no Spot, so no interruptions)."""
     options: dict[str, object] = {"settings": SETTINGS, **kwargs}
+    if policy == "spotline":
+        options.setdefault("config", BEFORE)
     report = simulate(trace(rows), [policy], gpus=gpus, spot_fraction=spot_fraction, **options)  # type: ignore[arg-type]
     return report.runs[policy]
 

@@ -12,10 +12,10 @@ import random
 
 import pytest
 
-from spotline.domain import ReclaimPolicy, SchedulerConfig
+from spotline.domain import ReclaimPolicy
 from spotline.sim.pools import spot_advice
 
-from .helpers import HARD_KILL, by_id, jcts, queued, run, waits
+from .helpers import HARD_KILL, before, by_id, jcts, queued, run, waits
 
 # j1 (low) fills the cluster; j2 (critical) needs all of it 10 s later; j3 (high) needs half.
 CONTENTION = [
@@ -63,7 +63,7 @@ def test_hard_kill_peers_stop_the_victim_at_once_and_it_loses_its_work(policy: s
 
 def test_spotline_waits_out_the_protection_period_then_checkpoints_before_preempting() -> None:
     # Checkpoint-then-preempt for every class (by default a critical preemptor stops at once).
-    result = run(CONTENTION, "spotline", config=SchedulerConfig(stop_at_once_for=frozenset()))
+    result = run(CONTENTION, "spotline", config=before(stop_at_once_for=frozenset()))
     # j1 is protected for 600 s after its start; the 5-minute tick at t=610 finds it eligible:
     # j1 checkpoints its 610 s of progress (write 50 s) and leaves at 660, when j2 starts. j3
     # runs after j2 (high before low); j1 resumes at 1260 with 390 s left after a 100 s restart.
@@ -122,7 +122,7 @@ def test_spotline_reclaims_only_from_a_lower_class_by_default() -> None:
 
 
 def test_spotline_reclaims_after_protection_by_least_lost_work_with_checkpoints() -> None:
-    config = SchedulerConfig(reclaim_within_cohort=ReclaimPolicy.SAME_OR_LOWER_PRIORITY)
+    config = before(reclaim_within_cohort=ReclaimPolicy.SAME_OR_LOWER_PRIORITY)
     result = run(RECLAIM, "spotline", config=config)
     jobs = by_id(result)
     # Team b's jobs are protected until 600-607 s; the tick at 700 reclaims the two that would

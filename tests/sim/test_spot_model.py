@@ -50,3 +50,22 @@ def test_without_shortages_nothing_is_withdrawn() -> None:
     rows = [("a", 0.0, 50000.0, 8, "t", "normal"), ("b", 1.0, 50000.0, 8, "t", "normal")]
     result = simulate(trace(rows), ["spotline"], seed=2, settings=SETTINGS, pools=[SPOT]).runs["spotline"]
     assert result.metrics["interruptions"] == 0
+
+
+def test_a_kueue_preemptor_whose_victims_cover_it_proceeds_while_a_shortage_overcommits_the_pool() -> None:
+    # Regression: while the jobs on withdrawn instances leave, the pool's free GPUs are below 0;
+    # a Kueue preemptor whose victims cover its whole demand counts on none of them and must not
+    # be refused (it was, with "counts on 0 free GPUs, ... has -2", in this trace).
+    from spotline.sim.pools import build_pools, spot_advice
+    from spotline.trace import Trace
+    from spotline.trace.synth import synth_trace
+
+    workload = Trace(jobs=synth_trace(1200, 0.85, 128, 4), source="synth")
+    advice = spot_advice()
+    pools = build_pools(128, 0.75, advice)
+    settings = replace(SETTINGS, shortage_rate_per_day=1.0, shortage_share=0.5, shortage_mean_h=4.0)
+    settings = replace(settings, checkpoint_interval_s=1800.0, checkpoint_write_s=60.0)
+    result = simulate(workload, ["kueue-classic"], seed=4, settings=settings, pools=pools).runs[
+        "kueue-classic"
+    ]
+    assert result.metrics["completed"] == 1200

@@ -24,11 +24,13 @@ from spotline.domain import (
     Ledger,
     Pool,
     Priority,
+    PriorityWeights,
     Purchase,
     SchedulerConfig,
     SortedQueue,
     TeamQuota,
 )
+from spotline.domain.config import VictimStrategy
 from spotline.domain.planner import Admit, Decision, PlanStats, Preempt, plan, plan_with_stats
 from spotline.domain.preemption import lost_work_gpu_s
 from spotline.domain.priority import effective_priority
@@ -222,9 +224,16 @@ def cluster(
 
 def config(**overrides: Any) -> SchedulerConfig:
     """The default policy with some fields overridden; the protection period and the preemption
-    delay are 0 unless set."""
+    delay are 0 unless set. The mechanisms' tests read the defaults from before the tuning
+    (`bench/tune.py`'s `SPOTLINE_BEFORE`: fair-share 400, no attained-service term, least lost
+    work, margin 500, no fresh-checkpoint stop) unless they set them; `test_config.py` checks the
+    tuned defaults."""
     overrides.setdefault("protection_period_s", 0.0)
     overrides.setdefault("preemption_delay_s", 0.0)
+    overrides.setdefault("weights", PriorityWeights(fairshare=400.0, attained=0.0, attained_norm_gpu_h=64.0))
+    overrides.setdefault("strategy", VictimStrategy.LEAST_LOST_WORK)
+    overrides.setdefault("preemption_margin", 500.0)
+    overrides.setdefault("fresh_checkpoint_s", 0.0)
     return SchedulerConfig(**overrides)
 
 

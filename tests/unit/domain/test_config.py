@@ -1,0 +1,20 @@
+"""`SchedulerConfig`'s defaults are the tuning set's choice, as recorded in bench/data."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from spotline.domain import SchedulerConfig
+from spotline.sim.model import SlurmKnobs
+
+RECORD = Path(__file__).resolve().parents[3] / "bench" / "data" / "tuning.json"
+
+
+def test_the_defaults_are_what_bench_tune_chose_on_the_tuning_set() -> None:
+    record = json.loads(RECORD.read_text())
+    chosen = record["spotline"][record["spotline_best"]]["config"]
+    assert json.loads(SchedulerConfig().model_dump_json()) == chosen
+    assert record["samples"][0].startswith("philly 2017-10-02")  # the tuning set, not evaluation
+    slurm = record["slurm"][record["slurm_best"]]["knobs"]
+    assert SlurmKnobs(**slurm) == SlurmKnobs()
