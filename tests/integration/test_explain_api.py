@@ -8,6 +8,7 @@ from typing import Any
 
 import functions.api
 from spotline.control.scheduling import scheduling_pass
+from spotline.domain import SchedulerConfig
 
 from .conftest import NLP_ROLE, Deployment, api_event, context, start, submit
 
@@ -48,7 +49,7 @@ def test_a_waiting_job_is_explained_with_terms_blockers_position_and_a_forecast(
     assert status == 200
     assert body["state"] == "PENDING"
     terms = body["priority"]["terms"]
-    assert set(terms) == {"class", "age", "urgency", "size", "fairshare", "disruptions"}
+    assert set(terms) == {"class", "age", "urgency", "size", "fairshare", "disruptions", "attained"}
     assert abs(sum(terms.values()) - body["priority"]["effective"]) < 0.01
     assert body["position"]["in_class"] == 1 and body["position"]["queued"] == 1
     pools = {p["pool"]: p for p in body["pools"]}
@@ -102,5 +103,5 @@ def test_a_running_job_says_where_and_why_and_a_preempted_job_names_its_preempto
     status, body = explain(victim, owner)
     assert status == 200
     assert body["preempted_by"]["by"] == critical.id
-    assert "least-lost-work" in body["preempted_by"]["reason"]
+    assert SchedulerConfig().strategy.value in body["preempted_by"]["reason"]  # the strategy, named
     assert "GPU-s of unsaved work and restart" in body["preempted_by"]["reason"]  # the criterion's number
