@@ -190,7 +190,10 @@ class SimJob:
         """When the next periodic checkpoint after `t` becomes durable."""
         origin = self.run_start + self.run_overhead + self.write
         k = max(1, math.floor((t - origin) / self.interval) + 1)
-        return origin + k * self.interval
+        at = origin + k * self.interval
+        # (Rounding can put `t - origin` just below a multiple of the interval while
+        # `origin + k * interval` rounds back to `t`: the next one is then the one after.)
+        return at if at > t else origin + (k + 1) * self.interval
 
 
 def gang_nodes(gpus: int, gpus_per_node: int) -> int:

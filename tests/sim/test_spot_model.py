@@ -69,3 +69,36 @@ def test_a_kueue_preemptor_whose_victims_cover_it_proceeds_while_a_shortage_over
         "kueue-classic"
     ]
     assert result.metrics["completed"] == 1200
+
+
+def test_the_next_checkpoint_is_always_after_now_despite_rounding() -> None:
+    # Regression: here `t - origin` rounds to just below 19 intervals while origin + 19 intervals
+    # rounds back to `t`; the next checkpoint came out equal to `t`, and the Spotline adapter,
+    # which re-arms its checkpoint timer at the next checkpoint after now, looped forever
+    # (`make bench`'s churn sweep hung at "high churn + shortages").
+    from spotline.domain.models import Priority
+    from spotline.sim.model import SimJob
+
+    start, overhead = 43756.20746753772, 128.41077979099006
+    job = SimJob(
+        idx=0,
+        id="x",
+        submit=0.0,
+        work=1e9,
+        gpus=1,
+        nodes=1,
+        team="t",
+        priority=Priority.LOW,
+        rank=0,
+        deadline=None,
+        spot_ok=True,
+        gpu_type=None,
+        interval=1800.0,
+        write=60.0,
+        restart=overhead,
+        run_start=start,
+        run_overhead=overhead,
+    )
+    t = start + overhead + 60.0 + 19 * 1800.0
+    assert t == 78144.6182473287
+    assert job.next_checkpoint_at(t) > t
