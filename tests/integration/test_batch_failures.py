@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functions.batch_state_change
 import functions.reconciler
+from spotline.aws.jobs import JobRecord
 from spotline.domain import JobState
 
 from .conftest import Deployment, batch_event, context, load_event, start, submit
@@ -104,6 +105,22 @@ def test_lost_heartbeats_count_against_max_interruptions_then_the_job_fails(depl
     assert failed.terminating_batch_job_ids == ()
 
 
+
+def host_lost(running: JobRecord, instance_id: str) -> str:
+    """Batch's FAILED event for the run of `running`, its host lost; the handler's outcome."""
+    assert running.batch_job_id is not None
+    outcome: str = functions.batch_state_change.handler(
+        batch_event(
+            running.id,
+            running.batch_job_id,
+            "FAILED",
+            reason=f"Host EC2 (instance {instance_id}) terminated.",
+            run=running.run,
+        ),
+        context(),
+    )["outcome"]
+    return outcome
+
 def test_host_losses_from_batch_and_the_reconciler_share_one_cap(deployment: Deployment) -> None:
     # Given a cap of two, and a job whose host Batch reported lost, then whose heartbeat was lost
     deployment.clock.freeze()
@@ -112,16 +129,7 @@ def test_host_losses_from_batch_and_the_reconciler_share_one_cap(deployment: Dep
     record = submit(deployment)
     running = start(deployment, record, instance_id="i-0000000000000000a")
     assert running.batch_job_id is not None
-    functions.batch_state_change.handler(
-        batch_event(
-            record.id,
-            running.batch_job_id,
-            "FAILED",
-            reason="Host EC2 (instance i-0000000000000000a) terminated.",
-            run=running.run,
-        ),
-        context(),
-    )
+    host_lost(running, "i-0000000000000000a")
     start(deployment, plane.jobs.get(record.id), instance_id="i-0000000000000000b")
     _lose_heartbeat(deployment)
     assert plane.jobs.get(record.id).job.interruptions == 2
@@ -129,16 +137,7 @@ def test_host_losses_from_batch_and_the_reconciler_share_one_cap(deployment: Dep
     # When Batch reports the third run's host lost
     third = start(deployment, plane.jobs.get(record.id), instance_id="i-0000000000000000c")
     assert third.batch_job_id is not None
-    outcome = functions.batch_state_change.handler(
-        batch_event(
-            record.id,
-            third.batch_job_id,
-            "FAILED",
-            reason="Host EC2 (instance i-0000000000000000c) terminated.",
-            run=third.run,
-        ),
-        context(),
-    )["outcome"]
+    outcome = host_lost(third, "i-0000000000000000c")
 
     # Then the cap counted the reconciler's interruption too: the job ends FAILED
     assert outcome == "failed"
@@ -154,16 +153,7 @@ def test_a_heartbeat_lost_after_the_cap_was_reached_by_batch_fails_the_job(deplo
     record = submit(deployment)
     running = start(deployment, record, instance_id="i-0000000000000000a")
     assert running.batch_job_id is not None
-    functions.batch_state_change.handler(
-        batch_event(
-            record.id,
-            running.batch_job_id,
-            "FAILED",
-            reason="Host EC2 (instance i-0000000000000000a) terminated.",
-            run=running.run,
-        ),
-        context(),
-    )
+    host_lost(running, "i-0000000000000000a")
 
     # When the next run goes silent
     start(deployment, plane.jobs.get(record.id), instance_id="i-0000000000000000b")
