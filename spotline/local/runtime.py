@@ -174,6 +174,17 @@ class LocalInstanceResolver:
         return sorted({arn.rsplit("/", 1)[-1] for arn in container_instances if arn})
 
 
+# moto's backends, the handlers' environment and the control plane the handlers use are all
+# process-wide: a second plane started beside a running one would share (and reset) its tables
+# and queues, and the first plane's router would take the second one's events.
+_running_lock = threading.Lock()
+_running: LocalControlPlane | None = None
+
+
+class PlaneAlreadyRunning(RuntimeError):
+    """Only one local control plane runs in a process at a time."""
+
+
 @dataclass
 class LocalControlPlane:
     config: LocalConfig = field(default_factory=LocalConfig)
@@ -191,6 +202,24 @@ class LocalControlPlane:
 
     def start(self) -> dict[str, Any]:
         """Start everything; returns (and writes) the contents of `.spotline/local.json`."""
+        global _running
+        with _running_lock:
+            if _running is not None and _running is not self:
+                raise PlaneAlreadyRunning(
+                    "a local control plane is already running in this process "
+                    f"(state dir {_running.config.state_dir}); stop it before starting another"
+                )
+            _running = self
+        try:
+            return self._start()
+        except BaseException:
+            try:  # undo what started; the start's own error is the one to report
+                self.stop()
+            except Exception:
+                log.exception("stopping a half-started local control plane failed")
+            raise
+
+    def _start(self) -> dict[str, Any]:
         cfg = self.config
         self._save_env()
         self.aws = LocalAws(region=cfg.region)
@@ -289,6 +318,7 @@ class LocalControlPlane:
         return info
 
     def stop(self) -> None:
+        global _running
         self._stop.set()
         for thread in self._threads:
             thread.join(timeout=5)
@@ -310,6 +340,9 @@ class LocalControlPlane:
         self._restore_env()
         get_settings.cache_clear()
         reset_default_clients()
+        with _running_lock:
+            if _running is self:
+                _running = None
 
     def trigger_pass(self) -> None:
         """A scheduling pass now (what the one-minute tick does on AWS)."""

@@ -3,11 +3,16 @@
 
 from __future__ import annotations
 
+import json
 import sys
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+
+import boto3
+import httpx
 
 from spotline.local.runtime import LocalConfig, LocalControlPlane
 
@@ -48,3 +53,31 @@ def train_body(name: str, steps: int, priority: str = "normal", spot: str = "aut
         "checkpoint_interval_s": 1.5,
         "expected_runtime_s": steps * STEP_TIME_S,
     }
+
+
+def wait_for(
+    api: httpx.Client, job_id: str, headers: dict[str, str], states: set[str], timeout_s: float = 90.0
+) -> dict[str, Any]:
+    deadline = time.time() + timeout_s
+    while time.time() < deadline:
+        view: dict[str, Any] = api.get(f"/jobs/{job_id}", headers=headers).json()
+        if view["state"] in states:
+            return view
+        time.sleep(0.3)
+    raise AssertionError(f"job {job_id} never reached {states}: {view}")
+
+
+def put_spot_warning(info: dict[str, Any], instance: str) -> None:
+    """EC2's Spot interruption warning, in AWS's documented shape, put on the default bus by a
+    plain SDK client."""
+    events = boto3.client("events", endpoint_url=info["aws_endpoint_url"], region_name=info["region"])
+    events.put_events(
+        Entries=[
+            {
+                "Source": "aws.ec2",
+                "DetailType": "EC2 Spot Instance Interruption Warning",
+                "Detail": json.dumps({"instance-id": instance, "instance-action": "terminate"}),
+                "Resources": [f"arn:aws:ec2:us-east-1a:instance/{instance}"],
+            }
+        ]
+    )
