@@ -190,3 +190,113 @@ def test_receiving_does_not_count_the_queue(
     monkeypatch.setattr(Queue, "approximate_number_of_messages", property(counted))
     received = sqs.receive_message(QueueUrl=queue, MaxNumberOfMessages=10)["Messages"]
     assert sorted(m["Body"] for m in received) == ["m0", "m1", "m2"]
+
+
+EVERY_TYPE = {
+    "pk": {"S": "job-1"},
+    "n": {"N": "12.5"},
+    "blob": {"B": b"\x00\xffcheckpoint"},
+    "names": {"SS": ["a", "b"]},
+    "numbers": {"NS": ["1", "2.5"]},
+    "blobs": {"BS": [b"\x01", b"\x02\x03"]},
+    "nested": {"M": {"inner": {"L": [{"S": "x"}, {"N": "3"}, {"B": b"y"}, {"NULL": True}]}}},
+    "flag": {"BOOL": False},
+    "nothing": {"NULL": True},
+    "empty": {"S": ""},
+}
+
+
+def test_items_of_every_type_read_back_exactly_through_the_fast_path(
+    server: tuple[SerializedMotoServer, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _, url = server
+    dynamodb = _client("dynamodb", url)
+    dynamodb.create_table(
+        TableName="t",
+        KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}],
+        AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}],
+        BillingMode="PAY_PER_REQUEST",
+    )
+    written = []
+    original = emulation._attribute_value_json
+
+    def counted(value: dict[str, Any]) -> dict[str, Any]:
+        written.append(value)
+        return original(value)
+
+    monkeypatch.setattr(emulation, "_attribute_value_json", counted)
+    dynamodb.put_item(TableName="t", Item=EVERY_TYPE)
+    # Every read path returns what was written, binaries and nested values included.
+    assert dynamodb.get_item(TableName="t", Key={"pk": {"S": "job-1"}})["Item"] == EVERY_TYPE
+    queried = dynamodb.query(
+        TableName="t", KeyConditionExpression="pk = :p", ExpressionAttributeValues={":p": {"S": "job-1"}}
+    )
+    assert queried["Items"] == [EVERY_TYPE]
+    updated = dynamodb.update_item(
+        TableName="t",
+        Key={"pk": {"S": "job-1"}},
+        UpdateExpression="SET flag = :t",
+        ExpressionAttributeValues={":t": {"BOOL": True}},
+        ReturnValues="ALL_NEW",
+    )["Attributes"]
+    assert updated == {**EVERY_TYPE, "flag": {"BOOL": True}}
+    assert written  # the values went through the fast path, not moto's shape walker
+
+
+def _run_to_end(sfn: Any, machine: str, payload: dict[str, Any]) -> dict[str, Any]:
+    import time
+    import uuid
+
+    execution = sfn.start_execution(
+        stateMachineArn=machine, name=uuid.uuid4().hex, input=json.dumps(payload)
+    )["executionArn"]
+    for _ in range(200):
+        described = sfn.describe_execution(executionArn=execution)
+        if described["status"] != "RUNNING":
+            return described  # type: ignore[no-any-return]
+        time.sleep(0.05)
+    raise AssertionError("the execution never ended")
+
+
+def test_a_definition_is_parsed_once_and_each_execution_evaluates_its_own_input(
+    server: tuple[SerializedMotoServer, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from moto.stepfunctions.parser.asl.parse import asl_parser
+
+    _, url = server
+    emulation.enable_state_machine_execution()
+    sfn = _client("stepfunctions", url)
+    role = "arn:aws:iam::123456789012:role/sfn"
+
+    def machine(name: str, suffix: str) -> str:
+        definition = {
+            "StartAt": "Shape",
+            "States": {
+                "Shape": {
+                    "Type": "Pass",
+                    "Parameters": {"job.$": "$.job", "tag": suffix},
+                    "ResultPath": "$.shaped",
+                    "Next": "Pick",
+                },
+                "Pick": {"Type": "Pass", "InputPath": "$.shaped", "End": True},
+            },
+        }
+        return sfn.create_state_machine(name=name, definition=json.dumps(definition), roleArn=role)[  # type: ignore[no-any-return]
+            "stateMachineArn"
+        ]
+
+    parses = []
+    real = asl_parser.ASLParser.state_machine
+
+    def counted(self: Any) -> Any:
+        parses.append(1)
+        return real(self)
+
+    monkeypatch.setattr(asl_parser.ASLParser, "state_machine", counted)
+    first, second = machine("first", "one"), machine("second", "two")
+    outputs = [json.loads(_run_to_end(sfn, first, {"job": f"job-{n}"})["output"]) for n in range(3)]
+    assert outputs == [{"job": f"job-{n}", "tag": "one"} for n in range(3)]
+    assert json.loads(_run_to_end(sfn, second, {"job": "job-9"})["output"]) == {"job": "job-9", "tag": "two"}
+    # One parse per definition (when the machine is created and validated); the four
+    # executions reuse its tree (moto alone parses on every execution: six).
+    assert len(parses) == 2
