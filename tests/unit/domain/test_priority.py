@@ -78,14 +78,14 @@ def only(**weights: float) -> PriorityWeights:
             -300.0,
         ),
         # all factors with the default weights:
-        # 1000 (normal) + 450 (12h) + 750 (slack 3h) + 12.5 (8 GPUs) + 50 (fs 0.5, x100) + 20 (1 of 3, x60)
+        # 1000 (normal) + 450 (12h) + 750 (slack 3h) + 12.5 (8 GPUs) + 200 (fs 0.5, x400) + 20 (1 of 3, x60)
         # (it has run nothing: no attained-service term)
         (
             PriorityWeights(),
             job("j").gpus(8).submitted(NOW - 12 * HOUR).deadline(NOW + 4 * HOUR).preemptions(1).build(),
             HOUR,
             0.5,
-            2282.5,
+            2432.5,
         ),
     ],
     ids=[
@@ -131,9 +131,10 @@ def test_fully_aged_job_never_passes_a_fresh_job_of_the_class_above() -> None:
     fresh_normal = job("new").normal().gpus(8).submitted(NOW).build()
     old = effective_priority(old_low, NOW, weights, remaining_s=HOUR)
     fresh = effective_priority(fresh_normal, NOW, weights, remaining_s=HOUR)
-    # 900 (a full day of age) + 12.5 + 100 against 1000 (one class step) + 12.5 + 100
-    assert old == pytest.approx(1012.5)
-    assert fresh == pytest.approx(1112.5)
+    # 900 (a full day of age) + 12.5 + 400 (fair share, no usage) against 1000 (one class step)
+    # + 12.5 + 400
+    assert old == pytest.approx(1312.5)
+    assert fresh == pytest.approx(1412.5)
 
 
 @pytest.mark.parametrize(
