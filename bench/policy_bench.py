@@ -34,6 +34,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -277,6 +278,7 @@ def run_sample(
     settings: SimSettings | None = None,
     config: SchedulerConfig | None = None,
     pools: list[Pool] | None = None,
+    workers: int | None = None,
 ) -> dict[str, dict[str, Any]]:
     trace = load(sample)
     report = simulate(
@@ -288,11 +290,30 @@ def run_sample(
         config=config,
         pools=pools,
         trace_name=sample.label,
-        workers=WORKERS,
+        workers=WORKERS if workers is None else workers,
         keep_jobs=False,
     )
     runs: dict[str, dict[str, Any]] = report.to_json()["policies"]
     return runs
+
+
+# One simulation of one policy: (sample, policy, settings, config, pools).
+_Run = tuple[Sample, str, SimSettings | None, SchedulerConfig | None, list[Pool] | None]
+
+
+def _run_one(run: _Run) -> dict[str, Any]:
+    sample, policy, settings, config, pools = run
+    return run_sample(sample, [policy], settings=settings, config=config, pools=pools, workers=1)[policy]
+
+
+def run_many(runs: Sequence[_Run]) -> list[dict[str, Any]]:
+    """Single-policy runs (the ablations' variants, Slurm's models, the churn levels' Spot-blind
+    Spotline), `WORKERS` at a time: each is one process's work, and results come back in order
+    (a run is deterministic wherever it runs)."""
+    if WORKERS <= 1 or len(runs) <= 1:
+        return [_run_one(r) for r in runs]
+    with ProcessPoolExecutor(max_workers=min(WORKERS, len(runs))) as pool:
+        return list(pool.map(_run_one, runs))
 
 
 def evaluate(samples: Sequence[Sample]) -> dict[str, Any]:
@@ -376,9 +397,8 @@ def ablations(sample: Sample) -> dict[str, dict[str, Any]]:
             variants.append(
                 (f"victims: {strategy.value}", base.model_copy(update={"strategy": strategy}), SimSettings())
             )
-    out: dict[str, dict[str, Any]] = {}
-    for label, config, settings in variants:
-        out[label] = run_sample(sample, ["spotline"], settings=settings, config=config)["spotline"]
+    results = run_many([(sample, "spotline", settings, config, None) for _, config, settings in variants])
+    out: dict[str, dict[str, Any]] = {label: r for (label, _, _), r in zip(variants, results, strict=True)}
     for stop in VictimStop:
         runs = run_sample(sample, PEERS, settings=SimSettings(victim_stop=stop))
         for metric in COLUMNS:
@@ -388,11 +408,11 @@ def ablations(sample: Sample) -> dict[str, dict[str, Any]]:
 
 
 def slurm_sensitivity(sample: Sample) -> dict[str, dict[str, Any]]:
-    out = {}
-    for name in ESTIMATE_MODELS:
-        out[name] = run_sample(sample, ["slurm"], settings=SimSettings(slurm_estimates=name))["slurm"]
-    out["spotline"] = run_sample(sample, ["spotline"])["spotline"]
-    return out
+    runs: list[_Run] = [
+        (sample, "slurm", SimSettings(slurm_estimates=name), None, None) for name in ESTIMATE_MODELS
+    ]
+    runs.append((sample, "spotline", None, None, None))
+    return dict(zip([*ESTIMATE_MODELS, "spotline"], run_many(runs), strict=True))
 
 
 # Monthly reclaim share of each level (the advisor bands' midpoints, `pools.BANDS`), and the
@@ -422,16 +442,16 @@ def churn_levels() -> list[tuple[str, float, SimSettings]]:
 def churn(sample: Sample) -> dict[str, dict[str, dict[str, Any]]]:
     advice = spot_advice()
     out: dict[str, dict[str, dict[str, Any]]] = {}
+    blind: list[_Run] = []
     for label, rate, settings in churn_levels():
         pools = [
             p.model_copy(update={"interruption_rate_per_hour": rate}) if p.is_spot else p
             for p in build_pools(sample.gpus, 0.75, advice)
         ]
-        runs = run_sample(sample, CHURN_POLICIES, settings=settings, pools=pools)
-        runs["spotline, Spot decisions off"] = run_sample(
-            sample, ["spotline"], settings=settings, config=SPOT_BLIND, pools=pools
-        )["spotline"]
-        out[label] = runs
+        out[label] = run_sample(sample, CHURN_POLICIES, settings=settings, pools=pools)
+        blind.append((sample, "spotline", settings, SPOT_BLIND, pools))
+    for label, run in zip(out, run_many(blind), strict=True):
+        out[label]["spotline, Spot decisions off"] = run
     return out
 
 
