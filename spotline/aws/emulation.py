@@ -725,12 +725,12 @@ def _attribute_value_json(value: dict[str, Any]) -> dict[str, Any]:
 
 
 def install_parse_caches() -> None:
-    """Step Functions parses its state machine's ASL with ANTLR on every execution, and each
-    JSONPath with a freshly built parser on every use (moto 5.2.5): about an eighth of the
-    local runtime's CPU. The syntax tree of a definition, and each parsed path, are kept; the
-    evaluation components are still built anew from the tree for every execution (they are not
-    shared between executions). Same results, same errors (a definition that fails to parse is
-    not cached)."""
+    """Step Functions parses its state machine's ASL with ANTLR on every execution, and it and
+    EventBridge's input transformer parse each JSONPath with a freshly built parser on every
+    use (moto 5.2.5): about a fifth of the local runtime's CPU. The syntax tree of a definition,
+    and each parsed path, are kept; the evaluation components are still built anew from the tree
+    for every execution (they are not shared between executions). Same results, same errors (a
+    definition that fails to parse is not cached)."""
     import jsonpath_ng
     import jsonpath_ng.ext
     from moto.stepfunctions.parser.asl.component.common.path import result_path
@@ -750,8 +750,11 @@ def install_parse_caches() -> None:
         return Preprocessor().visit(tree), tree
 
     asl_parser.AmazonStateLanguageParser.parse = staticmethod(parse_definition)  # type: ignore[method-assign]
-    # (both modules bind `parse` at import: the name each one calls is replaced)
-    json_path.parse = functools.lru_cache(maxsize=4096)(jsonpath_ng.ext.parse)  # type: ignore[attr-defined]
+    # Step Functions' modules bind `parse` at import: the name each one calls is replaced; the
+    # package's own name too, for EventBridge's input transformer, which imports it per event.
+    extended = functools.lru_cache(maxsize=4096)(jsonpath_ng.ext.parse)  # type: ignore[attr-defined]
+    jsonpath_ng.ext.parse = extended  # type: ignore[attr-defined]
+    json_path.parse = extended  # type: ignore[attr-defined]
     result_path.parse = functools.lru_cache(maxsize=4096)(jsonpath_ng.parse)  # type: ignore[attr-defined]
 
 

@@ -300,3 +300,8 @@ def test_a_definition_is_parsed_once_and_each_execution_evaluates_its_own_input(
     # One parse per definition (when the machine is created and validated); the four
     # executions reuse its tree (moto alone parses on every execution: six).
     assert len(parses) == 2
+    # A JSONPath is parsed once wherever moto parses it (EventBridge's input transformer imports
+    # the package's `parse` per event).
+    import jsonpath_ng.ext
+
+    assert jsonpath_ng.ext.parse("$.detail.job_id") is jsonpath_ng.ext.parse("$.detail.job_id")
