@@ -129,6 +129,7 @@ def control_plane(settings_config: dict[str, Any], now: float) -> Iterator[Any]:
         create_state_machines,
         create_tables,
         environment,
+        install_fast_attribute_values,
         install_item_transactions,
         install_keyed_queries,
     )
@@ -136,9 +137,11 @@ def control_plane(settings_config: dict[str, Any], now: float) -> Iterator[Any]:
     from spotline.control.plane import build_control_plane
 
     # As the local runtime runs moto: a transaction copies the items it touches, not its tables,
-    # and a query reads its key's items, not the table (moto 5.2.5 does both per call).
+    # a query reads its key's items, not the table (moto 5.2.5 does both per call), and item
+    # attributes are written to JSON directly, not through moto's generic shape walker.
     install_item_transactions()
     install_keyed_queries()
+    install_fast_attribute_values()
     with mock_aws(config={"stepfunctions": {"execute_state_machine": False}}):  # type: ignore[arg-type]
         clients = AwsClients(region=REGION)
         tables = create_tables(clients.client("dynamodb"), prefix="bench")
