@@ -122,11 +122,13 @@ if QUICK:
 elif REDUCED:
     EVALUATION = tuple(_synth(s, load, 2000, 128) for load in (0.85, 1.1) for s in (1, 2))
 # The ablations, Slurm's sensitivity and the churn sweep run on one mid-size synthetic trace each.
-# Sized so that `make bench` stays within about 10 minutes on 2 cores (the evaluation set is whole;
-# at 4,000 jobs on 256 GPUs the ablations alone took over half an hour, Kueue's runs most of it).
-ABLATION_SAMPLE = (
-    _synth(3, 1.0, 500, 64) if QUICK else _synth(3, 1.0, 1500, 128) if REDUCED else _synth(3, 1.0, 2000, 128)
-)
+# Sized so that `make bench` stays within about 10 minutes on 2 cores (the evaluation set is whole).
+# At 4,000 jobs on 256 GPUs, and at 2,000 on 128, the ablations did not finish: kueue-bwc with hard
+# kills (the ablation's peers) preempts in a cycle there, two teams reclaiming quota from each other
+# milliseconds apart (2.2 million events by day 4 of the trace; with the grace period's checkpoint,
+# the evaluation's setup, the same run takes about a second). A defect of the Kueue model's
+# hard-kill path, not fixed yet; at 1,500 jobs it does not arise.
+ABLATION_SAMPLE = _synth(3, 1.0, 500, 64) if QUICK else _synth(3, 1.0, 1500, 128)
 CHURN_SAMPLE = (
     _synth(4, 0.85, 400, 64)
     if QUICK
