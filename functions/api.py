@@ -17,7 +17,7 @@ from aws_lambda_powertools.event_handler.openapi.exceptions import RequestValida
 from aws_lambda_powertools.event_handler.openapi.params import Body, Header, Path, Query
 from aws_lambda_powertools.logging import correlation_paths
 from aws_lambda_powertools.utilities.typing import LambdaContext
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict
 
 from spotline.aws.errors import (
     CapacityExhausted,
@@ -27,7 +27,7 @@ from spotline.aws.errors import (
     SpotlineError,
     StorageUnavailable,
 )
-from spotline.aws.lambda_runtime import control_plane, logger, tracer
+from spotline.aws.lambda_runtime import control_plane, loaded, logger, tracer
 from spotline.aws.settings import SettingsError
 from spotline.control import jobs as service
 from spotline.control import logs as logs_service
@@ -43,13 +43,20 @@ API_VERSION = "1.0.0"
 app = APIGatewayRestResolver(enable_validation=True)
 
 
-class ErrorDetail(BaseModel):
+class View(BaseModel):
+    """A response body: its validator is built on first use, so a cold start builds only those
+    of the routes it serves."""
+
+    model_config = ConfigDict(defer_build=True)
+
+
+class ErrorDetail(View):
     loc: list[str | int]
     msg: str
     type: str
 
 
-class ErrorBody(BaseModel):
+class ErrorBody(View):
     """Every error response: the status, a message naming what is wrong, and for bad input the
     fields (pydantic's shape: loc, msg, type)."""
 
@@ -88,12 +95,12 @@ def _responses(ok: int, model: type[BaseModel] | None, *errors: int, **more_ok: 
     return found
 
 
-class JobList(BaseModel):
+class JobList(View):
     jobs: list[JobView]
     next_token: str | None = None
 
 
-class Timeline(BaseModel):
+class Timeline(View):
     job_id: str
     events: list[dict[str, Any]]
     next_token: str | None = None
@@ -183,12 +190,12 @@ def job_events(
     return Timeline(job_id=job_id, events=events, next_token=token)
 
 
-class LogLineView(BaseModel):
+class LogLineView(View):
     message: str
     timestamp: float | None = None
 
 
-class JobLogsView(BaseModel):
+class JobLogsView(View):
     job_id: str
     # The run read (its Batch job id; None: the job has not run yet) and every run of the job.
     run: str | None
@@ -333,3 +340,6 @@ def _unparsable_body(event: dict[str, Any]) -> dict[str, Any] | None:
 @tracer.capture_lambda_handler
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     return _unparsable_body(event) or app.resolve(event, context)
+
+
+loaded()

@@ -13,6 +13,7 @@ from spotline.aws.lambda_runtime import (
     control_plane,
     event_bridge_handler,
     idempotent_on_event_id,
+    loaded,
     logger,
     metrics,
 )
@@ -44,3 +45,6 @@ def _handle(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
 
 
 handler = event_bridge_handler(_handle)
+
+
+loaded()

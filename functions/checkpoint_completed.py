@@ -13,6 +13,7 @@ from spotline.aws.lambda_runtime import (
     count_agent_event,
     event_bridge_handler,
     idempotent_on_event_id,
+    loaded,
     logger,
 )
 from spotline.aws.resources import team_of_agent_source
@@ -46,3 +47,6 @@ def _handle(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
 
 
 handler = event_bridge_handler(_handle)
+
+
+loaded()

@@ -15,7 +15,7 @@ from aws_lambda_powertools.utilities.parser import parse
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from spotline.aws.event_models import HeartbeatEvent
-from spotline.aws.lambda_runtime import control_plane, count_agent_event, logger, metrics, tracer
+from spotline.aws.lambda_runtime import control_plane, count_agent_event, loaded, logger, metrics, tracer
 from spotline.aws.resources import team_of_agent_source
 from spotline.control.events import record_heartbeat
 
@@ -45,3 +45,6 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     )
     count_agent_event("Heartbeats", record is not None)
     return {"job_id": detail.job_id, "recorded": record is not None}
+
+
+loaded()

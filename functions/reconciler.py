@@ -8,7 +8,7 @@ from typing import Any
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from spotline.aws.lambda_runtime import control_plane, logger, metrics, tracer
+from spotline.aws.lambda_runtime import control_plane, loaded, logger, metrics, tracer
 from spotline.control.reconciler import reconcile
 
 
@@ -44,3 +44,6 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         "drift": {key: list(counts) for key, counts in result.drift.items()},
         "repaired": {key: list(counts) for key, counts in result.repaired.items()},
     }
+
+
+loaded()

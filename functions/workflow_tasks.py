@@ -12,7 +12,7 @@ from typing import Any
 
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from spotline.aws.lambda_runtime import control_plane, logger, tracer
+from spotline.aws.lambda_runtime import control_plane, loaded, logger, tracer
 from spotline.control.workflow_tasks import run_task
 
 
@@ -23,3 +23,6 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     result = run_task(control_plane(), event)
     logger.info("workflow task done", extra={"result": result})
     return result
+
+
+loaded()

@@ -28,8 +28,14 @@ from stacks.nag import acknowledge, finding_resource
 from stacks.observability import EncryptedLogs
 
 RUNTIME = lambda_.Runtime.PYTHON_3_12
-POWERTOOLS_METRICS_NAMESPACE = "Spotline"
-POWERTOOLS_SERVICE_NAME = "spotline"
+
+
+def runtime_version() -> tuple[int, int]:
+    """(major, minor) of the functions' Python runtime (`python3.12` -> (3, 12))."""
+    major, minor = RUNTIME.name.removeprefix("python").split(".")
+    return int(major), int(minor)
+
+
 # Tag the launcher puts on every Batch job it submits (spotline.aws.batch).
 BATCH_JOB_TAG = "spotline:job-id"
 
@@ -233,13 +239,7 @@ class Functions(Construct):
                 # a charge per trace: on only where cdk.json asks for it (`tracing`).
                 tracing=lambda_.Tracing.ACTIVE if tracing else lambda_.Tracing.DISABLED,
                 log_group=log_group,
-                environment={
-                    **environment,
-                    "POWERTOOLS_TRACE_DISABLED": "false" if tracing else "true",
-                    "POWERTOOLS_SERVICE_NAME": POWERTOOLS_SERVICE_NAME,
-                    "POWERTOOLS_METRICS_NAMESPACE": POWERTOOLS_METRICS_NAMESPACE,
-                    "POWERTOOLS_LOG_LEVEL": "INFO",
-                },
+                environment={**environment, **r.function_environment(tracing)},
                 reserved_concurrent_executions=(
                     scheduler_reserved_concurrency if spec.name == "scheduler" else None
                 ),

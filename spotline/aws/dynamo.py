@@ -71,7 +71,7 @@ MAX_ITEM_BYTES = 400 * 1024
 
 
 def _value_size(value: Mapping[str, Any]) -> int:
-    (kind, data), = value.items()
+    ((kind, data),) = value.items()
     if kind == "S":
         return len(str(data).encode())
     if kind == "N":

@@ -69,6 +69,8 @@ def team_for_identity(cp: ControlPlane, identity: Mapping[str, Any] | None) -> s
 
 
 class CheckpointView(BaseModel):
+    model_config = ConfigDict(defer_build=True)
+
     uri: str | None
     step: int | None
     at: float | None

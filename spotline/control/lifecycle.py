@@ -18,7 +18,6 @@ from spotline.aws import resources
 from spotline.aws.batch import BatchJobRequest
 from spotline.aws.errors import ConditionFailed, StaleJobError
 from spotline.aws.jobs import Disruption, JobRecord
-from spotline.aws.sizing import sized_container
 from spotline.aws.workflows import execution_name
 from spotline.control.plane import ControlPlane
 from spotline.domain import JobState
@@ -326,6 +325,8 @@ def launch_request(cp: ControlPlane, record: JobRecord) -> BatchJobRequest:
         environment[resources.AGENT_ENV_CHECKPOINT_URI] = uri
     max_runtime = job.spec.max_runtime_s
     gpus_per_node = min(job.spec.gpus_per_node, pool.gpus_per_node) if job.nodes == 1 else pool.gpus_per_node
+    from spotline.aws.sizing import sized_container  # its instance table: only where jobs launch
+
     size = sized_container(pool.instance_types, gpus_per_node, whole_node=job.nodes > 1)
     return BatchJobRequest(
         job_id=job.id,

@@ -12,6 +12,7 @@ import secrets
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from spotline.aws.batch import AwsBatchLauncher, BatchLauncher, EcsInstanceResolver, InstanceResolver
 from spotline.aws.clients import AwsClients
@@ -30,7 +31,9 @@ from spotline.aws.workflows import (
     TaskTokens,
     WorkflowStarter,
 )
-from spotline.control.logs import CloudWatchRunLogs, RunLogs
+
+if TYPE_CHECKING:
+    from spotline.control.logs import RunLogs
 
 Clock = Callable[[], float]
 
@@ -89,6 +92,11 @@ def build_control_plane(
 ) -> ControlPlane:
     """The control plane over `clients`; any adapter may be replaced (the local runtime passes
     its own `launcher`)."""
+    if run_logs is None and settings.training_log_group:
+        # Here, not at import: only the API reads training logs.
+        from spotline.control.logs import CloudWatchRunLogs
+
+        run_logs = CloudWatchRunLogs(clients.batch, clients.lazy("logs"), settings.training_log_group)
     timeline = TimelineRepository(clients.dynamodb, settings.timeline_table)
     ledger = LedgerRepository(
         clients.dynamodb, settings.ledger_table, usage_half_life_s=settings.config.scheduler.usage_half_life_s
@@ -119,11 +127,6 @@ def build_control_plane(
         clock=clock or time.time,
         rng=rng or random.Random(settings.config.seed),
         new_job_id=new_id or new_job_id,
-        run_logs=run_logs
-        or (
-            CloudWatchRunLogs(clients.batch, clients.lazy("logs"), settings.training_log_group)
-            if settings.training_log_group
-            else None
-        ),
+        run_logs=run_logs,
         page_tokens=PageTokens(clients.dynamodb, settings.ledger_table),
     )

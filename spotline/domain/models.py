@@ -189,7 +189,6 @@ class JobSpec(BaseModel):
     expected_runtime_s: float | None = Field(default=None, gt=0, le=1e9, strict=True)
     max_runtime_s: float | None = Field(default=None, gt=0, le=1e9, strict=True)
 
-
     @field_validator("deadline")
     @classmethod
     def _deadline_in_future(cls, value: datetime | None, info: ValidationInfo) -> datetime | None:

@@ -3,17 +3,21 @@ Lambda code staging, and one synth with an imported VPC (no cdk-nag)."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import os
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 from aws_cdk import App
-from aws_cdk.assertions import Template
+from aws_cdk.assertions import Annotations, Match, Template
 
+import stacks.spotline_stack
 from spotline.aws import resources as r
 from stacks.config import ConfigError, parse_context
-from stacks.packaging import stage_lambda_code
+from stacks.packaging import bytecode_compiler, stage_lambda_code
 from stacks.routing import event_pattern
 from stacks.spotline_stack import SpotlineStack
 from stacks.workflows import read_definition
@@ -161,6 +165,47 @@ def test_lambda_code_is_staged_by_content_without_caches(tmp_path: Path) -> None
     assert (second / "lib" / "__init__.py").read_text() == "X = 2\n"
 
 
+def test_lambda_code_ships_bytecode_checked_against_its_source(tmp_path: Path) -> None:
+    library = tmp_path / "src" / "lib"
+    library.mkdir(parents=True)
+    source = b"X = 1\n"
+    (library / "__init__.py").write_bytes(source)
+    build = tmp_path / "build"
+    plain = stage_lambda_code({"lib": library}, build)
+    compiled = stage_lambda_code({"lib": library}, build, compile_with=sys.executable)
+    assert compiled != plain
+    assert not list(plain.rglob("*.pyc"))
+    (pyc,) = compiled.rglob("*.pyc")
+    assert pyc.name == f"__init__.{sys.implementation.cache_tag}.pyc"
+    header = pyc.read_bytes()[:16]
+    assert header[:4] == importlib.util.MAGIC_NUMBER
+    assert int.from_bytes(header[4:8], "little") == 0b11  # hash-based, checked against the source
+    assert header[8:16] == importlib.util.source_hash(source)
+    assert stage_lambda_code({"lib": library}, build, compile_with=sys.executable) == compiled
+
+
+def test_code_that_does_not_compile_fails_the_staging_with_the_error(tmp_path: Path) -> None:
+    library = tmp_path / "src" / "lib"
+    library.mkdir(parents=True)
+    (library / "__init__.py").write_text("def broken(:\n")
+    with pytest.raises(RuntimeError, match=r"compiling the Lambda code .* failed"):
+        stage_lambda_code({"lib": library}, tmp_path / "build", compile_with=sys.executable)
+    assert not [p for p in (tmp_path / "build" / "lambda-code").iterdir() if not p.name.startswith(".")]
+
+
+def test_the_bytecode_compiler_is_an_interpreter_of_the_runtime_version_that_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert bytecode_compiler(sys.version_info[:2]) == sys.executable
+    shim = tmp_path / "python3.99"  # a version manager's shim for a version it cannot run
+    shim.write_text("#!/bin/sh\necho 'python3.99: command not found' >&2\nexit 127\n")
+    shim.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    assert bytecode_compiler((3, 99)) is None
+    shim.write_text("#!/bin/sh\necho cpython-399\n")
+    assert bytecode_compiler((3, 99)) == str(shim)
+
+
 def test_missing_entry_points_fail_the_synth(tmp_path: Path) -> None:
     functions_dir, statemachines_dir, _ = source_dirs(tmp_path / "sources")
     if functions_dir.is_relative_to(tmp_path):
@@ -183,7 +228,12 @@ def test_missing_entry_points_fail_the_synth(tmp_path: Path) -> None:
 # --- an existing VPC -------------------------------------------------------------------------
 
 
-def test_imported_vpc_gets_flow_logs_and_hosts_the_pools(tmp_path: Path) -> None:
+def test_imported_vpc_gets_flow_logs_and_hosts_the_pools(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Also: without an interpreter of the runtime's version, the synth says the code ships as
+    # source only.
+    monkeypatch.setattr(stacks.spotline_stack, "bytecode_compiler", lambda version: None)
     functions_dir, statemachines_dir, _ = source_dirs(tmp_path / "sources")
     raw = {
         **cdk_context(),
@@ -199,6 +249,8 @@ def test_imported_vpc_gets_flow_logs_and_hosts_the_pools(tmp_path: Path) -> None
         statemachines_dir=statemachines_dir,
         build_dir=tmp_path / "build",
     )
+    Annotations.from_stack(stack).has_warning("*", Match.string_like_regexp("ships as source only"))
+    assert not list((tmp_path / "build").rglob("*.pyc"))
     template = Template.from_stack(stack)
     template.resource_count_is("AWS::EC2::VPC", 0)
     template.resource_count_is("AWS::EC2::NatGateway", 0)

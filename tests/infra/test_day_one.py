@@ -332,9 +332,7 @@ def test_the_stack_publishes_its_configuration_where_doctor_reads_it(synthesized
         (p.name, p.purchase, p.instance_types, p.max_vcpus) for p in config.pools
     ]
     # The names the stack gave its job queues and definitions, and the image the definitions run.
-    queues = {
-        q["Properties"]["JobQueueName"] for q in synthesized.resources("AWS::Batch::JobQueue").values()
-    }
+    queues = {q["Properties"]["JobQueueName"] for q in synthesized.resources("AWS::Batch::JobQueue").values()}
     assert {p.job_queue for p in published.pools} == queues
     definitions = {
         d["Properties"]["JobDefinitionName"]: d["Properties"]["ContainerProperties"]

@@ -237,6 +237,7 @@ def test_function_runtime_handler_tracing_and_environment(
     assert expected <= set(env)
     assert env["POWERTOOLS_SERVICE_NAME"] == "spotline"
     assert env["POWERTOOLS_METRICS_NAMESPACE"] == "Spotline"
+    assert env["PYDANTIC_DISABLE_PLUGINS"] == "__all__"
     (layer,) = props["Layers"]
     assert flatten(layer).endswith(
         f":017000801446:layer:AWSLambdaPowertoolsPythonV3-python312-x86_64:{CONTEXT['powertools_layer_version']}"

@@ -105,7 +105,6 @@ def test_lost_heartbeats_count_against_max_interruptions_then_the_job_fails(depl
     assert failed.terminating_batch_job_ids == ()
 
 
-
 def host_lost(running: JobRecord, instance_id: str) -> str:
     """Batch's FAILED event for the run of `running`, its host lost; the handler's outcome."""
     assert running.batch_job_id is not None
@@ -120,6 +119,7 @@ def host_lost(running: JobRecord, instance_id: str) -> str:
         context(),
     )["outcome"]
     return outcome
+
 
 def test_host_losses_from_batch_and_the_reconciler_share_one_cap(deployment: Deployment) -> None:
     # Given a cap of two, and a job whose host Batch reported lost, then whose heartbeat was lost

@@ -125,3 +125,25 @@ print(json.dumps({"before": before, "after": spotline_built()}))
     built = json.loads(probe(code))
     assert built["before"] == []
     assert built["after"] == ["HeartbeatEvent"]  # its detail's schema is built into it
+
+
+GC_PROBE = "import gc, sys; import functions.{module}; print(gc.isenabled(), gc.get_freeze_count() > 0)"
+
+
+@pytest.mark.parametrize("module", HANDLERS)
+def test_in_lambda_a_handler_loads_without_the_collector_and_turns_it_back_on(module: str) -> None:
+    """`functions/__init__.py` turns the cyclic garbage collector off for the cold start's
+    imports; the handler module's last statement freezes what was loaded and turns it back on."""
+    assert probe(GC_PROBE.format(module=module)) == "True True"
+
+
+def test_outside_lambda_loading_a_handler_leaves_the_collector_alone() -> None:
+    environment = {k: v for k, v in os.environ.items() if k != "LAMBDA_TASK_ROOT"}
+    code = (
+        "import gc; gc.disable(); import functions; off = not gc.isenabled(); gc.enable(); "
+        "import functions.heartbeat; print(off, gc.isenabled(), gc.get_freeze_count())"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=environment, capture_output=True, text=True, check=True
+    )
+    assert out.stdout.strip().splitlines()[-1] == "True True 0"
