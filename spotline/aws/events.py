@@ -6,9 +6,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
-from collections.abc import Mapping, Sequence
+import threading
+from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from botocore.exceptions import ClientError
@@ -59,10 +61,36 @@ class EventBridgeSink:
 
 
 class EventPublisher:
-    """Spotline's events, by name."""
+    """Spotline's events, by name.
+
+    Inside `batched()` (a scheduling pass), the Job State Changed events of this thread are
+    held and put ten to a PutEvents call (its limit) instead of one call per transition; the
+    rest go when the block ends, whether or not it raised."""
 
     def __init__(self, sink: EventSink) -> None:
         self.sink = sink
+        self._held = threading.local()
+
+    @contextlib.contextmanager
+    def batched(self) -> Iterator[None]:
+        if getattr(self._held, "details", None) is not None:  # already batching: the outer block flushes
+            yield
+            return
+        self._held.details = []
+        try:
+            yield
+        finally:
+            details, self._held.details = self._held.details, None
+            self._put_state_changes(details)
+
+    def _put_state_changes(self, details: list[dict[str, Any]]) -> None:
+        if not details:
+            return
+        try:
+            self.sink.put(resources.SOURCE_SCHEDULER, resources.DETAIL_JOB_STATE_CHANGED, details)
+        except PublishFailed:
+            jobs = sorted({str(d["job_id"]) for d in details})
+            logger.exception("Job State Changed not published", extra={"job_ids": jobs})
 
     def job_submitted(self, record: JobRecord) -> None:
         self.sink.put(
@@ -96,8 +124,16 @@ class EventPublisher:
             # The submission has its own event; a spec change (from == to) is not a transition.
             if entry.source != NO_STATE and entry.source != entry.target
         ]
-        if details:
+        if not details:
+            return
+        held = getattr(self._held, "details", None)
+        if held is None:
             self.sink.put(resources.SOURCE_SCHEDULER, resources.DETAIL_JOB_STATE_CHANGED, details)
+            return
+        held.extend(details)
+        if len(held) >= _MAX_ENTRIES:
+            self._held.details = []
+            self._put_state_changes(held)
 
     def on_commit(self, record: JobRecord, entries: Sequence[TimelineEntry]) -> None:
         """Repository listener. The write is already committed, so a refused event is logged

@@ -78,6 +78,7 @@ class LedgerRepository:
         team: str,
         gpus: int,
         quotas: Mapping[str, TeamQuota] | None = None,
+        team_usage_hint: int | None = None,
     ) -> tuple[list[TransactItem], list[tuple[str, str]]]:
         """Updates that take `gpus` in `pool` and for `team`, each conditional on staying
         within its limit; with their roles for error mapping.
@@ -91,6 +92,12 @@ class LedgerRepository:
         concurrent admission elsewhere, or a pass deciding from a stale active index, makes
         this one fail cleanly instead of borrowing past the cohort's idle quota. A release in
         between only gives more room, and passes the checks.
+
+        `team_usage_hint`: the team's usage as the caller counted it (the scheduling pass: its
+        snapshot plus its own admissions since). Where that plus `gpus` is within the nominal
+        quota, nothing is read: the team's own condition decides as it would after the read, and
+        where the hint was low the transaction fails with the team's quota error
+        (`admit` then reserves again, reading).
         """
         if gpus > capacity_gpus:
             raise CapacityExhausted(f"pool {pool} has {capacity_gpus} GPUs; {gpus} requested")
@@ -99,6 +106,10 @@ class LedgerRepository:
         quota = (quotas or {}).get(team)
         if quota is None or quotas is None:
             items.append(self._take(team_key(team), gpus, None))
+            roles.append(("team", team))
+            return items, roles
+        if team_usage_hint is not None and team_usage_hint + gpus <= quota.nominal_gpus:
+            items.append(self._take(team_key(team), gpus, quota.nominal_gpus - gpus))
             roles.append(("team", team))
             return items, roles
         counters = self.counters([], quotas)

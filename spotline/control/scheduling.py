@@ -176,72 +176,108 @@ def scheduling_pass(cp: ControlPlane, *, act_until: float | None = None) -> Pass
     for priority in PRIORITIES_HIGH_FIRST:
         result.window_by_class.setdefault(priority.value, 0)
 
+    # Each team's GPUs as this pass counts them (its snapshot, then its own admissions): an
+    # admission within the team's nominal quota reads no ledger counters (`admit`).
+    team_held = snapshot.team_usage()
     progressed = False  # out of time after acting on some decisions: the next pass continues
-    for done, decision in enumerate(decisions):
-        if act_until is not None and time.monotonic() >= act_until:
-            # Out of time: what is left is planned again by the next pass, from fresh reads. A
-            # pass that could act on nothing asks for no next pass (that one would fare no
-            # better): the next trigger or tick runs it.
-            progressed = done > 0
-            result.left_for_next_pass = len(decisions) - done
-            break
-        record = queue.records[decision.job.id]
-        try:
-            if isinstance(decision, Admit):
-                admit(cp, record, decision.pool, decision.reason, now=now)
-                result.admitted.append((record.id, decision.pool))
-            elif isinstance(decision, Preempt):
-                victims = preempt(cp, record, decision, active_by_id, now=now)
-                result.preempted.append((record.id, victims))
-                if note_wait(
-                    cp, record, f"waiting for {len(victims)} preempted job(s) to checkpoint and leave"
-                ):
-                    result.wait_reasons_written += 1
-            elif isinstance(decision, Wait):
-                result.waiting += 1
-                if note_wait(cp, record, decision.reason):
-                    result.wait_reasons_written += 1
-        except (StaleJobError, CapacityExhausted, InvalidTransition, ConditionFailed) as error:
-            # Lost a race (or the ledger disagrees with the snapshot): the next pass decides
-            # again from fresh reads.
-            logger.info("decision skipped", extra={"job_id": record.id, "why": str(error)})
-            result.skipped.append((record.id, str(error)))
+    # Its Job State Changed events go ten to a PutEvents call, the rest when it ends.
+    with cp.publisher.batched():
+        for done, decision in enumerate(decisions):
+            if act_until is not None and time.monotonic() >= act_until:
+                # Out of time: what is left is planned again by the next pass, from fresh reads. A
+                # pass that could act on nothing asks for no next pass (that one would fare no
+                # better): the next trigger or tick runs it.
+                progressed = done > 0
+                result.left_for_next_pass = len(decisions) - done
+                break
+            record = queue.records[decision.job.id]
+            try:
+                if isinstance(decision, Admit):
+                    admitted = admit(
+                        cp,
+                        record,
+                        decision.pool,
+                        decision.reason,
+                        now=now,
+                        team_usage_hint=team_held.get(record.team, 0),
+                    )
+                    team_held[record.team] = team_held.get(record.team, 0) + admitted.gpus_held
+                    result.admitted.append((record.id, decision.pool))
+                elif isinstance(decision, Preempt):
+                    victims = preempt(cp, record, decision, active_by_id, now=now)
+                    result.preempted.append((record.id, victims))
+                    if note_wait(
+                        cp, record, f"waiting for {len(victims)} preempted job(s) to checkpoint and leave"
+                    ):
+                        result.wait_reasons_written += 1
+                elif isinstance(decision, Wait):
+                    result.waiting += 1
+                    if note_wait(cp, record, decision.reason):
+                        result.wait_reasons_written += 1
+            except (StaleJobError, CapacityExhausted, InvalidTransition, ConditionFailed) as error:
+                # Lost a race (or the ledger disagrees with the snapshot): the next pass decides
+                # again from fresh reads.
+                logger.info("decision skipped", extra={"job_id": record.id, "why": str(error)})
+                result.skipped.append((record.id, str(error)))
     full = any(n >= window for n in result.window_by_class.values())
     result.more_work = progressed or (bool(result.admitted) and full)
     return result
 
 
-def admit(cp: ControlPlane, record: JobRecord, pool_name: str, reason: str, *, now: float) -> JobRecord:
+def admit(
+    cp: ControlPlane,
+    record: JobRecord,
+    pool_name: str,
+    reason: str,
+    *,
+    now: float,
+    team_usage_hint: int | None = None,
+) -> JobRecord:
     """PENDING -> ADMITTED with the pool and team ledger reservation in the same transaction
     (the pool's capacity and the team's quota, borrowing included, as the planner counts it:
     `LedgerRepository.reserve_items`), then start the launch workflow (submit to the pool's
-    Batch job queue)."""
+    Batch job queue).
+
+    `team_usage_hint` (the pass's count of the team's GPUs): within the team's nominal quota the
+    reservation reads no counters; where the team's counter refuses it (the hint was low: a
+    stale index, drift), the reservation is made again from a strongly consistent read, as
+    without a hint."""
     pool = cp.config.pools_by_name[pool_name]
     demand = pool.demand_gpus(record.job)
-    reserve = cp.ledger.reserve_items(
-        pool=pool_name,
-        capacity_gpus=pool.capacity_gpus,
-        team=record.team,
-        gpus=demand,
-        quotas=cp.config.teams_by_name,
-    )
-    admitted = cp.jobs.transition(
-        record,
-        JobState.ADMITTED,
-        reason,
-        now=now,
-        job={"pool": pool_name},
-        # A new run (RUN_IDENTITY): its id is fixed here, and its progress starts afresh.
-        changes={
-            "gpus_held": demand,
-            "admitted_at": now,
-            "wait_reason": None,
-            "run": record.run + 1,
-            "step": None,
-            "last_heartbeat_at": None,
-        },
-        reserve=reserve,
-    )
+
+    def reserve_and_commit(hint: int | None) -> JobRecord:
+        reserve = cp.ledger.reserve_items(
+            pool=pool_name,
+            capacity_gpus=pool.capacity_gpus,
+            team=record.team,
+            gpus=demand,
+            quotas=cp.config.teams_by_name,
+            team_usage_hint=hint,
+        )
+        return cp.jobs.transition(
+            record,
+            JobState.ADMITTED,
+            reason,
+            now=now,
+            job={"pool": pool_name},
+            # A new run (RUN_IDENTITY): its id is fixed here, and its progress starts afresh.
+            changes={
+                "gpus_held": demand,
+                "admitted_at": now,
+                "wait_reason": None,
+                "run": record.run + 1,
+                "step": None,
+                "last_heartbeat_at": None,
+            },
+            reserve=reserve,
+        )
+
+    try:
+        admitted = reserve_and_commit(team_usage_hint)
+    except CapacityExhausted:
+        if team_usage_hint is None:
+            raise
+        admitted = reserve_and_commit(None)
     try:
         cp.workflows.start(
             cp.settings.state_machine_arn("launch"),

@@ -141,6 +141,72 @@ def test_a_lender_that_grows_after_the_borrowing_was_read_fails_the_admission(
     assert dep.plane.jobs.get(borrower.id).state is JobState.PENDING
 
 
+def count_counter_reads(dep: Deployment, monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """A list that gets one entry per read of the ledger's counters."""
+    ledger = dep.plane.ledger
+    real_counters = ledger.counters
+    reads: list[int] = []
+
+    def counting(pools: Any, teams: Any) -> Any:
+        reads.append(1)
+        return real_counters(pools, teams)
+
+    monkeypatch.setattr(ledger, "counters", counting)
+    return reads
+
+
+def test_a_pass_admits_within_the_nominal_quota_without_reading_the_counters(
+    deployment: Deployment, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    dep = deployment
+    use_config(dep, **COHORT)
+    job = submit(dep, team="nlp")  # 8 GPUs: nlp's whole nominal quota
+    reads = count_counter_reads(dep, monkeypatch)
+
+    result = scheduling_pass(dep.plane)
+
+    assert [j for j, _ in result.admitted] == [job.id]
+    assert reads == []
+    assert dep.plane.ledger.usage(["a100-spot"], ["nlp"]) == ({"a100-spot": 8}, {"nlp": 8})
+
+
+def test_a_usage_hint_that_was_low_falls_back_to_reading_and_borrows_as_without_it(
+    deployment: Deployment, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    dep = deployment
+    use_config(dep, **COHORT)
+    # Given nlp at its nominal 8, and an admission whose caller thinks nlp holds nothing
+    start(dep, submit(dep, team="nlp"))
+    borrower = submit(dep, team="nlp")
+    reads = count_counter_reads(dep, monkeypatch)
+
+    admitted = scheduling.admit(
+        dep.plane, borrower, "a100-spot", "stale hint", now=dep.clock(), team_usage_hint=0
+    )
+
+    # Then the team's counter refused the reservation, the counters were read, and nlp borrowed
+    # audio's idle 8 GPUs as it would have without the hint
+    assert admitted.state is JobState.ADMITTED
+    assert reads == [1]
+    assert dep.plane.ledger.usage(["a100-spot"], ["nlp"]) == ({"a100-spot": 16}, {"nlp": 16})
+
+
+def test_a_usage_hint_that_was_low_cannot_take_the_team_past_its_quota(
+    deployment: Deployment, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    dep = deployment
+    use_config(dep, **COHORT)
+    start(dep, submit(dep, team="nlp"))
+    start(dep, submit(dep, team="nlp"))  # nlp at 16: its 8 and all the cohort lends it
+    late = submit(dep, team="nlp")
+
+    with pytest.raises(Exception, match="quota exhausted"):
+        scheduling.admit(dep.plane, late, "a100-spot", "stale hint", now=dep.clock(), team_usage_hint=0)
+
+    assert dep.plane.jobs.get(late.id).state is JobState.PENDING
+    assert dep.plane.ledger.usage(["a100-spot"], ["nlp"]) == ({"a100-spot": 16}, {"nlp": 16})
+
+
 # --- finding 7: a Spot warning during a preemption shortens the wait -------------------------
 
 
