@@ -471,9 +471,16 @@ class ControlPlaneMachine(RuleBasedStateMachine):
     # --- the checks that run inside the control plane's calls --------------------------------
 
     def _checked_admit(
-        self, cp: ControlPlane, record: JobRecord, pool: str, reason: str, *, now: float
+        self,
+        cp: ControlPlane,
+        record: JobRecord,
+        pool: str,
+        reason: str,
+        *,
+        now: float,
+        team_usage_hint: int | None = None,
     ) -> JobRecord:
-        admitted = self._admit(cp, record, pool, reason, now=now)
+        admitted = self._admit(cp, record, pool, reason, now=now, team_usage_hint=team_usage_hint)
         quotas = cp.config.teams_by_name
         _, usage = cp.ledger.usage([], quotas)
         why = quota_shortfall(admitted.team, 0, usage, quotas)
