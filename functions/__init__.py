@@ -7,7 +7,7 @@ Cold start: in Lambda, Python's cyclic garbage collector is off while a handler 
 imports load, and the module's last statement (`lambda_runtime.loaded()`) freezes what was loaded
 and turns the collector back on. Loading allocates a few hundred thousand objects that live as
 long as the process and no garbage worth a collection; the collector's passes over them were
-50-80 ms of the API function's import (`make bench`, cold start). Frozen, they are also skipped
+40-80 ms of the API function's import (`make bench`, cold start). Frozen, they are also skipped
 by every later collection. Outside Lambda (tests, the local runtime) nothing changes.
 """
 
