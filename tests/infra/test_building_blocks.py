@@ -249,7 +249,7 @@ def test_imported_vpc_gets_flow_logs_and_hosts_the_pools(
         statemachines_dir=statemachines_dir,
         build_dir=tmp_path / "build",
     )
-    Annotations.from_stack(stack).has_warning("*", Match.string_like_regexp("ships as source only"))
+    Annotations.from_stack(stack).has_info("*", Match.string_like_regexp("ships as source only"))
     assert not list((tmp_path / "build").rglob("*.pyc"))
     template = Template.from_stack(stack)
     template.resource_count_is("AWS::EC2::VPC", 0)
