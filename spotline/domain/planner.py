@@ -172,23 +172,50 @@ def read_window(queue: PendingQueue, limit: int) -> list[Job]:
 
 def _read_window(queue: PendingQueue, limit: int) -> tuple[list[Job], dict[Priority, int]]:
     """`read_window`, and how many of its jobs each class has."""
+    window, counts, _ = _read_window_parts(queue, limit)
+    return window, counts
+
+
+# A part of the window: its first and last index + 1, the highest class among its jobs, and
+# whether any of them has a deadline.
+_Part = tuple[int, int, Priority, bool]
+
+
+def _read_window_parts(
+    queue: PendingQueue, limit: int
+) -> tuple[list[Job], dict[Priority, int], list[_Part]]:
+    """`_read_window`, and its parts: the head of each class, then the urgent jobs not in one."""
     window: list[Job] = []
     counts: dict[Priority, int] = {}
+    heads: list[tuple[int, int, Priority]] = []
     for priority in PRIORITIES_HIGH_FIRST:
         head = queue.head(priority, limit)
         if head:
+            heads.append((len(window), len(window) + len(head), priority))
             window.extend(head)
             counts[priority] = len(head)
     urgent = queue.urgent(limit)
-    if urgent:
-        seen = {job.id for job in window}
-        for job in urgent:
-            if job.id not in seen:
-                seen.add(job.id)
-                window.append(job)
-                cls = job.spec.priority
-                counts[cls] = counts.get(cls, 0) + 1
-    return window, counts
+    if not urgent:
+        # (No pending job has a deadline.)
+        return window, counts, [(start, end, cls, False) for start, end, cls in heads]
+    parts: list[_Part] = [
+        (start, end, cls, any(job.spec.deadline is not None for job in window[start:end]))
+        for start, end, cls in heads
+    ]
+    seen = {job.id for job in window}
+    start = len(window)
+    highest: Priority | None = None
+    for job in urgent:
+        if job.id not in seen:
+            seen.add(job.id)
+            window.append(job)
+            cls = job.spec.priority
+            counts[cls] = counts.get(cls, 0) + 1
+            if highest is None or cls.rank > highest.rank:
+                highest = cls
+    if highest is not None:
+        parts.append((start, len(window), highest, True))
+    return window, counts, parts
 
 
 def plan(
@@ -242,14 +269,19 @@ def plan_with_stats(
         now, config.weights, fairshare, lambda job: estimated_remaining_s(job, now, config)
     )
 
-    window, classes_left = _read_window(queue, config.window_per_class)
+    window, classes_left, parts = _read_window_parts(queue, config.window_per_class)
     # The order of the pass, popped from a heap: a pass without explanations stops early, and
-    # needs only the head of it.
-    ranked = [
-        (-priority, job.submitted_at, job.id, index)
-        for index, (job, priority) in enumerate(zip(window, score.scores(window), strict=True))
-    ]
-    heapq.heapify(ranked)
+    # needs only the head of it. A part of the window (a class's head, the urgent jobs) is scored
+    # and pushed only when the heap's best might not outrank every job in it (`upper_bound`), so
+    # the order popped is that of the whole window scored at once.
+    class_step = config.weights.class_step
+    unscored = sorted(
+        (
+            (-score.upper_bound(class_step * cls.rank, deadline), number, start, end)
+            for number, (start, end, cls, deadline) in enumerate(parts)
+        ),
+    )
+    ranked: list[tuple[float, float, str, int]] = []
 
     indexed = RunningIndex.of(snapshot.allocations) if running is None else running
     running_jobs = _RunningJobs(snapshot, indexed, score, now, config)
@@ -281,7 +313,18 @@ def plan_with_stats(
     placements: dict[tuple[object, ...], list[Pool]] = {}
     # (`classes_left`: the jobs of each class not yet decided, for `explain=False`'s stop.)
     changes = 0  # decisions so far that changed the ledger, the taken victims or the spare GPUs
-    while ranked:
+    while ranked or unscored:
+        # Score the parts whose bound reaches the heap's best (`<=`: a tie goes to submission time).
+        while unscored and (not ranked or ranked[0][0] >= unscored[0][0]):
+            _, _, start, end = unscored.pop(0)
+            jobs = window[start:end]
+            ranked.extend(
+                [
+                    (-priority, job.submitted_at, job.id, index)
+                    for index, job, priority in zip(range(start, end), jobs, score.scores(jobs), strict=True)
+                ]
+            )
+            heapq.heapify(ranked)
         negative, _, _, index = heapq.heappop(ranked)
         priority = -negative
         job = window[index]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable, Mapping
 
 from spotline.domain.config import PriorityWeights
@@ -117,6 +118,22 @@ class PriorityScorer:
 
     def __call__(self, job: Job) -> float:
         return self.scores((job,))[0]
+
+    def upper_bound(self, class_term: float, deadline: bool) -> float:
+        """A number no job's score exceeds when its class term is at most `class_term` (and it
+        has no deadline, unless `deadline`): each other term at its largest, the attained-service
+        term (which only lowers a score) at 0, with room for rounding. Infinite when a weight is
+        negative (a term's largest value is then not its weight)."""
+        weights = self._weights
+        terms = (weights.age, weights.deadline, weights.size, weights.history, weights.fairshare)
+        if min(terms) < 0.0 or weights.attained < 0.0:
+            return math.inf
+        # The fair-share term of a team missing from the pass's fair-share is weights.fairshare.
+        team = max(self._team.values(), default=weights.fairshare)
+        bound = class_term + weights.age + weights.size + weights.history + max(team, weights.fairshare)
+        if deadline:
+            bound += weights.deadline
+        return bound + abs(bound) * 1e-9 + 1e-9
 
     def scores(self, jobs: Iterable[Job]) -> list[float]:
         """The effective priority of each of `jobs`, in order.
