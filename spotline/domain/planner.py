@@ -71,46 +71,61 @@ class SortedQueue:
         default_factory=lambda: {p: [] for p in PRIORITIES_HIGH_FIRST}
     )
     by_deadline: list[tuple[tuple[float, str], Job]] = field(default_factory=list)
+    # The jobs of `by_class` and `by_deadline` alone, in the same order (`head` and `urgent`
+    # slice them: a pass reads the head of every class).
+    _class_jobs: dict[Priority, list[Job]] = field(init=False, repr=False, compare=False)
+    _deadline_jobs: list[Job] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        self._class_jobs = {p: [job for _, job in self.by_class.get(p, ())] for p in PRIORITIES_HIGH_FIRST}
+        self._deadline_jobs = [job for _, job in self.by_deadline]
 
     @classmethod
     def of(cls, jobs: Iterable[Job]) -> SortedQueue:
-        queue = cls()
+        by_class: dict[Priority, list[tuple[tuple[float, str], Job]]] = {p: [] for p in PRIORITIES_HIGH_FIRST}
+        by_deadline: list[tuple[tuple[float, str], Job]] = []
         for job in jobs:
-            queue.by_class[job.priority].append((queue_key(job), job))
+            by_class[job.priority].append((queue_key(job), job))
             if job.spec.deadline_at is not None:
-                queue.by_deadline.append((deadline_key(job), job))
-        for entries in queue.by_class.values():
+                by_deadline.append((deadline_key(job), job))
+        for entries in by_class.values():
             entries.sort(key=lambda e: e[0])
-        queue.by_deadline.sort(key=lambda e: e[0])
-        return queue
+        by_deadline.sort(key=lambda e: e[0])
+        return cls(by_class=by_class, by_deadline=by_deadline)
 
     def __len__(self) -> int:
         return sum(len(v) for v in self.by_class.values())
 
     def add(self, job: Job) -> None:
         entries = self.by_class[job.priority]
-        entries.insert(bisect.bisect_left(entries, queue_key(job), key=lambda e: e[0]), (queue_key(job), job))
+        key = queue_key(job)
+        index = bisect.bisect_left(entries, key, key=lambda e: e[0])
+        entries.insert(index, (key, job))
+        self._class_jobs[job.priority].insert(index, job)
         if job.spec.deadline_at is not None:
             key = deadline_key(job)
-            self.by_deadline.insert(bisect.bisect_left(self.by_deadline, key, key=lambda e: e[0]), (key, job))
+            index = bisect.bisect_left(self.by_deadline, key, key=lambda e: e[0])
+            self.by_deadline.insert(index, (key, job))
+            self._deadline_jobs.insert(index, job)
 
     def remove(self, job: Job) -> None:
         """Remove `job` (found by its queue key, so pass the job as it was added)."""
-        _remove(self.by_class[job.priority], queue_key(job))
+        _remove(self.by_class[job.priority], self._class_jobs[job.priority], queue_key(job))
         if job.spec.deadline_at is not None:
-            _remove(self.by_deadline, deadline_key(job))
+            _remove(self.by_deadline, self._deadline_jobs, deadline_key(job))
 
     def head(self, priority: Priority, limit: int) -> Sequence[Job]:
-        return [job for _, job in self.by_class[priority][:limit]]
+        return self._class_jobs[priority][:limit]
 
     def urgent(self, limit: int) -> Sequence[Job]:
-        return [job for _, job in self.by_deadline[:limit]]
+        return self._deadline_jobs[:limit]
 
 
-def _remove(entries: list[tuple[tuple[float, str], Job]], key: tuple[float, str]) -> None:
+def _remove(entries: list[tuple[tuple[float, str], Job]], jobs: list[Job], key: tuple[float, str]) -> None:
     index = bisect.bisect_left(entries, key, key=lambda e: e[0])
     if index < len(entries) and entries[index][0] == key:
         del entries[index]
+        del jobs[index]
     else:
         raise KeyError(key[1])
 
@@ -602,23 +617,22 @@ class _RunningJobs:
         facts = self._facts
         if facts is None or facts[0] != changes:
             facts = self._facts = (changes, *self._blocking_facts(best, surplus, taken))
-        _, full, floor, borrowed = facts
+        _, full, floor, reclaimers = facts
         if not full:
             return False
         if preemptions_left <= 0:
             return True
-        config = self._config
-        if best - config.preemption_margin > floor:
+        if best - self._config.preemption_margin > floor:
             return False
-        return not any(reclaim_allowed_between(v, c, config) for v in borrowed for c in classes_left)
+        return reclaimers.isdisjoint(classes_left)
 
     def _blocking_facts(
         self, best: float, surplus: Mapping[str, int], taken: set[str]
     ) -> tuple[bool, float, set[Priority]]:
         """Whether every pool is full with no spare GPUs; the lowest effective priority of an
         untaken running job that may be lower by the margin than a job of priority `best` or
-        less (groups of a class that cannot be are skipped); and the classes of running jobs on
-        borrowing teams."""
+        less (groups of a class that cannot be are skipped); and the classes whose jobs may
+        reclaim from a running job on a borrowing team (`reclaim_allowed_between`)."""
         ledger = self.ledger
         full = all(ledger.free(pool) <= 0 for pool in ledger.pools) and all(v <= 0 for v in surplus.values())
         if not full:
@@ -639,7 +653,8 @@ class _RunningJobs:
                     borrowed_gpus(team, ledger.team_used, ledger.quotas) > 0 for team in self._teams(group)
                 ):
                     borrowed.add(cls)
-        return True, floor, borrowed
+        reclaimers = {c for c in Priority if any(reclaim_allowed_between(v, c, config) for v in borrowed)}
+        return True, floor, reclaimers
 
     def _borrowing(self, job: Job, pool: str, groups: dict[Priority, _Group], ledger: Ledger) -> set[str]:
         """The other teams running in `pool` that borrow, if `job`'s team may reclaim there."""
