@@ -87,7 +87,7 @@ _TERMS: dict[
 _TERMS_KEPT = 16
 # Job records whose terms are kept (a pass scores its window and the running jobs, the same
 # records pass after pass); all are forgotten beyond it.
-_JOBS_KEPT = 1 << 17
+_JOBS_KEPT = 1 << 13
 
 
 class PriorityScorer:
