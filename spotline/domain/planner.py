@@ -71,46 +71,61 @@ class SortedQueue:
         default_factory=lambda: {p: [] for p in PRIORITIES_HIGH_FIRST}
     )
     by_deadline: list[tuple[tuple[float, str], Job]] = field(default_factory=list)
+    # The jobs of `by_class` and `by_deadline` alone, in the same order (`head` and `urgent`
+    # slice them: a pass reads the head of every class).
+    _class_jobs: dict[Priority, list[Job]] = field(init=False, repr=False, compare=False)
+    _deadline_jobs: list[Job] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        self._class_jobs = {p: [job for _, job in self.by_class.get(p, ())] for p in PRIORITIES_HIGH_FIRST}
+        self._deadline_jobs = [job for _, job in self.by_deadline]
 
     @classmethod
     def of(cls, jobs: Iterable[Job]) -> SortedQueue:
-        queue = cls()
+        by_class: dict[Priority, list[tuple[tuple[float, str], Job]]] = {p: [] for p in PRIORITIES_HIGH_FIRST}
+        by_deadline: list[tuple[tuple[float, str], Job]] = []
         for job in jobs:
-            queue.by_class[job.priority].append((queue_key(job), job))
+            by_class[job.priority].append((queue_key(job), job))
             if job.spec.deadline_at is not None:
-                queue.by_deadline.append((deadline_key(job), job))
-        for entries in queue.by_class.values():
+                by_deadline.append((deadline_key(job), job))
+        for entries in by_class.values():
             entries.sort(key=lambda e: e[0])
-        queue.by_deadline.sort(key=lambda e: e[0])
-        return queue
+        by_deadline.sort(key=lambda e: e[0])
+        return cls(by_class=by_class, by_deadline=by_deadline)
 
     def __len__(self) -> int:
         return sum(len(v) for v in self.by_class.values())
 
     def add(self, job: Job) -> None:
         entries = self.by_class[job.priority]
-        entries.insert(bisect.bisect_left(entries, queue_key(job), key=lambda e: e[0]), (queue_key(job), job))
+        key = queue_key(job)
+        index = bisect.bisect_left(entries, key, key=lambda e: e[0])
+        entries.insert(index, (key, job))
+        self._class_jobs[job.priority].insert(index, job)
         if job.spec.deadline_at is not None:
             key = deadline_key(job)
-            self.by_deadline.insert(bisect.bisect_left(self.by_deadline, key, key=lambda e: e[0]), (key, job))
+            index = bisect.bisect_left(self.by_deadline, key, key=lambda e: e[0])
+            self.by_deadline.insert(index, (key, job))
+            self._deadline_jobs.insert(index, job)
 
     def remove(self, job: Job) -> None:
         """Remove `job` (found by its queue key, so pass the job as it was added)."""
-        _remove(self.by_class[job.priority], queue_key(job))
+        _remove(self.by_class[job.priority], self._class_jobs[job.priority], queue_key(job))
         if job.spec.deadline_at is not None:
-            _remove(self.by_deadline, deadline_key(job))
+            _remove(self.by_deadline, self._deadline_jobs, deadline_key(job))
 
     def head(self, priority: Priority, limit: int) -> Sequence[Job]:
-        return [job for _, job in self.by_class[priority][:limit]]
+        return self._class_jobs[priority][:limit]
 
     def urgent(self, limit: int) -> Sequence[Job]:
-        return [job for _, job in self.by_deadline[:limit]]
+        return self._deadline_jobs[:limit]
 
 
-def _remove(entries: list[tuple[tuple[float, str], Job]], key: tuple[float, str]) -> None:
+def _remove(entries: list[tuple[tuple[float, str], Job]], jobs: list[Job], key: tuple[float, str]) -> None:
     index = bisect.bisect_left(entries, key, key=lambda e: e[0])
     if index < len(entries) and entries[index][0] == key:
         del entries[index]
+        del jobs[index]
     else:
         raise KeyError(key[1])
 
@@ -172,23 +187,50 @@ def read_window(queue: PendingQueue, limit: int) -> list[Job]:
 
 def _read_window(queue: PendingQueue, limit: int) -> tuple[list[Job], dict[Priority, int]]:
     """`read_window`, and how many of its jobs each class has."""
+    window, counts, _ = _read_window_parts(queue, limit)
+    return window, counts
+
+
+# A part of the window: its first and last index + 1, the highest class among its jobs, and
+# whether any of them has a deadline.
+_Part = tuple[int, int, Priority, bool]
+
+
+def _read_window_parts(
+    queue: PendingQueue, limit: int
+) -> tuple[list[Job], dict[Priority, int], list[_Part]]:
+    """`_read_window`, and its parts: the head of each class, then the urgent jobs not in one."""
     window: list[Job] = []
     counts: dict[Priority, int] = {}
+    heads: list[tuple[int, int, Priority]] = []
     for priority in PRIORITIES_HIGH_FIRST:
         head = queue.head(priority, limit)
         if head:
+            heads.append((len(window), len(window) + len(head), priority))
             window.extend(head)
             counts[priority] = len(head)
     urgent = queue.urgent(limit)
-    if urgent:
-        seen = {job.id for job in window}
-        for job in urgent:
-            if job.id not in seen:
-                seen.add(job.id)
-                window.append(job)
-                cls = job.spec.priority
-                counts[cls] = counts.get(cls, 0) + 1
-    return window, counts
+    if not urgent:
+        # (No pending job has a deadline.)
+        return window, counts, [(start, end, cls, False) for start, end, cls in heads]
+    parts: list[_Part] = [
+        (start, end, cls, any(job.spec.deadline is not None for job in window[start:end]))
+        for start, end, cls in heads
+    ]
+    seen = {job.id for job in window}
+    start = len(window)
+    highest: Priority | None = None
+    for job in urgent:
+        if job.id not in seen:
+            seen.add(job.id)
+            window.append(job)
+            cls = job.spec.priority
+            counts[cls] = counts.get(cls, 0) + 1
+            if highest is None or cls.rank > highest.rank:
+                highest = cls
+    if highest is not None:
+        parts.append((start, len(window), highest, True))
+    return window, counts, parts
 
 
 def plan(
@@ -242,14 +284,19 @@ def plan_with_stats(
         now, config.weights, fairshare, lambda job: estimated_remaining_s(job, now, config)
     )
 
-    window, classes_left = _read_window(queue, config.window_per_class)
+    window, classes_left, parts = _read_window_parts(queue, config.window_per_class)
     # The order of the pass, popped from a heap: a pass without explanations stops early, and
-    # needs only the head of it.
-    ranked = [
-        (-priority, job.submitted_at, job.id, index)
-        for index, (job, priority) in enumerate(zip(window, score.scores(window), strict=True))
-    ]
-    heapq.heapify(ranked)
+    # needs only the head of it. A part of the window (a class's head, the urgent jobs) is scored
+    # and pushed only when the heap's best might not outrank every job in it (`upper_bound`), so
+    # the order popped is that of the whole window scored at once.
+    class_step = config.weights.class_step
+    unscored = sorted(
+        (
+            (-score.upper_bound(class_step * cls.rank, deadline), number, start, end)
+            for number, (start, end, cls, deadline) in enumerate(parts)
+        ),
+    )
+    ranked: list[tuple[float, float, str, int]] = []
 
     indexed = RunningIndex.of(snapshot.allocations) if running is None else running
     running_jobs = _RunningJobs(snapshot, indexed, score, now, config)
@@ -281,7 +328,18 @@ def plan_with_stats(
     placements: dict[tuple[object, ...], list[Pool]] = {}
     # (`classes_left`: the jobs of each class not yet decided, for `explain=False`'s stop.)
     changes = 0  # decisions so far that changed the ledger, the taken victims or the spare GPUs
-    while ranked:
+    while ranked or unscored:
+        # Score the parts whose bound reaches the heap's best (`<=`: a tie goes to submission time).
+        while unscored and (not ranked or ranked[0][0] >= unscored[0][0]):
+            _, _, start, end = unscored.pop(0)
+            jobs = window[start:end]
+            ranked.extend(
+                [
+                    (-priority, job.submitted_at, job.id, index)
+                    for index, job, priority in zip(range(start, end), jobs, score.scores(jobs), strict=True)
+                ]
+            )
+            heapq.heapify(ranked)
         negative, _, _, index = heapq.heappop(ranked)
         priority = -negative
         job = window[index]
@@ -559,23 +617,22 @@ class _RunningJobs:
         facts = self._facts
         if facts is None or facts[0] != changes:
             facts = self._facts = (changes, *self._blocking_facts(best, surplus, taken))
-        _, full, floor, borrowed = facts
+        _, full, floor, reclaimers = facts
         if not full:
             return False
         if preemptions_left <= 0:
             return True
-        config = self._config
-        if best - config.preemption_margin > floor:
+        if best - self._config.preemption_margin > floor:
             return False
-        return not any(reclaim_allowed_between(v, c, config) for v in borrowed for c in classes_left)
+        return reclaimers.isdisjoint(classes_left)
 
     def _blocking_facts(
         self, best: float, surplus: Mapping[str, int], taken: set[str]
     ) -> tuple[bool, float, set[Priority]]:
         """Whether every pool is full with no spare GPUs; the lowest effective priority of an
         untaken running job that may be lower by the margin than a job of priority `best` or
-        less (groups of a class that cannot be are skipped); and the classes of running jobs on
-        borrowing teams."""
+        less (groups of a class that cannot be are skipped); and the classes whose jobs may
+        reclaim from a running job on a borrowing team (`reclaim_allowed_between`)."""
         ledger = self.ledger
         full = all(ledger.free(pool) <= 0 for pool in ledger.pools) and all(v <= 0 for v in surplus.values())
         if not full:
@@ -596,7 +653,8 @@ class _RunningJobs:
                     borrowed_gpus(team, ledger.team_used, ledger.quotas) > 0 for team in self._teams(group)
                 ):
                     borrowed.add(cls)
-        return True, floor, borrowed
+        reclaimers = {c for c in Priority if any(reclaim_allowed_between(v, c, config) for v in borrowed)}
+        return True, floor, reclaimers
 
     def _borrowing(self, job: Job, pool: str, groups: dict[Priority, _Group], ledger: Ledger) -> set[str]:
         """The other teams running in `pool` that borrow, if `job`'s team may reclaim there."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable, Mapping
 
 from spotline.domain.config import PriorityWeights
@@ -72,9 +73,21 @@ def effective_priority(
     return PriorityScorer(now, weights, {job.team: fairshare}, lambda _: remaining_s)(job)
 
 
-# Per set of weights: the class, size and history terms (`PriorityScorer`), for a few sets at most.
-_TERMS: dict[PriorityWeights, tuple[dict[Priority, float], dict[int, float], dict[int, float]]] = {}
+# What a score reads of a job record besides `now` and its team's fair-share (`PriorityScorer`):
+# (the record, class term, enqueued_at, started_at, whether it has a deadline, attained-service
+# term or None, size term, team, history term).
+_JobTerms = tuple[Job, float, float, float | None, bool, float | None, float, str, float]
+
+# Per set of weights: the class, size and history terms (`PriorityScorer`), and each job record's
+# terms by the record's id, for a few sets at most.
+_TERMS: dict[
+    PriorityWeights,
+    tuple[dict[Priority, float], dict[int, float], dict[int, float], dict[int, _JobTerms]],
+] = {}
 _TERMS_KEPT = 16
+# Job records whose terms are kept (a pass scores its window and the running jobs, the same
+# records pass after pass); all are forgotten beyond it.
+_JOBS_KEPT = 1 << 13
 
 
 class PriorityScorer:
@@ -109,14 +122,30 @@ class PriorityScorer:
         if terms is None:
             if len(_TERMS) >= _TERMS_KEPT:
                 _TERMS.clear()
-            terms = _TERMS[weights] = ({p: weights.class_step * p.rank for p in Priority}, {}, {})
-        self._class, self._size, self._history = terms
+            terms = _TERMS[weights] = ({p: weights.class_step * p.rank for p in Priority}, {}, {}, {})
+        self._class, self._size, self._history, self._jobs = terms
         self._team: dict[str, float] = {
             team: weights.fairshare * factor for team, factor in fairshare.items()
         }
 
     def __call__(self, job: Job) -> float:
         return self.scores((job,))[0]
+
+    def upper_bound(self, class_term: float, deadline: bool) -> float:
+        """A number no job's score exceeds when its class term is at most `class_term` (and it
+        has no deadline, unless `deadline`): each other term at its largest, the attained-service
+        term (which only lowers a score) at 0, with room for rounding. Infinite when a weight is
+        negative (a term's largest value is then not its weight)."""
+        weights = self._weights
+        terms = (weights.age, weights.deadline, weights.size, weights.history, weights.fairshare)
+        if min(terms) < 0.0 or weights.attained < 0.0:
+            return math.inf
+        # The fair-share term of a team missing from the pass's fair-share is weights.fairshare.
+        team = max(self._team.values(), default=weights.fairshare)
+        bound = class_term + weights.age + weights.size + weights.history + max(team, weights.fairshare)
+        if deadline:
+            bound += weights.deadline
+        return bound + abs(bound) * 1e-9 + 1e-9
 
     def scores(self, jobs: Iterable[Job]) -> list[float]:
         """The effective priority of each of `jobs`, in order.
@@ -127,44 +156,67 @@ class PriorityScorer:
         now = self._now
         w_age = self._age
         max_age = self._max_age_s
-        classes = self._class
-        sizes = self._size
         teams = self._team
-        histories = self._history
-        w_attained = self._attained
-        attained_norm = self._attained_norm_s
+        kept = self._jobs
         out: list[float] = []
         append = out.append
         for job in jobs:
-            spec = job.spec
-            started = job.started_at
-            wait = (now if started is None else started) - job.enqueued_at
+            terms = kept.get(id(job))
+            if terms is None or terms[0] is not job:
+                terms = self._job_terms(job)
+            _, score, enqueued, started, deadline, attained, size, team_name, history = terms
+            wait = (now if started is None else started) - enqueued
             if wait <= 0.0:
                 age = w_age * 0.0
             elif wait >= max_age:
                 age = w_age * 1.0
             else:
                 age = w_age * (wait / max_age)
-            score = classes[spec.priority] + age
-            if spec.deadline is not None:
+            score += age
+            if deadline:
                 # (Without a deadline the term is 0, and adding it would change nothing.)
                 weights = self._weights
                 score += weights.deadline * deadline_urgency(job, now, weights, self._remaining_s(job))
-            size = sizes.get(spec.gpus)
-            if size is None:
-                size = self._size_term(spec.gpus)
-            team = teams.get(job.team)
+            team = teams.get(team_name)
             if team is None:
-                team = self._team_term(job.team)
-            disruptions = job.preemptions + job.interruptions
-            history = histories.get(disruptions)
-            if history is None:
-                history = self._history_term(disruptions)
-            if w_attained > 0.0 and job.runtime_s > 0.0:
-                service = spec.gpus * job.runtime_s
-                score -= w_attained * (1.0 if service >= attained_norm else service / attained_norm)
+                team = self._team_term(team_name)
+            if attained is not None:
+                score -= attained
             append(score + size + team + history)
         return out
+
+    def _job_terms(self, job: Job) -> _JobTerms:
+        """The terms of `scores` that depend on the job record alone (kept by the record's id,
+        with the record, so that an id reused by another record is not mistaken for it)."""
+        spec = job.spec
+        size = self._size.get(spec.gpus)
+        if size is None:
+            size = self._size_term(spec.gpus)
+        disruptions = job.preemptions + job.interruptions
+        history = self._history.get(disruptions)
+        if history is None:
+            history = self._history_term(disruptions)
+        attained: float | None = None
+        if self._attained > 0.0 and job.runtime_s > 0.0:
+            service = spec.gpus * job.runtime_s
+            norm = self._attained_norm_s
+            attained = self._attained * (1.0 if service >= norm else service / norm)
+        terms: _JobTerms = (
+            job,
+            self._class[spec.priority],
+            job.enqueued_at,
+            job.started_at,
+            spec.deadline is not None,
+            attained,
+            size,
+            job.team,
+            history,
+        )
+        kept = self._jobs
+        if len(kept) >= _JOBS_KEPT:
+            kept.clear()
+        kept[id(job)] = terms
+        return terms
 
     def _size_term(self, gpus: int) -> float:
         weights = self._weights
