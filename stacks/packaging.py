@@ -6,7 +6,7 @@ its tracer and parser extras, pydantic v2, aws-xray-sdk) come from the public Po
 which is built with `aws-lambda-powertools[all]`; boto3 is part of the Lambda runtime.
 
 Bytecode: a function's code directory is read-only, so Python cannot keep the `.pyc` files it
-compiles, and every cold start compiled the whole library again (about 40-50 ms of a handler's
+compiles, and every cold start compiled the whole library again (35-50 ms of a handler's
 init, `make bench`'s cold-start table). Where the synthesizing machine has an interpreter of the
 runtime's version (`bytecode_compiler`), the staged copy ships bytecode compiled by it, in
 checked-hash mode: the header holds the source's hash, not its time, so the files are the same
@@ -69,6 +69,8 @@ def bytecode_compiler(version: tuple[int, int]) -> str | None:
 
 def _cache_tag(python: str) -> str:
     """The tag in the names of `python`'s bytecode files (`cpython-312`)."""
+    if python == sys.executable:
+        return str(sys.implementation.cache_tag)
     out = subprocess.run(
         [python, "-c", "import sys; print(sys.implementation.cache_tag)"],
         capture_output=True,

@@ -128,7 +128,7 @@ class SpotlineStack(Stack):
             Annotations.of(self).add_info(
                 f"spotline:lambda-bytecode: no Python {version[0]}.{version[1]} here (the functions' "
                 "runtime): the Lambda code ships as source only, and each cold start compiles it (about "
-                f"40-50 ms more). Deploy from a machine with python{version[0]}.{version[1]} on the PATH "
+                f"35-50 ms more). Deploy from a machine with python{version[0]}.{version[1]} on the PATH "
                 "to ship its bytecode.",
             )
         code_dir = stage_lambda_code(

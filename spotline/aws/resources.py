@@ -424,7 +424,7 @@ POWERTOOLS_LAYER_NAME = "AWSLambdaPowertoolsPythonV3-python312-x86_64"
 
 # What every function's environment holds besides the deployment's names (`ENV_*`): Powertools'
 # settings, and pydantic told that no plugins are installed (else its first model build scans the
-# metadata of every installed distribution for plugin entry points: 10-40 ms of each cold start,
+# metadata of every installed distribution for plugin entry points: 10-20 ms of each cold start here,
 # more the more distributions there are). `bench.cold_start` imports the handlers with it.
 POWERTOOLS_SERVICE_NAME = "spotline"
 POWERTOOLS_METRICS_NAMESPACE = "Spotline"

@@ -27,6 +27,7 @@ from spotline.domain import (
     Admit,
     Allocation,
     ClusterSnapshot,
+    Decision,
     JobState,
     Preempt,
     Wait,
@@ -190,38 +191,50 @@ def scheduling_pass(cp: ControlPlane, *, act_until: float | None = None) -> Pass
                 progressed = done > 0
                 result.left_for_next_pass = len(decisions) - done
                 break
-            record = queue.records[decision.job.id]
-            try:
-                if isinstance(decision, Admit):
-                    admitted = admit(
-                        cp,
-                        record,
-                        decision.pool,
-                        decision.reason,
-                        now=now,
-                        team_usage_hint=team_held.get(record.team, 0),
-                    )
-                    team_held[record.team] = team_held.get(record.team, 0) + admitted.gpus_held
-                    result.admitted.append((record.id, decision.pool))
-                elif isinstance(decision, Preempt):
-                    victims = preempt(cp, record, decision, active_by_id, now=now)
-                    result.preempted.append((record.id, victims))
-                    if note_wait(
-                        cp, record, f"waiting for {len(victims)} preempted job(s) to checkpoint and leave"
-                    ):
-                        result.wait_reasons_written += 1
-                elif isinstance(decision, Wait):
-                    result.waiting += 1
-                    if note_wait(cp, record, decision.reason):
-                        result.wait_reasons_written += 1
-            except (StaleJobError, CapacityExhausted, InvalidTransition, ConditionFailed) as error:
-                # Lost a race (or the ledger disagrees with the snapshot): the next pass decides
-                # again from fresh reads.
-                logger.info("decision skipped", extra={"job_id": record.id, "why": str(error)})
-                result.skipped.append((record.id, str(error)))
+            act(cp, queue.records[decision.job.id], decision, active_by_id, team_held, result, now=now)
     full = any(n >= window for n in result.window_by_class.values())
     result.more_work = progressed or (bool(result.admitted) and full)
     return result
+
+
+def act(
+    cp: ControlPlane,
+    record: JobRecord,
+    decision: Decision,
+    active_by_id: dict[str, JobRecord],
+    team_held: dict[str, int],
+    result: PassResult,
+    *,
+    now: float,
+) -> None:
+    """Carry out one of a pass's decisions into `result`. `team_held`: each team's GPUs as the
+    pass counts them, grown by its admissions (`admit`'s usage hint). A lost race is skipped:
+    the next pass decides again from fresh reads."""
+    try:
+        if isinstance(decision, Admit):
+            admitted = admit(
+                cp,
+                record,
+                decision.pool,
+                decision.reason,
+                now=now,
+                team_usage_hint=team_held.get(record.team, 0),
+            )
+            team_held[record.team] = team_held.get(record.team, 0) + admitted.gpus_held
+            result.admitted.append((record.id, decision.pool))
+        elif isinstance(decision, Preempt):
+            victims = preempt(cp, record, decision, active_by_id, now=now)
+            result.preempted.append((record.id, victims))
+            if note_wait(cp, record, f"waiting for {len(victims)} preempted job(s) to checkpoint and leave"):
+                result.wait_reasons_written += 1
+        elif isinstance(decision, Wait):
+            result.waiting += 1
+            if note_wait(cp, record, decision.reason):
+                result.wait_reasons_written += 1
+    except (StaleJobError, CapacityExhausted, InvalidTransition, ConditionFailed) as error:
+        # Lost a race (or the ledger disagrees with the snapshot).
+        logger.info("decision skipped", extra={"job_id": record.id, "why": str(error)})
+        result.skipped.append((record.id, str(error)))
 
 
 def admit(

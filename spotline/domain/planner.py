@@ -196,9 +196,7 @@ def _read_window(queue: PendingQueue, limit: int) -> tuple[list[Job], dict[Prior
 _Part = tuple[int, int, Priority, bool]
 
 
-def _read_window_parts(
-    queue: PendingQueue, limit: int
-) -> tuple[list[Job], dict[Priority, int], list[_Part]]:
+def _read_window_parts(queue: PendingQueue, limit: int) -> tuple[list[Job], dict[Priority, int], list[_Part]]:
     """`_read_window`, and its parts: the head of each class, then the urgent jobs not in one."""
     window: list[Job] = []
     counts: dict[Priority, int] = {}

@@ -248,8 +248,8 @@ class LocalControlPlane:
         )
         env.update(
             {
-                "POWERTOOLS_SERVICE_NAME": "spotline",
-                "POWERTOOLS_METRICS_NAMESPACE": "Spotline",
+                "POWERTOOLS_SERVICE_NAME": r.POWERTOOLS_SERVICE_NAME,
+                "POWERTOOLS_METRICS_NAMESPACE": r.POWERTOOLS_METRICS_NAMESPACE,
                 "POWERTOOLS_TRACE_DISABLED": "true",
                 "POWERTOOLS_METRICS_DISABLED": "true",
                 "POWERTOOLS_LOG_LEVEL": os.environ.get("POWERTOOLS_LOG_LEVEL", "WARNING"),
