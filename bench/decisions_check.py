@@ -37,7 +37,14 @@ SAMPLES: dict[str, pb.Sample] = {
 }
 
 JOB_FIELDS = (
-    "id", "first_start", "finish", "preemptions", "interruptions", "lost_gpu_s", "useful_gpu_s", "queued_s"
+    "id",
+    "first_start",
+    "finish",
+    "preemptions",
+    "interruptions",
+    "lost_gpu_s",
+    "useful_gpu_s",
+    "queued_s",
 )
 
 

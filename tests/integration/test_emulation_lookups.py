@@ -192,6 +192,45 @@ def test_receiving_does_not_count_the_queue(
     assert sorted(m["Body"] for m in received) == ["m0", "m1", "m2"]
 
 
+@pytest.mark.parametrize("fifo", [False, True])
+def test_sending_does_not_count_the_queue(
+    server: tuple[SerializedMotoServer, str], monkeypatch: pytest.MonkeyPatch, fifo: bool
+) -> None:
+    from moto.sqs.models import Queue
+
+    _, url = server
+    sqs = _client("sqs", url)
+    attributes = {"FifoQueue": "true", "ContentBasedDeduplication": "true"} if fifo else {}
+    name = "backlog.fifo" if fifo else "backlog"
+    queue = sqs.create_queue(QueueName=name, Attributes=attributes)["QueueUrl"]
+    extra = {"MessageGroupId": "g"} if fifo else {}
+
+    def counted(self: Any) -> int:
+        raise AssertionError("the queue's messages were counted")
+
+    # SendMessage reads ContentBasedDeduplication from the queue's attributes: that must not
+    # count the whole queue each time (a backlog's length squared).
+    for name in (
+        "approximate_number_of_messages",
+        "approximate_number_of_messages_delayed",
+        "approximate_number_of_messages_not_visible",
+    ):
+        monkeypatch.setattr(Queue, name, property(counted))
+    for n in range(3):
+        sqs.send_message(QueueUrl=queue, MessageBody=f"m{n}", **extra)
+    if fifo:  # content-based deduplication still drops a repeat
+        sqs.send_message(QueueUrl=queue, MessageBody="m0", **extra)
+    monkeypatch.undo()
+    counts = sqs.get_queue_attributes(QueueUrl=queue, AttributeNames=["All"])["Attributes"]
+    assert counts["ApproximateNumberOfMessages"] == "3"
+    assert counts["ApproximateNumberOfMessagesNotVisible"] == "0"
+    received = sqs.receive_message(QueueUrl=queue, MaxNumberOfMessages=10)["Messages"]
+    assert sorted(m["Body"] for m in received) == ["m0", "m1", "m2"]
+    counts = sqs.get_queue_attributes(QueueUrl=queue, AttributeNames=["All"])["Attributes"]
+    assert counts["ApproximateNumberOfMessages"] == "0"
+    assert counts["ApproximateNumberOfMessagesNotVisible"] == "3"
+
+
 EVERY_TYPE = {
     "pk": {"S": "job-1"},
     "n": {"N": "12.5"},
