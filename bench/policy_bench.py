@@ -43,7 +43,7 @@ from rich.console import Console
 from rich.table import Table
 
 from spotline.domain import SchedulerConfig
-from spotline.domain.config import PriorityWeights, VictimStrategy
+from spotline.domain.config import VictimStrategy
 from spotline.domain.models import Pool, Priority
 from spotline.sim import POLICIES, SimSettings, simulate
 from spotline.sim.model import VictimStop
@@ -392,8 +392,18 @@ def ablations(sample: Sample) -> dict[str, dict[str, Any]]:
         ("without the preemption delay", base.model_copy(update={"preemption_delay_s": 0.0}), SimSettings()),
         (
             "without fair-share",
-            base.model_copy(update={"weights": PriorityWeights(fairshare=0.0)}),
+            base.model_copy(update={"weights": base.weights.model_copy(update={"fairshare": 0.0})}),
             SimSettings(),
+        ),
+        (
+            "without shortest declared first",
+            base.model_copy(update={"weights": base.weights.model_copy(update={"shortest": 0.0})}),
+            SimSettings(),
+        ),
+        (
+            "without declared run times (jobs declare none)",
+            base,
+            SimSettings(spotline_declared_runtimes=False),
         ),
     ]
     for strategy in VictimStrategy:
@@ -415,8 +425,10 @@ def slurm_sensitivity(sample: Sample) -> dict[str, dict[str, Any]]:
     runs: list[_Run] = [
         (sample, "slurm", SimSettings(slurm_estimates=name), None, None) for name in ESTIMATE_MODELS
     ]
-    runs.append((sample, "spotline", None, None, None))
-    return dict(zip([*ESTIMATE_MODELS, "spotline"], run_many(runs), strict=True))
+    # Spotline's jobs declare run times from the same model (`SimSettings.spotline_declared_runtimes`).
+    runs += [(sample, "spotline", SimSettings(slurm_estimates=name), None, None) for name in ESTIMATE_MODELS]
+    labels = [*ESTIMATE_MODELS, *(f"spotline, {name}" for name in ESTIMATE_MODELS)]
+    return dict(zip(labels, run_many(runs), strict=True))
 
 
 # Monthly reclaim share of each level (the advisor bands' midpoints, `pools.BANDS`), and the

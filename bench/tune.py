@@ -6,7 +6,8 @@ evaluation set). Every policy gets the same budget on the same samples: `--budge
 draws from its knob space, its defaults before this tuning as draw 0 (`SPOTLINE_BEFORE`,
 `SLURM_BEFORE`; the draws are then the same in every rerun). Kueue's knob space is its three setups
 (all of them, fewer than the budget), and each setup is a peer in the evaluation anyway; FIFO and
-priority-random have no knob.
+priority-random have no knob. Then the best draw of Spotline and of Slurm is refined over one knob,
+four runs each: Spotline's shortest-declared-first weight, Slurm's backfill depth.
 
 The objective, the same for every policy: the sum over the samples and the goal metrics of
 log(value / reference), where the reference is, per sample and metric, the best value of the
@@ -15,7 +16,7 @@ floored at 5 minutes, lost GPU-hours at 1, as the goals read them). Lower is bet
 
 Then each lever is switched off in Spotline's best draw, to check that it pays on the tuning set
 (README, "Tuning"): the least-attained-service term, stopping victims that just checkpointed,
-cost-aware Spot placement.
+shortest declared run time first, cost-aware Spot placement.
 
 `--reduced` (the default on this 2-core machine): the synthetic samples at 2,000 jobs on 128
 GPUs and the first four days of the Philly window (2017-10-02..05); `--full`: the tuning set as
@@ -32,7 +33,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
@@ -60,7 +61,7 @@ PEERS_AT_DEFAULTS = ("fifo", "priority-random", "kueue-classic", "kueue-bwc", "k
 
 # Draw 0 of each policy: its defaults before this tuning (so a rerun draws the same 12).
 SPOTLINE_BEFORE = SchedulerConfig(
-    weights=PriorityWeights(fairshare=400.0, attained=0.0, attained_norm_gpu_h=64.0),
+    weights=PriorityWeights(fairshare=400.0, attained=0.0, attained_norm_gpu_h=64.0, shortest=0.0),
     strategy=VictimStrategy.LEAST_LOST_WORK,
     protection_period_s=600.0,
     preemption_margin=500.0,
@@ -82,13 +83,22 @@ SLURM_BEFORE = SlurmKnobs(
 SIM_FAITHFUL_STRATEGIES = (VictimStrategy.LEAST_LOST_WORK, VictimStrategy.RANDOM)
 
 
-def draw_spotline(rng: random.Random) -> SchedulerConfig:
+# The shortest-declared-first weight's values, and the Slurm backfill depths: each policy's
+# chosen draw is then refined over one knob, the same number of runs for both (`refine`).
+SHORTEST = (0.0, 200.0, 400.0, 900.0)
+BF_RESERVATIONS = (1, 4, 16, 64)
+
+
+def draw_spotline(rng: random.Random, shortest_rng: random.Random) -> SchedulerConfig:
     """One draw from Spotline's knob space."""
     weights = PriorityWeights(
         age=rng.choice([300.0, 600.0, 900.0]),
         fairshare=rng.choice([0.0, 100.0, 400.0, 800.0]),
         attained=rng.choice([0.0, 0.0, 200.0, 400.0]),
         attained_norm_gpu_h=rng.choice([16.0, 64.0, 256.0]),
+        # From its own stream: the draws of the other knobs, and of Slurm's, stay as they were
+        # before this knob existed.
+        shortest=shortest_rng.choice(SHORTEST),
     )
     return SchedulerConfig(
         weights=weights,
@@ -107,7 +117,7 @@ def draw_slurm(rng: random.Random) -> SlurmKnobs:
         weight_age=rng.choice([500.0, 1000.0, 2000.0, 4000.0]),
         weight_fairshare=rng.choice([500.0, 1000.0, 2000.0, 4000.0]),
         max_age_s=rng.choice([86400.0, 7 * 86400.0]),
-        bf_reservations=rng.choice([1, 4, 16, 64]),
+        bf_reservations=rng.choice(BF_RESERVATIONS),
     )
 
 
@@ -146,7 +156,8 @@ def _run_all(
 def tune(samples: Sequence[pb.Sample], budget: int, seed: int, workers: int) -> dict[str, Any]:
     began = time.perf_counter()
     rng = random.Random(f"spotline-tune:{seed}")
-    spotline = [SPOTLINE_BEFORE] + [draw_spotline(rng) for _ in range(budget - 1)]
+    shortest_rng = random.Random(f"spotline-tune:{seed}:shortest")
+    spotline = [SPOTLINE_BEFORE] + [draw_spotline(rng, shortest_rng) for _ in range(budget - 1)]
     slurm = [SLURM_BEFORE] + [draw_slurm(rng) for _ in range(budget - 1)]
     base: list[tuple[pb.Sample, str, SchedulerConfig | None, SimSettings | None]] = [
         (s, p, None, None) for s in samples for p in PEERS_AT_DEFAULTS
@@ -167,8 +178,25 @@ def tune(samples: Sequence[pb.Sample], budget: int, seed: int, workers: int) -> 
 
     spotline_scores = score_all("spotline", spotline, [None] * len(spotline))
     slurm_scores = score_all("slurm", [None] * len(slurm), [SimSettings(slurm=k) for k in slurm])
+    # Refinement: the best draw of each policy with one knob set to each of its values (the
+    # same number of runs for each), and the best of those is chosen.
+    drawn_best = min(range(len(spotline)), key=lambda i: spotline_scores[i])
+    refined = [
+        spotline[drawn_best].model_copy(
+            update={"weights": spotline[drawn_best].weights.model_copy(update={"shortest": w})}
+        )
+        for w in SHORTEST
+    ]
+    spotline += refined
+    spotline_scores += score_all("spotline", refined, [None] * len(refined))
+    slurm_drawn = min(range(len(slurm)), key=lambda i: slurm_scores[i])
+    slurm_refined = [replace(slurm[slurm_drawn], bf_reservations=n) for n in BF_RESERVATIONS]
+    slurm += slurm_refined
+    slurm_settings = [SimSettings(slurm=k) for k in slurm_refined]
+    slurm_scores += score_all("slurm", [None] * len(slurm_refined), slurm_settings)
     best = min(range(len(spotline)), key=lambda i: spotline_scores[i])
     chosen = spotline[best]
+    on_shortest = chosen.weights.shortest or 200.0
     # Each lever on and off in the chosen draw (one of the two is the chosen draw itself).
     on_attained = chosen.weights.attained or 200.0
     levers: dict[str, tuple[SchedulerConfig, SchedulerConfig]] = {
@@ -181,6 +209,12 @@ def tune(samples: Sequence[pb.Sample], budget: int, seed: int, workers: int) -> 
         "checkpoint boundaries": (
             chosen.model_copy(update={"fresh_checkpoint_s": chosen.fresh_checkpoint_s or 60.0}),
             chosen.model_copy(update={"fresh_checkpoint_s": 0.0}),
+        ),
+        "shortest declared first": (
+            chosen.model_copy(
+                update={"weights": chosen.weights.model_copy(update={"shortest": on_shortest})}
+            ),
+            chosen.model_copy(update={"weights": chosen.weights.model_copy(update={"shortest": 0.0})}),
         ),
         "cost-aware Spot placement": (
             chosen.model_copy(update={"spot_cost_aware": True}),
@@ -201,6 +235,7 @@ def tune(samples: Sequence[pb.Sample], budget: int, seed: int, workers: int) -> 
     return {
         "samples": [s.label for s in samples],
         "budget": budget,
+        "refined": {"spotline": "weights.shortest", "slurm": "bf_reservations", "runs": len(SHORTEST)},
         "seed": seed,
         "spotline": [
             {"score": sc, "config": json.loads(c.model_dump_json())}
@@ -230,6 +265,13 @@ def report(result: dict[str, Any]) -> str:
         f"tuning set: {'; '.join(result['samples'])}",
         f"budget {result['budget']} draws per policy, seed {result['seed']}",
     ]
+    refined = result.get("refined")
+    if refined:
+        lines.append(
+            f"then each policy's best draw with one knob at each of its {refined['runs']} values"
+            f" (Spotline: {refined['spotline']}; Slurm: {refined['slurm']}):"
+            f" rows after #{result['budget'] - 1}"
+        )
     lines.append(
         "objective (lower is better; 0 = the best peer at its defaults on every metric):"
         f" wall {result['wall_s']:.0f} s"

@@ -41,6 +41,15 @@ class PriorityWeights(BaseModel):
               + fairshare * 2 ** (-usage / share)    # Slurm's classic fair-share factor
               + history * min(disruptions, history_cap) / history_cap
               - attained * min(service / attained_norm_gpu_h, 1)   # least attained service
+              + shortest * shortness(declared remaining)           # shortest declared job first
+
+    `shortness` is 1 - min(1, ln(1 + r / 1 h) / ln(1 + shortest_norm_s / 1 h)) of the job's
+    declared remaining run time r = `expected_runtime_s` - run time so far: 1 for a job about
+    to end, about 0.84 with an hour left, 0.25 with a day left, 0 beyond `shortest_norm_s` (the
+    logarithm separates minutes from hours, and hours from days). A job that declares nothing,
+    or has run past what it declared, gets 0: declaring a short run time and overrunning it
+    loses the term, and the job then ranks (and is preempted) as one that declared nothing.
+    Slurm users declare a time limit for backfill; this term is what Spotline does with it.
 
     `service` is the GPU-hours the job has run so far (gpus x `runtime_s`): the attained-service
     term orders a class's jobs least-attained first (Tiresias, NSDI'19, in one queue per class:
@@ -79,6 +88,8 @@ class PriorityWeights(BaseModel):
     history_cap: int = Field(default=3, gt=0)
     attained: float = Field(default=0.0, ge=0)
     attained_norm_gpu_h: float = Field(default=64.0, gt=0)
+    shortest: float = Field(default=200.0, ge=0)
+    shortest_norm_s: float = Field(default=72 * 3600.0, gt=0)
 
 
 class SchedulerConfig(BaseModel):

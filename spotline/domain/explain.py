@@ -13,7 +13,7 @@ from spotline.domain.config import PriorityWeights, SchedulerConfig
 from spotline.domain.models import ClusterSnapshot, Job, Pool
 from spotline.domain.placement import spot_refusal
 from spotline.domain.preemption import Candidate, eligibility, estimated_remaining_s
-from spotline.domain.priority import PriorityScorer, deadline_urgency, fairshare_factors, wait_s
+from spotline.domain.priority import PriorityScorer, deadline_urgency, fairshare_factors, shortness, wait_s
 from spotline.domain.quota import Ledger
 
 
@@ -31,6 +31,7 @@ def priority_terms(
         "disruptions": weights.history * (min(disruptions, weights.history_cap) / weights.history_cap),
         "attained": -weights.attained
         * min(1.0, job.gpus * job.runtime_s / (weights.attained_norm_gpu_h * 3600.0)),
+        "shortest": weights.shortest * shortness(job, now, weights),
     }
 
 

@@ -496,7 +496,14 @@ class _RunningJobs:
         self._now = now
         self._config = config
         weights = config.weights
-        floors = (weights.age, weights.deadline, weights.size, weights.fairshare, weights.history)
+        floors = (
+            weights.age,
+            weights.deadline,
+            weights.size,
+            weights.fairshare,
+            weights.history,
+            weights.shortest,
+        )
         self._class_floor = min(floors) >= 0
         # The lowest score a job of class rank r can have is `class_step * r - _floor_drop`.
         self._floor_drop = weights.attained

@@ -26,6 +26,24 @@ def deadline_urgency(job: Job, now: float, weights: PriorityWeights, remaining_s
     return min(1.0, max(0.0, 1.0 - slack / weights.deadline_horizon_s))
 
 
+_HOUR_S = 3600.0
+
+
+def shortness(job: Job, now: float, weights: PriorityWeights) -> float:
+    """The shortest-declared-first factor in [0, 1] (`PriorityWeights`): from the declared
+    remaining run time, 0 when the job declared none or has run past it."""
+    expected = job.spec.expected_runtime_s
+    if expected is None:
+        return 0.0
+    return _shortness(expected - job.elapsed_s(now), weights.shortest_norm_s)
+
+
+def _shortness(remaining: float, norm_s: float) -> float:
+    if remaining <= 0.0 or remaining >= norm_s:
+        return 0.0
+    return 1.0 - math.log1p(remaining / _HOUR_S) / math.log1p(norm_s / _HOUR_S)
+
+
 def fairshare_factor(
     team: str, quotas: Mapping[str, TeamQuota], usage_gpu_hours: Mapping[str, float]
 ) -> float:
@@ -75,8 +93,11 @@ def effective_priority(
 
 # What a score reads of a job record besides `now` and its team's fair-share (`PriorityScorer`):
 # (the record, class term, enqueued_at, started_at, whether it has a deadline, attained-service
-# term or None, size term, team, history term).
-_JobTerms = tuple[Job, float, float, float | None, bool, float | None, float, str, float]
+# term or None, size term, team, history term, and the declared run time with the run time
+# before `started_at`, or None when the shortest-declared term is off or nothing was declared).
+_JobTerms = tuple[
+    Job, float, float, float | None, bool, float | None, float, str, float, tuple[float, float] | None
+]
 
 # Per set of weights: the class, size and history terms (`PriorityScorer`), and each job record's
 # terms by the record's id, for a few sets at most.
@@ -117,6 +138,8 @@ class PriorityScorer:
         self._max_age_s = weights.max_age_s
         self._attained = weights.attained
         self._attained_norm_s = weights.attained_norm_gpu_h * 3600.0
+        self._shortest = weights.shortest
+        self._shortest_norm_s = weights.shortest_norm_s
         # The class, size and history terms depend on the weights alone: kept across passes.
         terms = _TERMS.get(weights)
         if terms is None:
@@ -138,11 +161,12 @@ class PriorityScorer:
         negative (a term's largest value is then not its weight)."""
         weights = self._weights
         terms = (weights.age, weights.deadline, weights.size, weights.history, weights.fairshare)
-        if min(terms) < 0.0 or weights.attained < 0.0:
+        if min(terms) < 0.0 or weights.attained < 0.0 or weights.shortest < 0.0:
             return math.inf
         # The fair-share term of a team missing from the pass's fair-share is weights.fairshare.
         team = max(self._team.values(), default=weights.fairshare)
         bound = class_term + weights.age + weights.size + weights.history + max(team, weights.fairshare)
+        bound += weights.shortest
         if deadline:
             bound += weights.deadline
         return bound + abs(bound) * 1e-9 + 1e-9
@@ -164,7 +188,7 @@ class PriorityScorer:
             terms = kept.get(id(job))
             if terms is None or terms[0] is not job:
                 terms = self._job_terms(job)
-            _, score, enqueued, started, deadline, attained, size, team_name, history = terms
+            _, score, enqueued, started, deadline, attained, size, team_name, history, declared = terms
             wait = (now if started is None else started) - enqueued
             if wait <= 0.0:
                 age = w_age * 0.0
@@ -182,7 +206,15 @@ class PriorityScorer:
                 team = self._team_term(team_name)
             if attained is not None:
                 score -= attained
-            append(score + size + team + history)
+            if declared is None:
+                append(score + size + team + history)
+            else:
+                # Declared remaining: what was declared, less the run time so far (`Job.elapsed_s`).
+                expected, ran = declared
+                current = 0.0 if started is None else max(0.0, now - started)
+                remaining = expected - (ran + current)
+                short = self._shortest * _shortness(remaining, self._shortest_norm_s)
+                append(score + size + team + history + short)
         return out
 
     def _job_terms(self, job: Job) -> _JobTerms:
@@ -201,6 +233,9 @@ class PriorityScorer:
             service = spec.gpus * job.runtime_s
             norm = self._attained_norm_s
             attained = self._attained * (1.0 if service >= norm else service / norm)
+        declared: tuple[float, float] | None = None
+        if self._shortest > 0.0 and spec.expected_runtime_s is not None:
+            declared = (spec.expected_runtime_s, job.runtime_s)
         terms: _JobTerms = (
             job,
             self._class[spec.priority],
@@ -211,6 +246,7 @@ class PriorityScorer:
             size,
             job.team,
             history,
+            declared,
         )
         kept = self._jobs
         if len(kept) >= _JOBS_KEPT:

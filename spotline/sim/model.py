@@ -58,7 +58,7 @@ class SlurmKnobs:
     weight_fairshare: float = 500.0
     max_age_s: float = 86400.0
     # Reservations backfill makes per cycle (its depth; bf_max_job_test bounds the jobs tested).
-    bf_reservations: int = 4
+    bf_reservations: int = 1
 
 
 @dataclass(frozen=True)
@@ -72,6 +72,10 @@ class SimSettings:
     spotline_acts_on_notices: bool = True
     # Slurm's user time-limit model (`spotline.sim.peers.ESTIMATE_MODELS`).
     slurm_estimates: str = "uniform"
+    # Spotline's jobs declare a run time (`expected_runtime_s`): the time limit the same user
+    # would give Slurm (the same model and draw as `slurm_estimates`), so both policies are told
+    # the same thing. False: nothing is declared (the "without declared run times" ablation).
+    spotline_declared_runtimes: bool = True
     slurm: SlurmKnobs = field(default_factory=SlurmKnobs)
 
     # Spot capacity shortages (`engine.py`): periods, a Poisson process of this many per Spot pool

@@ -47,6 +47,7 @@ from spotline.domain import (
 from spotline.domain.planner import queue_key
 from spotline.domain.running import RunningIndex
 from spotline.sim.model import Phase, SimJob, SimSettings, TeamShares
+from spotline.sim.peers import ESTIMATE_MODELS
 from spotline.sim.usage import DecayedUsage
 
 if TYPE_CHECKING:
@@ -65,6 +66,9 @@ class SpotlinePolicy:
     def __init__(self, config: SchedulerConfig, shares: TeamShares, settings: SimSettings, seed: int) -> None:
         self.config = config
         self.acts_on_notices = settings.spotline_acts_on_notices
+        self.seed = seed
+        declared = settings.spotline_declared_runtimes
+        self.estimates = ESTIMATE_MODELS[settings.slurm_estimates] if declared else None
         self.quotas: dict[str, TeamQuota] = {q.team: q for q in shares.quotas()}
         self.rng = random.Random(f"spotline-sim:{seed}:policy:{self.name}")
         self.queue = SortedQueue()
@@ -111,7 +115,9 @@ class SpotlinePolicy:
                 deadline=deadline,
                 spot=SpotPreference.AUTO if job.spot_ok else SpotPreference.NEVER,
                 checkpoint_interval_s=job.interval,
-                expected_runtime_s=None,
+                expected_runtime_s=(
+                    None if self.estimates is None else self.estimates.limit(job.id, job.work, self.seed)
+                ),
                 max_runtime_s=None,
             )
             self._specs[job.idx] = spec

@@ -107,11 +107,14 @@ def test_slurm_keeps_reservations_for_several_blocked_jobs() -> None:
         ("j2", 20.0, 5000.0, 4, "a", "high"),
         ("j3", 30.0, 400.0, 2, "a", "high"),
     ]
-    settings = replace(SETTINGS, slurm_estimates="round")
-    run = simulate(trace(rows), ["slurm"], gpus=8, spot_fraction=0.0, settings=settings).runs["slurm"]
-    starts = {j.id: j.first_start for j in run.jobs}
-    # j0 ends at 3000 (before its limit): j1 and j2 start; j3 when j1 ends.
-    assert starts == {"j0": 0.0, "j1": 3000.0, "j2": 3000.0, "j3": 4000.0}
+    for depth, j3 in ((4, 4000.0), (1, 40.0)):
+        knobs = replace(SETTINGS.slurm, bf_reservations=depth)
+        settings = replace(SETTINGS, slurm_estimates="round", slurm=knobs)
+        run = simulate(trace(rows), ["slurm"], gpus=8, spot_fraction=0.0, settings=settings).runs["slurm"]
+        starts = {j.id: j.first_start for j in run.jobs}
+        # j0 ends at 3000 (before its limit): j1 and j2 start; j3 when j1 ends (or at once,
+        # behind one reservation).
+        assert starts == {"j0": 0.0, "j1": 3000.0, "j2": 3000.0, "j3": j3}
 
 
 def test_isolated_jct_runs_each_team_first_come_first_served_on_its_entitlement() -> None:

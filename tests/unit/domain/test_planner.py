@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -310,7 +311,9 @@ def test_urgent_deadline_deep_in_its_class_is_seen() -> None:
     )
     decisions = run_plan(cluster([pool("od", capacity=8)]), [*regular, urgent], config(window_per_class=2))
     assert summary(decisions) == [("admit", "urgent", "od"), ("wait", "n0"), ("wait", "n1")]
-    assert decisions[0].effective_priority == pytest.approx(1000 + 1375 + 12.5 + 400)
+    # ... and it declared 1.5 h: the shortest-declared term adds 200 x (1 - ln(2.5) / ln(73)).
+    shortest = 200 * (1 - math.log1p(1.5) / math.log1p(72))
+    assert decisions[0].effective_priority == pytest.approx(1000 + 1375 + 12.5 + 400 + shortest)
 
 
 @pytest.mark.parametrize(

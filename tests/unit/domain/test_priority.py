@@ -16,6 +16,7 @@ NONE = {
     "fairshare": 0.0,
     "history": 0.0,
     "attained": 0.0,
+    "shortest": 0.0,
 }
 
 
@@ -77,6 +78,24 @@ def only(**weights: float) -> PriorityWeights:
             1.0,
             -300.0,
         ),
+        # shortest declared first: 1 - ln(1 + r/1h) / ln(1 + 72), of the declared remaining r
+        (only(shortest=900), job("j").build(), 0.0, 1.0, 0.0),
+        (
+            only(shortest=900),
+            job("j").expected_runtime(HOUR).build(),
+            0.0,
+            1.0,
+            900 * (1 - 0.6931472 / 4.2904594),
+        ),
+        (
+            only(shortest=900),
+            job("j").expected_runtime(3 * HOUR).runtime(HOUR).running_since(NOW - 0.5 * HOUR).build(),
+            0.0,
+            1.0,
+            900 * (1 - 0.9162907 / 4.2904594),
+        ),
+        (only(shortest=900), job("j").expected_runtime(HOUR).runtime(2 * HOUR).build(), 0.0, 1.0, 0.0),
+        (only(shortest=900), job("j").expected_runtime(100 * HOUR).build(), 0.0, 1.0, 0.0),
         # all factors with the default weights:
         # 1000 (normal) + 450 (12h) + 750 (slack 3h) + 12.5 (8 GPUs) + 200 (fs 0.5, x400) + 20 (1 of 3, x60)
         # (it has run nothing: no attained-service term)
@@ -114,6 +133,11 @@ def only(**weights: float) -> PriorityWeights:
         "attained-none",
         "attained-half",
         "attained-capped",
+        "shortest-nothing-declared",
+        "shortest-one-hour-declared",
+        "shortest-declared-less-run-so-far",
+        "shortest-overran-what-it-declared",
+        "shortest-beyond-the-norm",
         "all-factors-default-weights",
     ],
 )

@@ -37,7 +37,7 @@ from spotline.domain import (
     select_victims,
 )
 from spotline.domain.preemption import estimated_remaining_s
-from spotline.domain.priority import PriorityScorer
+from spotline.domain.priority import PriorityScorer, shortness
 from spotline.domain.running import RunningIndex
 
 from .builders import DAY, HOUR, NOW, JobBuilder, candidate, cluster, job, pool, quota
@@ -475,7 +475,27 @@ def score(subject: Job, now: float) -> float:
 @given(st.data(), st.floats(0, 3 * DAY))
 def test_waiting_longer_never_lowers_effective_priority(data: st.DataObject, later: float) -> None:
     subject = data.draw(pending("j") | running("j").map(lambda b: b.build()))
+    expected = subject.spec.expected_runtime_s
+    if expected is not None and subject.elapsed_s(NOW + later) >= expected:
+        # A running job that overruns what it declared loses the shortest-declared term (by
+        # design: `test_overrunning_the_declared_run_time_loses_the_shortest_term`); aging and
+        # the other terms still never lower its priority.
+        weights = WEIGHTS.model_copy(update={"shortest": 0.0})
+        later_score = effective_priority(subject, NOW + later, weights, remaining_s=3600.0)
+        assert later_score >= effective_priority(subject, NOW, weights, remaining_s=3600.0)
+        return
     assert score(subject, NOW + later) >= score(subject, NOW)
+
+
+def test_overrunning_the_declared_run_time_loses_the_shortest_term() -> None:
+    weights = PriorityWeights(shortest=900.0)
+    subject = job("j").expected_runtime(HOUR).running_since(NOW).build()
+    within = effective_priority(subject, NOW + 0.9 * HOUR, weights, remaining_s=HOUR)
+    at_start = effective_priority(subject, NOW, weights, remaining_s=HOUR)
+    overran = effective_priority(subject, NOW + 1.1 * HOUR, weights, remaining_s=HOUR)
+    nothing_declared = job("j").running_since(NOW).build()
+    assert within > at_start > overran
+    assert overran == effective_priority(nothing_declared, NOW + 1.1 * HOUR, weights, remaining_s=HOUR)
 
 
 @PROPERTY
@@ -506,11 +526,25 @@ def test_more_disruptions_never_lower_effective_priority(
 def test_more_attained_service_never_raises_effective_priority(
     data: st.DataObject, ran: float, more: float
 ) -> None:
-    weights = PriorityWeights(attained=300.0)
+    # (Without the shortest-declared term, which rises as a job nears the end it declared.)
+    weights = PriorityWeights(attained=300.0, shortest=0.0)
     base = data.draw(job_shapes("j"))
     less_run, more_run = base.runtime(ran).build(), base.runtime(ran + more).build()
     assert effective_priority(more_run, NOW, weights, remaining_s=HOUR) <= effective_priority(
         less_run, NOW, weights, remaining_s=HOUR
+    )
+
+
+@PROPERTY
+@given(st.data(), st.floats(60, 3 * DAY), st.floats(0, 3 * DAY))
+def test_a_shorter_declared_run_time_never_lowers_effective_priority(
+    data: st.DataObject, declared: float, longer: float
+) -> None:
+    weights = PriorityWeights(shortest=900.0)
+    base = data.draw(job_shapes("j"))
+    short, long = base.expected_runtime(declared).build(), base.expected_runtime(declared + longer).build()
+    assert effective_priority(short, NOW, weights, remaining_s=HOUR) >= effective_priority(
+        long, NOW, weights, remaining_s=HOUR
     )
 
 
@@ -524,6 +558,7 @@ def test_more_attained_service_never_raises_effective_priority(
             PriorityWeights(),
             PriorityWeights(size=0.0, age=1500.0, max_age_s=3600.0),
             PriorityWeights(attained=400.0, attained_norm_gpu_h=8.0),
+            PriorityWeights(shortest=900.0, shortest_norm_s=6 * 3600.0),
         ]
     ),
 )
@@ -579,4 +614,5 @@ def documented_formula(
         + weights.size * min(1.0, subject.gpus / weights.size_norm_gpus)
         + weights.fairshare * fairshare.get(subject.team, 1.0)
         + weights.history * (min(disruptions, weights.history_cap) / weights.history_cap)
+        + (weights.shortest * shortness(subject, now, weights) if weights.shortest > 0.0 else 0.0)
     )
