@@ -38,10 +38,13 @@ def shortness(job: Job, now: float, weights: PriorityWeights) -> float:
     return _shortness(expected - job.elapsed_s(now), weights.shortest_norm_s)
 
 
-def _shortness(remaining: float, norm_s: float) -> float:
+def _shortness(remaining: float, norm_s: float, scale: float | None = None) -> float:
+    """`shortness` of `remaining` seconds; `scale` is ln(1 + norm_s / 1 h), when known."""
     if remaining <= 0.0 or remaining >= norm_s:
         return 0.0
-    return 1.0 - math.log1p(remaining / _HOUR_S) / math.log1p(norm_s / _HOUR_S)
+    if scale is None:
+        scale = math.log1p(norm_s / _HOUR_S)
+    return 1.0 - math.log1p(remaining / _HOUR_S) / scale
 
 
 def fairshare_factor(
@@ -94,9 +97,10 @@ def effective_priority(
 # What a score reads of a job record besides `now` and its team's fair-share (`PriorityScorer`):
 # (the record, class term, enqueued_at, started_at, whether it has a deadline, attained-service
 # term or None, size term, team, history term, and the declared run time with the run time
-# before `started_at`, or None when the shortest-declared term is off or nothing was declared).
+# before `started_at` and the term while pending, or None when the shortest-declared term is off
+# or nothing was declared).
 _JobTerms = tuple[
-    Job, float, float, float | None, bool, float | None, float, str, float, tuple[float, float] | None
+    Job, float, float, float | None, bool, float | None, float, str, float, tuple[float, float, float] | None
 ]
 
 # Per set of weights: the class, size and history terms (`PriorityScorer`), and each job record's
@@ -140,6 +144,7 @@ class PriorityScorer:
         self._attained_norm_s = weights.attained_norm_gpu_h * 3600.0
         self._shortest = weights.shortest
         self._shortest_norm_s = weights.shortest_norm_s
+        self._shortest_scale = math.log1p(weights.shortest_norm_s / _HOUR_S)
         # The class, size and history terms depend on the weights alone: kept across passes.
         terms = _TERMS.get(weights)
         if terms is None:
@@ -208,12 +213,13 @@ class PriorityScorer:
                 score -= attained
             if declared is None:
                 append(score + size + team + history)
+            elif started is None:
+                append(score + size + team + history + declared[2])
             else:
                 # Declared remaining: what was declared, less the run time so far (`Job.elapsed_s`).
-                expected, ran = declared
-                current = 0.0 if started is None else max(0.0, now - started)
-                remaining = expected - (ran + current)
-                short = self._shortest * _shortness(remaining, self._shortest_norm_s)
+                expected, ran, _ = declared
+                remaining = expected - (ran + max(0.0, now - started))
+                short = self._shortest * _shortness(remaining, self._shortest_norm_s, self._shortest_scale)
                 append(score + size + team + history + short)
         return out
 
@@ -233,9 +239,14 @@ class PriorityScorer:
             service = spec.gpus * job.runtime_s
             norm = self._attained_norm_s
             attained = self._attained * (1.0 if service >= norm else service / norm)
-        declared: tuple[float, float] | None = None
+        declared: tuple[float, float, float] | None = None
         if self._shortest > 0.0 and spec.expected_runtime_s is not None:
-            declared = (spec.expected_runtime_s, job.runtime_s)
+            expected, ran = spec.expected_runtime_s, job.runtime_s
+            # A pending job's term does not change until it runs: computed once.
+            pending = self._shortest * _shortness(
+                expected - (ran + 0.0), self._shortest_norm_s, self._shortest_scale
+            )
+            declared = (expected, ran, pending)
         terms: _JobTerms = (
             job,
             self._class[spec.priority],
