@@ -49,7 +49,16 @@ def test_a_waiting_job_is_explained_with_terms_blockers_position_and_a_forecast(
     assert status == 200
     assert body["state"] == "PENDING"
     terms = body["priority"]["terms"]
-    assert set(terms) == {"class", "age", "urgency", "size", "fairshare", "disruptions", "attained"}
+    assert set(terms) == {
+        "class",
+        "age",
+        "urgency",
+        "size",
+        "fairshare",
+        "disruptions",
+        "attained",
+        "shortest",
+    }
     assert abs(sum(terms.values()) - body["priority"]["effective"]) < 0.01
     assert body["position"]["in_class"] == 1 and body["position"]["queued"] == 1
     pools = {p["pool"]: p for p in body["pools"]}
