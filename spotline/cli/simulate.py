@@ -108,6 +108,15 @@ def simulate_command(
             " spotline.sim.peers.EstimateModel).",
         ),
     ] = "uniform",
+    declared_runtimes: Annotated[
+        bool,
+        typer.Option(
+            "--declared-runtimes/--no-declared-runtimes",
+            help="Spotline's jobs declare as expected run time the time limit their users would give"
+            " Slurm (the --slurm-estimates model, the same draw); --no-declared-runtimes: they"
+            " declare none (the ablation).",
+        ),
+    ] = True,
     spot_data: Annotated[
         Path | None,
         typer.Option(
@@ -162,6 +171,7 @@ def simulate_command(
         restart_max_s=restart_max,
         victim_stop=victim_stop,
         slurm_estimates=slurm_estimates,
+        spotline_declared_runtimes=declared_runtimes,
         shortage_rate_per_day=spot_shortages,
     )
     sink_file = decisions.open("w") if decisions is not None else None

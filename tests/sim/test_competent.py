@@ -207,3 +207,30 @@ def test_simulate_cli_takes_victim_stop_kueue_setups_and_estimate_models(
     assert all(m["wait_p99_s_by_priority"]["critical"] == 0.0 for m in report["policies"].values())
     bad = CliRunner().invoke(app, [*base, "--slurm-estimates", "psychic"])
     assert bad.exit_code == 2 and "psychic" in bad.output
+
+
+def test_spotline_runs_the_shortest_declared_job_first_when_jobs_declare_run_times() -> None:
+    # One 8-GPU node, held by j0 for an hour. j1 (10 h) and j2 (30 min), both low, of one team,
+    # wait behind it; j1 arrived first. Declaring run times (`round`: 12 h and 1 h) puts j2 first;
+    # declaring none leaves the older j1 first.
+    rows = [
+        ("j0", 0.0, 3600.0, 8, "a", "low"),
+        ("j1", 10.0, 36000.0, 8, "a", "low"),
+        ("j2", 20.0, 1800.0, 8, "a", "low"),
+    ]
+    starts = {}
+    for declared in (True, False):
+        settings = replace(SETTINGS, slurm_estimates="round", spotline_declared_runtimes=declared)
+        run = simulate(trace(rows), ["spotline"], gpus=8, spot_fraction=0.0, settings=settings).runs[
+            "spotline"
+        ]
+        starts[declared] = {j.id: j.first_start for j in run.jobs}
+    assert starts[True]["j2"] < starts[True]["j1"]
+    assert starts[False]["j1"] < starts[False]["j2"]
+
+    from typer.testing import CliRunner
+
+    from spotline.cli import app
+
+    bad = CliRunner().invoke(app, ["simulate", "--no-declared-runtimes", "--declared-runtimes=maybe"])
+    assert bad.exit_code == 2
