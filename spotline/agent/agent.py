@@ -333,18 +333,32 @@ class Agent:
             return False
         reason = self.checkpoint_reason()
         if reason is not None:
-            try:
-                self.checkpoint(step, state_fn(), progress=progress, reason=reason, captured_at=captured_at)
-            except Exception:
-                log.exception("checkpoint at step %d (%s) failed", step, reason)
-                if reason is CheckpointReason.PERIODIC:
-                    # Try again an interval later instead of at every step; urgent ones retry now.
-                    with self._lock:
-                        self._last_checkpoint_at = self._clock()
+            self._checkpoint_step(step, progress, state_fn, reason, captured_at)
+            if reason is not CheckpointReason.SIGTERM and self._sigterm and not self._sigterm_answered:
+                # SIGTERM came while that checkpoint was being written (after its state was
+                # taken): it gets its own, of the same step, before the run stops.
+                self._checkpoint_step(step, progress, state_fn, CheckpointReason.SIGTERM, self._clock())
         if self._sigterm:
             log.info("stopping at step %d after SIGTERM", step)
             return False
         return True
+
+    def _checkpoint_step(
+        self,
+        step: int,
+        progress: float | None,
+        state_fn: Callable[[], object],
+        reason: CheckpointReason,
+        captured_at: float,
+    ) -> None:
+        try:
+            self.checkpoint(step, state_fn(), progress=progress, reason=reason, captured_at=captured_at)
+        except Exception:
+            log.exception("checkpoint at step %d (%s) failed", step, reason)
+            if reason is CheckpointReason.PERIODIC:
+                # Try again an interval later instead of at every step; urgent ones retry now.
+                with self._lock:
+                    self._last_checkpoint_at = self._clock()
 
     def checkpoint(
         self,

@@ -325,6 +325,26 @@ def test_sigterm_checkpoints_at_the_next_step_then_stops(tmp_path: Path, clock: 
     assert agent.checkpoint_reason() is None  # one checkpoint for one SIGTERM
 
 
+def test_a_sigterm_during_another_checkpoint_gets_its_own_before_the_run_stops(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    agent: Any = None
+
+    class SigtermWhilePublishing(RecordingPublisher):
+        def publish(self, detail_type: str, detail: dict[str, Any]) -> bool:
+            if detail.get("reason") == "periodic":
+                agent._on_sigterm(signal.SIGTERM, None)  # after that checkpoint's state was taken
+            return super().publish(detail_type, detail)
+
+    publisher = SigtermWhilePublishing()
+    agent = make_agent(tmp_path, clock, publisher, checkpoint_interval_s=1.0)
+    clock.advance(2)
+    assert agent.step(5, 0.5, lambda: {"w": 5}) is False
+
+    assert [(e["reason"], e["step"]) for e in completed(publisher)] == [("periodic", 5), ("sigterm", 5)]
+    assert agent.checkpoint_reason() is None
+
+
 def test_pause_wakes_early_for_a_request_but_not_for_a_periodic_checkpoint(
     tmp_path: Path, clock: FakeClock
 ) -> None:
