@@ -35,15 +35,14 @@ def shortness(job: Job, now: float, weights: PriorityWeights) -> float:
     expected = job.spec.expected_runtime_s
     if expected is None:
         return 0.0
-    return _shortness(expected - job.elapsed_s(now), weights.shortest_norm_s)
+    norm_s = weights.shortest_norm_s
+    return _shortness(expected - job.elapsed_s(now), norm_s, math.log1p(norm_s / _HOUR_S))
 
 
-def _shortness(remaining: float, norm_s: float, scale: float | None = None) -> float:
-    """`shortness` of `remaining` seconds; `scale` is ln(1 + norm_s / 1 h), when known."""
+def _shortness(remaining: float, norm_s: float, scale: float) -> float:
+    """`shortness` of `remaining` seconds; `scale` is ln(1 + norm_s / 1 h)."""
     if remaining <= 0.0 or remaining >= norm_s:
         return 0.0
-    if scale is None:
-        scale = math.log1p(norm_s / _HOUR_S)
     return 1.0 - math.log1p(remaining / _HOUR_S) / scale
 
 
@@ -243,9 +242,7 @@ class PriorityScorer:
         if self._shortest > 0.0 and spec.expected_runtime_s is not None:
             expected, ran = spec.expected_runtime_s, job.runtime_s
             # A pending job's term does not change until it runs: computed once.
-            pending = self._shortest * _shortness(
-                expected - (ran + 0.0), self._shortest_norm_s, self._shortest_scale
-            )
+            pending = self._shortest * _shortness(expected - ran, self._shortest_norm_s, self._shortest_scale)
             declared = (expected, ran, pending)
         terms: _JobTerms = (
             job,

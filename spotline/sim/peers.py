@@ -732,6 +732,14 @@ ESTIMATE_MODELS: dict[str, EstimateModel] = {
 }
 
 
+def estimate_model(name: str) -> EstimateModel:
+    """The user-estimate model named `name` (`SimSettings.slurm_estimates`), or ValueError."""
+    model = ESTIMATE_MODELS.get(name)
+    if model is None:
+        raise ValueError(f"unknown Slurm estimate model {name!r} (one of {', '.join(ESTIMATE_MODELS)})")
+    return model
+
+
 class _Profile:
     """Free GPUs of one pool over time, a step function: `free[i]` from `times[i]` to
     `times[i + 1]` (the last step lasts forever). Backfill's view of the future."""

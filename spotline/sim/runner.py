@@ -15,13 +15,13 @@ from spotline.sim.engine import DecisionSink, Policy, PoolState, Sample, Simulat
 from spotline.sim.metrics import isolated_jct, policy_metrics
 from spotline.sim.model import SimJob, SimSettings, TeamShares, VictimStop, build_jobs, team_shares
 from spotline.sim.peers import (
-    ESTIMATE_MODELS,
     KUEUE_DEFAULT,
     KUEUE_SETUPS,
     FifoPolicy,
     KueuePolicy,
     PriorityRandomPolicy,
     SlurmPolicy,
+    estimate_model,
 )
 from spotline.sim.pools import GPUS_PER_NODE, SpotAdvice, build_pools, spot_advice
 from spotline.sim.spotline_policy import SpotlinePolicy
@@ -91,12 +91,7 @@ def make_policy(
         policy.name = name
         return policy
     if name == "slurm":
-        estimates = ESTIMATE_MODELS.get(settings.slurm_estimates)
-        if estimates is None:
-            raise ValueError(
-                f"unknown Slurm estimate model {settings.slurm_estimates!r}"
-                f" (one of {', '.join(ESTIMATE_MODELS)})"
-            )
+        estimates = estimate_model(settings.slurm_estimates)
         return SlurmPolicy(shares, settings.usage_half_life_s, estimates, seed, competent, settings.slurm)
     if name == "spotline":
         return SpotlinePolicy(config or SchedulerConfig(), shares, settings, seed)

@@ -47,7 +47,7 @@ from spotline.domain import (
 from spotline.domain.planner import queue_key
 from spotline.domain.running import RunningIndex
 from spotline.sim.model import Phase, SimJob, SimSettings, TeamShares
-from spotline.sim.peers import ESTIMATE_MODELS
+from spotline.sim.peers import estimate_model
 from spotline.sim.usage import DecayedUsage
 
 if TYPE_CHECKING:
@@ -68,7 +68,7 @@ class SpotlinePolicy:
         self.acts_on_notices = settings.spotline_acts_on_notices
         self.seed = seed
         declared = settings.spotline_declared_runtimes
-        self.estimates = ESTIMATE_MODELS[settings.slurm_estimates] if declared else None
+        self.estimates = estimate_model(settings.slurm_estimates) if declared else None
         self.quotas: dict[str, TeamQuota] = {q.team: q for q in shares.quotas()}
         self.rng = random.Random(f"spotline-sim:{seed}:policy:{self.name}")
         self.queue = SortedQueue()

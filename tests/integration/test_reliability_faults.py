@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import inspect
 import time
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -131,15 +132,8 @@ def test_a_lender_that_grows_after_the_borrowing_was_read_fails_the_admission(
     start(dep, submit(dep, team="nlp"))
     borrower = submit(dep, team="nlp")
     ledger = dep.plane.ledger
-    real_counters = ledger.counters
-
-    def counters_then_audio_grows(pools: Any, teams: Any) -> Any:
-        read = real_counters(pools, teams)
-        # audio takes 16 of its own right after the borrower's admission read the counters
-        ledger.set_usage({}, {"audio": 16})
-        return read
-
-    monkeypatch.setattr(ledger, "counters", counters_then_audio_grows)
+    # audio takes 16 of its own right after the borrower's admission read the counters
+    after_counter_reads(dep, monkeypatch, lambda: ledger.set_usage({}, {"audio": 16}))
 
     # When the admission commits, audio no longer has anything idle to lend
     with pytest.raises(Exception, match="lends less"):
@@ -147,17 +141,23 @@ def test_a_lender_that_grows_after_the_borrowing_was_read_fails_the_admission(
     assert dep.plane.jobs.get(borrower.id).state is JobState.PENDING
 
 
-def count_counter_reads(dep: Deployment, monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """A list that gets one entry per read of the ledger's counters."""
+def after_counter_reads(dep: Deployment, monkeypatch: pytest.MonkeyPatch, then: Callable[[], object]) -> None:
+    """Call `then` right after each read of the ledger's counters."""
     ledger = dep.plane.ledger
     real_counters = ledger.counters
+
+    def reading(pools: Any, teams: Any) -> Any:
+        read = real_counters(pools, teams)
+        then()
+        return read
+
+    monkeypatch.setattr(ledger, "counters", reading)
+
+
+def count_counter_reads(dep: Deployment, monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """A list that gets one entry per read of the ledger's counters."""
     reads: list[int] = []
-
-    def counting(pools: Any, teams: Any) -> Any:
-        reads.append(1)
-        return real_counters(pools, teams)
-
-    monkeypatch.setattr(ledger, "counters", counting)
+    after_counter_reads(dep, monkeypatch, lambda: reads.append(1))
     return reads
 
 

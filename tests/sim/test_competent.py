@@ -228,9 +228,27 @@ def test_spotline_runs_the_shortest_declared_job_first_when_jobs_declare_run_tim
     assert starts[True]["j2"] < starts[True]["j1"]
     assert starts[False]["j1"] < starts[False]["j2"]
 
+
+def test_simulate_cli_takes_no_declared_runtimes_and_a_bad_estimate_model_is_named(
+    tmp_path: pytest.TempPathFactory,
+) -> None:
+    import json
+    from pathlib import Path
+
     from typer.testing import CliRunner
 
     from spotline.cli import app
+    from spotline.trace import write_trace
 
-    bad = CliRunner().invoke(app, ["simulate", "--no-declared-runtimes", "--declared-runtimes=maybe"])
-    assert bad.exit_code == 2
+    rows = [("j0", 0.0, 3600.0, 8, "a", "low"), ("j1", 10.0, 36000.0, 8, "a", "low")]
+    path = Path(str(tmp_path)) / "t.csv"
+    write_trace(trace(rows).jobs, path)
+    out = Path(str(tmp_path)) / "out.json"
+    base = ["simulate", "--trace", str(path), "--gpus", "8", "--spot-fraction", "0", "--policy", "spotline"]
+    result = CliRunner().invoke(app, [*base, "--no-declared-runtimes", "--json", str(out)])
+    assert result.exit_code == 0, result.output
+    assert json.loads(out.read_text())["policies"]["spotline"]["completed"] == 2
+    # The simulator's API names an unknown model for Spotline alone too (it reads it to declare).
+    settings = replace(SETTINGS, slurm_estimates="psychic")
+    with pytest.raises(ValueError, match="psychic"):
+        simulate(trace(rows), ["spotline"], gpus=8, spot_fraction=0.0, settings=settings)
