@@ -4,13 +4,16 @@ admissions per second from a backlog with free capacity.
     .venv/bin/python -m bench.local_runtime                       # 1,000 pending, 200 admitted
     .venv/bin/python -m bench.local_runtime --pending 10000 --admit 0
     .venv/bin/python -m bench.local_runtime --moto-server         # moto's own threaded server
+    .venv/bin/python -m bench.local_runtime --sdk-over-http       # this process's SDK calls over HTTP
 
 Everything runs in this process (moto's server, the handlers, the fleet, the API), so the
 resident set size is the local runtime's memory. Submissions go through the HTTP API from
 `--clients` threads. Admissions: the scheduler is held while the backlog is submitted (its
 handler's invocation lock), then let go; the rate is the backlog over the time from the release
 until no job is PENDING (polled every 0.2 s), and until the fleet has started every job.
-`--moto-server` serves moto with its own ThreadedMotoServer, unpatched, for the "before" figures.
+`--moto-server` serves moto with its own ThreadedMotoServer, unpatched, for the "before" figures
+(its SDK calls over HTTP); `--sdk-over-http` keeps the serialized server but sends this process's
+SDK calls over HTTP, as the local runtime did before `emulation.serve_in_process`.
 """
 
 from __future__ import annotations
@@ -33,6 +36,8 @@ import httpx
 from spotline.aws import emulation
 from spotline.local import emulator
 from spotline.local.runtime import LocalConfig, LocalControlPlane, LocalPool
+
+SDK_OVER_HTTP = False  # --sdk-over-http / --moto-server
 
 
 def rss_mb() -> float:
@@ -89,7 +94,7 @@ def use_moto_threaded_server() -> None:
 def pending(n: int, clients: int) -> dict[str, Any]:
     """`n` jobs pending on the default cluster (12 GPUs, 3 of these 4-GPU jobs running)."""
     state = Path(tempfile.mkdtemp(prefix="spotline-bench-"))
-    local = LocalControlPlane(LocalConfig(state_dir=state))
+    local = LocalControlPlane(LocalConfig(state_dir=state, sdk_over_http=SDK_OVER_HTTP))
     info = local.start()
     try:
         before = rss_mb()
@@ -121,6 +126,7 @@ def admissions(n: int, clients: int) -> dict[str, Any]:
         state_dir=Path(tempfile.mkdtemp(prefix="spotline-bench-")),
         pools=(LocalPool("bench", "a100", "on-demand", nodes=nodes, gpus_per_node=8),),
         team_nominal_gpus=n,
+        sdk_over_http=SDK_OVER_HTTP,
     )
     local = LocalControlPlane(config)
     info = local.start()
@@ -167,13 +173,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--admit", type=int, default=200, help="backlog admitted with free capacity")
     parser.add_argument("--clients", type=int, default=16, help="concurrent API clients")
     parser.add_argument("--moto-server", action="store_true", help="moto's own threaded server (before)")
+    parser.add_argument(
+        "--sdk-over-http", action="store_true", help="this process's SDK calls over HTTP (before)"
+    )
     parser.add_argument("--json", type=Path, help="also write the figures here")
     args = parser.parse_args(argv)
     os.environ.setdefault("POWERTOOLS_LOG_LEVEL", "ERROR")
+    global SDK_OVER_HTTP
+    SDK_OVER_HTTP = args.sdk_over_http or args.moto_server
     if args.moto_server:
         use_moto_threaded_server()
     figures: dict[str, Any] = {
-        "server": "moto ThreadedMotoServer" if args.moto_server else "SerializedMotoServer"
+        "server": "moto ThreadedMotoServer" if args.moto_server else "SerializedMotoServer",
+        "sdk_calls": "over HTTP" if SDK_OVER_HTTP else "in-process (other processes over HTTP)",
     }
     if args.pending:
         figures["pending"] = pending(args.pending, args.clients)

@@ -369,6 +369,9 @@ def _serialized(app: Any) -> Any:
             return lambda data: None  # moto never writes through start_response's callable
 
         with EMULATION_LOCK:
+            # A request served in-process from inside another one (`serve_in_process`) hands
+            # the flag back as it found it.
+            outer = getattr(_serving, "held", False)
             _serving.held = True
             try:
                 result = app(environ, capture)
@@ -379,7 +382,7 @@ def _serialized(app: Any) -> Any:
                     if close is not None:
                         close()
             finally:
-                _serving.held = False
+                _serving.held = outer
         status, headers, exc_info = captured
         if not any(name.lower() == "content-length" for name, _ in headers):
             headers = [*headers, ("Content-Length", str(len(body)))]
@@ -400,6 +403,7 @@ class SerializedMotoServer:
         self._thread: threading.Thread | None = None
         # The open client connections (kept alive), closed by `stop`.
         self._connections: set[Any] = set()
+        self._in_process = ""  # "host:port" while this process's SDK calls skip HTTP
 
     def start(self) -> None:
         from moto.moto_server.werkzeug_app import (
@@ -463,6 +467,14 @@ class SerializedMotoServer:
         self._thread = threading.Thread(target=self._server.serve_forever, name="moto", daemon=True)
         self._thread.start()
 
+    def serve_in_process(self) -> None:
+        """From now until `stop`, this process's SDK calls to this server skip HTTP: each is
+        handed to the same serialized app, as the server would (`serve_in_process`). Other
+        processes (the training jobs' agents, the CLI) still call it over HTTP."""
+        host, port = self.get_host_and_port()
+        self._in_process = f"{host}:{port}"
+        serve_in_process(self._in_process, self._server.app)
+
     def get_host_and_port(self) -> tuple[str, int]:
         if self._server is None:
             raise RuntimeError("the server is not started")
@@ -470,6 +482,10 @@ class SerializedMotoServer:
         return str(host), int(port)
 
     def stop(self) -> None:
+        if self._in_process:
+            # Calls made after the stop fail as they would over HTTP: connection refused.
+            _IN_PROCESS_APPS.pop(self._in_process, None)
+            self._in_process = ""
         if self._server is not None:
             self._server.shutdown()
             self._server.server_close()
@@ -482,6 +498,106 @@ class SerializedMotoServer:
 
 
 _installed: set[str] = set()
+
+
+# --- the SDK calls of this process, served without HTTP ------------------------------------------
+
+# "host:port" of a server -> its (serialized) WSGI app, for `serve_in_process`.
+_IN_PROCESS_APPS: dict[str, Any] = {}
+
+
+def serve_in_process(netloc: str, app: Any) -> None:
+    """Serve this process's SDK requests to `http://<netloc>` by calling `app` (a WSGI app: the
+    server's own, `_serialized`) in the calling thread, with the environ the server would build.
+
+    botocore still serializes each request, signs it and parses the response; moto still parses
+    it and answers under EMULATION_LOCK. What goes is the transport: the socket write and read on
+    both sides, and the hand-over of the GIL to a server thread and back on every call, which is
+    most of what an SDK call cost when the handlers, the workflows and moto share one process.
+    A transport error cannot happen, so a call is never retried for one."""
+    from botocore.httpsession import URLLib3Session
+
+    with EMULATION_LOCK:
+        _IN_PROCESS_APPS[netloc] = app
+        if "in-process" in _installed:
+            return
+        original = URLLib3Session.send
+
+        def send(self: Any, request: Any) -> Any:
+            url = request.url
+            # "http://host:port/..." (the local endpoint is plain HTTP).
+            netloc_of = url[7:].partition("/")[0] if url.startswith("http://") else ""
+            served = _IN_PROCESS_APPS.get(netloc_of)
+            if served is None:
+                return original(self, request)
+            return _call_in_process(served, netloc_of, request)
+
+        URLLib3Session.send = send  # type: ignore[method-assign]
+        _installed.add("in-process")
+
+
+def _call_in_process(app: Any, netloc: str, request: Any) -> Any:
+    from urllib.parse import unquote, urlsplit
+
+    from botocore.awsrequest import AWSResponse
+    from moto.core.botocore_stubber import MockRawResponse
+
+    body = request.body
+    if body is None:
+        data = b""
+    elif isinstance(body, bytes | bytearray):
+        data = bytes(body)
+    elif isinstance(body, str):
+        data = body.encode()
+    else:  # a file-like body (an upload)
+        data = body.read()
+        if isinstance(data, str):
+            data = data.encode()
+    parts = urlsplit(request.url)
+    host, _, port = netloc.partition(":")
+    # As werkzeug's server builds it (`WSGIRequestHandler.make_environ`): WSGI strings are the
+    # UTF-8 bytes read as Latin-1.
+    environ: dict[str, Any] = {
+        "wsgi.version": (1, 0),
+        "wsgi.url_scheme": "http",
+        "wsgi.input": io.BytesIO(data),
+        "wsgi.errors": io.StringIO(),
+        "wsgi.multithread": True,
+        "wsgi.multiprocess": False,
+        "wsgi.run_once": False,
+        "REQUEST_METHOD": request.method,
+        "SCRIPT_NAME": "",
+        "PATH_INFO": unquote(parts.path or "/").encode().decode("latin1"),
+        "QUERY_STRING": parts.query.encode().decode("latin1"),
+        "REMOTE_ADDR": "127.0.0.1",
+        "REMOTE_PORT": 0,
+        "SERVER_NAME": host,
+        "SERVER_PORT": port,
+        "SERVER_PROTOCOL": "HTTP/1.1",
+        "HTTP_HOST": netloc,
+        "CONTENT_LENGTH": str(len(data)),
+    }
+    for name, value in request.headers.items():
+        if "_" in name:
+            continue
+        if isinstance(value, bytes):
+            value = value.decode("latin1")
+        key = name.upper().replace("-", "_")
+        if key in ("CONTENT_LENGTH", "HOST"):
+            continue  # the body's own length, and the host above
+        if key != "CONTENT_TYPE":
+            key = f"HTTP_{key}"
+        environ[key] = value
+    answer: list[Any] = []
+
+    def start_response(status: str, headers: list[tuple[str, str]], exc_info: Any = None) -> Any:
+        answer[:] = [status, headers]
+        return lambda chunk: None
+
+    payload = b"".join(app(environ, start_response))
+    status, headers = answer
+    response_body = b"" if request.method == "HEAD" else payload
+    return AWSResponse(request.url, int(status.split(" ", 1)[0]), headers, MockRawResponse(response_body))
 
 
 def install_serialized_moto() -> None:
@@ -498,6 +614,8 @@ def install_serialized_moto() -> None:
         install_cheap_lookups()
         install_fast_attribute_values()
         install_parse_caches()
+        install_update_expression_cache()
+        install_shallow_read_copies()
         _installed.add("serialized")
 
 
@@ -820,6 +938,88 @@ def install_parse_caches() -> None:
     jsonpath_ng.ext.parse = extended  # type: ignore[attr-defined]
     json_path.parse = extended  # type: ignore[attr-defined]
     result_path.parse = functools.lru_cache(maxsize=4096)(jsonpath_ng.parse)  # type: ignore[attr-defined]
+
+
+def install_update_expression_cache() -> None:
+    """DynamoDB's update expressions, parsed once per text (moto 5.2.5 tokenizes and parses an
+    UpdateExpression twice per update: once to check its placeholders, once to apply it, and the
+    validator then deep-copies the tree it is given: together half the CPU of a TransactWriteItems
+    that updates a job). The tree of each text is kept, never changed: the placeholder check only
+    reads it, and the validator works on a copy, made here by unpickling the tree's bytes (a
+    fraction of `copy.deepcopy`'s cost). Same results, same errors: a text that fails to parse is
+    not kept, and raises each time."""
+    import pickle
+
+    # Any: these are moto's private names (pinned version), not its typed interface.
+    models: Any = importlib.import_module("moto.dynamodb.models")
+    dynamodb_responses: Any = importlib.import_module("moto.dynamodb.responses")
+    expressions: Any = importlib.import_module("moto.dynamodb.parsing.expressions")
+    validators: Any = importlib.import_module("moto.dynamodb.parsing.validators")
+    original_make = expressions.UpdateExpressionParser.make.__func__
+    trees: dict[str, Any] = {}
+    cache_limit = 4096
+
+    def make(cls: Any, expression_str: str) -> Any:
+        tree = trees.get(expression_str)
+        if tree is None:
+            tree = original_make(cls, expression_str)
+            if len(trees) < cache_limit:
+                # The bytes of the tree as parsed, before anything is hung on it.
+                tree._spotline_pickled = pickle.dumps(tree, protocol=pickle.HIGHEST_PROTOCOL)
+                trees[expression_str] = tree
+        return tree
+
+    original_deepcopy = validators.deepcopy
+
+    def copy_tree(node: Any, memo: Any = None) -> Any:
+        pickled = getattr(node, "_spotline_pickled", None)
+        if pickled is not None:
+            return pickle.loads(pickled)
+        return original_deepcopy(node, memo)
+
+    parser = classmethod(make)
+    expressions.UpdateExpressionParser.make = parser
+    # Both callers bound the class at import; the class attribute is what they call.
+    assert models.UpdateExpressionParser is expressions.UpdateExpressionParser
+    assert dynamodb_responses.UpdateExpressionParser is expressions.UpdateExpressionParser
+    validators.deepcopy = copy_tree
+
+
+def install_shallow_read_copies() -> None:
+    """A query or scan copies every item it returns before projecting and serializing it (moto
+    5.2.5: `copy.deepcopy` of each item, value by value: a fifth of the local runtime's CPU when
+    the reconciler and the passes read a few hundred active jobs). The copy only shields the stored
+    items from the read path, which builds new items to project and otherwise only reads; and the
+    response is serialized under EMULATION_LOCK, before any write can change a stored value. So
+    the copy here is shallow: a new item with its own attribute map, sharing the values. Every
+    other deep copy of the table module (backups, restores) stays deep."""
+    import copy as copy_module
+    import types
+
+    table_module: Any = importlib.import_module("moto.dynamodb.models.table")
+    dynamo_type: Any = importlib.import_module("moto.dynamodb.models.dynamo_type")
+    Item, LimitedSizeDict = dynamo_type.Item, dynamo_type.LimitedSizeDict
+
+    def shallow(item: Any) -> Any:
+        result = Item.__new__(Item)
+        result.hash_key = item.hash_key
+        result.range_key = item.range_key
+        attrs = LimitedSizeDict.__new__(LimitedSizeDict)
+        dict.__init__(attrs, item.attrs)  # as Item.__deepcopy__: no size check on a stored item
+        result.attrs = attrs
+        return result
+
+    def deepcopy(value: Any, memo: Any = None) -> Any:
+        if type(value) is Item:
+            return shallow(value)
+        if type(value) is list and value and all(type(v) is Item for v in value):
+            return [shallow(v) for v in value]
+        return copy_module.deepcopy(value, memo)
+
+    # The name `copy` as the table module sees it: the real module but for `deepcopy`.
+    proxy = types.SimpleNamespace(**{name: getattr(copy_module, name) for name in copy_module.__all__})
+    proxy.deepcopy = deepcopy
+    table_module.copy = proxy
 
 
 _candidates = threading.local()  # .of: (table, the items a query may return), while it runs

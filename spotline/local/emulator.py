@@ -34,10 +34,16 @@ class LocalResources:
 
 class LocalAws:
     """moto's server on 127.0.0.1 (one request at a time: `emulation.SerializedMotoServer`),
-    configured to execute state machines."""
+    configured to execute state machines.
 
-    def __init__(self, region: str = "us-east-1", port: int = 0) -> None:
+    `sdk_over_http=False` (the default): this process's own SDK calls (the handlers, the
+    workflows' tasks, the router, the fleet) are handed to the server's app in the calling thread
+    (`emulation.serve_in_process`), the same requests and responses without the socket; other
+    processes (the agents, the CLI) call it over HTTP."""
+
+    def __init__(self, region: str = "us-east-1", port: int = 0, *, sdk_over_http: bool = False) -> None:
         self.region = region
+        self.sdk_over_http = sdk_over_http
         self._server = emulation.SerializedMotoServer(ip_address="127.0.0.1", port=port)
         self.endpoint_url = ""
 
@@ -51,6 +57,8 @@ class LocalAws:
         self._server.start()
         host, port = self._server.get_host_and_port()
         self.endpoint_url = f"http://{host}:{port}"
+        if not self.sdk_over_http:
+            self._server.serve_in_process()
         # moto's backends are process-wide: start from an empty account, as a fresh deployment.
         urllib.request.urlopen(urllib.request.Request(f"{self.endpoint_url}/moto-api/reset", method="POST"))
         # Every SDK client in this process (handlers, agent, router) talks to the emulator.

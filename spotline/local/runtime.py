@@ -80,6 +80,9 @@ class LocalConfig:
     state_dir: Path = Path(".spotline")
     region: str = "us-east-1"
     seed: int = 1
+    # This process's SDK calls go over HTTP to the emulator, as other processes' do (else they
+    # are handed to it in-process: `LocalAws`).
+    sdk_over_http: bool = False
 
     def spotline_config(self, identities: dict[str, str]) -> dict[str, Any]:
         """The SPOTLINE_CONFIG JSON the functions read (on AWS the stack writes it)."""
@@ -222,7 +225,7 @@ class LocalControlPlane:
     def _start(self) -> dict[str, Any]:
         cfg = self.config
         self._save_env()
-        self.aws = LocalAws(region=cfg.region)
+        self.aws = LocalAws(region=cfg.region, sdk_over_http=cfg.sdk_over_http)
         self.aws.start()
         made = self.aws.create_resources()
         s3 = self.aws.client("s3")
