@@ -344,3 +344,55 @@ def test_a_definition_is_parsed_once_and_each_execution_evaluates_its_own_input(
     import jsonpath_ng.ext
 
     assert jsonpath_ng.ext.parse("$.detail.job_id") is jsonpath_ng.ext.parse("$.detail.job_id")
+
+
+def test_each_execution_runs_its_own_program_with_its_own_retry_counts(
+    server: tuple[SerializedMotoServer, str],
+) -> None:
+    """With the program of each execution unpickled from the one first built
+    (`install_parse_caches`), retries still count per execution: what one execution counted
+    never carries into the next."""
+    _, url = server
+    emulation.enable_state_machine_execution()
+    sfn = _client("stepfunctions", url)
+    definition = {
+        "StartAt": "Flaky",
+        "States": {
+            "Flaky": {
+                "Type": "Task",
+                "Resource": "arn:aws:states:::lambda:invoke",
+                "Parameters": {"FunctionName": emulation.function_arn("flaky"), "Payload.$": "$"},
+                "ResultSelector": {"attempts.$": "$.Payload.attempts"},
+                "Retry": [
+                    {"ErrorEquals": ["Flaked"], "IntervalSeconds": 1, "BackoffRate": 1, "MaxAttempts": 2}
+                ],
+                "Catch": [{"ErrorEquals": ["States.ALL"], "ResultPath": "$.error", "Next": "GaveUp"}],
+                "End": True,
+            },
+            "GaveUp": {"Type": "Pass", "Result": {"gave_up": True}, "End": True},
+        },
+    }
+    machine = sfn.create_state_machine(
+        name="flaky", definition=json.dumps(definition), roleArn="arn:aws:iam::123456789012:role/sfn"
+    )["stateMachineArn"]
+    attempts: dict[str, int] = {}
+
+    class Flaked(Exception):
+        pass
+
+    def flaky(event: dict[str, Any], context: Any) -> dict[str, Any]:
+        run = event["run"]
+        attempts[run] = attempts.get(run, 0) + 1
+        if attempts[run] <= event["failures"]:
+            raise Flaked(run)
+        return {"attempts": attempts[run]}
+
+    with emulation.dispatch_lambda_tasks({"flaky": flaky}):
+        # Each of these fails twice, and is retried twice: it succeeds on its third attempt only
+        # if the two retries allowed are its own.
+        for n in range(2):
+            output = json.loads(_run_to_end(sfn, machine, {"run": f"r{n}", "failures": 2})["output"])
+            assert output == {"attempts": 3}
+        # Three failures exhaust its retries: caught.
+        output = json.loads(_run_to_end(sfn, machine, {"run": "r9", "failures": 3})["output"])
+        assert output == {"gave_up": True}
