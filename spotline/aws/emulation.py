@@ -25,6 +25,7 @@ loudly if they move.
 from __future__ import annotations
 
 import base64
+import collections
 import copy
 import functools
 import importlib
@@ -594,7 +595,13 @@ def _call_in_process(app: Any, netloc: str, request: Any) -> Any:
         answer[:] = [status, headers]
         return lambda chunk: None
 
-    payload = b"".join(app(environ, start_response))
+    try:
+        payload = b"".join(app(environ, start_response))
+    except Exception:
+        # What the server answers when moto raises (`SerializedMotoServer`): a 500, which the SDK
+        # treats as it would over HTTP (retried, then raised as a ClientError).
+        traceback.print_exc()
+        payload, answer[:] = b"", ["500 Internal Server Error", [("Content-Length", "0")]]
     status, headers = answer
     response_body = b"" if request.method == "HEAD" else payload
     return AWSResponse(request.url, int(status.split(" ", 1)[0]), headers, MockRawResponse(response_body))
@@ -617,6 +624,7 @@ def install_serialized_moto() -> None:
         install_update_expression_cache()
         install_shallow_read_copies()
         install_dispatch_caches()
+        install_condition_lexing_cache()
         _installed.add("serialized")
 
 
@@ -1043,6 +1051,31 @@ def install_update_expression_cache() -> None:
     assert models.UpdateExpressionParser is expressions.UpdateExpressionParser
     assert dynamodb_responses.UpdateExpressionParser is expressions.UpdateExpressionParser
     validators.deepcopy = copy_tree
+
+
+def install_condition_lexing_cache() -> None:
+    """A condition expression's tokens, lexed once per text (moto 5.2.5 lexes every condition
+    of every write and query anew, regular expression by regular expression, before putting in
+    the call's attribute names and values). The tokens are immutable (named tuples; the lexer
+    gives each an empty `children` list that no later stage changes): each parse gets its own
+    sequence of them, and every later stage runs as before, with the call's names and values.
+    A text that fails to lex is not kept, and fails each time."""
+    comparisons: Any = importlib.import_module("moto.dynamodb.comparisons")
+    parser = comparisons.ConditionExpressionParser
+    original = parser._lex_condition_expression
+    lexed: dict[str, tuple[Any, ...]] = {}
+    cache_limit = 4096
+
+    def lex(self: Any) -> Any:
+        text = self.condition_expression
+        tokens = lexed.get(text)
+        if tokens is None:
+            tokens = tuple(original(self))
+            if len(lexed) < cache_limit:
+                lexed[text] = tokens
+        return collections.deque(tokens)
+
+    parser._lex_condition_expression = lex
 
 
 def install_dispatch_caches() -> None:

@@ -14,6 +14,7 @@ from typing import Any
 
 import boto3
 import pytest
+from botocore.config import Config
 from botocore.exceptions import ClientError, EndpointConnectionError
 
 from spotline.aws.emulation import SerializedMotoServer
@@ -42,6 +43,17 @@ def _client(service: str, url: str) -> Any:
         region_name=REGION,
         aws_access_key_id="testing",
         aws_secret_access_key="testing",
+    )
+
+
+def _client_without_retries(service: str, url: str) -> Any:
+    return boto3.client(  # type: ignore[call-overload]
+        service,
+        endpoint_url=url,
+        region_name=REGION,
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",
+        config=Config(retries={"total_max_attempts": 1}),
     )
 
 
@@ -247,3 +259,58 @@ def test_a_query_answers_what_is_stored_then_and_never_shares_it(
     nested = {"a": [1, {"b": 2}]}
     copied = table_module.copy.deepcopy(nested)
     assert copied == nested and copied["a"][1] is not nested["a"][1]
+
+
+def test_a_condition_lexed_once_is_evaluated_with_each_calls_names_and_values(
+    served: tuple[SerializedMotoServer, str],
+) -> None:
+    _, url = served
+    dynamodb = _table(url)
+    dynamodb.put_item(
+        TableName="t", Item={"id": {"S": "a"}, "state": {"S": "RUNNING"}, "n": {"N": "5"}, "tag": {"S": "ab"}}
+    )
+    text = "(#f = :v AND #n BETWEEN :lo AND :hi) OR (begins_with(#t, :p) AND size(#t) IN (:one, :three))"
+
+    def holds(names: dict[str, str], values: dict[str, Any]) -> bool:
+        try:
+            dynamodb.update_item(
+                TableName="t",
+                Key={"id": {"S": "a"}},
+                UpdateExpression="SET checked = :c",
+                ConditionExpression=text,
+                ExpressionAttributeNames=names,
+                ExpressionAttributeValues={**values, ":c": {"BOOL": True}},
+            )
+        except ClientError as error:
+            assert error.response["Error"]["Code"] == "ConditionalCheckFailedException"
+            return False
+        return True
+
+    names = {"#f": "state", "#n": "n", "#t": "tag"}
+    values = {
+        ":v": {"S": "RUNNING"},
+        ":lo": {"N": "1"},
+        ":hi": {"N": "9"},
+        ":p": {"S": "zz"},
+        ":one": {"N": "1"},
+        ":three": {"N": "3"},
+    }
+    assert holds(names, values)  # the first half
+    assert not holds(names, {**values, ":v": {"S": "PENDING"}})  # neither half
+    assert holds(
+        names, {**values, ":v": {"S": "PENDING"}, ":p": {"S": "a"}, ":one": {"N": "2"}}
+    )  # the second
+    assert not holds({**names, "#f": "tag"}, values)  # other names: tag is not RUNNING, and size 2
+    # A text that does not parse: moto raises, and the call gets the server's 500, every time.
+    once = _client_without_retries("dynamodb", url)
+    for _ in range(2):
+        with pytest.raises(ClientError) as error:
+            once.update_item(
+                TableName="t",
+                Key={"id": {"S": "a"}},
+                UpdateExpression="SET checked = :c",
+                ConditionExpression="#f = = :v",
+                ExpressionAttributeNames={"#f": "state"},
+                ExpressionAttributeValues={":v": {"S": "x"}, ":c": {"BOOL": True}},
+            )
+        assert error.value.response["ResponseMetadata"]["HTTPStatusCode"] == 500
