@@ -527,7 +527,7 @@ class _RunningJobs:
             for pool, classes in index.groups.items()
         }
         # `nothing_left_to_decide`'s reading of the ledger, and the count of changes it was made at.
-        self._facts: tuple[int, bool, float, set[Priority]] | None = None
+        self._facts: tuple[int, bool, float, frozenset[Priority]] | None = None
 
     @staticmethod
     def _teams(group: _Group) -> Iterable[str]:
@@ -633,7 +633,7 @@ class _RunningJobs:
 
     def _blocking_facts(
         self, best: float, surplus: Mapping[str, int], taken: set[str]
-    ) -> tuple[bool, float, set[Priority]]:
+    ) -> tuple[bool, float, frozenset[Priority]]:
         """Whether every pool is full with no spare GPUs; the lowest effective priority of an
         untaken running job that may be lower by the margin than a job of priority `best` or
         less (groups of a class that cannot be are skipped); and the classes whose jobs may
@@ -641,7 +641,7 @@ class _RunningJobs:
         ledger = self.ledger
         full = all(ledger.free(pool) <= 0 for pool in ledger.pools) and all(v <= 0 for v in surplus.values())
         if not full:
-            return False, math.inf, set()
+            return False, math.inf, frozenset()
         config = self._config
         threshold = best - config.preemption_margin
         step = config.weights.class_step
@@ -658,8 +658,7 @@ class _RunningJobs:
                     borrowed_gpus(team, ledger.team_used, ledger.quotas) > 0 for team in self._teams(group)
                 ):
                     borrowed.add(cls)
-        reclaimers = {c for c in Priority if any(reclaim_allowed_between(v, c, config) for v in borrowed)}
-        return True, floor, reclaimers
+        return True, floor, _reclaimers(frozenset(borrowed), config)
 
     def _borrowing(self, job: Job, pool: str, groups: dict[Priority, _Group], ledger: Ledger) -> set[str]:
         """The other teams running in `pool` that borrow, if `job`'s team may reclaim there."""
@@ -668,6 +667,22 @@ class _RunningJobs:
             return set()
         teams = set().union(*(self._teams(g) for g in groups.values()))
         return {t for t in teams if t != job.team and borrowed_gpus(t, usage, ledger.quotas) > 0}
+
+
+# (policy, classes) -> `_reclaimers`: a few distinct sets of classes at most.
+_RECLAIMERS: dict[tuple[object, frozenset[Priority]], frozenset[Priority]] = {}
+
+
+def _reclaimers(borrowed: frozenset[Priority], config: SchedulerConfig) -> frozenset[Priority]:
+    """The classes whose jobs may reclaim from a running job of one of the classes `borrowed`
+    (`reclaim_allowed_between`; a matter of classes and the reclaim policy only, so kept)."""
+    key = (config.reclaim_within_cohort, borrowed)
+    found = _RECLAIMERS.get(key)
+    if found is None:
+        found = _RECLAIMERS[key] = frozenset(
+            c for c in Priority if any(reclaim_allowed_between(v, c, config) for v in borrowed)
+        )
+    return found
 
 
 def _by_priority(candidate: Candidate) -> float:

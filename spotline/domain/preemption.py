@@ -246,9 +246,15 @@ def select_victims(
     ]
     if not eligible:
         return None
+    # The preemptor fits only once the pool has its demand free (`Ledger.fits_without`'s first
+    # test): when all the eligible victims together do not free enough, no set of them does.
+    short = pool.demand_gpus(preemptor) - ledger.free(pool.name)
+    if sum(c.allocation.gpus for c in eligible) < short:
+        return None
     order = ORDERINGS[strategy or config.strategy]
     victims: list[Candidate] = []
     usage_left = dict(usage)
+    freed = 0
     for candidate in order(eligible, rng):
         team = candidate.job.team
         reclaim_only = not _is_lower(candidate, preemptor_priority, config)
@@ -259,7 +265,9 @@ def select_victims(
             continue
         usage_left[team] = usage_left.get(team, 0) - candidate.allocation.gpus
         victims.append(candidate)
-        if ledger.fits_without(preemptor, pool, [v.allocation for v in victims]):
+        freed += candidate.allocation.gpus
+        # (`fits_without` is asked only once the victims free the pool's shortfall, its first test.)
+        if freed >= short and ledger.fits_without(preemptor, pool, [v.allocation for v in victims]):
             break
     else:
         return None
