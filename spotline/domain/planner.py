@@ -10,6 +10,7 @@ quota.
 from __future__ import annotations
 
 import bisect
+import functools
 import heapq
 import math
 import random
@@ -29,9 +30,9 @@ from spotline.domain.preemption import (
     select_victims,
     shielded,
 )
-from spotline.domain.priority import PriorityScorer, fairshare_factors, wait_s
+from spotline.domain.priority import PriorityScorer, fairshare_factors, score_floor, wait_s
 from spotline.domain.quota import Ledger, borrowed_gpus, quota_shortfall
-from spotline.domain.running import RunningIndex
+from spotline.domain.running import Ordered, RunningIndex
 
 # --- the queue a pass reads ---------------------------------------------------------------
 
@@ -518,14 +519,30 @@ class _RunningJobs:
         self.draining: dict[str, list[Allocation]] = {
             preemptor: list(allocations.values()) for preemptor, allocations in index.draining.items()
         }
-        # Per pool, per class: the running jobs (shielded ones are dropped when scored).
-        self._groups: dict[str, dict[Priority, _Group]] = {
-            pool: {
-                cls: _Group(allocations=list(members.values()), team_counts=index.team_counts[pool][cls])
-                for cls, members in classes.items()
+        self._index = index
+        # With no negative weight, each team's running jobs of a class in a pool are read in the
+        # order of `score_floor` (`RunningIndex.ordered`, kept across passes by a caller that keeps
+        # the index): a search scores only the jobs whose floor does not rule them out. Otherwise,
+        # per pool, per class: the running jobs (shielded ones are dropped when scored).
+        self._weights = weights
+        self._floor_key = functools.partial(score_floor, weights=weights)
+        self._step = weights.class_step
+        self._at = (now, config)
+        # Job id -> the running job as a candidate, or None when shielded (made when first read).
+        self._candidates: dict[str, Candidate | None] = {}
+        self._reclaim_from: dict[tuple[Priority, Priority], bool] = {}
+        self._lowest_of: dict[tuple[str, Priority], float] = {}
+        self._groups: dict[str, dict[Priority, _Group]] = (
+            {}
+            if self._class_floor
+            else {
+                pool: {
+                    cls: _Group(allocations=list(members.values()), team_counts=index.team_counts[pool][cls])
+                    for cls, members in classes.items()
+                }
+                for pool, classes in index.groups.items()
             }
-            for pool, classes in index.groups.items()
-        }
+        )
         # `nothing_left_to_decide`'s reading of the ledger, and the count of changes it was made at.
         self._facts: tuple[int, bool, float, frozenset[Priority]] | None = None
 
@@ -561,11 +578,148 @@ class _RunningJobs:
             group.by_team = by_team
         return group.by_team
 
+    def _ordered(self, pool: str, cls: Priority) -> dict[str, Ordered]:
+        return self._index.ordered(pool, cls, self._floor_key, self._weights, self._now)
+
+    def _stoppable(self, members: Mapping[str, Allocation], ids: Iterable[str]) -> list[Candidate]:
+        """The jobs `ids` (of `members`) that are not shielded, as candidates (each scored once
+        per pass)."""
+        known = self._candidates
+        out: list[Candidate] = []
+        fresh: list[Allocation] = []
+        now, config = self._now, self._config
+        for job_id in ids:
+            if job_id in known:
+                candidate = known[job_id]
+                if candidate is not None:
+                    out.append(candidate)
+                continue
+            allocation = members[job_id]
+            if shielded(allocation, now, config) is None:
+                fresh.append(allocation)
+            else:
+                known[job_id] = None
+        if fresh:
+            at = self._at
+            for allocation, priority in zip(fresh, self._score.scores([a.job for a in fresh]), strict=True):
+                candidate = known[allocation.job.id] = Candidate(allocation, priority, at=at)
+                out.append(candidate)
+        return out
+
+    def _possible_ordered(
+        self, job: Job, priority: float, pool: str, ledger: Ledger, taken: set[str]
+    ) -> list[Candidate]:
+        """`possible_victims` from the jobs in `score_floor` order: a job whose floor plus its
+        team's fair-share term is not below the threshold is not lower by the margin."""
+        index = self._index
+        groups = index.groups.get(pool)
+        if not groups:
+            return []
+        config = self._config
+        threshold = priority - config.preemption_margin
+        borrowing: set[str] | None = None  # teams `job` may reclaim from here, found when needed
+        team_counts = index.team_counts[pool]
+        chosen: list[Candidate] = []
+        for cls, members in groups.items():
+            lower = self._step * cls.rank - self._floor_drop < threshold
+            allowed = self._reclaim_from.get((cls, job.priority))
+            if allowed is None:
+                allowed = self._reclaim_from[(cls, job.priority)] = reclaim_allowed_between(
+                    cls, job.priority, config
+                )
+            reclaim: list[str] = []
+            if allowed:
+                if borrowing is None:
+                    borrowing = self._borrowing_in(job, pool, team_counts, ledger)
+                teams = team_counts[cls]
+                reclaim = [t for t in borrowing if t in teams]
+            if not lower and not reclaim:
+                continue
+            ordered = self._ordered(pool, cls)
+            if lower and not reclaim and self._lowest(pool, cls, ordered) >= threshold:
+                continue  # no job of the group scores below the threshold
+            if lower:
+                for team, entries in ordered.items():
+                    if team in reclaim:
+                        continue
+                    term = self._score.team_term(team)
+                    # (A job's score is its floor plus the term or more, up to rounding.)
+                    limit = threshold - term + _ROUNDING * (1.0 + abs(threshold) + abs(term))
+                    cut = bisect.bisect_left(entries, (limit,))
+                    if cut:
+                        chosen.extend(
+                            c
+                            for c in self._stoppable(members, [i for _, i in entries[:cut]])
+                            if c.effective_priority < threshold
+                        )
+            for team in reclaim:
+                entries = ordered.get(team, [])
+                chosen.extend(self._stoppable(members, [i for _, i in entries]))
+        if taken:
+            chosen = [c for c in chosen if c.job_id not in taken]
+        return chosen
+
+    def _lowest(self, pool: str, cls: Priority, ordered: Mapping[str, Ordered]) -> float:
+        """A number no job of the group (`ordered`) scores below in this pass (kept for the pass)."""
+        lowest = self._lowest_of.get((pool, cls))
+        if lowest is None:
+            lowest = math.inf
+            for team, entries in ordered.items():
+                term = self._score.team_term(team)
+                value = entries[0][0]
+                bound = value + term - _ROUNDING * (1.0 + abs(value) + abs(term))
+                if bound < lowest:
+                    lowest = bound
+            self._lowest_of[(pool, cls)] = lowest
+        return lowest
+
+    def _borrowing_in(
+        self, job: Job, pool: str, team_counts: Mapping[Priority, Mapping[str, int]], ledger: Ledger
+    ) -> set[str]:
+        """`_borrowing`, from the index's teams of `pool`."""
+        usage = ledger.team_used
+        if not _may_reclaim(job, usage, ledger, pool):
+            return set()
+        teams = set().union(*team_counts.values())
+        return {t for t in teams if t != job.team and borrowed_gpus(t, usage, ledger.quotas) > 0}
+
+    def _floor_ordered(self, threshold: float, taken: set[str]) -> float:
+        """`_blocking_facts`'s floor from the jobs in `score_floor` order."""
+        floor = math.inf
+        step, drop = self._step, self._floor_drop
+        index = self._index
+        for pool, classes in index.groups.items():
+            for cls, members in classes.items():
+                if step * cls.rank - drop >= threshold:
+                    continue
+                ordered = self._ordered(pool, cls)
+                if self._lowest(pool, cls, ordered) >= floor:
+                    continue
+                for team, entries in ordered.items():
+                    term = self._score.team_term(team)
+                    margin = _ROUNDING * (1.0 + abs(term))
+                    known = self._candidates
+                    for value, job_id in entries:
+                        if value + term - margin * (1.0 + abs(value)) >= floor:
+                            break  # neither it nor any job after it scores below the floor
+                        if job_id in taken:
+                            continue
+                        if job_id in known:
+                            candidate = known[job_id]
+                        else:
+                            found = self._stoppable(members, (job_id,))
+                            candidate = found[0] if found else None
+                        if candidate is not None and candidate.effective_priority < floor:
+                            floor = candidate.effective_priority
+        return floor
+
     def possible_victims(
         self, job: Job, priority: float, pool: str, ledger: Ledger, taken: set[str]
     ) -> list[Candidate]:
         """The pool's running jobs not yet chosen in this pass that `eligibility` may accept as
         victims for `job`."""
+        if self._class_floor:
+            return self._possible_ordered(job, priority, pool, ledger, taken)
         groups = self._groups.get(pool)
         if not groups:
             return []
@@ -647,6 +801,15 @@ class _RunningJobs:
         step = config.weights.class_step
         floor = math.inf
         borrowed: set[Priority] = set()
+        if self._class_floor:
+            floor = self._floor_ordered(threshold, taken)
+            for team_classes in self._index.team_counts.values():
+                for cls, teams in team_classes.items():
+                    if cls not in borrowed and any(
+                        borrowed_gpus(team, ledger.team_used, ledger.quotas) > 0 for team in teams
+                    ):
+                        borrowed.add(cls)
+            return True, floor, _reclaimers(frozenset(borrowed), config)
         for groups in self._groups.values():
             for cls, group in groups.items():
                 if not self._class_floor or step * cls.rank - self._floor_drop < threshold:
@@ -668,6 +831,9 @@ class _RunningJobs:
         teams = set().union(*(self._teams(g) for g in groups.values()))
         return {t for t in teams if t != job.team and borrowed_gpus(t, usage, ledger.quotas) > 0}
 
+
+# Relative room for rounding when a sum of score terms is compared with a score.
+_ROUNDING = 1e-6
 
 # (policy, classes) -> `_reclaimers`: a few distinct sets of classes at most.
 _RECLAIMERS: dict[tuple[object, frozenset[Priority]], frozenset[Priority]] = {}

@@ -93,6 +93,38 @@ def effective_priority(
     return PriorityScorer(now, weights, {job.team: fairshare}, lambda _: remaining_s)(job)
 
 
+def score_floor(job: Job, weights: PriorityWeights) -> tuple[float, float, float]:
+    """What `effective_priority` of a running `job` less its team's fair-share term never falls
+    below, as long as no weight is negative (the caller checks): (a floor until a time, that time,
+    a floor from then on).
+
+    The floor from then on is its class, age (fixed once it started), size and history terms less
+    its attained-service term; the deadline and shortest-declared terms, never negative, are left
+    out. Until a second before the job runs past its declared run time, the shortest-declared
+    term is at least what it was when the job started (its declared remaining time only shrinks),
+    and the first floor adds it. Up to rounding: compare with a margin."""
+    spec = job.spec
+    floor = weights.class_step * spec.priority.rank
+    if job.started_at is not None:
+        wait = job.started_at - job.enqueued_at
+        if wait > 0.0:
+            floor += weights.age * min(1.0, wait / weights.max_age_s)
+    if weights.attained > 0.0 and job.runtime_s > 0.0:
+        service = spec.gpus * job.runtime_s
+        floor -= weights.attained * min(1.0, service / (weights.attained_norm_gpu_h * 3600.0))
+    floor += weights.size * min(1.0, spec.gpus / weights.size_norm_gpus)
+    disruptions = job.preemptions + job.interruptions
+    floor += weights.history * (min(disruptions, weights.history_cap) / weights.history_cap)
+    expected = spec.expected_runtime_s
+    if expected is None or weights.shortest <= 0.0 or job.started_at is None:
+        return floor, math.inf, floor
+    norm_s = weights.shortest_norm_s
+    short = weights.shortest * _shortness(expected - job.runtime_s, norm_s, math.log1p(norm_s / _HOUR_S))
+    if short <= 0.0:
+        return floor, math.inf, floor
+    return floor + short, job.started_at + (expected - job.runtime_s) - 1.0, floor
+
+
 # What a score reads of a job record besides `now` and its team's fair-share (`PriorityScorer`):
 # (the record, class term, enqueued_at, started_at, whether it has a deadline, attained-service
 # term or None, size term, team, history term, and the declared run time with the run time
@@ -157,6 +189,11 @@ class PriorityScorer:
 
     def __call__(self, job: Job) -> float:
         return self.scores((job,))[0]
+
+    def team_term(self, team: str) -> float:
+        """The fair-share term of `team`'s jobs in this pass."""
+        term = self._team.get(team)
+        return self._team_term(team) if term is None else term
 
     def upper_bound(self, class_term: float, deadline: bool) -> float:
         """A number no job's score exceeds when its class term is at most `class_term` (and it

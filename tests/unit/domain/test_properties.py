@@ -6,6 +6,7 @@ capacity, Kueue-style borrowing) instead of trusting the planner's own ledger.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 import random
@@ -37,7 +38,7 @@ from spotline.domain import (
     select_victims,
 )
 from spotline.domain.preemption import estimated_remaining_s
-from spotline.domain.priority import PriorityScorer, shortness
+from spotline.domain.priority import PriorityScorer, score_floor, shortness
 from spotline.domain.running import RunningIndex
 
 from .builders import DAY, HOUR, NOW, JobBuilder, candidate, cluster, job, pool, quota
@@ -396,6 +397,8 @@ def test_an_index_kept_up_to_date_equals_one_built_from_scratch_and_decides_the_
     for allocation in data.draw(st.permutations(snapshot.allocations)):
         index.put(allocation)
         held[allocation.job.id] = allocation
+    # A pass orders the groups it searches (`RunningIndex.ordered`), kept up to date from then on.
+    plan(snapshot, SortedQueue.of(queue), NOW, policy, random.Random(seed), explain=False, running=index)
     # Some jobs end; some change: a new checkpoint, start or stop draining for a preemptor.
     changed = data.draw(st.lists(st.sampled_from(sorted(held)), unique=True)) if held else []
     for job_id in changed:
@@ -413,6 +416,12 @@ def test_an_index_kept_up_to_date_equals_one_built_from_scratch_and_decides_the_
         held[job_id] = new
     now = snapshot.model_copy(update={"allocations": tuple(held.values())})
     assert index_state(index) == index_state(RunningIndex.of(now.allocations))
+    fresh = RunningIndex.of(now.allocations)
+    key = functools.partial(score_floor, weights=policy.weights)
+    for pool_name, classes in index.groups.items():
+        for cls in classes:
+            ordered = index.ordered(pool_name, cls, key, policy.weights, NOW)
+            assert ordered == fresh.ordered(pool_name, cls, key, policy.weights, NOW)
     assert sorted(a.job.id for a in index.allocations()) == sorted(held)
     assert all(index.held(job_id) == allocation for job_id, allocation in held.items())
     indexed = plan(now, SortedQueue.of(queue), NOW, policy, random.Random(seed), explain=False, running=index)
