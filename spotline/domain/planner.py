@@ -12,6 +12,7 @@ from __future__ import annotations
 import bisect
 import functools
 import heapq
+import itertools
 import math
 import random
 from collections.abc import Iterable, Mapping, Sequence
@@ -19,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from spotline.domain.config import SchedulerConfig
+from spotline.domain.heads import Stream, streams
 from spotline.domain.models import PRIORITIES_HIGH_FIRST, Allocation, ClusterSnapshot, Job, Pool, Priority
 from spotline.domain.placement import candidate_pools
 from spotline.domain.preemption import (
@@ -192,9 +194,9 @@ def _read_window(queue: PendingQueue, limit: int) -> tuple[list[Job], dict[Prior
     return window, counts
 
 
-# A part of the window: its first and last index + 1, the highest class among its jobs, and
-# whether any of them has a deadline.
-_Part = tuple[int, int, Priority, bool]
+# A part of the window: its first and last index + 1, the highest class among its jobs, whether
+# any of them has a deadline, and whether it is the head of its class (else: the urgent jobs).
+_Part = tuple[int, int, Priority, bool, bool]
 
 
 def _read_window_parts(queue: PendingQueue, limit: int) -> tuple[list[Job], dict[Priority, int], list[_Part]]:
@@ -211,9 +213,9 @@ def _read_window_parts(queue: PendingQueue, limit: int) -> tuple[list[Job], dict
     urgent = queue.urgent(limit)
     if not urgent:
         # (No pending job has a deadline.)
-        return window, counts, [(start, end, cls, False) for start, end, cls in heads]
+        return window, counts, [(start, end, cls, False, True) for start, end, cls in heads]
     parts: list[_Part] = [
-        (start, end, cls, any(job.spec.deadline is not None for job in window[start:end]))
+        (start, end, cls, any(job.spec.deadline is not None for job in window[start:end]), True)
         for start, end, cls in heads
     ]
     seen = {job.id for job in window}
@@ -228,7 +230,7 @@ def _read_window_parts(queue: PendingQueue, limit: int) -> tuple[list[Job], dict
             if highest is None or cls.rank > highest.rank:
                 highest = cls
     if highest is not None:
-        parts.append((start, len(window), highest, True))
+        parts.append((start, len(window), highest, True, False))
     return window, counts, parts
 
 
@@ -288,14 +290,23 @@ def plan_with_stats(
     # needs only the head of it. A part of the window (a class's head, the urgent jobs) is scored
     # and pushed only when the heap's best might not outrank every job in it (`upper_bound`), so
     # the order popped is that of the whole window scored at once.
+    # Without explanations, a class's head is read by team, best bound first (`heads.streams`),
+    # unless it changed too much since the last pass.
     class_step = config.weights.class_step
-    unscored = sorted(
-        (
-            (-score.upper_bound(class_step * cls.rank, deadline), number, start, end)
-            for number, (start, end, cls, deadline) in enumerate(parts)
-        ),
-    )
-    ranked: list[tuple[float, float, str, int]] = []
+    unscored: list[tuple[float, int, Stream | tuple[int, int]]] = []
+    sources = itertools.count()
+    for start, end, cls, deadline, head in parts:
+        found = streams(cls, window[start:end], score, now) if head and not explain else None
+        if found is None:
+            bound = score.upper_bound(class_step * cls.rank, deadline)
+            unscored.append((-bound, next(sources), (start, end)))
+            continue
+        for stream in found:
+            bound = stream.bound()
+            if bound != -math.inf:
+                unscored.append((-bound, next(sources), stream))
+    heapq.heapify(unscored)
+    ranked: list[tuple[float, float, str, Job]] = []
 
     indexed = RunningIndex.of(snapshot.allocations) if running is None else running
     running_jobs = _RunningJobs(snapshot, indexed, score, now, config)
@@ -330,18 +341,26 @@ def plan_with_stats(
     while ranked or unscored:
         # Score the parts whose bound reaches the heap's best (`<=`: a tie goes to submission time).
         while unscored and (not ranked or ranked[0][0] >= unscored[0][0]):
-            _, _, start, end = unscored.pop(0)
+            _, _, source = heapq.heappop(unscored)
+            if isinstance(source, Stream):
+                jobs = source.take(_STREAM_STEP)
+                for job, priority in zip(jobs, score.scores(jobs), strict=True):
+                    heapq.heappush(ranked, (-priority, job.submitted_at, job.id, job))
+                bound = source.bound()
+                if bound != -math.inf:
+                    heapq.heappush(unscored, (-bound, next(sources), source))
+                continue
+            start, end = source
             jobs = window[start:end]
             ranked.extend(
                 [
-                    (-priority, job.submitted_at, job.id, index)
-                    for index, job, priority in zip(range(start, end), jobs, score.scores(jobs), strict=True)
+                    (-priority, job.submitted_at, job.id, job)
+                    for job, priority in zip(jobs, score.scores(jobs), strict=True)
                 ]
             )
             heapq.heapify(ranked)
-        negative, _, _, index = heapq.heappop(ranked)
+        negative, _, _, job = heapq.heappop(ranked)
         priority = -negative
-        job = window[index]
         if not explain:
             if decisions and running_jobs.nothing_left_to_decide(
                 priority, classes_left, preemptions_left, surplus, taken, changes
@@ -832,6 +851,8 @@ class _RunningJobs:
         return {t for t in teams if t != job.team and borrowed_gpus(t, usage, ledger.quotas) > 0}
 
 
+# Jobs a pass scores at once from a stream of a class's head (`heads.Stream`).
+_STREAM_STEP = 4
 # Relative room for rounding when a sum of score terms is compared with a score.
 _ROUNDING = 1e-6
 

@@ -190,6 +190,27 @@ class PriorityScorer:
     def __call__(self, job: Job) -> float:
         return self.scores((job,))[0]
 
+    @property
+    def weights(self) -> PriorityWeights:
+        return self._weights
+
+    def static_bound(self, job: Job) -> tuple[str, float, float | None]:
+        """The job's team; the most its terms other than the class, age and fair-share terms add
+        up to, at any `now` (the attained-service term, which only lowers a score, counted as 0;
+        the deadline term at its weight; the shortest-declared term as while it waits, or at its
+        weight once it started); and its `enqueued_at`, or None once it started (its age no longer
+        grows). Up to rounding, with non-negative weights."""
+        terms = self._jobs.get(id(job))
+        if terms is None or terms[0] is not job:
+            terms = self._job_terms(job)
+        _, _, enqueued, started, deadline, _, size, team, history, declared = terms
+        static = size + history
+        if declared is not None:
+            static += declared[2] if started is None else self._shortest
+        if deadline:
+            static += self._weights.deadline
+        return team, static, enqueued if started is None else None
+
     def team_term(self, team: str) -> float:
         """The fair-share term of `team`'s jobs in this pass."""
         term = self._team.get(team)
