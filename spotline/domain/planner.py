@@ -822,12 +822,12 @@ class _RunningJobs:
         borrowed: set[Priority] = set()
         if self._class_floor:
             floor = self._floor_ordered(threshold, taken)
-            for team_classes in self._index.team_counts.values():
-                for cls, teams in team_classes.items():
-                    if cls not in borrowed and any(
-                        borrowed_gpus(team, ledger.team_used, ledger.quotas) > 0 for team in teams
-                    ):
-                        borrowed.add(cls)
+            borrowing = {t for t in ledger.team_used if borrowed_gpus(t, ledger.team_used, ledger.quotas) > 0}
+            if borrowing:
+                for team_classes in self._index.team_counts.values():
+                    for cls, teams in team_classes.items():
+                        if cls not in borrowed and not borrowing.isdisjoint(teams):
+                            borrowed.add(cls)
             return True, floor, _reclaimers(frozenset(borrowed), config)
         for groups in self._groups.values():
             for cls, group in groups.items():

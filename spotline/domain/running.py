@@ -112,7 +112,7 @@ class RunningIndex:
                 self.groups[allocation.pool][cls][job_id] = allocation
                 if allocation.draining_for is not None:
                     self.draining[allocation.draining_for][job_id] = allocation
-                if job is not was and self._ordered:
+                if job is not was and self._ordered and not _same_order_fields(job, was):
                     ordered = self._ordered.get((allocation.pool, cls))
                     if ordered is not None:
                         assert self._order_key is not None
@@ -187,7 +187,8 @@ class RunningIndex:
         the time is compared with `now`. Made when first asked and kept up to date as allocations
         come, change and go, and as the times pass (a caller that keeps the index across passes
         reads it again at little cost); `token` names `key` (asked with another token, every group
-        is made again with the new key)."""
+        is made again with the new key). `key` may read a job's spec, `started_at`, `enqueued_at`,
+        `runtime_s`, `preemptions` and `interruptions` only."""
         if self._order_key is None or (token is not self._order_token and token != self._order_token):
             self._ordered.clear()
             self._order_keys.clear()
@@ -233,6 +234,19 @@ class RunningIndex:
         after = key[2]
         self._order_keys[job_id] = (after, math.inf, after)
         bisect.insort(entries, (after, job_id))
+
+
+def _same_order_fields(job: Job, was: Job) -> bool:
+    """Whether the fields an order's key reads are the same in both records (`ordered`'s key may
+    read the spec, the start, enqueue and run times and the disruptions)."""
+    return (
+        job.spec is was.spec
+        and job.started_at == was.started_at
+        and job.enqueued_at == was.enqueued_at
+        and job.runtime_s == was.runtime_s
+        and job.preemptions == was.preemptions
+        and job.interruptions == was.interruptions
+    )
 
 
 def _drop(entries: Ordered, key: float, job_id: str) -> None:
