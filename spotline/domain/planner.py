@@ -321,8 +321,8 @@ def plan_with_stats(
     # not read stay charged to the pool, spare included.)
     surplus: dict[str, int] = {}
     if draining:
-        for job in window:
-            leaving = draining.get(job.id)
+        for job in [j for j in window if j.id in draining]:
+            leaving = draining[job.id]
             if leaving and leaving[0].pool in snapshot.pools:
                 pool = snapshot.pools[leaving[0].pool]
                 _reserve_for_preemptor(ledger, job, pool, leaving)
@@ -338,6 +338,7 @@ def plan_with_stats(
     placements: dict[tuple[object, ...], list[Pool]] = {}
     # (`classes_left`: the jobs of each class not yet decided, for `explain=False`'s stop.)
     changes = 0  # decisions so far that changed the ledger, the taken victims or the spare GPUs
+    placed_key: tuple[int, ...] | None = None  # `_placement_key`, when first needed
     while ranked or unscored:
         # Score the parts whose bound reaches the heap's best (`<=`: a tie goes to submission time).
         while unscored and (not ranked or ranked[0][0] >= unscored[0][0]):
@@ -384,8 +385,20 @@ def plan_with_stats(
             continue
         pools = placements.get(alike) if alike is not None else None
         if pools is None:
-            remaining = estimated_remaining_s(job, now, config)
-            pools = candidate_pools(job, snapshot.pools.values(), now, remaining, config)
+            # (Kept across passes with the same pools and policy for a job whose placement reads
+            # nothing but `_alike`: with fewer interruptions than `max_interruptions_on_spot` and
+            # no deadline, `spot_refusal` reads neither its remaining time nor its run time.)
+            kept: tuple[tuple[int, ...], tuple[object, ...]] | None = None
+            if alike is not None and job.interruptions < config.max_interruptions_on_spot:
+                if placed_key is None:
+                    placed_key = _placement_key(snapshot, config)
+                kept = (placed_key, alike)
+                pools = _PLACEMENTS.get(kept)
+            if pools is None:
+                remaining = estimated_remaining_s(job, now, config)
+                pools = candidate_pools(job, snapshot.pools.values(), now, remaining, config)
+                if kept is not None:
+                    _keep_placement(kept, pools, snapshot, config)
             if alike is not None:
                 placements[alike] = pools
         if not pools:
@@ -490,6 +503,17 @@ class _Group:
     reclaim_from: dict[Priority, bool] = field(default_factory=dict)
 
 
+@dataclass(slots=True)
+class _Scan:
+    """A group's jobs scored so far in a pass by `_RunningJobs._below`: every stoppable job that
+    may score below `upto`, by effective priority; and per team, how far its order was read."""
+
+    upto: float = -math.inf
+    reached: dict[str, int] = field(default_factory=dict)
+    candidates: list[Candidate] = field(default_factory=list)
+    priorities: list[float] = field(default_factory=list)
+
+
 class _RunningJobs:
     """The running jobs as preemption candidates, grouped by pool and class, scored on first use
     (read from a `RunningIndex`, with the allocations checkpointing for each preemptor: `draining`).
@@ -551,6 +575,8 @@ class _RunningJobs:
         self._candidates: dict[str, Candidate | None] = {}
         self._reclaim_from: dict[tuple[Priority, Priority], bool] = {}
         self._lowest_of: dict[tuple[str, Priority], float] = {}
+        self._scans: dict[tuple[str, Priority], _Scan] = {}
+        self._ordered_of: dict[tuple[str, Priority], dict[str, Ordered]] = {}
         self._groups: dict[str, dict[Priority, _Group]] = (
             {}
             if self._class_floor
@@ -598,7 +624,12 @@ class _RunningJobs:
         return group.by_team
 
     def _ordered(self, pool: str, cls: Priority) -> dict[str, Ordered]:
-        return self._index.ordered(pool, cls, self._floor_key, self._weights, self._now)
+        found = self._ordered_of.get((pool, cls))
+        if found is None:
+            found = self._ordered_of[(pool, cls)] = self._index.ordered(
+                pool, cls, self._floor_key, self._weights, self._now
+            )
+        return found
 
     def _stoppable(self, members: Mapping[str, Allocation], ids: Iterable[str]) -> list[Candidate]:
         """The jobs `ids` (of `members`) that are not shielded, as candidates (each scored once
@@ -658,25 +689,50 @@ class _RunningJobs:
             if lower and not reclaim and self._lowest(pool, cls, ordered) >= threshold:
                 continue  # no job of the group scores below the threshold
             if lower:
-                for team, entries in ordered.items():
-                    if team in reclaim:
-                        continue
-                    term = self._score.team_term(team)
-                    # (A job's score is its floor plus the term or more, up to rounding.)
-                    limit = threshold - term + _ROUNDING * (1.0 + abs(threshold) + abs(term))
-                    cut = bisect.bisect_left(entries, (limit,))
-                    if cut:
-                        chosen.extend(
-                            c
-                            for c in self._stoppable(members, [i for _, i in entries[:cut]])
-                            if c.effective_priority < threshold
-                        )
+                below = self._below(pool, cls, members, ordered, threshold)
+                if reclaim:
+                    chosen.extend(c for c in below if c.job.team not in reclaim)
+                else:
+                    chosen.extend(below)
             for team in reclaim:
                 entries = ordered.get(team, [])
                 chosen.extend(self._stoppable(members, [i for _, i in entries]))
         if taken:
             chosen = [c for c in chosen if c.job_id not in taken]
         return chosen
+
+    def _below(
+        self,
+        pool: str,
+        cls: Priority,
+        members: Mapping[str, Allocation],
+        ordered: Mapping[str, Ordered],
+        threshold: float,
+    ) -> list[Candidate]:
+        """The group's stoppable jobs that score below `threshold`. The jobs of each team whose
+        floor plus the team's term may be below the highest threshold asked so far in the pass
+        are scored once and kept in order (a pass asks with thresholds that mostly fall)."""
+        scan = self._scans.get((pool, cls))
+        if scan is None:
+            scan = self._scans[(pool, cls)] = _Scan()
+        if threshold > scan.upto:
+            fresh: list[str] = []
+            reached = scan.reached
+            for team, entries in ordered.items():
+                term = self._score.team_term(team)
+                # (A job's score is its floor plus the term or more, up to rounding.)
+                limit = threshold - term + _ROUNDING * (1.0 + abs(threshold) + abs(term))
+                start = reached.get(team, 0)
+                cut = bisect.bisect_left(entries, (limit,), start)
+                if cut > start:
+                    fresh.extend(i for _, i in entries[start:cut])
+                    reached[team] = cut
+            if fresh:
+                scan.candidates.extend(self._stoppable(members, fresh))
+                scan.candidates.sort(key=_by_priority)
+                scan.priorities = [c.effective_priority for c in scan.candidates]
+            scan.upto = threshold
+        return scan.candidates[: bisect.bisect_left(scan.priorities, threshold)]
 
     def _lowest(self, pool: str, cls: Priority, ordered: Mapping[str, Ordered]) -> float:
         """A number no job of the group (`ordered`) scores below in this pass (kept for the pass)."""
@@ -874,6 +930,31 @@ def _reclaimers(borrowed: frozenset[Priority], config: SchedulerConfig) -> froze
 
 def _by_priority(candidate: Candidate) -> float:
     return candidate.effective_priority
+
+
+# Candidate pools kept across passes: (`_placement_key`, `_alike`) -> pools; and the pools and
+# policies the keys name (held, so that their ids name nothing else meanwhile).
+_PLACEMENTS: dict[tuple[tuple[int, ...], tuple[object, ...]], list[Pool]] = {}
+_PLACED: dict[tuple[int, ...], tuple[object, ...]] = {}
+_PLACEMENTS_KEPT = 4096
+
+
+def _placement_key(snapshot: ClusterSnapshot, config: SchedulerConfig) -> tuple[int, ...]:
+    """The pools (in order) and the policy a pass places jobs with, by identity (all immutable)."""
+    return (id(config), *map(id, snapshot.pools.values()))
+
+
+def _keep_placement(
+    key: tuple[tuple[int, ...], tuple[object, ...]],
+    pools: list[Pool],
+    snapshot: ClusterSnapshot,
+    config: SchedulerConfig,
+) -> None:
+    if len(_PLACEMENTS) >= _PLACEMENTS_KEPT:
+        _PLACEMENTS.clear()
+        _PLACED.clear()
+    _PLACEMENTS[key] = pools
+    _PLACED[key[0]] = (config, *snapshot.pools.values())
 
 
 def _alike(job: Job) -> tuple[object, ...] | None:
