@@ -48,7 +48,7 @@ class _Team:
 class _Head:
     """One class's head as the last pass read it, and its teams' orders (None until made)."""
 
-    __slots__ = ("ids", "jobs", "keys", "latest_enqueue", "teams", "weights")
+    __slots__ = ("ids", "jobs", "keys", "latest_enqueue", "plain_for", "teams", "weights")
 
     def __init__(self, weights: PriorityWeights, ids: tuple[int, ...], jobs: Sequence[Job]) -> None:
         self.weights = weights
@@ -59,6 +59,9 @@ class _Head:
         self.keys: dict[int, tuple[str, float, float]] = {}  # id -> (team, static, arrival key)
         # No job of the head was enqueued later (kept as jobs leave: a bound needs no more).
         self.latest_enqueue = -math.inf
+        # Passes left that score the head whole (a pass whose streams scored too many of its jobs
+        # sets it: ties of many jobs at the top of a head make the streams dearer than scoring all).
+        self.plain_for = 0
 
     def make(self, score: PriorityScorer) -> None:
         self.teams = {}
@@ -117,13 +120,57 @@ def _non_negative(weights: PriorityWeights) -> bool:
     return ok
 
 
+class Part:
+    """A class's head as streams in one pass: the jobs its streams gave, and whether the pass
+    stopped reading it by streams (`give`)."""
+
+    __slots__ = ("budget", "given", "head", "jobs", "seen", "whole")
+
+    def __init__(self, head: _Head, jobs: Sequence[Job]) -> None:
+        self.head = head
+        self.jobs = jobs
+        self.seen: set[int] = set()
+        self.given = 0
+        self.budget = max(_BUDGET_MIN, len(jobs) // _BUDGET_SHARE)
+        self.whole = False
+
+    def give(self, count: int) -> list[Job] | None:
+        """Count `count` more jobs given by its streams; past the budget, the jobs none of its
+        streams gave yet (the pass scores them all and reads its streams no more), else None."""
+        self.given += count
+        if self.given <= self.budget:
+            return None
+        self.whole = True
+        self.head.plain_for = _PLAIN_PASSES
+        seen = self.seen
+        return [job for job in self.jobs if id(job) not in seen]
+
+
+# A part's streams give at most this many of its jobs (and at least `_BUDGET_MIN`) before the
+# pass scores the rest whole, and the next `_PLAIN_PASSES` passes score it whole.
+_BUDGET_SHARE = 8
+_BUDGET_MIN = 16
+_PLAIN_PASSES = 8
+
+
 class Stream:
     """One team's jobs of a class's head, best bound first, for one pass."""
 
-    __slots__ = ("_a", "_b", "_by_arrival", "_by_static", "_jobs", "_seen", "_to_arrival", "_to_static")
+    __slots__ = (
+        "_a",
+        "_b",
+        "_by_arrival",
+        "_by_static",
+        "_jobs",
+        "_seen",
+        "_to_arrival",
+        "_to_static",
+        "part",
+    )
 
-    def __init__(self, head: _Head, orders: _Team, to_static: float, to_arrival: float | None) -> None:
-        self._jobs = head.jobs
+    def __init__(self, part: Part, orders: _Team, to_static: float, to_arrival: float | None) -> None:
+        self.part = part
+        self._jobs = part.head.jobs
         self._by_static = orders.by_static
         self._by_arrival = orders.by_arrival
         self._a = len(orders.by_static) - 1
@@ -132,7 +179,7 @@ class Stream:
         # key (None: that bound does not hold in this pass).
         self._to_static = to_static
         self._to_arrival = to_arrival
-        self._seen: set[int] = set()
+        self._seen = part.seen  # (shared by the part's streams: a job is in one of them)
 
     def _advance(self) -> bool:
         """Move past the jobs already taken; False when none is left."""
@@ -183,6 +230,17 @@ class Stream:
 
 
 def streams(cls: Priority, jobs: Sequence[Job], score: PriorityScorer, now: float) -> list[Stream] | None:
+    """`_streams`, unless the head's last streams scored too many of it (`Part.give`)."""
+    found = _streams(cls, jobs, score, now)
+    if found:
+        head = found[0].part.head
+        if head.plain_for > 0:
+            head.plain_for -= 1
+            return None
+    return found
+
+
+def _streams(cls: Priority, jobs: Sequence[Job], score: PriorityScorer, now: float) -> list[Stream] | None:
     """The head `jobs` of class `cls` as one stream per team, or None: score them all (the head
     changed too much since the last pass, or a weight is negative)."""
     weights = score.weights
@@ -215,7 +273,8 @@ def streams(cls: Priority, jobs: Sequence[Job], score: PriorityScorer, now: floa
     # (The age bound by arrival holds when no job of the head was enqueued after `now`.)
     now_term = weights.age * now / weights.max_age_s if head.latest_enqueue <= now else None
     out: list[Stream] = []
+    part = Part(head, jobs)
     for team, orders in head.teams.items():
         base = class_term + score.team_term(team)
-        out.append(Stream(head, orders, base + weights.age, None if now_term is None else base + now_term))
+        out.append(Stream(part, orders, base + weights.age, None if now_term is None else base + now_term))
     return out

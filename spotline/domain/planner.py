@@ -344,7 +344,20 @@ def plan_with_stats(
         while unscored and (not ranked or ranked[0][0] >= unscored[0][0]):
             _, _, source = heapq.heappop(unscored)
             if isinstance(source, Stream):
+                if source.part.whole:
+                    continue  # (its jobs were all scored)
                 jobs = source.take(_STREAM_STEP)
+                rest = source.part.give(len(jobs))
+                if rest is not None:
+                    jobs.extend(rest)
+                    ranked.extend(
+                        [
+                            (-priority, job.submitted_at, job.id, job)
+                            for job, priority in zip(jobs, score.scores(jobs), strict=True)
+                        ]
+                    )
+                    heapq.heapify(ranked)
+                    continue
                 for job, priority in zip(jobs, score.scores(jobs), strict=True):
                     heapq.heappush(ranked, (-priority, job.submitted_at, job.id, job))
                 bound = source.bound()
