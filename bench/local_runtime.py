@@ -143,8 +143,8 @@ def admissions(n: int, clients: int) -> dict[str, Any]:
         # Query of its index with Limit 1, as the pass reads the queue's head). Through the API
         # (GET /jobs?state=PENDING for each team) the poll itself took a twelfth of the CPU.
         jobs_table = os.environ[resources.ENV_JOBS_TABLE]
-        dynamodb = local.aws.client("dynamodb") if local.aws is not None else None
-        assert dynamodb is not None
+        assert local.aws is not None
+        dynamodb = local.aws.client("dynamodb")
 
         def still_pending() -> bool:
             page = dynamodb.query(

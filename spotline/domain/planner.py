@@ -815,10 +815,9 @@ class _RunningJobs:
         threshold = priority - config.preemption_margin
         borrowing: set[str] | None = None  # teams `job` may reclaim from here, found when needed
         chosen: list[Candidate] = []
-        for cls, group in groups.items():
-            lower = (
-                not self._class_floor or config.weights.class_step * cls.rank - self._floor_drop < threshold
-            )
+        # Without a class floor (some weight may lower a score) every group may hold jobs below
+        # the threshold: each is read from its lowest score up.
+        for group in groups.values():
             reclaim: list[str] = []
             allowed = group.reclaim_from.get(job.priority)
             if allowed is None:
@@ -828,17 +827,14 @@ class _RunningJobs:
                 if borrowing is None:
                     borrowing = self._borrowing(job, pool, groups, ledger)
                 reclaim = [t for t in borrowing if t in self._teams(group)]
-            if not lower and not reclaim:
-                continue
             candidates = self._scored(group)
-            cut = bisect.bisect_left(group.priorities, threshold) if lower else 0
-            chosen.extend(candidates[:cut])
+            chosen.extend(candidates[: bisect.bisect_left(group.priorities, threshold)])
             by_team = self._by_team(group) if reclaim else {}
             for team in reclaim:
                 if team not in by_team:
                     continue  # its jobs of this class are all shielded
                 members, priorities = by_team[team]
-                chosen.extend(members[bisect.bisect_left(priorities, threshold) if lower else 0 :])
+                chosen.extend(members[bisect.bisect_left(priorities, threshold) :])
         if taken:
             chosen = [c for c in chosen if c.job_id not in taken]
         return chosen
@@ -886,7 +882,6 @@ class _RunningJobs:
             return False, math.inf, frozenset()
         config = self._config
         threshold = best - config.preemption_margin
-        step = config.weights.class_step
         floor = math.inf
         borrowed: set[Priority] = set()
         if self._class_floor:
@@ -900,11 +895,10 @@ class _RunningJobs:
             return True, floor, _reclaimers(frozenset(borrowed), config)
         for groups in self._groups.values():
             for cls, group in groups.items():
-                if not self._class_floor or step * cls.rank - self._floor_drop < threshold:
-                    for candidate in self._scored(group):
-                        if candidate.job_id not in taken:
-                            floor = min(floor, candidate.effective_priority)
-                            break
+                for candidate in self._scored(group):
+                    if candidate.job_id not in taken:
+                        floor = min(floor, candidate.effective_priority)
+                        break
                 if cls not in borrowed and any(
                     borrowed_gpus(team, ledger.team_used, ledger.quotas) > 0 for team in self._teams(group)
                 ):

@@ -346,7 +346,7 @@ def test_a_definition_is_parsed_once_and_each_execution_evaluates_its_own_input(
     assert jsonpath_ng.ext.parse("$.detail.job_id") is jsonpath_ng.ext.parse("$.detail.job_id")
 
 
-def test_each_execution_runs_its_own_program_with_its_own_retry_counts(
+def test_retries_count_per_execution_with_the_kept_program(
     server: tuple[SerializedMotoServer, str],
 ) -> None:
     """With the program of each execution unpickled from the one first built
