@@ -17,6 +17,7 @@ import contextlib
 import json
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -335,6 +336,18 @@ Quarantined = list[tuple[str, str]]
 CommitListener = Callable[[JobRecord, Sequence[TimelineEntry]], None]
 
 
+@dataclass(frozen=True)
+class PreparedTransition:
+    """A job's transition as transaction items, not yet written: `old` as read, `new` as it
+    will be stored, its timeline `entries`, and each item's role (`transaction_errors`)."""
+
+    old: JobRecord
+    new: JobRecord
+    entries: tuple[TimelineEntry, ...]
+    items: list[TransactItem]
+    roles: list[tuple[str, str]]
+
+
 class JobRepository:
     """Jobs, their transitions (with Timeline and Ledger items in the same transaction), and the
     index reads of the scheduling pass."""
@@ -402,6 +415,39 @@ class JobRepository:
         stops holding GPUs, the ledger release is added automatically; `reserve` carries the
         ledger items of an admission.
         """
+        prepared = self.prepare_transition(
+            record, target, reason, now=now, via=via, via_reason=via_reason, job=job, changes=changes
+        )
+        self.commit_together([prepared], reserve[0] if reserve else (), reserve[1] if reserve else ())
+        return prepared.new
+
+    def commit_together(
+        self,
+        prepared: Sequence[PreparedTransition],
+        extra: Sequence[TransactItem] = (),
+        extra_roles: Sequence[tuple[str, str]] = (),
+    ) -> None:
+        """Commit transitions of several jobs, and `extra` items (an admission's ledger
+        reservations), in one transaction: all of them or none (at most 100 items together)."""
+        items: list[TransactItem] = [item for p in prepared for item in p.items]
+        roles: list[tuple[str, str]] = [role for p in prepared for role in p.roles]
+        self.table.transact([*items, *extra], [*roles, *extra_roles])
+        for p in prepared:
+            self._notify(p.new, p.entries)
+
+    def prepare_transition(
+        self,
+        record: JobRecord,
+        target: JobState,
+        reason: str,
+        *,
+        now: float,
+        via: JobState | None = None,
+        via_reason: str | None = None,
+        job: Mapping[str, Any] | None = None,
+        changes: Mapping[str, Any] | None = None,
+    ) -> PreparedTransition:
+        """The transaction items of `transition`, not yet written (`commit_together`)."""
         steps = [(via, via_reason or reason), (target, reason)] if via is not None else [(target, reason)]
         source = record.state
         for step_target, _ in steps:
@@ -457,28 +503,26 @@ class JobRepository:
                 lost_gpu_s=lost_s * record.gpus_held,
             )
             roles += [("other", f"cost {record.team}")] * (len(extra) - len(roles))
-        if reserve is not None:
-            extra += reserve[0]
-            roles += reserve[1]
-        self._commit(record, new, entries, extra, roles)
-        return new
+        items, item_roles = self._items(record, new, entries, extra, roles)
+        return PreparedTransition(record, new, tuple(entries), items, item_roles)
 
     def update_spec(self, record: JobRecord, spec: JobSpec, reason: str, *, now: float) -> JobRecord:
         """Change a job's spec (priority, deadline) with a version bump and a timeline entry whose
         from and to are the same state."""
         new = record.with_changes(job={"spec": spec, "version": record.version + 1}, updated_at=now)
         entry = TimelineEntry(record.id, new.version, now, record.state.value, record.state.value, reason)
-        self._commit(record, new, [entry], [], [])
+        items, roles = self._items(record, new, [entry], [], [])
+        self.commit_together([PreparedTransition(record, new, (entry,), items, roles)])
         return new
 
-    def _commit(
+    def _items(
         self,
         old: JobRecord,
         new: JobRecord,
         entries: Sequence[TimelineEntry],
         extra: Sequence[TransactItem],
         extra_roles: Sequence[tuple[str, str]],
-    ) -> None:
+    ) -> tuple[list[TransactItem], list[tuple[str, str]]]:
         before, after = record_to_item(old), record_to_item(new)
         expr = Expression()
         sets = [
@@ -530,8 +574,7 @@ class JobRepository:
         if changed:
             items.append(self._signal_update(new.team, new.id, changed))
             roles.append(("signal", new.id))
-        self.table.transact(items, roles)
-        self._notify(new, entries)
+        return items, roles
 
     def _signal_update(self, team: str, job_id: str, values: Mapping[str, Any]) -> TransactItem:
         """The Update of a job's signal item (resources.SIGNAL_FIELDS under `signal#<team>#<job>`,

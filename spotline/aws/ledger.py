@@ -138,6 +138,33 @@ class LedgerRepository:
             roles.append(("lender", other))
         return items, roles
 
+    def reserve_together_items(
+        self,
+        *,
+        pools: Mapping[str, tuple[int, int, int]],
+        teams: Mapping[str, tuple[int, int | None, int]],
+    ) -> tuple[list[TransactItem], list[tuple[str, str]]]:
+        """The reservations of several admissions in one transaction (`reserve_items` for each,
+        summed per counter): `pools` maps a pool to (GPUs, capacity, admissions), and its counter
+        takes the GPUs under `used + GPUs <= capacity`; `teams` maps a team to (GPUs, limit,
+        admissions), and its counter takes them under `used + GPUs <= limit` (None: no limit).
+        A counter counts each admission among its moves, as one at a time would. Borrowing
+        beyond a nominal quota is not reserved this way: that admission reserves alone, reading
+        the counters (`reserve_items`)."""
+        items: list[TransactItem] = []
+        roles: list[tuple[str, str]] = []
+        for pool, (gpus, capacity, admissions) in sorted(pools.items()):
+            if gpus > capacity:
+                raise CapacityExhausted(f"pool {pool} has {capacity} GPUs; {gpus} requested")
+            items.append(self._take(pool_key(pool), gpus, capacity - gpus, moves=admissions))
+            roles.append(("pool", pool))
+        for team, (gpus, limit, admissions) in sorted(teams.items()):
+            items.append(
+                self._take(team_key(team), gpus, None if limit is None else limit - gpus, moves=admissions)
+            )
+            roles.append(("team", team))
+        return items, roles
+
     def _not_above(self, key: str, used: int) -> TransactItem:
         """A check that the counter `key` holds at most `used` GPUs (a missing one holds 0)."""
         expr = Expression()
@@ -167,14 +194,16 @@ class LedgerRepository:
             [("other", f"ledger {pool}"), ("other", f"ledger {team}")],
         )
 
-    def _take(self, key: str, gpus: int, limit: int | None) -> TransactItem:
+    def _take(self, key: str, gpus: int, limit: int | None, *, moves: int = 1) -> TransactItem:
+        """Add `gpus` to the counter `key` under `used <= limit` before it (None: no limit), and
+        `moves` admissions to its moves."""
         expr = Expression()
-        used, moves, zero = expr.name("used_gpus"), expr.name(MOVES), expr.value(0)
+        used, moved, zero = expr.name("used_gpus"), expr.name(MOVES), expr.value(0)
         update: dict[str, Any] = {
             "TableName": self.table.name,
             "Key": serialize_item({"pk": key}),
             "UpdateExpression": f"SET {used} = if_not_exists({used}, {zero}) + {expr.value(gpus)}, "
-            f"{moves} = if_not_exists({moves}, {zero}) + {expr.value(1)}",
+            f"{moved} = if_not_exists({moved}, {zero}) + {expr.value(moves)}",
         }
         if limit is not None:
             update["ConditionExpression"] = f"attribute_not_exists({used}) OR {used} <= {expr.value(limit)}"

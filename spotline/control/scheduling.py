@@ -14,10 +14,17 @@ from __future__ import annotations
 import logging
 import re
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 
-from spotline.aws.errors import CapacityExhausted, ConditionFailed, InvalidTransition, StaleJobError
-from spotline.aws.jobs import Disruption, DynamoPendingQueue, JobRecord
+from spotline.aws.errors import (
+    CapacityExhausted,
+    ConditionFailed,
+    InvalidTransition,
+    StaleJobError,
+    StorageUnavailable,
+)
+from spotline.aws.jobs import Disruption, DynamoPendingQueue, JobRecord, PreparedTransition
 from spotline.aws.workflows import execution_name
 from spotline.control.lifecycle import requeue_unstarted, start_disruption, stop_runs
 from spotline.control.plane import ControlPlane
@@ -182,6 +189,7 @@ def scheduling_pass(cp: ControlPlane, *, act_until: float | None = None) -> Pass
     team_held = snapshot.team_usage()
     progressed = False  # out of time after acting on some decisions: the next pass continues
     # Its Job State Changed events go ten to a PutEvents call, the rest when it ends.
+    batch = AdmissionBatch(cp, now, active_by_id, team_held, result)
     with cp.publisher.batched():
         for done, decision in enumerate(decisions):
             if act_until is not None and time.monotonic() >= act_until:
@@ -191,7 +199,12 @@ def scheduling_pass(cp: ControlPlane, *, act_until: float | None = None) -> Pass
                 progressed = done > 0
                 result.left_for_next_pass = len(decisions) - done
                 break
-            act(cp, queue.records[decision.job.id], decision, active_by_id, team_held, result, now=now)
+            record = queue.records[decision.job.id]
+            if isinstance(decision, Admit) and batch.add(record, decision):
+                continue
+            batch.flush()  # decisions are carried out in the planner's order
+            act(cp, record, decision, active_by_id, team_held, result, now=now)
+        batch.flush()
     full = any(n >= window for n in result.window_by_class.values())
     result.more_work = progressed or (bool(result.admitted) and full)
     return result
@@ -267,23 +280,9 @@ def admit(
             quotas=cp.config.teams_by_name,
             team_usage_hint=hint,
         )
-        return cp.jobs.transition(
-            record,
-            JobState.ADMITTED,
-            reason,
-            now=now,
-            job={"pool": pool_name},
-            # A new run (RUN_IDENTITY): its id is fixed here, and its progress starts afresh.
-            changes={
-                "gpus_held": demand,
-                "admitted_at": now,
-                "wait_reason": None,
-                "run": record.run + 1,
-                "step": None,
-                "last_heartbeat_at": None,
-            },
-            reserve=reserve,
-        )
+        prepared = _admission(cp, record, pool_name, demand, reason, now)
+        cp.jobs.commit_together([prepared], *reserve)
+        return prepared.new
 
     try:
         admitted = reserve_and_commit(team_usage_hint)
@@ -291,6 +290,34 @@ def admit(
         if team_usage_hint is None:
             raise
         admitted = reserve_and_commit(None)
+    _start_launch(cp, admitted, pool_name)
+    return admitted
+
+
+def _admission(
+    cp: ControlPlane, record: JobRecord, pool_name: str, demand: int, reason: str, now: float
+) -> PreparedTransition:
+    """PENDING -> ADMITTED in `pool_name`, holding `demand` GPUs, as transaction items."""
+    return cp.jobs.prepare_transition(
+        record,
+        JobState.ADMITTED,
+        reason,
+        now=now,
+        job={"pool": pool_name},
+        # A new run (RUN_IDENTITY): its id is fixed here, and its progress starts afresh.
+        changes={
+            "gpus_held": demand,
+            "admitted_at": now,
+            "wait_reason": None,
+            "run": record.run + 1,
+            "step": None,
+            "last_heartbeat_at": None,
+        },
+    )
+
+
+def _start_launch(cp: ControlPlane, admitted: JobRecord, pool_name: str) -> None:
+    """Start the launch workflow of an admitted job (its name makes the start exactly-once)."""
     try:
         cp.workflows.start(
             cp.settings.state_machine_arn("launch"),
@@ -301,7 +328,104 @@ def admit(
         # The job stays ADMITTED without a Batch job; the reconciler requeues it after
         # launch_timeout_s.
         logger.exception("launch workflow not started", extra={"job_id": admitted.id})
-    return admitted
+
+
+# TransactWriteItems takes at most 100 items.
+MAX_TRANSACTION_ITEMS = 100
+
+
+@dataclass
+class AdmissionBatch:
+    """A pass's consecutive admissions, committed together: the jobs' transitions and the
+    counters' reservations in one transaction of at most `MAX_TRANSACTION_ITEMS` items (a pool's
+    counter and a team's take the sum of their jobs' GPUs, under the same limits as one at a
+    time). A freed cluster then fills with a transaction per few dozen jobs instead of one per
+    job, and the pool's counter, which every admission writes, is written once per batch.
+
+    Only admissions within their team's nominal quota join (as the pass counts the team's GPUs);
+    a borrowing admission is made alone, reading the counters (`admit`). Where the transaction
+    is refused (a job changed since the pass read it, a counter disagrees with the snapshot,
+    a conflict), each job is admitted alone, so one lost race skips that job only."""
+
+    cp: ControlPlane
+    now: float
+    active_by_id: dict[str, JobRecord]
+    team_held: dict[str, int]
+    result: PassResult
+    pending: list[tuple[JobRecord, Admit, PreparedTransition, int]] = field(default_factory=list)
+    items: int = 0
+    pool_gpus: dict[str, int] = field(default_factory=dict)
+    team_gpus: dict[str, int] = field(default_factory=dict)
+
+    def add(self, record: JobRecord, decision: Admit) -> bool:
+        """Gather an admission (after committing what is gathered when this one would not fit
+        in its transaction); False where it must be made alone."""
+        pool = self.cp.config.pools_by_name.get(decision.pool)
+        if pool is None:
+            return False
+        demand = pool.demand_gpus(record.job)
+        quota = self.cp.config.teams_by_name.get(record.team)
+        in_batch = self.team_gpus.get(record.team, 0)
+        if quota is not None and self.team_held.get(record.team, 0) + in_batch + demand > quota.nominal_gpus:
+            return False
+        try:
+            prepared = _admission(self.cp, record, decision.pool, demand, decision.reason, self.now)
+        except InvalidTransition:
+            return False
+        counters = len(self.pool_gpus) + len(self.team_gpus)
+        counters += (decision.pool not in self.pool_gpus) + (record.team not in self.team_gpus)
+        if self.items + len(prepared.items) + counters > MAX_TRANSACTION_ITEMS:
+            self.flush()
+        self.pending.append((record, decision, prepared, demand))
+        self.items += len(prepared.items)
+        self.pool_gpus[decision.pool] = self.pool_gpus.get(decision.pool, 0) + demand
+        self.team_gpus[record.team] = self.team_gpus.get(record.team, 0) + demand
+        return True
+
+    def flush(self) -> None:
+        """Commit what is gathered, then start each job's launch workflow."""
+        pending, self.pending, self.items = self.pending, [], 0
+        pool_gpus, self.pool_gpus = self.pool_gpus, {}
+        team_gpus, self.team_gpus = self.team_gpus, {}
+        if len(pending) == 1:
+            record, decision, _, _ = pending[0]
+            act(self.cp, record, decision, self.active_by_id, self.team_held, self.result, now=self.now)
+            return
+        if not pending:
+            return
+        cp = self.cp
+        count = Counter[str]()
+        teams = Counter[str]()
+        for record, decision, _, _ in pending:
+            count[decision.pool] += 1
+            teams[record.team] += 1
+        try:
+            reserve = cp.ledger.reserve_together_items(
+                pools={
+                    name: (gpus, cp.config.pools_by_name[name].capacity_gpus, count[name])
+                    for name, gpus in pool_gpus.items()
+                },
+                teams={name: (gpus, _nominal(cp, name), teams[name]) for name, gpus in team_gpus.items()},
+            )
+            cp.jobs.commit_together([prepared for _, _, prepared, _ in pending], *reserve)
+        except (StaleJobError, CapacityExhausted, ConditionFailed, StorageUnavailable) as error:
+            logger.info(
+                "admissions together refused; one at a time",
+                extra={"jobs": len(pending), "why": str(error)},
+            )
+            for record, decision, _, _ in pending:
+                act(cp, record, decision, self.active_by_id, self.team_held, self.result, now=self.now)
+            return
+        for record, decision, _, demand in pending:
+            self.team_held[record.team] = self.team_held.get(record.team, 0) + demand
+            self.result.admitted.append((record.id, decision.pool))
+        for _, decision, prepared, _ in pending:
+            _start_launch(cp, prepared.new, decision.pool)
+
+
+def _nominal(cp: ControlPlane, team: str) -> int | None:
+    quota = cp.config.teams_by_name.get(team)
+    return None if quota is None else quota.nominal_gpus
 
 
 def preempt(

@@ -464,9 +464,16 @@ class ControlPlaneMachine(RuleBasedStateMachine):
         self.cancelled: set[str] = set()
         self._admit = scheduling.admit
         scheduling.admit = self._checked_admit  # type: ignore[assignment]
+        self._flush = scheduling.AdmissionBatch.flush
+
+        def checked_flush(batch: scheduling.AdmissionBatch) -> None:
+            self._checked_flush(batch)
+
+        scheduling.AdmissionBatch.flush = checked_flush  # type: ignore[assignment]
 
     def teardown(self) -> None:
         scheduling.admit = self._admit  # type: ignore[assignment]
+        scheduling.AdmissionBatch.flush = self._flush  # type: ignore[method-assign]
 
     # --- the checks that run inside the control plane's calls --------------------------------
 
@@ -481,12 +488,22 @@ class ControlPlaneMachine(RuleBasedStateMachine):
         team_usage_hint: int | None = None,
     ) -> JobRecord:
         admitted = self._admit(cp, record, pool, reason, now=now, team_usage_hint=team_usage_hint)
+        self._check_quota(cp, [admitted.id], admitted.team)
+        return admitted
+
+    def _checked_flush(self, batch: scheduling.AdmissionBatch) -> None:
+        """Admissions committed together: the same check for each team they admitted."""
+        pending = [(record.id, record.team) for record, *_ in batch.pending]
+        self._flush(batch)
+        for team in {t for _, t in pending}:
+            self._check_quota(batch.cp, [i for i, t in pending if t == team], team)
+
+    def _check_quota(self, cp: ControlPlane, admitted: list[str], team: str) -> None:
         quotas = cp.config.teams_by_name
         _, usage = cp.ledger.usage([], quotas)
-        why = quota_shortfall(admitted.team, 0, usage, quotas)
+        why = quota_shortfall(team, 0, usage, quotas)
         if why is not None:
-            self.world.violations.append(f"admitted {admitted.id} past the team quota: {why} ({usage})")
-        return admitted
+            self.world.violations.append(f"admitted {admitted} past the team quota: {why} ({usage})")
 
     def check_kill(self, run: Run, reason: str) -> None:
         """Called by TerminateJob on a live run: was it healthy, and owned?"""
