@@ -135,6 +135,7 @@ def test_a_team_counter_that_disagrees_refuses_the_batch_and_each_job_is_decided
     # alone: two within the quota as the counter says, two borrowing from the idle team
     assert sizes[0] == 4 * 2 + 2 and len(sizes) > 1
     assert len(result.admitted) == 4
+    assert states(deployment, [j.id for j in jobs]) == ["ADMITTED"] * 4
     assert counter(deployment, team_key("vision"))[0] == 14
 
 
