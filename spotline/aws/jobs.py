@@ -406,19 +406,18 @@ class JobRepository:
         via_reason: str | None = None,
         job: Mapping[str, Any] | None = None,
         changes: Mapping[str, Any] | None = None,
-        reserve: tuple[list[TransactItem], list[tuple[str, str]]] | None = None,
     ) -> JobRecord:
         """Move `record` to `target` (through `via` first, e.g. CHECKPOINTING -> PREEMPTED ->
         PENDING) in one conditional transaction, and return the stored record.
 
         `job` and `changes` are field changes of the domain Job and of the record. When the job
-        stops holding GPUs, the ledger release is added automatically; `reserve` carries the
-        ledger items of an admission.
+        stops holding GPUs, the ledger release is added automatically. (An admission, whose
+        transaction also reserves on the ledger, is `prepare_transition` and `commit_together`.)
         """
         prepared = self.prepare_transition(
             record, target, reason, now=now, via=via, via_reason=via_reason, job=job, changes=changes
         )
-        self.commit_together([prepared], reserve[0] if reserve else (), reserve[1] if reserve else ())
+        self.commit_together([prepared])
         return prepared.new
 
     def commit_together(
