@@ -180,19 +180,32 @@ def admissions(n: int, clients: int) -> dict[str, Any]:
         local.stop()
 
 
+def _count(text: str) -> int:
+    """A flag's count: a whole number, 0 or more (argparse names the flag when it is not)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{value} is negative")
+    return value
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--pending", type=int, default=1000, help="jobs submitted and left pending")
-    parser.add_argument("--admit", type=int, default=200, help="backlog admitted with free capacity")
-    parser.add_argument("--clients", type=int, default=16, help="concurrent API clients")
+    parser.add_argument("--pending", type=_count, default=1000, help="jobs submitted and left pending")
+    parser.add_argument("--admit", type=_count, default=200, help="backlog admitted with free capacity")
+    parser.add_argument("--clients", type=_count, default=16, help="concurrent API clients")
     parser.add_argument("--moto-server", action="store_true", help="moto's own threaded server (before)")
     parser.add_argument(
         "--sdk-over-http", action="store_true", help="this process's SDK calls over HTTP (before)"
     )
     parser.add_argument("--json", type=Path, help="also write the figures here")
     args = parser.parse_args(argv)
+    if args.clients < 1:
+        parser.error("argument --clients: at least 1 client submits")
     os.environ.setdefault("POWERTOOLS_LOG_LEVEL", "ERROR")
     global SDK_OVER_HTTP
     SDK_OVER_HTTP = args.sdk_over_http or args.moto_server

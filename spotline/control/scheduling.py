@@ -14,7 +14,6 @@ from __future__ import annotations
 import logging
 import re
 import time
-from collections import Counter
 from dataclasses import dataclass, field
 
 from spotline.aws.errors import (
@@ -354,8 +353,9 @@ class AdmissionBatch:
     result: PassResult
     pending: list[tuple[JobRecord, Admit, PreparedTransition, int]] = field(default_factory=list)
     items: int = 0
-    pool_gpus: dict[str, int] = field(default_factory=dict)
-    team_gpus: dict[str, int] = field(default_factory=dict)
+    # What the gathered admissions take of each pool's and each team's counter: (GPUs, admissions).
+    pools: dict[str, tuple[int, int]] = field(default_factory=dict)
+    teams: dict[str, tuple[int, int]] = field(default_factory=dict)
 
     def add(self, record: JobRecord, decision: Admit) -> bool:
         """Gather an admission (after committing what is gathered when this one would not fit
@@ -365,28 +365,29 @@ class AdmissionBatch:
             return False
         demand = pool.demand_gpus(record.job)
         quota = self.cp.config.teams_by_name.get(record.team)
-        in_batch = self.team_gpus.get(record.team, 0)
+        in_batch = self.teams.get(record.team, (0, 0))[0]
         if quota is not None and self.team_held.get(record.team, 0) + in_batch + demand > quota.nominal_gpus:
             return False
         try:
             prepared = _admission(self.cp, record, decision.pool, demand, decision.reason, self.now)
         except InvalidTransition:
             return False
-        counters = len(self.pool_gpus) + len(self.team_gpus)
-        counters += (decision.pool not in self.pool_gpus) + (record.team not in self.team_gpus)
+        counters = len(self.pools) + len(self.teams)
+        counters += (decision.pool not in self.pools) + (record.team not in self.teams)
         if self.items + len(prepared.items) + counters > MAX_TRANSACTION_ITEMS:
             self.flush()
         self.pending.append((record, decision, prepared, demand))
         self.items += len(prepared.items)
-        self.pool_gpus[decision.pool] = self.pool_gpus.get(decision.pool, 0) + demand
-        self.team_gpus[record.team] = self.team_gpus.get(record.team, 0) + demand
+        for totals, key in ((self.pools, decision.pool), (self.teams, record.team)):
+            gpus, admissions = totals.get(key, (0, 0))
+            totals[key] = (gpus + demand, admissions + 1)
         return True
 
     def flush(self) -> None:
         """Commit what is gathered, then start each job's launch workflow."""
         pending, self.pending, self.items = self.pending, [], 0
-        pool_gpus, self.pool_gpus = self.pool_gpus, {}
-        team_gpus, self.team_gpus = self.team_gpus, {}
+        pools, self.pools = self.pools, {}
+        teams, self.teams = self.teams, {}
         if len(pending) == 1:
             record, decision, _, _ = pending[0]
             act(self.cp, record, decision, self.active_by_id, self.team_held, self.result, now=self.now)
@@ -394,18 +395,15 @@ class AdmissionBatch:
         if not pending:
             return
         cp = self.cp
-        count = Counter[str]()
-        teams = Counter[str]()
-        for record, decision, _, _ in pending:
-            count[decision.pool] += 1
-            teams[record.team] += 1
         try:
             reserve = cp.ledger.reserve_together_items(
                 pools={
-                    name: (gpus, cp.config.pools_by_name[name].capacity_gpus, count[name])
-                    for name, gpus in pool_gpus.items()
+                    name: (gpus, cp.config.pools_by_name[name].capacity_gpus, admissions)
+                    for name, (gpus, admissions) in pools.items()
                 },
-                teams={name: (gpus, _nominal(cp, name), teams[name]) for name, gpus in team_gpus.items()},
+                teams={
+                    name: (gpus, _nominal(cp, name), admissions) for name, (gpus, admissions) in teams.items()
+                },
             )
             cp.jobs.commit_together([prepared for _, _, prepared, _ in pending], *reserve)
         except (StaleJobError, CapacityExhausted, ConditionFailed, StorageUnavailable) as error:

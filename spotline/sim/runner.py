@@ -168,8 +168,11 @@ GC_THRESHOLD_DURING_RUN = 100_000
 @contextmanager
 def _few_collections() -> Iterator[None]:
     """Move what exists now (the trace, the jobs, the policy) out of the collector's sight and
-    collect the young generation less often, for the duration of a run."""
+    collect the young generation less often, for the duration of a run. Where the process had
+    frozen objects already (a caller's own `gc.freeze`), they stay frozen: `gc.unfreeze` cannot
+    tell its objects from the run's, so nothing is unfrozen then."""
     before = gc.get_threshold()
+    frozen_before = gc.get_freeze_count() > 0
     gc.collect()
     gc.freeze()
     gc.set_threshold(GC_THRESHOLD_DURING_RUN, before[1], before[2])
@@ -177,7 +180,8 @@ def _few_collections() -> Iterator[None]:
         yield
     finally:
         gc.set_threshold(*before)
-        gc.unfreeze()
+        if not frozen_before:
+            gc.unfreeze()
 
 
 # A run's inputs: trace, pools, shares, settings, seed, config, record_series, keep_jobs.

@@ -11,13 +11,16 @@ from __future__ import annotations
 import copy
 import json
 import time
+import urllib.request
 import uuid
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import boto3
 import pytest
+from botocore.config import Config
 from moto import mock_aws
 
 from spotline.aws.batch import BatchJobRequest, run_id_for
@@ -25,6 +28,7 @@ from spotline.aws.clients import AwsClients
 from spotline.aws.emulation import (
     LambdaContextStub,
     LambdaTaskDispatcher,
+    SerializedMotoServer,
     create_state_machines,
     create_tables,
     environment,
@@ -490,4 +494,33 @@ def preempt(
         deadline_at=now + grace_s,
         draining_for=by,
         reason=f"preempted for {by}",
+    )
+
+
+# --- the serialized moto server (the local runtime's emulated AWS) ----------------------------
+
+
+@pytest.fixture
+def moto_server() -> Iterator[tuple[SerializedMotoServer, str]]:
+    """A started `SerializedMotoServer` with fresh state, and its URL; stopped after the test."""
+    server = SerializedMotoServer()
+    server.start()
+    host, port = server.get_host_and_port()
+    url = f"http://{host}:{port}"
+    urllib.request.urlopen(urllib.request.Request(f"{url}/moto-api/reset", method="POST"))
+    try:
+        yield server, url
+    finally:
+        server.stop()
+
+
+def moto_client(service: str, url: str, config: Config | None = None) -> Any:
+    """An SDK client of `service` at `url` with fake credentials."""
+    return boto3.client(  # type: ignore[call-overload]
+        service,
+        endpoint_url=url,
+        region_name=REGION,
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",
+        config=config,
     )

@@ -9,46 +9,26 @@ import http.client
 import json
 import pickle
 import urllib.request
-from collections.abc import Iterator
 from typing import Any
 
-import boto3
 import pytest
 from botocore.config import Config
 from botocore.exceptions import ClientError, EndpointConnectionError
 
 from spotline.aws.emulation import SerializedMotoServer
 
-REGION = "us-east-1"
+from .conftest import moto_client
 
 
 @pytest.fixture
-def served() -> Iterator[tuple[SerializedMotoServer, str]]:
-    server = SerializedMotoServer()
-    server.start()
-    host, port = server.get_host_and_port()
-    url = f"http://{host}:{port}"
-    urllib.request.urlopen(urllib.request.Request(f"{url}/moto-api/reset", method="POST"))
-    server.serve_in_process()
-    try:
-        yield server, url
-    finally:
-        server.stop()
-
-
-def _client(service: str, url: str, config: Config | None = None) -> Any:
-    return boto3.client(  # type: ignore[call-overload]
-        service,
-        endpoint_url=url,
-        region_name=REGION,
-        aws_access_key_id="testing",
-        aws_secret_access_key="testing",
-        config=config,
-    )
+def served(moto_server: tuple[SerializedMotoServer, str]) -> tuple[SerializedMotoServer, str]:
+    """The server, with this process's SDK calls served in-process."""
+    moto_server[0].serve_in_process()
+    return moto_server
 
 
 def _table(url: str, name: str = "t") -> Any:
-    dynamodb = _client("dynamodb", url)
+    dynamodb = moto_client("dynamodb", url)
     dynamodb.create_table(
         TableName=name,
         KeySchema=[{"AttributeName": "id", "KeyType": "HASH"}],
@@ -74,13 +54,13 @@ def test_this_process_calls_without_a_socket_and_other_clients_still_over_http(
     server, url = served
     dynamodb = _table(url)
     dynamodb.put_item(TableName="t", Item={"id": {"S": "a"}, "state": {"S": "PENDING"}})
-    s3 = _client("s3", url)
+    s3 = moto_client("s3", url)
     s3.create_bucket(Bucket="spotline-test")
     key = "checkpoints/ä b/step 1.json"  # quoted in the path: read back under the same key
     s3.put_object(Bucket="spotline-test", Key=key, Body=b"\x00\x01payload")
     assert s3.get_object(Bucket="spotline-test", Key=key)["Body"].read() == b"\x00\x01payload"
     assert s3.head_object(Bucket="spotline-test", Key=key)["ContentLength"] == 9
-    sqs = _client("sqs", url)
+    sqs = moto_client("sqs", url)
     queue = sqs.create_queue(QueueName="q")["QueueUrl"]
     sqs.send_message(QueueUrl=queue, MessageBody="hello")
     assert [m["Body"] for m in sqs.receive_message(QueueUrl=queue)["Messages"]] == ["hello"]
@@ -293,7 +273,7 @@ def test_a_condition_lexed_once_is_evaluated_with_each_calls_names_and_values(
     )  # the second
     assert not holds({**names, "#f": "tag"}, values)  # other names: tag is not RUNNING, and size 2
     # A text that does not parse: moto raises, and the call gets the server's 500, every time.
-    once = _client("dynamodb", url, Config(retries={"total_max_attempts": 1}))
+    once = moto_client("dynamodb", url, Config(retries={"total_max_attempts": 1}))
     for _ in range(2):
         with pytest.raises(ClientError) as error:
             once.update_item(

@@ -7,40 +7,19 @@ from __future__ import annotations
 
 import http.client
 import json
-import urllib.request
-from collections.abc import Iterator
 from typing import Any
 
-import boto3
 import pytest
 
 from spotline.aws import emulation
 from spotline.aws.emulation import SerializedMotoServer
 
-REGION = "us-east-1"
+from .conftest import moto_client
 
 
 @pytest.fixture
-def server() -> Iterator[tuple[SerializedMotoServer, str]]:
-    server = SerializedMotoServer()
-    server.start()
-    host, port = server.get_host_and_port()
-    url = f"http://{host}:{port}"
-    urllib.request.urlopen(urllib.request.Request(f"{url}/moto-api/reset", method="POST"))
-    try:
-        yield server, url
-    finally:
-        server.stop()
-
-
-def _client(service: str, url: str) -> Any:
-    return boto3.client(  # type: ignore[call-overload]
-        service,
-        endpoint_url=url,
-        region_name=REGION,
-        aws_access_key_id="testing",
-        aws_secret_access_key="testing",
-    )
+def server(moto_server: tuple[SerializedMotoServer, str]) -> tuple[SerializedMotoServer, str]:
+    return moto_server
 
 
 def _list_tables(connection: http.client.HTTPConnection) -> tuple[int, dict[str, Any], str | None]:
@@ -62,7 +41,7 @@ def _list_tables(connection: http.client.HTTPConnection) -> tuple[int, dict[str,
 
 def test_one_connection_serves_many_requests(server: tuple[SerializedMotoServer, str]) -> None:
     _, url = server
-    _client("dynamodb", url).create_table(
+    moto_client("dynamodb", url).create_table(
         TableName="kept",
         BillingMode="PAY_PER_REQUEST",
         KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}],
@@ -101,7 +80,7 @@ def test_stop_closes_the_kept_connections() -> None:
 
 def test_a_large_body_is_read_whole(server: tuple[SerializedMotoServer, str]) -> None:
     _, url = server
-    dynamodb = _client("dynamodb", url)
+    dynamodb = moto_client("dynamodb", url)
     dynamodb.create_table(
         TableName="big",
         BillingMode="PAY_PER_REQUEST",
@@ -121,7 +100,7 @@ def test_a_queue_attribute_alone_is_what_all_gives(
     server: tuple[SerializedMotoServer, str], fifo: bool
 ) -> None:
     _, url = server
-    sqs = _client("sqs", url)
+    sqs = moto_client("sqs", url)
     dead = sqs.create_queue(
         QueueName="dead.fifo" if fifo else "dead", Attributes={"FifoQueue": "true"} if fifo else {}
     )
@@ -177,7 +156,7 @@ def test_receiving_does_not_count_the_queue(
     from moto.sqs.models import Queue
 
     _, url = server
-    sqs = _client("sqs", url)
+    sqs = moto_client("sqs", url)
     queue = sqs.create_queue(QueueName="backlog")["QueueUrl"]
     for n in range(3):
         sqs.send_message(QueueUrl=queue, MessageBody=f"m{n}")
@@ -199,7 +178,7 @@ def test_sending_does_not_count_the_queue(
     from moto.sqs.models import Queue
 
     _, url = server
-    sqs = _client("sqs", url)
+    sqs = moto_client("sqs", url)
     attributes = {"FifoQueue": "true", "ContentBasedDeduplication": "true"} if fifo else {}
     name = "backlog.fifo" if fifo else "backlog"
     queue = sqs.create_queue(QueueName=name, Attributes=attributes)["QueueUrl"]
@@ -249,7 +228,7 @@ def test_items_of_every_type_read_back_exactly_through_the_fast_path(
     server: tuple[SerializedMotoServer, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     _, url = server
-    dynamodb = _client("dynamodb", url)
+    dynamodb = moto_client("dynamodb", url)
     dynamodb.create_table(
         TableName="t",
         KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}],
@@ -304,7 +283,7 @@ def test_a_definition_is_parsed_once_and_each_execution_evaluates_its_own_input(
 
     _, url = server
     emulation.enable_state_machine_execution()
-    sfn = _client("stepfunctions", url)
+    sfn = moto_client("stepfunctions", url)
     role = "arn:aws:iam::123456789012:role/sfn"
 
     def machine(name: str, suffix: str) -> str:
@@ -354,7 +333,7 @@ def test_retries_count_per_execution_with_the_kept_program(
     never carries into the next."""
     _, url = server
     emulation.enable_state_machine_execution()
-    sfn = _client("stepfunctions", url)
+    sfn = moto_client("stepfunctions", url)
     definition = {
         "StartAt": "Flaky",
         "States": {

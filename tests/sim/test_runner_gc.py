@@ -24,3 +24,14 @@ def test_a_failed_run_gives_the_collector_back() -> None:
     with pytest.raises(RuntimeError, match="boom"), runner._few_collections():
         raise RuntimeError("boom")
     assert gc.get_threshold() == before and gc.get_freeze_count() == 0
+
+
+def test_what_a_caller_froze_stays_frozen() -> None:
+    gc.freeze()
+    try:
+        frozen = gc.get_freeze_count()
+        with runner._few_collections():
+            pass
+        assert gc.get_freeze_count() >= frozen > 0
+    finally:
+        gc.unfreeze()
