@@ -5,7 +5,8 @@
   completed). p99 is numpy's linear-interpolated 99th percentile; a class with no job reports 0,
   and `jobs_by_priority` / `completed_by_priority` give each class's n.
 - `slowdown_p50` / `slowdown_p99`: JCT over the job's run time (1.0: it never waited nor lost
-  work), over completed jobs.
+  work), over completed jobs. `avg_run_s`: their mean run time, the average JCT of a scheduler
+  that started every job at its submission and never stopped it (no policy can go below it).
 - `gpu_utilization`: GPU-seconds held by jobs while the trace's jobs arrive (from the first
   submission to the last) over the cluster's GPU-seconds in that window.
 - `goodput`: GPU-seconds of work that counted toward completion over GPU-seconds held (what
@@ -150,6 +151,7 @@ def policy_metrics(sim: Simulation, isolated: Sequence[float] | None = None) -> 
         "completed": len(done),
         "avg_jct_s": _mean(jct),
         "p99_jct_s": _p99(jct),
+        "avg_run_s": _mean([j.work for j in done]),
         "avg_jct_s_by_priority": {k: _mean(v) for k, v in jct_by.items()},
         "wait_p99_s_by_priority": {k: _p99(v) for k, v in wait_by.items()},
         "jobs_by_priority": n_by,

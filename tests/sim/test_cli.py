@@ -19,6 +19,7 @@ EXTRA_KEYS = {
     "completed_by_priority",
     "slowdown_p50",
     "slowdown_p99",
+    "avg_run_s",
     "ftf_max",
     "ftf_jain",
     "cost_by_team",

@@ -85,6 +85,10 @@ def test_capacity_work_and_accounting(policy: str, workload: Trace, monkeypatch:
         assert job.first_start is not None and job.finish is not None
         assert job.submit <= job.first_start <= job.finish
         assert job.finish - job.first_start >= job.work - 1e-6
+    # The JCT floor: every job's mean run time, which no policy's average JCT goes below.
+    metrics = result.metrics
+    assert metrics["avg_run_s"] == pytest.approx(sum(j.work for j in result.jobs) / len(result.jobs))
+    assert metrics["avg_run_s"] <= metrics["avg_jct_s"] + 1e-6
     held = sum(run_time_held(job) for job in result.jobs)
     assert held > 0
     assert result.metrics["goodput"] <= 1.0 + 1e-9
