@@ -78,10 +78,14 @@ class SortedQueue:
     # slice them: a pass reads the head of every class).
     _class_jobs: dict[Priority, list[Job]] = field(init=False, repr=False, compare=False)
     _deadline_jobs: list[Job] = field(init=False, repr=False, compare=False)
+    # How many jobs `by_class` holds, kept by `add` and `remove` (the simulator asks after every
+    # event whether anything is pending).
+    _size: int = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         self._class_jobs = {p: [job for _, job in self.by_class.get(p, ())] for p in PRIORITIES_HIGH_FIRST}
         self._deadline_jobs = [job for _, job in self.by_deadline]
+        self._size = sum(len(v) for v in self.by_class.values())
 
     @classmethod
     def of(cls, jobs: Iterable[Job]) -> SortedQueue:
@@ -97,7 +101,7 @@ class SortedQueue:
         return cls(by_class=by_class, by_deadline=by_deadline)
 
     def __len__(self) -> int:
-        return sum(len(v) for v in self.by_class.values())
+        return self._size
 
     def add(self, job: Job) -> None:
         entries = self.by_class[job.priority]
@@ -105,6 +109,7 @@ class SortedQueue:
         index = bisect.bisect_left(entries, key, key=lambda e: e[0])
         entries.insert(index, (key, job))
         self._class_jobs[job.priority].insert(index, job)
+        self._size += 1
         if job.spec.deadline_at is not None:
             key = deadline_key(job)
             index = bisect.bisect_left(self.by_deadline, key, key=lambda e: e[0])
@@ -114,6 +119,7 @@ class SortedQueue:
     def remove(self, job: Job) -> None:
         """Remove `job` (found by its queue key, so pass the job as it was added)."""
         _remove(self.by_class[job.priority], self._class_jobs[job.priority], queue_key(job))
+        self._size -= 1
         if job.spec.deadline_at is not None:
             _remove(self.by_deadline, self._deadline_jobs, deadline_key(job))
 

@@ -371,6 +371,10 @@ def test_sorted_queue_orders_adds_and_removes() -> None:
     assert [j.id for j in queue.urgent(10)] == ["b"]
     with pytest.raises(KeyError):
         queue.remove(c)
+    # (The count is kept as jobs come and go, a failed removal included.)
+    assert len(queue) == 3 == sum(len(queue.head(p, 10)) for p in Priority)
+    queue.remove(h)
+    assert len(queue) == 2
 
 
 @pytest.mark.parametrize(
