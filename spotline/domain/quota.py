@@ -28,13 +28,20 @@ def lendable_gpus(team: str, usage: Mapping[str, int], quotas: Mapping[str, Team
     what other borrowers already took."""
     lent = 0
     taken = 0
+    # (A pass asks this for most jobs it cannot admit: one branch per team, without max/min calls.
+    # A team below its nominal lends its idle GPUs, up to its lending limit; one at or above it
+    # has none idle and has taken what it uses beyond it.)
     for other, quota in quotas.items():
         if other == team:
             continue
         used = usage.get(other, 0)
-        idle = max(0, quota.nominal_gpus - used)
-        lent += idle if quota.lending_limit_gpus is None else min(idle, quota.lending_limit_gpus)
-        taken += max(0, used - quota.nominal_gpus)
+        nominal = quota.nominal_gpus
+        if used < nominal:
+            idle = nominal - used
+            limit = quota.lending_limit_gpus
+            lent += idle if limit is None or idle < limit else limit
+        else:
+            taken += used - nominal
     return max(0, lent - taken)
 
 

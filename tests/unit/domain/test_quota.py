@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from spotline.domain import Allocation, ClusterSnapshot, Job, Ledger, Pool, TeamQuota, quota_shortfall
 from spotline.domain.quota import borrowed_gpus, lendable_gpus
@@ -176,3 +178,29 @@ def test_ledger_fits_without(victims: list[Allocation], fits: bool) -> None:
     before = (dict(ledger.pool_used), dict(ledger.team_used))
     assert ledger.fits_without(job("j").team("a").gpus(8).build(), ledger.pools["p"], victims) is fits
     assert (ledger.pool_used, ledger.team_used) == before
+
+
+def _lendable_by_definition(team: str, usage: dict[str, int], quotas: dict[str, TeamQuota]) -> int:
+    """What the other teams lend (idle quota, capped by the lending limit) minus what borrowers
+    already took, written as the cohort rule says it."""
+    others = [(q, usage.get(t, 0)) for t, q in quotas.items() if t != team]
+    lent = sum(
+        max(0, q.nominal_gpus - used)
+        if q.lending_limit_gpus is None
+        else min(max(0, q.nominal_gpus - used), q.lending_limit_gpus)
+        for q, used in others
+    )
+    taken = sum(max(0, used - q.nominal_gpus) for q, used in others)
+    return max(0, lent - taken)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(0, 40), st.none() | st.integers(0, 40), st.integers(0, 60)), max_size=8),
+    st.integers(0, 8),
+)
+def test_lendable_gpus_is_the_cohort_rule(teams: list[tuple[int, int | None, int]], asker: int) -> None:
+    quotas = {f"t{i}": quota(f"t{i}", nominal, lend=lend) for i, (nominal, lend, _) in enumerate(teams)}
+    usage = {f"t{i}": used for i, (_, _, used) in enumerate(teams) if used}
+    team = f"t{asker}"
+    assert lendable_gpus(team, usage, quotas) == _lendable_by_definition(team, usage, quotas)
