@@ -595,6 +595,8 @@ class _RunningJobs:
         self._reclaim_from: dict[tuple[Priority, Priority], bool] = {}
         self._lowest_of: dict[tuple[str, Priority], float] = {}
         self._scans: dict[tuple[str, Priority], _Scan] = {}
+        # `_pool_floor`: pool -> (size of `taken`, threshold, floor) when it was made.
+        self._pool_floors: dict[str, tuple[int, float, float]] = {}
         self._ordered_of: dict[tuple[str, Priority], dict[str, Ordered]] = {}
         self._groups: dict[str, dict[Priority, _Group]] = (
             {}
@@ -689,12 +691,16 @@ class _RunningJobs:
         borrowing: set[str] | None = None  # teams `job` may reclaim from here, found when needed
         team_counts = index.team_counts[pool]
         chosen: list[Candidate] = []
+        # (When no job of the pool not taken scores below the threshold, the groups' jobs below it
+        # are all taken ones, which the end leaves out: only reclaims may give victims.)
+        any_lower = self._pool_floor(pool, threshold, taken) < threshold
+        preemptor = job.priority
         for cls, members in groups.items():
-            lower = self._step * cls.rank - self._floor_drop < threshold
-            allowed = self._reclaim_from.get((cls, job.priority))
+            lower = any_lower and self._step * cls.rank - self._floor_drop < threshold
+            allowed = self._reclaim_from.get((cls, preemptor))
             if allowed is None:
-                allowed = self._reclaim_from[(cls, job.priority)] = reclaim_allowed_between(
-                    cls, job.priority, config
+                allowed = self._reclaim_from[(cls, preemptor)] = reclaim_allowed_between(
+                    cls, preemptor, config
                 )
             reclaim: list[str] = []
             if allowed:
@@ -778,33 +784,52 @@ class _RunningJobs:
         return {t for t in teams if t != job.team and borrowed_gpus(t, usage, ledger.quotas) > 0}
 
     def _floor_ordered(self, threshold: float, taken: set[str]) -> float:
-        """`_blocking_facts`'s floor from the jobs in `score_floor` order."""
-        floor = math.inf
+        """`_blocking_facts`'s floor from the jobs in `score_floor` order: the lowest of the pools'
+        (`_pool_floor`), which is `threshold` when no job scores below it."""
+        floor = threshold
+        for pool in self._index.groups:
+            lowest = self._pool_floor(pool, threshold, taken)
+            if lowest < floor:
+                floor = lowest
+        return floor
+
+    def _pool_floor(self, pool: str, threshold: float, taken: set[str]) -> float:
+        """The lowest effective priority below `threshold` of a stoppable running job of `pool`
+        not in `taken`, or `threshold` when none scores below it.
+
+        Compared with any threshold t <= `threshold` (`floor < t`), it says whether a job of the
+        pool not in `taken` scores below t. So it is kept for the pass, per pool, and made again
+        only when `taken` grows (nothing else it reads changes in a pass: the scores and shields
+        of running jobs do not depend on the ledger) or a higher threshold is asked (a pass asks
+        with thresholds that fall, as it pops its jobs best first)."""
+        kept = self._pool_floors.get(pool)
+        if kept is not None and kept[0] == len(taken) and threshold <= kept[1]:
+            return kept[2]
+        floor = threshold
         step, drop = self._step, self._floor_drop
-        index = self._index
-        for pool, classes in index.groups.items():
-            for cls, members in classes.items():
-                if step * cls.rank - drop >= threshold:
-                    continue
-                ordered = self._ordered(pool, cls)
-                if self._lowest(pool, cls, ordered) >= floor:
-                    continue
-                for team, entries in ordered.items():
-                    term = self._score.team_term(team)
-                    margin = _ROUNDING * (1.0 + abs(term))
-                    known = self._candidates
-                    for value, job_id in entries:
-                        if value + term - margin * (1.0 + abs(value)) >= floor:
-                            break  # neither it nor any job after it scores below the floor
-                        if job_id in taken:
-                            continue
-                        if job_id in known:
-                            candidate = known[job_id]
-                        else:
-                            found = self._stoppable(members, (job_id,))
-                            candidate = found[0] if found else None
-                        if candidate is not None and candidate.effective_priority < floor:
-                            floor = candidate.effective_priority
+        known = self._candidates
+        for cls, members in self._index.groups.get(pool, {}).items():
+            if step * cls.rank - drop >= threshold:
+                continue
+            ordered = self._ordered(pool, cls)
+            if self._lowest(pool, cls, ordered) >= floor:
+                continue
+            for team, entries in ordered.items():
+                term = self._score.team_term(team)
+                margin = _ROUNDING * (1.0 + abs(term))
+                for value, job_id in entries:
+                    if value + term - margin * (1.0 + abs(value)) >= floor:
+                        break  # neither it nor any job after it scores below the floor
+                    if job_id in taken:
+                        continue
+                    if job_id in known:
+                        candidate = known[job_id]
+                    else:
+                        found = self._stoppable(members, (job_id,))
+                        candidate = found[0] if found else None
+                    if candidate is not None and candidate.effective_priority < floor:
+                        floor = candidate.effective_priority
+        self._pool_floors[pool] = (len(taken), threshold, floor)
         return floor
 
     def possible_victims(
@@ -880,8 +905,10 @@ class _RunningJobs:
     ) -> tuple[bool, float, frozenset[Priority]]:
         """Whether every pool is full with no spare GPUs; the lowest effective priority of an
         untaken running job that may be lower by the margin than a job of priority `best` or
-        less (groups of a class that cannot be are skipped); and the classes whose jobs may
-        reclaim from a running job on a borrowing team (`reclaim_allowed_between`)."""
+        less (groups of a class that cannot be are skipped; with no negative weight, it is
+        `best - margin` when no job is below that, which compares the same with any lower best);
+        and the classes whose jobs may reclaim from a running job on a borrowing team
+        (`reclaim_allowed_between`)."""
         ledger = self.ledger
         full = all(ledger.free(pool) <= 0 for pool in ledger.pools) and all(v <= 0 for v in surplus.values())
         if not full:

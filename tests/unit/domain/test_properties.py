@@ -38,8 +38,10 @@ from spotline.domain import (
     plan,
     select_victims,
 )
-from spotline.domain.preemption import estimated_remaining_s
-from spotline.domain.priority import PriorityScorer, score_floor, shortness
+from spotline.domain.planner import _RunningJobs
+from spotline.domain.preemption import _may_reclaim, estimated_remaining_s, reclaim_allowed_between, shielded
+from spotline.domain.priority import PriorityScorer, fairshare_factors, score_floor, shortness
+from spotline.domain.quota import borrowed_gpus
 from spotline.domain.running import RunningIndex
 
 from .builders import DAY, HOUR, NOW, JobBuilder, candidate, cluster, job, pool, quota
@@ -655,3 +657,61 @@ def test_a_pass_that_reads_the_heads_kept_since_the_last_pass_decides_the_same(
     full = outcome(plan(snapshot, SortedQueue.of(queue), NOW, policy, random.Random(seed)))
     assert short == full[: len(short)]
     assert all(row[0] == "wait" for row in full[len(short) :])
+
+
+# --- the victim search: the pools' floors -------------------------------------------------
+
+
+@PROPERTY
+@given(st.one_of(scenarios(), busy_scenarios()), st.sampled_from(list(ReclaimPolicy)), st.data())
+def test_the_victim_search_finds_exactly_the_running_jobs_lower_by_the_margin_or_reclaimable(
+    scenario: tuple[ClusterSnapshot, list[Job], SchedulerConfig, int],
+    reclaim: ReclaimPolicy,
+    data: st.DataObject,
+) -> None:
+    # (A pass searches each pool's running jobs for victims of each job it cannot admit, best job
+    # first, and skips the jobs lower by the margin in a pool whose floor (`_pool_floor`, kept for
+    # the pass while no victim is taken) says none is. Here the preemptors come in any order, and
+    # victims are taken along the way; each search is checked against the definition.)
+    snapshot, queue, policy, _ = scenario
+    policy = policy.model_copy(update={"reclaim_within_cohort": reclaim})
+    teams = {*snapshot.usage_gpu_hours, *snapshot.quotas}
+    fairshare = fairshare_factors(teams, snapshot.quotas, snapshot.usage_gpu_hours)
+    score = PriorityScorer(NOW, policy.weights, fairshare, lambda j: estimated_remaining_s(j, NOW, policy))
+    search = _RunningJobs(snapshot, RunningIndex.of(snapshot.allocations), score, NOW, policy)
+    ledger = search.ledger
+    running_ids = sorted(a.job.id for a in snapshot.allocations)
+    taken: set[str] = set()
+    for preemptor in data.draw(st.permutations(queue)):
+        priority = score(preemptor)
+        threshold = priority - policy.preemption_margin
+        for name in snapshot.pools:
+            stoppable = [
+                a
+                for a in snapshot.allocations
+                if a.pool == name and a.job.id not in taken and shielded(a, NOW, policy) is None
+            ]
+            below = [score(a.job) for a in stoppable if score(a.job) < threshold]
+            may_reclaim = _may_reclaim(preemptor, ledger.team_used, ledger, name)
+            want = {
+                a.job.id
+                for a in stoppable
+                if score(a.job) < threshold
+                or (
+                    may_reclaim
+                    and a.job.team != preemptor.team
+                    and reclaim_allowed_between(a.job.priority, preemptor.priority, policy)
+                    and borrowed_gpus(a.job.team, ledger.team_used, ledger.quotas) > 0
+                )
+            }
+            found = search.possible_victims(preemptor, priority, name, ledger, taken)
+            assert sorted(c.job_id for c in found) == sorted(want)
+            if search._class_floor:
+                floor = search._pool_floor(name, threshold, taken)
+                # (Kept from a search with a higher threshold, it may be that threshold or a score
+                # between the two when none is below this one: what it says is the comparison.)
+                assert (floor < threshold) == bool(below)
+                if below:
+                    assert floor == min(below)
+        if running_ids and data.draw(st.booleans()):
+            taken.add(data.draw(st.sampled_from(running_ids)))
