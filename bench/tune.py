@@ -16,7 +16,7 @@ floored at 5 minutes, lost GPU-hours at 1, as the goals read them). Lower is bet
 
 Then each lever is switched off in Spotline's best draw, to check that it pays on the tuning set
 (README, "Tuning"): the least-attained-service term, stopping victims that just checkpointed,
-shortest declared run time first, cost-aware Spot placement.
+shortest declared run time first, cost-aware Spot placement, moving On-Demand jobs to Spot.
 
 `--reduced` (the default on this 2-core machine): the synthetic samples at 2,000 jobs on 128
 GPUs and the first four days of the Philly window (2017-10-02..05); `--full`: the tuning set as
@@ -219,6 +219,12 @@ def tune(samples: Sequence[pb.Sample], budget: int, seed: int, workers: int) -> 
         "cost-aware Spot placement": (
             chosen.model_copy(update={"spot_cost_aware": True}),
             chosen.model_copy(update={"spot_cost_aware": False}),
+        ),
+        "moving to Spot (jobs with 1 h or more left)": (
+            chosen.model_copy(
+                update={"move_to_spot_min_remaining_s": chosen.move_to_spot_min_remaining_s or 3600.0}
+            ),
+            chosen.model_copy(update={"move_to_spot_min_remaining_s": 0.0}),
         ),
     }
     pairs = [c for pair in levers.values() for c in pair]

@@ -35,6 +35,7 @@ from spotline.domain import (
     ClusterSnapshot,
     Decision,
     JobState,
+    Move,
     Preempt,
     Wait,
     plan_with_stats,
@@ -53,6 +54,7 @@ class PassResult:
     now: float
     admitted: list[tuple[str, str]] = field(default_factory=list)  # (job id, pool)
     preempted: list[tuple[str, tuple[str, ...]]] = field(default_factory=list)  # (preemptor, victims)
+    moved: list[tuple[str, str]] = field(default_factory=list)  # (job id, Spot pool it moves to)
     waiting: int = 0
     wait_reasons_written: int = 0
     skipped: list[tuple[str, str]] = field(default_factory=list)  # (job id, why)
@@ -198,6 +200,13 @@ def scheduling_pass(cp: ControlPlane, *, act_until: float | None = None) -> Pass
                 progressed = done > 0
                 result.left_for_next_pass = len(decisions) - done
                 break
+            if isinstance(decision, Move):
+                # (A running job, not one of the queue's.)
+                batch.flush()
+                moved = active_by_id.get(decision.job.id)
+                if moved is not None:
+                    act(cp, moved, decision, active_by_id, team_held, result, now=now)
+                continue
             record = queue.records[decision.job.id]
             if isinstance(decision, Admit) and batch.add(record, decision):
                 continue
@@ -239,6 +248,9 @@ def act(
             result.preempted.append((record.id, victims))
             if note_wait(cp, record, f"waiting for {len(victims)} preempted job(s) to checkpoint and leave"):
                 result.wait_reasons_written += 1
+        elif isinstance(decision, Move):
+            if move(cp, record, decision, now=now):
+                result.moved.append((record.id, decision.pool))
         elif isinstance(decision, Wait):
             result.waiting += 1
             if note_wait(cp, record, decision.reason):
@@ -467,6 +479,29 @@ def preempt(
             continue
         started.append(victim_id)
     return tuple(started)
+
+
+def move(cp: ControlPlane, record: JobRecord, decision: Move, *, now: float) -> bool:
+    """Start the checkpoint-then-preempt workflow for a job that moves from On-Demand to Spot:
+    it checkpoints, stops, and is requeued; the next pass admits it where it fits first (Spot
+    first). False when the job is no longer running as the pass saw it."""
+    if record.state is not JobState.RUNNING or record.job.version != decision.job.version:
+        return False
+    reason = f"moving to Spot: {decision.reason}"
+    try:
+        start_disruption(
+            cp,
+            record,
+            Disruption.PREEMPT,
+            now=now,
+            deadline_at=now + cp.config.grace_period_s,
+            draining_for=decision.draining_for,
+            reason=reason,
+        )
+    except (StaleJobError, InvalidTransition) as error:
+        logger.info("job changed; not moved", extra={"job_id": record.id, "why": str(error)})
+        return False
+    return True
 
 
 _NUMBER = re.compile(r"\d+(?:\.\d+)?")

@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from spotline.domain.planner import (
         Admit,
         Decision,
+        Move,
         PendingQueue,
         PlanStats,
         Preempt,
@@ -71,6 +72,7 @@ _MODULES = {
     "Decision": "planner",
     "PendingQueue": "planner",
     "PlanStats": "planner",
+    "Move": "planner",
     "Preempt": "planner",
     "SortedQueue": "planner",
     "Wait": "planner",
@@ -111,6 +113,7 @@ __all__ = [
     "JobSpec",
     "JobState",
     "Ledger",
+    "Move",
     "PendingQueue",
     "PlanStats",
     "Pool",

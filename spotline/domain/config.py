@@ -166,6 +166,13 @@ class SchedulerConfig(BaseModel):
     fresh_checkpoint_s: float = Field(default=0.0, ge=0)
     # Classes that go to On-Demand when their spot setting is `auto`.
     on_demand_classes: frozenset[Priority] = frozenset({Priority.CRITICAL})
+    # Moving to Spot: a job that started On-Demand because Spot was full, and that may run on
+    # Spot (`placement.spot_refusal`), is checkpointed and requeued to resume on Spot once a Spot
+    # pool has room for it after a pass's own decisions, when its estimated remaining run time is
+    # at least this long: the move costs a checkpoint write and a restart, and saves Spot's
+    # discount on the rest of the run. Longest remaining first, within the pass's preemption
+    # budget; never inside its protection period. 0: off.
+    move_to_spot_min_remaining_s: float = Field(default=0.0, ge=0)
     # After this many interruptions, a job with spot `auto` runs On-Demand (with
     # `spot_cost_aware`: only if Spot is expected to cost it more than On-Demand, see below).
     max_interruptions_on_spot: int = Field(default=2, ge=0)

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from spotline.domain.config import SchedulerConfig
 from spotline.domain.models import Allocation, ClusterSnapshot, Job, JobState
-from spotline.domain.planner import Admit, Preempt, SortedQueue, plan
+from spotline.domain.planner import Admit, Move, Preempt, SortedQueue, plan
 from spotline.domain.preemption import estimated_remaining_s
 
 
@@ -92,6 +92,10 @@ def replay_start(
                 pool = snapshot.pools[decision.pool]
                 allocations[job.id] = Allocation(job=started, pool=decision.pool, gpus=pool.demand_gpus(job))
                 ends[job.id] = t + runtime_scale * estimated_remaining_s(job, t, config)
+            elif isinstance(decision, Move):
+                if job.id in allocations:  # it leaves after its checkpoint and is requeued
+                    allocations[job.id] = allocations[job.id].model_copy(update={"draining_for": "move"})
+                    ends[job.id] = min(ends[job.id], t + leave_s)
             elif isinstance(decision, Preempt):
                 for victim in decision.victims:
                     if victim in allocations:

@@ -21,8 +21,16 @@ from typing import Protocol
 
 from spotline.domain.config import SchedulerConfig
 from spotline.domain.heads import Stream, streams
-from spotline.domain.models import PRIORITIES_HIGH_FIRST, Allocation, ClusterSnapshot, Job, Pool, Priority
-from spotline.domain.placement import candidate_pools
+from spotline.domain.models import (
+    PRIORITIES_HIGH_FIRST,
+    Allocation,
+    ClusterSnapshot,
+    Job,
+    JobState,
+    Pool,
+    Priority,
+)
+from spotline.domain.placement import candidate_pools, spot_refusal
 from spotline.domain.preemption import (
     Candidate,
     _may_reclaim,
@@ -175,7 +183,32 @@ class Wait:
     action: str = "wait"
 
 
-Decision = Admit | Preempt | Wait
+@dataclass(slots=True)
+class Move:
+    """Checkpoint `job`, running On-Demand in `source`, and requeue it, to resume in Spot `pool`,
+    which has room for it now (`SchedulerConfig.move_to_spot_min_remaining_s`). Acted on as a
+    preemption with no preemptor: the job keeps its place and priority, and the next pass admits
+    it where it fits first, Spot before On-Demand."""
+
+    job: Job
+    source: str
+    pool: str
+    effective_priority: float
+    reason: str
+    action: str = "move"
+
+    @property
+    def draining_for(self) -> str:
+        """What the job's allocation says it leaves for while it checkpoints: a pass reserves
+        its GPUs in `pool` meanwhile (`MOVE_TO`)."""
+        return MOVE_TO + self.pool
+
+
+# The `draining_for` of a job moving to Spot, before the pool's name.
+MOVE_TO = "a move to "
+
+
+Decision = Admit | Preempt | Wait | Move
 
 
 @dataclass(frozen=True)
@@ -326,6 +359,14 @@ def plan_with_stats(
     # not go to whatever is queued when the victims leave. (Victims of a preemptor the pass did
     # not read stay charged to the pool, spare included.)
     surplus: dict[str, int] = {}
+    # A job moving to Spot (`Move`) keeps the GPUs it goes to until it has checkpointed, left
+    # and been requeued, so no other job takes them meanwhile.
+    for target, leaving in draining.items():
+        if target.startswith(MOVE_TO) and target[len(MOVE_TO) :] in snapshot.pools:
+            pool = snapshot.pools[target[len(MOVE_TO) :]]
+            ledger.pool_used[pool.name] = ledger.pool_used.get(pool.name, 0) + sum(
+                pool.demand_gpus(allocation.job) for allocation in leaving
+            )
     if draining:
         for job in [j for j in window if j.id in draining]:
             leaving = draining[job.id]
@@ -502,7 +543,70 @@ def plan_with_stats(
             checkpoint = False
             reason += f"; stopped at once: each checkpointed in the last {config.fresh_checkpoint_s:.0f} s"
         decisions.append(Preempt(job, pool.name, ids, priority, reason, checkpoint=checkpoint))
+    if config.move_to_spot_min_remaining_s > 0 and preemptions_left > 0:
+        moves = _moves_to_spot(snapshot, indexed, ledger, taken, score, now, config, preemptions_left)
+        decisions.extend(moves)
     return decisions, PlanStats(candidates_examined=len(window), running_considered=len(indexed))
+
+
+def _moves_to_spot(
+    snapshot: ClusterSnapshot,
+    running: RunningIndex,
+    ledger: Ledger,
+    taken: set[str],
+    score: PriorityScorer,
+    now: float,
+    config: SchedulerConfig,
+    budget: int,
+) -> list[Move]:
+    """The On-Demand jobs to move to Spot room left after the pass's decisions (`Move`): those
+    that may run on Spot, are neither leaving nor shielded (protection period, preemption cap),
+    and have at least `move_to_spot_min_remaining_s` left, longest first, each to the first
+    Spot pool (cheapest) where it fits the GPUs still free; at most `budget` of them."""
+    spot = sorted(
+        (p for p in snapshot.pools.values() if p.is_spot and ledger.free(p.name) > 0),
+        key=lambda p: (p.price, p.interruption_rate_per_hour, p.name),
+    )
+    if not spot:
+        return []
+    least = config.move_to_spot_min_remaining_s
+    candidates: list[tuple[float, str, Allocation]] = []
+    for pool in snapshot.pools.values():
+        if pool.is_spot:
+            continue
+        for group in running.groups.get(pool.name, {}).values():
+            for allocation in group.values():
+                job = allocation.job
+                if job.state is not JobState.RUNNING or job.id in taken:
+                    continue
+                if shielded(allocation, now, config) is not None:
+                    continue
+                remaining = estimated_remaining_s(job, now, config)
+                if remaining >= least:
+                    candidates.append((remaining, job.id, allocation))
+    if not candidates:
+        return []
+    candidates.sort(key=lambda c: (-c[0], c[1]))
+    free = {p.name: ledger.free(p.name) for p in spot}
+    moves: list[Move] = []
+    for remaining, _, allocation in candidates:
+        job = allocation.job
+        for pool in spot:
+            demand = pool.demand_gpus(job)
+            if not pool.can_host(job) or demand > free[pool.name]:
+                continue
+            if spot_refusal(job, pool, now, remaining, config) is not None:
+                continue
+            free[pool.name] -= demand
+            reason = (
+                f"moving from {allocation.pool} to {pool.name}, which has {demand} GPUs free:"
+                f" ~{remaining / 3600.0:.1f} h left to run at Spot's price"
+            )
+            moves.append(Move(job, allocation.pool, pool.name, score(job), reason))
+            break
+        if len(moves) >= budget or not any(free.values()):
+            break
+    return moves
 
 
 @dataclass(slots=True)

@@ -55,6 +55,9 @@ class Policy(Protocol):
     acts_on_notices: bool
     # Priorities move with time (aging, fair-share), so a periodic pass may change decisions.
     uses_ticks: bool
+    # Passes may act on running jobs alone (Spotline moving jobs to Spot): a pass runs after a
+    # change, and ticks run while jobs run, even with nothing pending.
+    plans_when_idle: bool
 
     def attach(self, sim: Simulation) -> None: ...
 
@@ -232,13 +235,14 @@ class Simulation:
             if self._dirty:
                 self._dirty = False
                 self._started_in_pass = 0
-                if policy.pending_count() > 0:
+                if policy.pending_count() > 0 or policy.plans_when_idle:
                     self.passes += 1
                     policy.schedule(t)
                 if self.record_series:
                     self._sample(t)
             pending = policy.pending_count()
-            if pending and policy.uses_ticks and self._tick_due == math.inf:
+            wanted = pending or (policy.plans_when_idle and self.running_jobs > 0)
+            if wanted and policy.uses_ticks and self._tick_due == math.inf:
                 self._tick_due = t + self.settings.tick_s
                 self._push(self._tick_due, _TICK, None, 0)
             if arrival >= n and self.running_jobs == 0 and (pending == 0 or self._started_in_pass == 0):

@@ -54,6 +54,7 @@ class PeerPolicy:
     name = "peer"
     acts_on_notices = False
     uses_ticks = False
+    plans_when_idle = False
 
     def __init__(self, competent: bool = True) -> None:
         self.competent = competent

@@ -36,6 +36,7 @@ from spotline.domain import (
     Job,
     JobSpec,
     JobState,
+    Move,
     Pool,
     Preempt,
     SchedulerConfig,
@@ -66,6 +67,8 @@ class SpotlinePolicy:
     def __init__(self, config: SchedulerConfig, shares: TeamShares, settings: SimSettings, seed: int) -> None:
         self.config = config
         self.acts_on_notices = settings.spotline_acts_on_notices
+        # Moving jobs to Spot is decided about running jobs, with or without a queue.
+        self.plans_when_idle = config.move_to_spot_min_remaining_s > 0
         self.seed = seed
         declared = settings.spotline_declared_runtimes
         self.estimates = estimate_model(settings.slurm_estimates) if declared else None
@@ -234,6 +237,8 @@ class SpotlinePolicy:
                 elif isinstance(decision, Preempt):
                     self._preempt(decision)
                     stopped = stopped or not decision.checkpoint
+                elif isinstance(decision, Move):
+                    self._move(decision)
             if not stopped:
                 break
             # Victims stopped at once have left: the pass that their `Batch Job State Change`
@@ -261,6 +266,30 @@ class SpotlinePolicy:
         self.usage.change(job.team, job.held, now)
         self._timer(job, now)
 
+    def _move(self, decision: Move) -> None:
+        """A move to Spot: the job checkpoints and leaves as a preemption's victim does, and is
+        requeued (logged as a preemption of itself, the decision log's contract)."""
+        sim = self.sim
+        if sim.logging:
+            sim.log("preempt", decision.job.id, decision.source, (decision.job.id,), decision.reason)
+        job = self.by_id[decision.job.id]
+        sim.checkpoint_then_stop(job)
+        self._checkpointing(job, decision.draining_for)
+
+    def _checkpointing(self, victim: SimJob, draining_for: str) -> None:
+        """Record that `victim` checkpoints before it leaves, for `draining_for`."""
+        record = self.records[victim.idx]
+        record = record.model_copy(
+            update={
+                "state": JobState.CHECKPOINTING,
+                "preemptions": victim.preemptions,
+                "version": record.version + 1,
+            }
+        )
+        self.records[victim.idx] = record
+        held = self.running.held(victim.id)
+        self.running.put(held.model_copy(update={"job": record, "draining_for": draining_for}))
+
     def _preempt(self, decision: Preempt) -> None:
         sim = self.sim
         if sim.logging:
@@ -272,14 +301,4 @@ class SpotlinePolicy:
                 sim.stop_now(victim, preemptor, decision.reason)
                 continue
             sim.checkpoint_then_stop(victim)
-            record = self.records[victim.idx]
-            record = record.model_copy(
-                update={
-                    "state": JobState.CHECKPOINTING,
-                    "preemptions": victim.preemptions,
-                    "version": record.version + 1,
-                }
-            )
-            self.records[victim.idx] = record
-            held = self.running.held(victim_id)
-            self.running.put(held.model_copy(update={"job": record, "draining_for": decision.job.id}))
+            self._checkpointing(victim, decision.job.id)

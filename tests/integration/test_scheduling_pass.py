@@ -371,3 +371,42 @@ def test_a_pass_that_admitted_a_full_window_asks_for_the_next_at_once(deployment
     assert third["admitted"] == [] and len(trigger.requests) == 2
     states = sorted(deployment.plane.jobs.get(j.id).state.value for j in jobs)
     assert states == ["ADMITTED", "ADMITTED", "ADMITTED", "PENDING"]
+
+
+def test_a_long_job_on_demand_moves_to_spot_room_and_resumes_there(deployment: Deployment) -> None:
+    # Given a ten-hour job that started On-Demand an hour ago, and 8 free Spot GPUs, with moves on
+    deployment.clock.freeze()
+    settings = deployment.plane.settings
+    scheduler = settings.config.scheduler.model_copy(update={"move_to_spot_min_remaining_s": 3600.0})
+    config = settings.config.model_copy(update={"scheduler": scheduler})
+    plane = dataclasses.replace(deployment.plane, settings=settings.model_copy(update={"config": config}))
+    long = start(deployment, submit(deployment, expected_runtime_s=36000), pool="a100-on-demand")
+    start(deployment, submit(deployment, name="other"), pool="a100-spot", instance_id="i-0aaaaaaaaaaaaaaa2")
+    deployment.clock.advance(3600)
+
+    # When a pass runs with nothing pending
+    result = scheduling_pass(plane)
+
+    # Then the job checkpoints to move (its preempt workflow started, a grace period's deadline)
+    assert result.moved == [(long.id, "a100-spot")] and result.admitted == []
+    stored = plane.jobs.get(long.id)
+    assert stored.state is JobState.CHECKPOINTING and stored.disruption is Disruption.PREEMPT
+    assert stored.draining_for == "a move to a100-spot"
+    assert deployment.starter is not None
+    assert f"preempt-{long.id}-v{stored.version}" in deployment.starter.names()
+
+    # And while it checkpoints, the Spot GPUs it goes to are kept for it: a job that only Spot
+    # would take waits, and no second move is made
+    squeezed = submit(deployment, spot="required", name="squeezed")
+    deployment.clock.advance(1)
+    meanwhile = scheduling_pass(plane)
+    assert meanwhile.moved == [] and squeezed.id not in [job for job, _ in meanwhile.admitted]
+
+    # When its checkpoint is done it is requeued, and the next pass admits it to Spot
+    from spotline.control.workflow_tasks import finish_preemption
+
+    assert finish_preemption(plane, long.id)["finished"] is True
+    requeued = plane.jobs.get(long.id)
+    assert requeued.state is JobState.PENDING and requeued.job.preemptions == 1
+    deployment.clock.advance(1)
+    assert (long.id, "a100-spot") in scheduling_pass(plane).admitted

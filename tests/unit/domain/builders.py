@@ -31,7 +31,7 @@ from spotline.domain import (
     TeamQuota,
 )
 from spotline.domain.config import VictimStrategy
-from spotline.domain.planner import Admit, Decision, PlanStats, Preempt, plan, plan_with_stats
+from spotline.domain.planner import Admit, Decision, Move, PlanStats, Preempt, plan, plan_with_stats
 from spotline.domain.preemption import lost_work_gpu_s
 from spotline.domain.priority import effective_priority
 
@@ -286,13 +286,16 @@ def run_plan_with_stats(
 
 
 def summary(decisions: Sequence[Decision]) -> list[tuple[str, ...]]:
-    """Decisions as comparable tuples: (action, job, pool, victims...) or (wait, job)."""
+    """Decisions as comparable tuples: (action, job, pool, victims...), (move, job, from, to) or
+    (wait, job)."""
     rows: list[tuple[str, ...]] = []
     for d in decisions:
         if isinstance(d, Admit):
             rows.append(("admit", d.job.id, d.pool))
         elif isinstance(d, Preempt):
             rows.append(("preempt", d.job.id, d.pool, *d.victims))
+        elif isinstance(d, Move):
+            rows.append(("move", d.job.id, d.source, d.pool))
         else:
             rows.append(("wait", d.job.id))
     return rows
