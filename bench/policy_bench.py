@@ -430,6 +430,11 @@ def ablations(sample: Sample) -> dict[str, dict[str, Any]]:
             base,
             SimSettings(spotline_declared_runtimes=False),
         ),
+        (
+            "with moves to Spot (jobs with 1 h or more left; off by default)",
+            base.model_copy(update={"move_to_spot_min_remaining_s": 3600.0}),
+            SimSettings(),
+        ),
     ]
     for strategy in VictimStrategy:
         if strategy is not base.strategy:

@@ -74,6 +74,7 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         "batchItemFailures": [],
         "admitted": [list(admission) for admission in result.admitted],
         "preempted": [[job, list(victims)] for job, victims in result.preempted],
+        "moved": [list(move) for move in result.moved],
         "waiting": result.waiting,
         "skipped": len(result.skipped),
         "quarantined": [job for job, _ in result.quarantined],
@@ -88,6 +89,7 @@ def _report(result: PassResult, triggers: int, elapsed_ms: float) -> None:
     metrics.add_metric(name="PassDuration", unit=MetricUnit.Milliseconds, value=elapsed_ms)
     metrics.add_metric(name="Admitted", unit=MetricUnit.Count, value=len(result.admitted))
     metrics.add_metric(name="Preemptions", unit=MetricUnit.Count, value=len(result.preempted))
+    metrics.add_metric(name="MovesToSpot", unit=MetricUnit.Count, value=len(result.moved))
     metrics.add_metric(name="Waiting", unit=MetricUnit.Count, value=result.waiting)
     metrics.add_metric(name="PassContinued", unit=MetricUnit.Count, value=int(result.more_work))
     metrics.add_metric(name="DecisionsSkipped", unit=MetricUnit.Count, value=len(result.skipped))
@@ -117,6 +119,7 @@ def _report(result: PassResult, triggers: int, elapsed_ms: float) -> None:
         extra={
             "admitted": [list(admission) for admission in result.admitted],
             "preempted": result.preempted,
+            "moved": result.moved,
             "waiting": result.waiting,
             "skipped": result.skipped[:10],
             "quarantined": result.quarantined[:10],

@@ -23,6 +23,7 @@ from spotline.domain import (
     Decision,
     Job,
     Ledger,
+    Move,
     Pool,
     Preempt,
     Priority,
@@ -207,6 +208,18 @@ def policies(draw: st.DrawFn) -> SchedulerConfig:
         window_per_class=draw(st.integers(1, 4)),
         max_preemptions_per_pass=draw(st.sampled_from([16, 4, 2, 1, 0])),
         on_demand_classes=frozenset(draw(st.sets(st.sampled_from(list(Priority))))),
+        # The tuned knobs too (`bench/tune.py` searches them): the pass's performance devices must
+        # decide the same under every weight, not only the defaults'.
+        weights=PriorityWeights(
+            fairshare=draw(st.sampled_from([400.0, 0.0, 100.0, 800.0])),
+            attained=draw(st.sampled_from([0.0, 0.0, 200.0, 400.0])),
+            attained_norm_gpu_h=draw(st.sampled_from([64.0, 16.0, 256.0])),
+            shortest=draw(st.sampled_from([200.0, 0.0, 900.0])),
+            age=draw(st.sampled_from([900.0, 300.0])),
+        ),
+        fresh_checkpoint_s=draw(st.sampled_from([0.0, 0.0, 60.0, 3600.0])),
+        preemption_delay_s=draw(st.sampled_from([0.0, 0.0, 60.0, 3600.0])),
+        move_to_spot_min_remaining_s=draw(st.sampled_from([0.0, 0.0, 3600.0])),
     )
 
 
@@ -225,7 +238,7 @@ def outcome(decisions: list[Decision]) -> list[tuple[object, ...]]:
     """Everything a decision says, comparable."""
     rows: list[tuple[object, ...]] = []
     for d in decisions:
-        pool_name = d.pool if isinstance(d, Admit | Preempt) else None
+        pool_name = d.pool if isinstance(d, Admit | Preempt | Move) else None
         victims = d.victims if isinstance(d, Preempt) else ()
         rows.append((d.action, d.job.id, pool_name, victims, d.effective_priority, d.reason))
     return rows
