@@ -98,3 +98,21 @@ def test_forecast_is_unknown_when_nothing_would_let_it_start() -> None:
     snapshot = cluster([pool("small", capacity=4)])
     forecast = forecast_start("big", snapshot, [huge], NOW, policy, random.Random(1))
     assert forecast.at is None and "nothing running or queued" in forecast.reason
+
+
+def test_forecast_replays_a_move_to_spot_that_frees_on_demand_gpus() -> None:
+    # `w` runs only On-Demand, held for ten more hours by `long`; a Spot job ends in 1000 s.
+    long = job("long").normal().gpus(8).running_since(NOW - HOUR).expected_runtime(11 * HOUR).on("od")
+    spot_job = job("s").normal().gpus(8).running_since(NOW - 600).expected_runtime(1600).on("spot")
+    waiting = job("w").normal().gpus(8).spot("never").submitted(NOW - 10).build()
+    snapshot = cluster([OD8, pool("spot", capacity=8, purchase="spot")], [long, spot_job])
+
+    stays = forecast_start("w", snapshot, [waiting], NOW, config(), random.Random(1))
+    moves = forecast_start(
+        "w", snapshot, [waiting], NOW, config(move_to_spot_min_remaining_s=HOUR), random.Random(1)
+    )
+
+    # Then without moves it waits for `long` to end; with them, `long` moves to Spot once `s`
+    # ends and leaves after its checkpoint (60 s), and `w` takes its On-Demand GPUs
+    assert stays.at == pytest.approx(NOW + 10 * HOUR)
+    assert moves.at == pytest.approx(NOW + 1000 + 60)
