@@ -10,6 +10,7 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 
+from spotline.domain import SchedulerConfig
 from spotline.sim import DEFAULT_GPUS, DEFAULT_SPOT_FRACTION, POLICIES, SimSettings, simulate
 from spotline.sim.model import VictimStop
 from spotline.sim.peers import ESTIMATE_MODELS, KUEUE_DEFAULT
@@ -134,6 +135,15 @@ def simulate_command(
             min=0.0,
         ),
     ] = 0.0,
+    move_to_spot: Annotated[
+        float,
+        typer.Option(
+            "--move-to-spot",
+            help="Spotline moves a job running On-Demand to Spot room when it has at least this many"
+            " seconds left (SchedulerConfig.move_to_spot_min_remaining_s; default 0: off, as tuned).",
+            min=0.0,
+        ),
+    ] = 0.0,
 ) -> None:
     """Replay a trace through each policy on the same cluster, jobs and Spot reclaims; print a table."""
     console = Console()
@@ -190,6 +200,7 @@ def simulate_command(
                 seed=seed,
                 settings=settings,
                 advice=advice,
+                config=SchedulerConfig(move_to_spot_min_remaining_s=move_to_spot) if move_to_spot else None,
                 sink=sink if sink_file is not None else None,
                 record_series=plot is not None,
                 keep_jobs=plot is not None,  # the plots read each job's wait

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from spotline.cli import app
@@ -167,6 +168,40 @@ def test_simulate_one_policy_and_spotline_decides_through_the_domain(tmp_path: P
     assert admits[0]["reason"] == "admitted to p4d.24xlarge-on-demand: 8 of 8 free GPUs"
     preempts = [r for r in records if r["action"] == "preempt"]
     assert preempts and preempts[0]["job_id"] == "b" and preempts[0]["victims"] == ["a"]
+
+
+@pytest.mark.parametrize("move_to_spot", [None, "3600"])
+def test_simulate_moves_a_long_job_to_spot_only_when_asked(tmp_path: Path, move_to_spot: str | None) -> None:
+    # `short` fills the Spot half for an hour; `long` starts On-Demand and may move once it ends.
+    trace = tmp_path / "t.csv"
+    trace.write_text(
+        "job_id,submit_s,duration_s,gpus,team,priority\nshort,0,3600,8,t,normal\nlong,60,36000,8,t,normal\n"
+    )
+    decisions = tmp_path / "d.jsonl"
+    options = ["--move-to-spot", move_to_spot] if move_to_spot else []
+    args = [
+        "simulate",
+        "--trace",
+        str(trace),
+        "--gpus",
+        "16",
+        "--spot-fraction",
+        "0.5",
+        "--policy",
+        "spotline",
+    ]
+    result = runner.invoke(app, [*args, "--decisions", str(decisions), *options])
+    assert result.exit_code == 0, result.output
+    records = [json.loads(line) for line in decisions.read_text().splitlines()]
+    moves = [r for r in records if r["action"] == "preempt" and r["victims"] == [r["job_id"]]]
+    assert [m["job_id"] for m in moves] == (["long"] if move_to_spot else [])
+
+
+def test_a_negative_move_to_spot_is_refused(tmp_path: Path) -> None:
+    trace = tmp_path / "t.csv"
+    trace.write_text("job_id,submit_s,duration_s,gpus,team,priority\na,0,60,8,t,low\n")
+    result = runner.invoke(app, ["simulate", "--trace", str(trace), "--move-to-spot", "-1"])
+    assert result.exit_code == 2 and "--move-to-spot" in result.output
 
 
 def test_a_bad_trace_is_an_error_naming_the_line_and_field(tmp_path: Path) -> None:
