@@ -154,8 +154,15 @@ def philly_path() -> Path | None:
     cached = _TRACE_CACHE.get(PACKED_TRACE)
     if cached is None or not cached.exists():
         target = Path(tempfile.gettempdir()) / f"spotline-philly-{os.getuid()}.csv"
-        with gzip.open(PACKED_TRACE, "rb") as source, target.open("wb") as sink:
-            shutil.copyfileobj(source, sink)
+        # Written beside it under this process's name, then renamed over it: another process
+        # (a bench worker, a second bench) reading the table meanwhile sees a whole file.
+        partial = target.with_name(f"{target.name}.{os.getpid()}.partial")
+        try:
+            with gzip.open(PACKED_TRACE, "rb") as source, partial.open("wb") as sink:
+                shutil.copyfileobj(source, sink)
+            os.replace(partial, target)
+        finally:
+            partial.unlink(missing_ok=True)
         _TRACE_CACHE[PACKED_TRACE] = cached = target
     return cached
 
