@@ -261,6 +261,20 @@ def goal_value(goal: Goal, runs: dict[str, dict[str, Any]]) -> tuple[float, bool
     return r, r >= goal.target, f"x{r:.3f} vs {peer}"
 
 
+def _goal_row(goal: Goal, per_sample: Sequence[dict[str, dict[str, Any]]]) -> dict[str, Any]:
+    """A goal over the samples: the mean ratio and its CI, and in how many samples it is met."""
+    outcomes = [goal_value(goal, r) for r in per_sample]
+    mean, half = interval([_goal_ratio(goal, r) for r in per_sample])
+    return {
+        "mean_ratio": mean,
+        "ci95": half,
+        "met_in_samples": sum(met for _, met, _ in outcomes),
+        "samples": len(outcomes),
+        "met": all(met for _, met, _ in outcomes),
+        "per_sample": [how for _, _, how in outcomes],
+    }
+
+
 def _goal_ratio(goal: Goal, runs: dict[str, dict[str, Any]]) -> float:
     """The per-sample ratio the goal's mean is taken over (inverted for lower-is-better fairness
     so that >= 1.0 means at least as fair)."""
@@ -354,27 +368,10 @@ def evaluate(samples: Sequence[Sample]) -> dict[str, Any]:
             ours = value(r["spotline"])
             per.append((1.0 if ours == 0 else math.inf) if theirs == 0 else ours / theirs)
         ratios[label] = interval(per)
+    with_moves = [{**r, "spotline": m} for r, m in zip(per_sample, opt_in, strict=True)]
     goals = {}
     for goal in GOALS:
-        outcomes = [goal_value(goal, r) for r in per_sample]
-        mean, half = interval([_goal_ratio(goal, r) for r in per_sample])
-        met_all = all(met for _, met, _ in outcomes)
-        goals[goal.label] = {
-            "mean_ratio": mean,
-            "ci95": half,
-            "met_in_samples": sum(met for _, met, _ in outcomes),
-            "samples": len(outcomes),
-            "met": met_all,
-            "per_sample": [how for _, _, how in outcomes],
-        }
-        with_moves = [{**r, "spotline": m} for r, m in zip(per_sample, opt_in, strict=True)]
-        moved = [goal_value(goal, r) for r in with_moves]
-        mean, half = interval([_goal_ratio(goal, r) for r in with_moves])
-        goals[goal.label]["moving to Spot"] = {
-            "mean_ratio": mean,
-            "ci95": half,
-            "met_in_samples": sum(met for _, met, _ in moved),
-        }
+        goals[goal.label] = {**_goal_row(goal, per_sample), "moving to Spot": _goal_row(goal, with_moves)}
     # What the goals can reach: the average JCT floor (every job started at its submission and
     # never stopped, `avg_run_s`) over the best peer's average JCT, per sample; and the lost
     # GPU-hours against the best peer that preempts (FIFO never does: its lost GPU-hours are

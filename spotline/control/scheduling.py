@@ -200,18 +200,15 @@ def scheduling_pass(cp: ControlPlane, *, act_until: float | None = None) -> Pass
                 progressed = done > 0
                 result.left_for_next_pass = len(decisions) - done
                 break
-            if isinstance(decision, Move):
-                # (A running job, not one of the queue's.)
-                batch.flush()
-                moved = active_by_id.get(decision.job.id)
-                if moved is not None:
-                    act(cp, moved, decision, active_by_id, team_held, result, now=now)
+            # (A move's job is a running one, not one of the queue's.)
+            moving = isinstance(decision, Move)
+            subject = active_by_id.get(decision.job.id) if moving else queue.records[decision.job.id]
+            if subject is None:
                 continue
-            record = queue.records[decision.job.id]
-            if isinstance(decision, Admit) and batch.add(record, decision):
+            if isinstance(decision, Admit) and batch.add(subject, decision):
                 continue
             batch.flush()  # decisions are carried out in the planner's order
-            act(cp, record, decision, active_by_id, team_held, result, now=now)
+            act(cp, subject, decision, active_by_id, team_held, result, now=now)
         batch.flush()
     full = any(n >= window for n in result.window_by_class.values())
     result.more_work = progressed or (bool(result.admitted) and full)

@@ -91,7 +91,9 @@ def candidate_pools(
         elif job.spec.spot is not SpotPreference.REQUIRED:
             on_demand.append(pool)
 
-    def key(p: Pool) -> tuple[float, float, str]:
-        return (p.price, p.interruption_rate_per_hour, p.name)
+    return sorted(spot, key=preference) + sorted(on_demand, key=preference)
 
-    return sorted(spot, key=key) + sorted(on_demand, key=key)
+
+def preference(pool: Pool) -> tuple[float, float, str]:
+    """The order of pools of one kind: lower price first, then lower interruption rate, then name."""
+    return (pool.price, pool.interruption_rate_per_hour, pool.name)

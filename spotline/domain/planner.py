@@ -30,7 +30,7 @@ from spotline.domain.models import (
     Pool,
     Priority,
 )
-from spotline.domain.placement import candidate_pools, spot_refusal
+from spotline.domain.placement import candidate_pools, preference, spot_refusal
 from spotline.domain.preemption import (
     Candidate,
     _may_reclaim,
@@ -564,8 +564,7 @@ def _moves_to_spot(
     and have at least `move_to_spot_min_remaining_s` left, longest first, each to the first
     Spot pool (cheapest) where it fits the GPUs still free; at most `budget` of them."""
     spot = sorted(
-        (p for p in snapshot.pools.values() if p.is_spot and ledger.free(p.name) > 0),
-        key=lambda p: (p.price, p.interruption_rate_per_hour, p.name),
+        (p for p in snapshot.pools.values() if p.is_spot and ledger.free(p.name) > 0), key=preference
     )
     if not spot:
         return []

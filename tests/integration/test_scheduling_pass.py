@@ -383,6 +383,7 @@ def test_a_long_job_on_demand_moves_to_spot_room_and_resumes_there(deployment: D
     long = start(deployment, submit(deployment, expected_runtime_s=36000), pool="a100-on-demand")
     start(deployment, submit(deployment, name="other"), pool="a100-spot", instance_id="i-0aaaaaaaaaaaaaaa2")
     deployment.clock.advance(3600)
+    before = plane.jobs.get(long.id)
 
     # When a pass runs with nothing pending
     result = scheduling_pass(plane)
@@ -394,6 +395,16 @@ def test_a_long_job_on_demand_moves_to_spot_room_and_resumes_there(deployment: D
     assert stored.draining_for == "a move to a100-spot"
     assert deployment.starter is not None
     assert f"preempt-{long.id}-v{stored.version}" in deployment.starter.names()
+
+    # And a concurrent pass that read the job before this one moved it does not move it again
+    from spotline.control.scheduling import move
+    from spotline.domain import Move
+
+    started = len(deployment.starter.names())
+    again = Move(before.job, "a100-on-demand", "a100-spot", 0.0, "a stale pass")
+    assert move(plane, before, again, now=deployment.clock()) is False
+    assert len(deployment.starter.names()) == started
+    assert plane.jobs.get(long.id).version == stored.version
 
     # And while it checkpoints, the Spot GPUs it goes to are kept for it: a job that only Spot
     # would take waits, and no second move is made
