@@ -2,23 +2,42 @@
 the control plane's own figures: the pass on moto at 100, 1,000 and 10,000 pending jobs (time,
 items read, writes of a pass that changes nothing) and a freed cluster's backlog (passes,
 admissions per second), each handler's import against boto3's, and what it costs on AWS per
-1,000 jobs, idle and per running job-hour, counted on the local runtime."""
+1,000 jobs, idle and per running job-hour, counted on the local runtime.
+
+The policies' simulations run on the simulator's compiled build (`bench.native`: the same source
+compiled with mypyc, checked first to decide exactly as the interpreted code), in a process of
+their own; `SPOTLINE_BENCH_NATIVE=0` runs them interpreted. Everything else measures the
+interpreted code that Lambda runs: `plan()`'s speed, the control plane's passes and costs."""
 
 from __future__ import annotations
 
+import os
+import subprocess
 import sys
+
+
+def _policy_bench() -> None:
+    from bench import native
+
+    env = dict(os.environ)
+    if os.environ.get("SPOTLINE_BENCH_NATIVE") != "0":
+        tree, line = native.prepare()
+        print(line, flush=True)
+        if tree is not None:
+            env[native.ENV] = str(tree)
+    else:
+        print("simulator: interpreted (SPOTLINE_BENCH_NATIVE=0)", flush=True)
+    done = subprocess.run([sys.executable, "-m", "bench.policy_bench"], env=env, check=False)
+    if done.returncode != 0:
+        print(f"policy bench failed (exit {done.returncode})", file=sys.stderr, flush=True)
 
 
 def main() -> int:
     from bench import plan_bench
 
     plan_bench.main()
-    try:
-        from bench import policy_bench
-    except ImportError as error:  # the simulator bench lands separately
-        print(f"policy bench unavailable: {error}", file=sys.stderr)
-    else:
-        policy_bench.main()
+    sys.stdout.flush()
+    _policy_bench()
     from bench import aws_costs, cold_start, pass_scale
 
     print()

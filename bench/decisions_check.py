@@ -8,7 +8,8 @@ SHA-256 of every decision the run logged (time, action, job, pool, victims, reas
     python -m bench.decisions_check --record /tmp/ref.json      # before a change
     python -m bench.decisions_check --check /tmp/ref.json       # after it: exit 1 on any difference
 
-`--samples` picks samples by name (`SAMPLES`), `--policies` the policies (default: spotline).
+`--samples` picks samples by name (`SAMPLES`), `--policies` the policies (default: spotline;
+`evaluated`: every policy of the evaluation, `policy_bench.EVAL_POLICIES`).
 """
 
 from __future__ import annotations
@@ -89,7 +90,8 @@ def main() -> None:
     out: dict[str, Any] = {}
     failed = False
     for name in args.samples.split(","):
-        for policy in args.policies.split(","):
+        policies = pb.EVAL_POLICIES if args.policies == "evaluated" else args.policies.split(",")
+        for policy in policies:
             key = f"{name}/{policy}"
             got = fingerprint(SAMPLES[name], policy)
             out[key] = got
