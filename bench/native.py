@@ -124,6 +124,10 @@ def build(root: Path = ROOT, quiet: bool = False) -> Path:
                 raise
     finally:
         shutil.rmtree(work, ignore_errors=True)
+    # Builds of older sources are never used again.
+    for old in target.parent.iterdir():
+        if old != target and (old / "complete").exists():
+            shutil.rmtree(old, ignore_errors=True)
     return tree
 
 
