@@ -124,10 +124,11 @@ elif REDUCED:
 # The ablations, Slurm's sensitivity and the churn sweep run on one mid-size synthetic trace each.
 # Sized so that `make bench` stays within about 10 minutes on 2 cores (the evaluation set is whole).
 # At 4,000 jobs on 256 GPUs, and at 2,000 on 128, the ablations did not finish: kueue-bwc with hard
-# kills (the ablation's peers) preempts in a cycle there, two teams reclaiming quota from each other
-# milliseconds apart (2.2 million events by day 4 of the trace; with the grace period's checkpoint,
-# the evaluation's setup, the same run takes about a second). A defect of the Kueue model's
-# hard-kill path, not fixed yet; at 1,500 jobs it does not arise.
+# kills (the ablation's peers) preempts in a cycle there: three teams reclaiming quota from each
+# other a fraction of a second apart, each step allowed by Kueue's rules (reclaimWithinCohort Any
+# with borrowWithinCohort; README, "Simulator"), 2.2 million events by day 4 of the trace; with the
+# grace period's checkpoint, the evaluation's setup, the same run takes about a second. At 1,500
+# jobs it does not arise.
 ABLATION_SAMPLE = _synth(3, 1.0, 500, 64) if QUICK else _synth(3, 1.0, 1500, 128)
 # The ablations run on three seeds of that trace (none of them a tuning or evaluation seed), and
 # report the mean and 95% CI over them: one sample alone let noise read as an effect.
