@@ -367,15 +367,18 @@ class KueuePolicy(PeerPolicy):
        borrowWithinCohort or fair sharing, a flavor is tried only when the request is within the
        queue's nominal quota there;
     4. candidates (findCandidates): lower-priority workloads of its own queue in that flavor, and
-       every workload of other queues of the cohort that borrow in that flavor (with
-       borrowWithinCohort while the preemptor borrows: only those of lower priority);
+       every workload of other queues of the cohort that borrow in that flavor (reclaimWithinCohort
+       Any);
     5. ordering (CandidatesOrdering): other queues first, lower priority first, most recently
        admitted first, then UID; with fair sharing, other queues by their share, highest first;
     6. minimalPreemptions: remove candidates in order (skipping another queue's once it no longer
        borrows) until the workload fits, then a reverse pass puts back each one not needed
-       (fillBackWorkloads); without borrowing when the queue stays within its nominal quota and
-       candidates from other queues exist, else only its own queue's candidates with borrowing
-       (or, with borrowWithinCohort, the others' lower-priority ones too). With fair sharing,
+       (fillBackWorkloads). The attempts (getTargets): with only its own queue's candidates, one
+       with borrowing; with borrowWithinCohort, one with borrowing over its own and the others'
+       candidates (only the others' lower-priority ones unless its queue is under its nominal
+       quota now; taking one of priority at least its own forbids borrowing); otherwise, when
+       its queue is under its nominal quota now, all candidates without borrowing, then its own
+       queue's candidates with borrowing. With fair sharing,
        another queue's workload is a target only while the preemptor's queue, with the new
        workload, has a share no higher than the target's queue without it
        (LessThanOrEqualToFinalShare);
@@ -529,31 +532,37 @@ class KueuePolicy(PeerPolicy):
         return False
 
     def targets(self, job: SimJob, ps: PoolState) -> list[SimJob]:
-        """GetTargets: the fewest victims in `ps` for `job` (rules 4-6), or []."""
+        """GetTargets: the fewest victims in `ps` for `job` (rules 4-6), or [].
+
+        As Kueue's `getTargets` (pkg/scheduler/preemption): with candidates of other queues,
+        borrowWithinCohort makes one minimal set with borrowing, from its own queue's candidates
+        and, unless its queue is under its nominal quota, only the others' lower-priority ones
+        (taking one of priority at least its own forbids borrowing); without it, a queue under
+        its nominal quota first tries every candidate without borrowing, and the last attempt is
+        its own queue's candidates with borrowing. "Under its nominal quota" is its usage now,
+        before the workload (`queueUnderNominalInResourcesNeedingPreemption`)."""
         if self.setup.fair_sharing:
             return self._fair_targets(job, ps)
         team, pool = job.team, ps.index
         demand = ps.demand(job)
         usage, nominal, held = self.usage[pool], self.nominal[pool], self.held[pool]
         same_lower = sum(held.get((team, rank), 0) for rank in range(job.rank))
-        within = usage.get(team, 0) + demand <= nominal.get(team, 0)
-        # Rule 6 without a scan: reclaiming without borrowing needs room in the preemptor's
-        # nominal quota and a borrowing queue; its own queue's candidates with borrowing, enough.
-        own = same_lower > 0 and ps.free + same_lower >= demand
-        borrowing: set[str] = set()
-        if within or self.setup.borrow_within_cohort:
-            borrowing = self._borrowing(pool) - {team}
-        if not borrowing and not own:
+        # (findCandidates: other queues' workloads only while their queue borrows in the flavor.)
+        borrowing = self._borrowing(pool) - {team}
+        if not borrowing and same_lower == 0:
             return []
-        if within:
+        under = usage.get(team, 0) < nominal.get(team, 0)
+        bwc = self.setup.borrow_within_cohort
+        # The others' candidates some attempt may take: all (reclaimWithinCohort Any) under
+        # nominal quota; with borrowWithinCohort above it, the lower-priority ones; else none.
+        if under:
             reachable = sum(usage[t] for t in borrowing)
-        else:  # borrowWithinCohort: only the others' lower-priority workloads
+        elif bwc:
             reachable = sum(held.get((t, rank), 0) for t in borrowing for rank in range(job.rank))
-            if reachable == 0:
-                borrowing = set()
-                if not own:
-                    return []
-        if borrowing and not own and ps.free + same_lower + reachable < demand:
+        else:
+            reachable = 0
+        # No attempt frees enough: nothing to scan.
+        if ps.free + same_lower + reachable < demand:
             return []
         same: list[SimJob] = []
         others: list[SimJob] = []
@@ -563,7 +572,7 @@ class KueuePolicy(PeerPolicy):
             if w.team == team:
                 if w.rank < job.rank:
                     same.append(w)
-            elif w.team in borrowing and (within or w.rank < job.rank):
+            elif w.team in borrowing:
                 others.append(w)
         if not same and not others:
             return []
@@ -573,34 +582,47 @@ class KueuePolicy(PeerPolicy):
 
         if not others:
             return self._minimal(job, ps, sorted(same, key=ordering), allow_borrowing=True)
-        candidates = sorted(same + others, key=ordering)
-        if within:
-            found = self._minimal(job, ps, candidates, allow_borrowing=False)
+        if bwc:
+            if not under:  # candidatesFromCQOrUnderThreshold
+                others = [w for w in others if w.rank < job.rank]
+            candidates = sorted(same + others, key=ordering)
+            return self._minimal(job, ps, candidates, allow_borrowing=True, threshold=job.rank)
+        if under:
+            found = self._minimal(job, ps, sorted(same + others, key=ordering), allow_borrowing=False)
             if found:
                 return found
-            return self._minimal(job, ps, sorted(same, key=ordering), allow_borrowing=True)
-        # borrowWithinCohort: the preemptor borrows, and may take lower-priority borrowed GPUs.
-        return self._minimal(job, ps, candidates, allow_borrowing=True)
+        return self._minimal(job, ps, sorted(same, key=ordering), allow_borrowing=True)
 
     def _minimal(
-        self, job: SimJob, ps: PoolState, candidates: list[SimJob], allow_borrowing: bool
+        self,
+        job: SimJob,
+        ps: PoolState,
+        candidates: list[SimJob],
+        allow_borrowing: bool,
+        threshold: int | None = None,
     ) -> list[SimJob]:
+        """minimalPreemptions. With `threshold` (borrowWithinCohort), taking another queue's
+        workload of that priority or higher forbids borrowing from then on."""
         pool = ps.index
         nominal = self.nominal[pool]
         usage = dict(self.usage[pool])
         free = ps.free
         demand = ps.demand(job)
         team = job.team
+        borrow = [allow_borrowing]
 
         def fits(free_now: int) -> bool:
             if demand > free_now:
                 return False
-            return allow_borrowing or usage.get(team, 0) + demand <= nominal.get(team, 0)
+            return borrow[0] or usage.get(team, 0) + demand <= nominal.get(team, 0)
 
         targets: list[SimJob] = []
         for w in candidates:
-            if w.team != team and usage.get(w.team, 0) <= nominal.get(w.team, 0):
-                continue  # that queue no longer borrows
+            if w.team != team:
+                if usage.get(w.team, 0) <= nominal.get(w.team, 0):
+                    continue  # that queue no longer borrows
+                if threshold is not None and w.rank >= threshold:
+                    borrow[0] = False
             usage[w.team] = usage.get(w.team, 0) - w.held
             free += w.held
             targets.append(w)

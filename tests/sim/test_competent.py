@@ -67,6 +67,36 @@ def test_kueue_borrow_within_cohort_lets_a_borrowing_queue_take_lower_priority_b
     assert by_id(runs["kueue-bwc"])["b-low"].preemptions == 1
 
 
+def _under_quota_rows(
+    borrower_class: str, preemptor_class: str
+) -> list[tuple[str, float, float, int, str, str]]:
+    # Equal work (24,000 GPU-s each), so 4 nominal GPUs each on 8 On-Demand GPUs. Team b borrows:
+    # six 1-GPU jobs; team a runs one low 2-GPU job, under its quota. Then a asks for 4 GPUs.
+    return [
+        *[(f"b{i}", float(i), 4000.0, 1, "b", borrower_class) for i in range(6)],
+        ("a-low", 6.0, 4000.0, 2, "a", "low"),
+        ("a-new", 10.0, 4000.0, 4, "a", preemptor_class),
+    ]
+
+
+@pytest.mark.parametrize("setup", ["kueue-classic", "kueue-bwc"])
+@pytest.mark.parametrize(("borrower", "preemptor"), [("low", "high"), ("high", "normal")])
+def test_kueue_reclaims_for_a_queue_under_its_nominal_quota_whatever_the_request(
+    setup: str, borrower: str, preemptor: str
+) -> None:
+    # Kueue's getTargets asks whether the queue is under its nominal quota now (2 of 4 GPUs), not
+    # whether its usage plus the request (2 + 4) fits it. Under it, every candidate is tried
+    # without borrowing: b's most recent borrowed jobs (any priority: reclaimWithinCohort Any)
+    # until b no longer borrows, then a's own lower-priority job, so a ends within its quota.
+    # (The model asked the second question before, and a-new waited for b's jobs to end.)
+    run = simulate(
+        trace(_under_quota_rows(borrower, preemptor)), [setup], gpus=8, spot_fraction=0.0, settings=SETTINGS
+    ).runs[setup]
+    jobs = by_id(run)
+    assert {j.id for j in run.jobs if j.preemptions} == {"b4", "b5", "a-low"}
+    assert jobs["a-new"].first_start == 60.0  # after the victims' 50 s writes
+
+
 def test_slurm_time_limits_round_up_to_the_usual_values() -> None:
     oracle, rounded = ESTIMATE_MODELS["oracle"], ESTIMATE_MODELS["round"]
     assert oracle.limit("j", 1234.0, 1) == 1234.0
