@@ -547,23 +547,27 @@ class KueuePolicy(PeerPolicy):
         demand = ps.demand(job)
         usage, nominal, held = self.usage[pool], self.nominal[pool], self.held[pool]
         same_lower = sum(held.get((team, rank), 0) for rank in range(job.rank))
-        # (findCandidates: other queues' workloads only while their queue borrows in the flavor.)
-        borrowing = self._borrowing(pool) - {team}
-        if not borrowing and same_lower == 0:
-            return []
         under = usage.get(team, 0) < nominal.get(team, 0)
         bwc = self.setup.borrow_within_cohort
+        # Without borrowWithinCohort, the attempt without borrowing can succeed only if its queue
+        # is under its nominal quota and fits it once its own lower-priority workloads are gone.
+        reclaim = under and usage.get(team, 0) - same_lower + demand <= nominal.get(team, 0)
+        # (findCandidates: other queues' workloads only while their queue borrows in the flavor.)
+        # Only the others' candidates an attempt may take are read: without borrowWithinCohort
+        # and that attempt, the last one takes its own queue's (as with no others at all).
+        borrowing = self._borrowing(pool) - {team} if reclaim or bwc else set()
+        if not borrowing and same_lower == 0:
+            return []
         # The others' candidates some attempt may take: all (reclaimWithinCohort Any) under
         # nominal quota; with borrowWithinCohort above it, the lower-priority ones; else none.
         if under:
             reachable = sum(usage[t] for t in borrowing)
-        elif bwc:
-            reachable = sum(held.get((t, rank), 0) for t in borrowing for rank in range(job.rank))
         else:
-            reachable = 0
+            reachable = sum(held.get((t, rank), 0) for t in borrowing for rank in range(job.rank))
         # No attempt frees enough: nothing to scan.
         if ps.free + same_lower + reachable < demand:
             return []
+        lower_only = bwc and not under  # candidatesFromCQOrUnderThreshold
         same: list[SimJob] = []
         others: list[SimJob] = []
         for w in ps.running.values():
@@ -572,7 +576,7 @@ class KueuePolicy(PeerPolicy):
             if w.team == team:
                 if w.rank < job.rank:
                     same.append(w)
-            elif w.team in borrowing:
+            elif w.team in borrowing and not (lower_only and w.rank >= job.rank):
                 others.append(w)
         if not same and not others:
             return []
@@ -583,14 +587,11 @@ class KueuePolicy(PeerPolicy):
         if not others:
             return self._minimal(job, ps, sorted(same, key=ordering), allow_borrowing=True)
         if bwc:
-            if not under:  # candidatesFromCQOrUnderThreshold
-                others = [w for w in others if w.rank < job.rank]
             candidates = sorted(same + others, key=ordering)
             return self._minimal(job, ps, candidates, allow_borrowing=True, threshold=job.rank)
-        if under:
-            found = self._minimal(job, ps, sorted(same + others, key=ordering), allow_borrowing=False)
-            if found:
-                return found
+        found = self._minimal(job, ps, sorted(same + others, key=ordering), allow_borrowing=False)
+        if found:
+            return found
         return self._minimal(job, ps, sorted(same, key=ordering), allow_borrowing=True)
 
     def _minimal(
