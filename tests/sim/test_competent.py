@@ -97,6 +97,27 @@ def test_kueue_reclaims_for_a_queue_under_its_nominal_quota_whatever_the_request
     assert jobs["a-new"].first_start == 60.0  # after the victims' 50 s writes
 
 
+def test_kueue_borrow_within_cohort_may_not_borrow_once_it_takes_a_higher_priority_workload() -> None:
+    # Quotas 4 (a), 2 (b), 2 (c) of 8 On-Demand GPUs (GPU-seconds 16,000, 8,000, 8,000). c's job
+    # ends at 1000, when b starts borrowing 3 GPUs with five high jobs and a runs 3 (under its 4).
+    # At 1500 a asks for 2 more, which would make it borrow. Under its quota, borrowWithinCohort
+    # may take b's borrowed jobs of any priority, but taking one of priority at least a-new's
+    # forbids borrowing (minimalPreemptions' allowBorrowingBelowPriority), and a-new cannot fit
+    # within a's quota: no preemption, a-new waits for b's jobs to end at 2600. (Borrowing
+    # allowed throughout, it would preempt two of b's jobs and start at 1550.)
+    rows = [
+        ("c0", 0.0, 1000.0, 8, "c", "low"),
+        *[(f"b{i}", 1000.0, 1600.0, 1, "b", "high") for i in range(5)],
+        ("a-run", 1000.0, 4000.0, 3, "a", "normal"),
+        ("a-new", 1500.0, 2000.0, 2, "a", "normal"),
+    ]
+    run = simulate(trace(rows), ["kueue-bwc"], gpus=8, spot_fraction=0.0, settings=SETTINGS).runs["kueue-bwc"]
+    jobs = by_id(run)
+    assert jobs["b0"].first_start == 1000.0 and jobs["a-run"].first_start == 1000.0
+    assert run.metrics["preemptions"] == 0
+    assert jobs["a-new"].first_start == 2600.0
+
+
 def test_slurm_time_limits_round_up_to_the_usual_values() -> None:
     oracle, rounded = ESTIMATE_MODELS["oracle"], ESTIMATE_MODELS["round"]
     assert oracle.limit("j", 1234.0, 1) == 1234.0
