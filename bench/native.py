@@ -219,6 +219,19 @@ def prepare(root: Path = ROOT) -> tuple[Path | None, str]:
     )
 
 
+def rerun_compiled(module: str) -> None:
+    """Run `python -m module` again on the verified build (for a tool whose work is simulations:
+    `bench.tune`), unless this process runs on one already or `SPOTLINE_BENCH_NATIVE=0`. Returns
+    when no build is usable (the tool then runs interpreted)."""
+    if os.environ.get(ENV) or os.environ.get("SPOTLINE_BENCH_NATIVE") == "0":
+        return
+    tree, line = prepare()
+    print(line, file=sys.stderr, flush=True)
+    if tree is not None:
+        command = [sys.executable, "-m", module, *sys.argv[1:]]
+        os.execve(sys.executable, command, {**os.environ, ENV: str(tree)})
+
+
 def main() -> int:
     if sys.argv[1:] == ["--smoke"]:
         smoke()
