@@ -11,7 +11,6 @@ interpreted code that Lambda runs: `plan()`'s speed, the control plane's passes 
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 
@@ -19,14 +18,8 @@ import sys
 def _policy_bench() -> None:
     from bench import native
 
-    env = dict(os.environ)
-    if os.environ.get("SPOTLINE_BENCH_NATIVE") != "0":
-        tree, line = native.prepare()
-        print(line, flush=True)
-        if tree is not None:
-            env[native.ENV] = str(tree)
-    else:
-        print("simulator: interpreted (SPOTLINE_BENCH_NATIVE=0)", flush=True)
+    env, line = native.environment()
+    print(line, flush=True)
     done = subprocess.run([sys.executable, "-m", "bench.policy_bench"], env=env, check=False)
     if done.returncode != 0:
         print(f"policy bench failed (exit {done.returncode})", file=sys.stderr, flush=True)

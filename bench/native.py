@@ -20,6 +20,7 @@ difference, or with no C compiler, it runs interpreted and says so.
 
 from __future__ import annotations
 
+import argparse
 import hashlib
 import os
 import shutil
@@ -90,7 +91,8 @@ def compiler_missing() -> str | None:
 
 def build(root: Path = ROOT, quiet: bool = False) -> Path:
     """The build's tree (made unless it exists). Raises `RuntimeError`, naming why, when it fails."""
-    target = root / "build" / "native" / key(root)
+    digest = key(root)
+    target = root / "build" / "native" / digest
     tree = target / "tree"
     if (target / "complete").exists():
         return tree
@@ -116,7 +118,7 @@ def build(root: Path = ROOT, quiet: bool = False) -> Path:
             tail = (done.stdout + done.stderr).strip().splitlines()[-15:]
             raise RuntimeError("mypyc failed:\n" + "\n".join(tail))
         shutil.rmtree(staged / "build", ignore_errors=True)
-        (work / "complete").write_text(key(root) + "\n")
+        (work / "complete").write_text(digest + "\n")
         try:
             work.rename(target)
         except OSError:
@@ -138,46 +140,32 @@ def compiled(tree: Path) -> list[str]:
     )
 
 
+def _run(root: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", *args], cwd=root, env=env, capture_output=True, text=True, check=False
+    )
+
+
 def verify(tree: Path, root: Path = ROOT) -> tuple[bool, str]:
     """Whether the build decides exactly as the interpreted code on `VERIFY_SAMPLE`, and the
     check's report."""
+    interpreted_env = {k: v for k, v in os.environ.items() if k != ENV}
+    native_env = {**interpreted_env, ENV: str(tree)}
     with tempfile.TemporaryDirectory() as scratch:
-        reference = Path(scratch) / "interpreted.json"
-        common = ["--samples", VERIFY_SAMPLE, "--policies", "evaluated"]
-        env = {k: v for k, v in os.environ.items() if k != ENV}
-        interpreted = subprocess.run(
-            [sys.executable, "-m", "bench.decisions_check", "--record", str(reference), *common],
-            cwd=root,
-            env=env,
-            capture_output=True,
-            text=True,
-            check=False,
-        )
+        reference = str(Path(scratch) / "interpreted.json")
+        common = ("--samples", VERIFY_SAMPLE, "--policies", "evaluated")
+        interpreted = _run(root, interpreted_env, "bench.decisions_check", "--record", reference, *common)
         if interpreted.returncode != 0:
             return False, "the interpreted run failed:\n" + interpreted.stderr[-2000:]
-        native = subprocess.run(
-            [sys.executable, "-m", "bench.decisions_check", "--check", str(reference), *common],
-            cwd=root,
-            env={**env, ENV: str(tree)},
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-        report = (native.stdout + native.stderr).strip()
-        if native.returncode != 0:
-            return False, report
-        smoke = subprocess.run(
-            [sys.executable, "-m", "bench.native", "--smoke"],
-            cwd=root,
-            env={**env, ENV: str(tree)},
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-        if smoke.returncode != 0:
-            tail = "\n".join((smoke.stdout + smoke.stderr).strip().splitlines()[-8:])
-            return False, f"{report}\nruns in worker processes failed:\n{tail}"
-        return True, report
+        native = _run(root, native_env, "bench.decisions_check", "--check", reference, *common)
+    report = (native.stdout + native.stderr).strip()
+    if native.returncode != 0:
+        return False, report
+    smoke = _run(root, native_env, "bench.native", "--smoke")
+    if smoke.returncode != 0:
+        tail = "\n".join((smoke.stdout + smoke.stderr).strip().splitlines()[-8:])
+        return False, f"{report}\nruns in worker processes failed:\n{tail}"
+    return True, report
 
 
 def smoke() -> None:
@@ -219,21 +207,38 @@ def prepare(root: Path = ROOT) -> tuple[Path | None, str]:
     )
 
 
+def environment() -> tuple[dict[str, str], str]:
+    """The environment for a process whose work is simulations: this one's, naming the verified
+    build (`ENV`) unless `SPOTLINE_BENCH_NATIVE=0` or no build is usable; and a line saying
+    which code the simulations run."""
+    env = {k: v for k, v in os.environ.items() if k != ENV}
+    if env.get("SPOTLINE_BENCH_NATIVE") == "0":
+        return env, "simulator: interpreted (SPOTLINE_BENCH_NATIVE=0)"
+    tree, line = prepare()
+    if tree is not None:
+        env[ENV] = str(tree)
+    return env, line
+
+
 def rerun_compiled(module: str) -> None:
     """Run `python -m module` again on the verified build (for a tool whose work is simulations:
     `bench.tune`), unless this process runs on one already or `SPOTLINE_BENCH_NATIVE=0`. Returns
     when no build is usable (the tool then runs interpreted)."""
-    if os.environ.get(ENV) or os.environ.get("SPOTLINE_BENCH_NATIVE") == "0":
+    if os.environ.get(ENV):
         return
-    tree, line = prepare()
+    env, line = environment()
     print(line, file=sys.stderr, flush=True)
-    if tree is not None:
-        command = [sys.executable, "-m", module, *sys.argv[1:]]
-        os.execve(sys.executable, command, {**os.environ, ENV: str(tree)})
+    if ENV in env:
+        os.execve(sys.executable, [sys.executable, "-m", module, *sys.argv[1:]], env)
 
 
-def main() -> int:
-    if sys.argv[1:] == ["--smoke"]:
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--smoke", action="store_true", help="(in a build) run the bench's runs in worker processes"
+    )
+    args = parser.parse_args(argv)
+    if args.smoke:
         smoke()
         return 0
     tree, line = prepare()

@@ -610,12 +610,11 @@ class KueuePolicy(PeerPolicy):
         free = ps.free
         demand = ps.demand(job)
         team = job.team
-        borrow = [allow_borrowing]
 
         def fits(free_now: int) -> bool:
             if demand > free_now:
                 return False
-            return borrow[0] or usage.get(team, 0) + demand <= nominal.get(team, 0)
+            return allow_borrowing or usage.get(team, 0) + demand <= nominal.get(team, 0)
 
         targets: list[SimJob] = []
         for w in candidates:
@@ -623,7 +622,7 @@ class KueuePolicy(PeerPolicy):
                 if usage.get(w.team, 0) <= nominal.get(w.team, 0):
                     continue  # that queue no longer borrows
                 if threshold is not None and w.rank >= threshold:
-                    borrow[0] = False
+                    allow_borrowing = False  # (read by `fits`, here and in the fill-back)
             usage[w.team] = usage.get(w.team, 0) - w.held
             free += w.held
             targets.append(w)
