@@ -48,11 +48,14 @@ class _Team:
 class _Head:
     """One class's head as the last pass read it, and its teams' orders (None until made)."""
 
-    __slots__ = ("ids", "jobs", "keys", "latest_enqueue", "plain_for", "teams", "weights")
+    __slots__ = ("ids", "jobs", "keys", "latest_enqueue", "plain_for", "seen", "teams", "weights")
 
     def __init__(self, weights: PriorityWeights, ids: tuple[int, ...], jobs: Sequence[Job]) -> None:
         self.weights = weights
         self.ids = ids
+        # The head's records in order as the last pass read them (`_same`: most passes find a
+        # class's head as it was, and comparing them is cheaper than making `ids` again).
+        self.seen: list[Job] = list(jobs)
         # The records by id: holding them keeps an id from naming another record.
         self.jobs: dict[int, Job] = dict(zip(ids, jobs, strict=True))
         self.teams: dict[str, _Team] | None = None
@@ -240,17 +243,28 @@ def streams(cls: Priority, jobs: Sequence[Job], score: PriorityScorer, now: floa
     return found
 
 
+def _same(seen: list[Job], jobs: Sequence[Job]) -> bool:
+    """The same records in the same order (by identity)."""
+    if len(seen) != len(jobs):
+        return False
+    return all(seen[index] is jobs[index] for index in range(len(seen)))
+
+
 def _streams(cls: Priority, jobs: Sequence[Job], score: PriorityScorer, now: float) -> list[Stream] | None:
     """The head `jobs` of class `cls` as one stream per team, or None: score them all (the head
     changed too much since the last pass, or a weight is negative)."""
     weights = score.weights
     if not _non_negative(weights):
         return None
-    ids = tuple(map(id, jobs))
     head = _HEADS.get(cls)
     if head is None or (head.weights is not weights and head.weights != weights):
-        _HEADS[cls] = _Head(weights, ids, jobs)
+        _HEADS[cls] = _Head(weights, tuple(map(id, jobs)), jobs)
         return None
+    if not _same(head.seen, jobs):
+        ids = tuple(map(id, jobs))
+        head.seen = list(jobs)
+    else:
+        ids = head.ids
     if head.ids != ids:
         known = head.jobs
         current = set(ids)

@@ -332,9 +332,10 @@ class Pool(BaseModel):
 
     def demand_gpus(self, job: Job) -> int:
         """GPUs a job takes in this pool: a gang job (nodes > 1) takes whole nodes."""
-        if job.nodes > 1:
-            return job.nodes * self.gpus_per_node
-        return job.gpus
+        spec = job.spec  # (read once: a pass asks this for most jobs it decides)
+        if spec.nodes > 1:
+            return spec.nodes * self.gpus_per_node
+        return spec.gpus
 
     def can_host(self, job: Job) -> bool:
         """GPU type and node shape allow the job here (capacity aside). A gang job (nodes > 1)

@@ -310,9 +310,9 @@ def plan_with_stats(
        preference order); else wait, with the reason.
 
     With `explain=False` the pass stops once no job left in its order can be admitted or preempt
-    (`_RunningJobs.nothing_left_to_decide`), and leaves out their `Wait`s: the admissions and
-    preemptions are exactly those of `explain=True` (tested), for a caller that does not show
-    wait reasons (the simulator).
+    (`_RunningJobs.nothing_left_to_decide`), and gives no `Wait`s (nor makes their reasons): the
+    admissions, preemptions and moves are exactly those of `explain=True`, in the same order
+    (tested), for a caller that does not show wait reasons (the simulator, the forecast).
 
     `running`, when given, is the snapshot's allocations already indexed (`RunningIndex`, kept up
     to date by a caller that owns them across passes); the pass reads it instead of
@@ -386,6 +386,11 @@ def plan_with_stats(
     # (`classes_left`: the jobs of each class not yet decided, for `explain=False`'s stop.)
     changes = 0  # decisions so far that changed the ledger, the taken victims or the spare GPUs
     placed_key: tuple[int, ...] | None = None  # `_placement_key`, when first needed
+    popped = 0  # jobs decided so far, for `explain=False`'s stop
+    # (What the loop reads of the policy for each job, read once: a record's attributes cost
+    # a dictionary lookup each.)
+    stop_at_once = config.stop_at_once_for
+    delay_s = config.preemption_delay_s
     while ranked or unscored:
         # Score the parts whose bound reaches the heap's best (`<=`: a tie goes to submission time).
         while unscored and (not ranked or ranked[0][0] >= unscored[0][0]):
@@ -422,26 +427,29 @@ def plan_with_stats(
             heapq.heapify(ranked)
         negative, _, _, job = heapq.heappop(ranked)
         priority = -negative
+        cls = job.spec.priority
         if not explain:
-            if decisions and running_jobs.nothing_left_to_decide(
+            if popped and running_jobs.nothing_left_to_decide(
                 priority, classes_left, preemptions_left, surplus, taken, changes
             ):
                 break
-            cls = job.spec.priority
+            popped += 1
             left = classes_left[cls] - 1
             if left:
                 classes_left[cls] = left
             else:
                 del classes_left[cls]
-        if job.id in draining:
-            count = len(draining[job.id])
-            reason = f"waiting for {count} preempted job(s) to checkpoint and leave"
-            decisions.append(Wait(job, priority, reason))
+        if draining and job.id in draining:
+            if explain:
+                count = len(draining[job.id])
+                reason = f"waiting for {count} preempted job(s) to checkpoint and leave"
+                decisions.append(Wait(job, priority, reason))
             continue
         alike = _alike(job)
         known = waits.get(alike) if alike is not None else None
         if known is not None and priority <= known[0]:
-            decisions.append(Wait(job, priority, known[1]))
+            if explain:
+                decisions.append(Wait(job, priority, known[1]))
             continue
         pools = placements.get(alike) if alike is not None else None
         if pools is None:
@@ -462,16 +470,15 @@ def plan_with_stats(
             if alike is not None:
                 placements[alike] = pools
         if not pools:
-            reason = _no_pool_reason(job, snapshot)
-            decisions.append(Wait(job, priority, reason))
+            reason = _no_pool_reason(job, snapshot) if explain else ""
+            if explain:
+                decisions.append(Wait(job, priority, reason))
             if alike is not None:
                 waits[alike] = (math.inf, reason)
             continue
         admitted = False
-        first_shortfall = ""
         for pool in pools:
-            shortfall = ledger.shortfall(job, pool)
-            if shortfall is None:
+            if ledger.fits(job, pool):
                 demand = pool.demand_gpus(job)
                 free = ledger.free(pool.name)
                 ledger.take(job.team, pool.name, demand)
@@ -480,33 +487,39 @@ def plan_with_stats(
                 )
                 admitted = True
                 break
-            first_shortfall = first_shortfall or shortfall
         if admitted:
             waits.clear()  # the ledger changed
             changes += 1
             continue
-        if surplus and job.priority not in config.stop_at_once_for:
+        # Why it does not fit: in the first of its pools (none fits). Made only for a reason
+        # given (a pass without explanations gives none for its waits); the ledger stays as it
+        # is until the job's decision, so it is the same whenever it is made.
+        first_shortfall = (ledger.shortfall(job, pools[0]) or "") if explain else ""
+        if surplus and cls not in stop_at_once:
             claim = _claim_surplus(job, pools, surplus, ledger)
             if claim is not None:
                 changes += 1
-                decisions.append(Wait(job, priority, claim))
+                if explain:
+                    decisions.append(Wait(job, priority, claim))
                 continue
         if preemptions_left <= 0:
-            reason = f"waiting: {first_shortfall}; preemption budget of this pass spent"
-            decisions.append(Wait(job, priority, reason))
+            reason = f"waiting: {first_shortfall}; preemption budget of this pass spent" if explain else ""
+            if explain:
+                decisions.append(Wait(job, priority, reason))
             if alike is not None:
                 waits[alike] = (math.inf, reason)
             continue
-        if config.preemption_delay_s > 0 and job.priority not in config.stop_at_once_for:
+        if delay_s > 0 and cls not in stop_at_once:
             waited = wait_s(job, now)
-            if waited < config.preemption_delay_s:
+            if waited < delay_s:
                 # How long it has waited is the job's own (the API computes it when read), not
                 # part of the reason: a reason that changed every pass would be rewritten every pass.
-                reason = (
-                    f"waiting: {first_shortfall}; it may preempt after waiting"
-                    f" {config.preemption_delay_s:.0f} s in the queue"
-                )
-                decisions.append(Wait(job, priority, reason))
+                if explain:
+                    reason = (
+                        f"waiting: {first_shortfall}; it may preempt after waiting"
+                        f" {config.preemption_delay_s:.0f} s in the queue"
+                    )
+                    decisions.append(Wait(job, priority, reason))
                 continue
         best: tuple[Pool, list[Candidate]] | None = None
         for pool in pools:
@@ -517,14 +530,18 @@ def plan_with_stats(
             if victims and (best is None or len(victims) < len(best[1])):
                 best = (pool, victims)
         if best is None:
-            names = ", ".join(p.name for p in pools)
-            reason = f"waiting: {first_shortfall}, and nothing lower-priority to preempt in pool {names}"
-            decisions.append(Wait(job, priority, reason))
+            reason = ""
+            if explain:
+                names = ", ".join(p.name for p in pools)
+                reason = f"waiting: {first_shortfall}, and nothing lower-priority to preempt in pool {names}"
+                decisions.append(Wait(job, priority, reason))
             if alike is not None:
                 # An alike job ranked lower waits too: a lower priority only narrows who is lower
                 # by the margin, so it finds no victim, or no set that frees enough.
                 waits[alike] = (priority, reason)
             continue
+        if not explain:
+            first_shortfall = ledger.shortfall(job, pools[0]) or ""
         waits.clear()  # the ledger changed
         changes += 1
         pool, victims = best
@@ -533,7 +550,7 @@ def plan_with_stats(
         _reserve_for_preemptor(ledger, job, pool, [v.allocation for v in victims])
         _add_spare(surplus, job, pool, [v.allocation for v in victims])
         ids = tuple(v.job_id for v in victims)
-        checkpoint = job.priority not in config.stop_at_once_for
+        checkpoint = cls not in stop_at_once
         reason = f"preempting {len(ids)} job(s) in {pool.name} by {config.strategy.value}: {first_shortfall}"
         if not checkpoint:
             reason += f"; stopped at once for a {job.priority.value} job"
@@ -1104,11 +1121,26 @@ def _alike(job: Job) -> tuple[object, ...] | None:
     """What decides a pass's answer for a job other than its effective priority: the job fields
     that `candidate_pools`, `Ledger.shortfall` and the victims' eligibility read (team, class,
     shape, spot preference, interruptions). None for a job with a deadline, whose placement
-    also depends on its remaining time."""
+    also depends on its remaining time.
+
+    Kept by the record's id, with the record (records are immutable, and an id reused by another
+    record is not mistaken for it): a pass asks it of most jobs it pops, again each pass."""
+    kept = _ALIKE.get(id(job))
+    if kept is not None and kept[0] is job:
+        return kept[1]
     spec = job.spec
-    if spec.deadline is not None:
-        return None
-    return (job.team, spec.priority, spec.gpus, spec.nodes, spec.gpu_type, spec.spot, job.interruptions)
+    key: tuple[object, ...] | None = None
+    if spec.deadline is None:
+        key = (job.team, spec.priority, spec.gpus, spec.nodes, spec.gpu_type, spec.spot, job.interruptions)
+    if len(_ALIKE) >= _ALIKE_KEPT:
+        _ALIKE.clear()
+    _ALIKE[id(job)] = (job, key)
+    return key
+
+
+# id(record) -> (record, `_alike` of it), for the records passes read (at most `_ALIKE_KEPT`).
+_ALIKE: dict[int, tuple[Job, tuple[object, ...] | None]] = {}
+_ALIKE_KEPT = 16384
 
 
 def _add_spare(surplus: dict[str, int], job: Job, pool: Pool, victims: Sequence[Allocation]) -> None:

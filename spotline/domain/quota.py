@@ -45,30 +45,38 @@ def lendable_gpus(team: str, usage: Mapping[str, int], quotas: Mapping[str, Team
     return max(0, lent - taken)
 
 
+def quota_fits(team: str, extra_gpus: int, usage: Mapping[str, int], quotas: Mapping[str, TeamQuota]) -> bool:
+    """Whether `team` may take `extra_gpus` more (`quota_shortfall` is None)."""
+    quota = quotas.get(team)
+    if quota is None:
+        return True
+    need = usage.get(team, 0) + extra_gpus - quota.nominal_gpus
+    if need <= 0:
+        return True
+    if quota.borrowing_limit_gpus is not None and need > quota.borrowing_limit_gpus:
+        return False
+    # `need` is all the team would borrow, including what it borrows already: `lendable_gpus`
+    # does not subtract the team's own borrowing, so compare the total, not the increment.
+    return need <= lendable_gpus(team, usage, quotas)
+
+
 def quota_shortfall(
     team: str, extra_gpus: int, usage: Mapping[str, int], quotas: Mapping[str, TeamQuota]
 ) -> str | None:
     """None when `team` may take `extra_gpus` more; otherwise why not, in a user's words."""
-    quota = quotas.get(team)
-    if quota is None:
+    if quota_fits(team, extra_gpus, usage, quotas):
         return None
+    quota = quotas[team]
     after = usage.get(team, 0) + extra_gpus
-    need = after - quota.nominal_gpus
-    if need <= 0:
-        return None
-    if quota.borrowing_limit_gpus is not None and need > quota.borrowing_limit_gpus:
+    if quota.borrowing_limit_gpus is not None and after - quota.nominal_gpus > quota.borrowing_limit_gpus:
         return (
             f"team quota exhausted: {team} would use {after} GPUs, nominal {quota.nominal_gpus}"
             f" + borrowing limit {quota.borrowing_limit_gpus}"
         )
-    # `need` is all the team would borrow, including what it borrows already: `lendable_gpus`
-    # does not subtract the team's own borrowing, so compare the total, not the increment.
-    if need > lendable_gpus(team, usage, quotas):
-        return (
-            f"team quota exhausted: {team} is at its nominal {quota.nominal_gpus} GPUs"
-            " and no idle quota to borrow"
-        )
-    return None
+    return (
+        f"team quota exhausted: {team} is at its nominal {quota.nominal_gpus} GPUs"
+        " and no idle quota to borrow"
+    )
 
 
 @dataclass
@@ -101,6 +109,11 @@ class Ledger:
     def give_back(self, team: str, pool: str, gpus: int) -> None:
         self.pool_used[pool] = self.pool_used.get(pool, 0) - gpus
         self.team_used[team] = self.team_used.get(team, 0) - gpus
+
+    def fits(self, job: Job, pool: Pool) -> bool:
+        """Whether `job` fits in `pool` now (`shortfall` is None), without saying why not."""
+        demand = pool.demand_gpus(job)
+        return demand <= self.free(pool.name) and quota_fits(job.team, demand, self.team_used, self.quotas)
 
     def shortfall(self, job: Job, pool: Pool) -> str | None:
         """None when `job` fits in `pool` now; otherwise the reason it does not."""
