@@ -48,16 +48,14 @@ class _Team:
 class _Head:
     """One class's head as the last pass read it, and its teams' orders (None until made)."""
 
-    __slots__ = ("ids", "jobs", "keys", "latest_enqueue", "plain_for", "seen", "teams", "weights")
+    __slots__ = ("jobs", "keys", "latest_enqueue", "plain_for", "seen", "teams", "weights")
 
-    def __init__(self, weights: PriorityWeights, ids: tuple[int, ...], jobs: Sequence[Job]) -> None:
+    def __init__(self, weights: PriorityWeights, jobs: Sequence[Job]) -> None:
         self.weights = weights
-        self.ids = ids
-        # The head's records in order as the last pass read them (`_same`: most passes find a
-        # class's head as it was, and comparing them is cheaper than making `ids` again).
+        # The head's records in order, as the last pass read them.
         self.seen: list[Job] = list(jobs)
         # The records by id: holding them keeps an id from naming another record.
-        self.jobs: dict[int, Job] = dict(zip(ids, jobs, strict=True))
+        self.jobs: dict[int, Job] = {id(job): job for job in jobs}
         self.teams: dict[str, _Team] | None = None
         self.keys: dict[int, tuple[str, float, float]] = {}  # id -> (team, static, arrival key)
         # No job of the head was enqueued later (kept as jobs leave: a bound needs no more).
@@ -250,6 +248,38 @@ def _same(seen: list[Job], jobs: Sequence[Job]) -> bool:
     return all(seen[index] is jobs[index] for index in range(len(seen)))
 
 
+def _changes(
+    seen: list[Job], known: dict[int, Job], jobs: Sequence[Job]
+) -> tuple[list[Job], list[Job]] | None:
+    """The records of `seen` that `jobs` no longer holds, and those of `jobs` new since, by
+    identity (`known`: `seen` by id). Both are in the queue's order, and a record keeps its place
+    in it, so one walk down both finds them: a record of `jobs` that `seen` holds further on
+    means that those of `seen` before it left. None when the two are not in one order (a head
+    read from another queue, or reordered): the caller makes the head again."""
+    removed: list[Job] = []
+    added: list[Job] = []
+    count = len(seen)
+    at = 0
+    for job in jobs:
+        if at < count and seen[at] is job:
+            at += 1
+            continue
+        if known.get(id(job)) is not job:
+            added.append(job)
+            continue
+        # In `seen`, further on (or before `at`, out of order: the walk runs off the end).
+        while True:
+            if at >= count:
+                return None
+            old = seen[at]
+            at += 1
+            if old is job:
+                break
+            removed.append(old)
+    removed.extend(seen[at:])
+    return removed, added
+
+
 def _streams(cls: Priority, jobs: Sequence[Job], score: PriorityScorer, now: float) -> list[Stream] | None:
     """The head `jobs` of class `cls` as one stream per team, or None: score them all (the head
     changed too much since the last pass, or a weight is negative)."""
@@ -258,28 +288,26 @@ def _streams(cls: Priority, jobs: Sequence[Job], score: PriorityScorer, now: flo
         return None
     head = _HEADS.get(cls)
     if head is None or (head.weights is not weights and head.weights != weights):
-        _HEADS[cls] = _Head(weights, tuple(map(id, jobs)), jobs)
+        _HEADS[cls] = _Head(weights, jobs)
         return None
     if not _same(head.seen, jobs):
-        ids = tuple(map(id, jobs))
-        head.seen = list(jobs)
-    else:
-        ids = head.ids
-    if head.ids != ids:
-        known = head.jobs
-        current = set(ids)
-        removed = known.keys() - current
-        added = current - known.keys()
-        if len(removed) + len(added) > max(16, len(ids) // 2):
-            _HEADS[cls] = _Head(weights, ids, jobs)
+        changed = _changes(head.seen, head.jobs, jobs)
+        if changed is None or len(changed[0]) + len(changed[1]) > max(16, len(jobs) // 2):
+            _HEADS[cls] = _Head(weights, jobs)
             return None
-        head.ids = ids
-        head.jobs = dict(zip(ids, jobs, strict=True))
+        removed, added = changed
+        head.seen = list(jobs)
+        known = head.jobs
         if head.teams is not None:
-            for number in removed:
-                head._remove(number)
-            for number in added:
-                head._add(number, head.jobs[number], score)
+            for job in removed:
+                head._remove(id(job))
+        for job in removed:
+            del known[id(job)]
+        for job in added:
+            known[id(job)] = job
+        if head.teams is not None:
+            for job in added:
+                head._add(id(job), job, score)
     if head.teams is None:
         head.make(score)
     assert head.teams is not None

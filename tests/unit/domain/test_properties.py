@@ -726,3 +726,33 @@ def test_the_victim_search_finds_exactly_the_running_jobs_lower_by_the_margin_or
                     assert floor == min(below)
         if running_ids and data.draw(st.booleans()):
             taken.add(data.draw(st.sampled_from(running_ids)))
+
+
+# --- a class's head kept across passes: what changed since the last one ------------------
+
+
+@PROPERTY
+@given(st.lists(st.booleans(), max_size=40), st.lists(st.booleans(), max_size=40), st.data())
+def test_the_changes_of_a_head_are_its_records_gone_and_new_whatever_left_or_joined_it(
+    in_before: list[bool], in_after: list[bool], data: st.DataObject
+) -> None:
+    # Given one queue order of records, a head read before and one read after: each a
+    # subsequence of that order (records leave and join; a job requeued is a new record)
+    records = [job(f"q{i:02d}").build() for i in range(max(len(in_before), len(in_after)))]
+    before = [r for r, kept in zip(records, in_before, strict=False) if kept]
+    after = [r for r, kept in zip(records, in_after, strict=False) if kept]
+    known = {id(r): r for r in before}
+
+    found = heads._changes(before, known, after)
+
+    # Then it names exactly the records gone and the records new, each in the queue's order
+    assert found is not None
+    removed, added = found
+    assert [id(r) for r in removed] == [id(r) for r in before if all(r is not a for a in after)]
+    assert [id(r) for r in added] == [id(r) for r in after if all(r is not b for b in before)]
+    # And a head read out of that order is refused, not diffed wrongly
+    if len({id(r) for r in before} & {id(r) for r in after}) >= 2:
+        shuffled = data.draw(st.permutations(after))
+        common = [r for r in shuffled if id(r) in known]
+        if [id(r) for r in common] != [id(r) for r in after if id(r) in known]:
+            assert heads._changes(before, known, shuffled) is None
