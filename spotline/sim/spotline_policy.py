@@ -17,8 +17,8 @@ and calls `plan`; it acts on the decisions as the workflows do:
 Spot notices: a job on a reclaimed instance checkpoints inside the 2-minute notice when its write
 fits, then is requeued (architecture.md: checkpoint, then requeue every job on the instance).
 
-Records are built with `model_construct` and copied with `_replace` (no validation on the hot
-path: the values come from a validated trace).
+Records are built with `_construct` (`model_construct`, made directly) and copied with
+`_replace` (no validation on the hot path: the values come from a validated trace).
 """
 
 from __future__ import annotations
@@ -77,6 +77,31 @@ def _replace(record: _Model, **changes: Any) -> _Model:
     return copied
 
 
+def _construct(cls: type[_Model], **values: Any) -> _Model:
+    """`cls.model_construct(**values)` where `values` gives every field, made directly: the
+    adapter makes a record at every submission, requeue and start, and a snapshot every pass,
+    and `model_construct` walks the model's fields in Python. The same instance state
+    (tested, `tests/sim/test_records.py`); a field missing or unknown is refused."""
+    known = _FIELDS.get(cls)
+    if known is None:
+        known = _FIELDS[cls] = (tuple(cls.model_fields), frozenset(cls.model_fields))
+    names, given = known
+    if values.keys() != given:
+        missing = sorted(given - values.keys())
+        unknown = sorted(values.keys() - given)
+        raise TypeError(f"{cls.__name__}: missing fields {missing}, unknown fields {unknown}")
+    record = cls.__new__(cls)
+    object.__setattr__(record, "__dict__", {name: values[name] for name in names})
+    object.__setattr__(record, "__pydantic_fields_set__", set(names))
+    object.__setattr__(record, "__pydantic_extra__", None)
+    object.__setattr__(record, "__pydantic_private__", None)
+    return record
+
+
+# A model's field names, in order and as a set (`_construct`).
+_FIELDS: dict[type[BaseModel], tuple[tuple[str, ...], frozenset[str]]] = {}
+
+
 class SpotlinePolicy:
     """Ours: priority with aging and fair-share, checkpoint-then-preempt, checkpoint resume."""
 
@@ -129,7 +154,8 @@ class SpotlinePolicy:
         spec = self._specs.get(job.idx)
         if spec is None:
             deadline = None if job.deadline is None else datetime.fromtimestamp(job.deadline, tz=UTC)
-            spec = JobSpec.model_construct(
+            spec = _construct(
+                JobSpec,
                 name=job.id,
                 priority=job.priority,
                 gpus=job.gpus,
@@ -150,7 +176,8 @@ class SpotlinePolicy:
 
     def on_pending(self, job: SimJob) -> bool:
         previous = self.records.get(job.idx)
-        record = Job.model_construct(
+        record = _construct(
+            Job,
             id=job.id,
             team=job.team,
             spec=self._spec(job),
@@ -221,7 +248,8 @@ class SpotlinePolicy:
     def _pass_snapshot(self, now: float) -> ClusterSnapshot:
         """What a pass reads besides the queue. Its allocations are left out: the pass reads them
         from `self.running`."""
-        return ClusterSnapshot.model_construct(
+        return _construct(
+            ClusterSnapshot,
             pools=self._pools,
             allocations=(),
             quotas=self.quotas,
@@ -275,9 +303,7 @@ class SpotlinePolicy:
             version=decision.job.version + 1,
         )
         self.records[job.idx] = record
-        self.running.put(
-            Allocation.model_construct(job=record, pool=ps.name, gpus=job.held, draining_for=None)
-        )
+        self.running.put(_construct(Allocation, job=record, pool=ps.name, gpus=job.held, draining_for=None))
         self.usage.change(job.team, job.held, now)
         self._timer(job, now)
 

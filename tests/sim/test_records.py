@@ -10,7 +10,7 @@ import pytest
 from pydantic import BaseModel
 
 from spotline.domain import Allocation, Job, JobSpec, JobState, Priority
-from spotline.sim.spotline_policy import _replace
+from spotline.sim.spotline_policy import _construct, _replace
 
 
 def _record() -> Job:
@@ -55,3 +55,25 @@ def test_replace_makes_the_allocation_model_copy_makes() -> None:
     copied = _replace(allocation, **changes)
     assert _state(copied) == _state(allocation.model_copy(update=changes))
     assert copied.job.version == 1 and copied.draining_for == "j2"
+
+
+def test_construct_makes_the_records_model_construct_makes() -> None:
+    spec = _record().spec
+    fields = {name: getattr(spec, name) for name in JobSpec.model_fields}
+    assert _state(_construct(JobSpec, **fields)) == _state(JobSpec.model_construct(**fields))
+    record = _record()
+    fields = {name: getattr(record, name) for name in Job.model_fields}
+    built = _construct(Job, **fields)
+    assert _state(built) == _state(Job.model_construct(**fields))
+    assert list(built.__dict__) == list(Job.model_construct(**fields).__dict__)  # the fields' order too
+    allocation = {"job": record, "pool": "od", "gpus": 4, "draining_for": None}
+    assert _state(_construct(Allocation, **allocation)) == _state(Allocation.model_construct(**allocation))
+    with pytest.raises(pydantic.ValidationError):
+        built.version = 9  # frozen, as a record made any other way
+
+
+def test_construct_refuses_a_field_missing_or_unknown() -> None:
+    with pytest.raises(TypeError, match=r"Allocation: missing fields \['draining_for'\], unknown"):
+        _construct(Allocation, job=_record(), pool="od", gpus=4)
+    with pytest.raises(TypeError, match=r"missing fields \['draining_for'\], unknown fields \['drain'\]"):
+        _construct(Allocation, job=_record(), pool="od", gpus=4, drain=None)
