@@ -25,7 +25,8 @@ from __future__ import annotations
 
 import bisect
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import cast
 
 from spotline.domain.config import PriorityWeights
 from spotline.domain.models import Job, Priority
@@ -241,23 +242,24 @@ def streams(cls: Priority, jobs: Sequence[Job], score: PriorityScorer, now: floa
     return found
 
 
-def _same(seen: list[Job], jobs: Sequence[Job]) -> bool:
-    """The same records in the same order (by identity)."""
+def _same(seen: Sequence[object], jobs: Sequence[object]) -> bool:
+    """The same records in the same order (by identity). (Read as objects: the walks here only
+    compare identities, and compiled, a `Job` read is a type check per record.)"""
     if len(seen) != len(jobs):
         return False
     return all(seen[index] is jobs[index] for index in range(len(seen)))
 
 
 def _changes(
-    seen: list[Job], known: dict[int, Job], jobs: Sequence[Job]
-) -> tuple[list[Job], list[Job]] | None:
+    seen: Sequence[object], known: Mapping[int, object], jobs: Sequence[object]
+) -> tuple[list[object], list[object]] | None:
     """The records of `seen` that `jobs` no longer holds, and those of `jobs` new since, by
     identity (`known`: `seen` by id). Both are in the queue's order, and a record keeps its place
     in it, so one walk down both finds them: a record of `jobs` that `seen` holds further on
     means that those of `seen` before it left. None when the two are not in one order (a head
     read from another queue, or reordered): the caller makes the head again."""
-    removed: list[Job] = []
-    added: list[Job] = []
+    removed: list[object] = []
+    added: list[object] = []
     count = len(seen)
     at = 0
     for job in jobs:
@@ -304,10 +306,10 @@ def _streams(cls: Priority, jobs: Sequence[Job], score: PriorityScorer, now: flo
         for job in removed:
             del known[id(job)]
         for job in added:
-            known[id(job)] = job
+            known[id(job)] = cast(Job, job)
         if head.teams is not None:
             for job in added:
-                head._add(id(job), job, score)
+                head._add(id(job), known[id(job)], score)
     if head.teams is None:
         head.make(score)
     assert head.teams is not None
