@@ -61,17 +61,31 @@ def fairshare_factors(
     total_usage = sum(usage_gpu_hours.values())
     if total_usage <= 0.0:
         return dict.fromkeys(teams, 1.0)
-    total_weight = sum(q.weight for q in quotas.values())
+    shares = _shares(quotas)
+    unshared = 1.0 / max(1, len(usage_gpu_hours))  # a team without a quota, or no weights at all
     factors: dict[str, float] = {}
     for team in teams:
-        quota = quotas.get(team)
-        if quota is None or total_weight <= 0.0:
-            share = 1.0 / max(1, len(usage_gpu_hours))
-        else:
-            share = quota.weight / total_weight
+        share = unshared if shares is None else shares.get(team, unshared)
         usage = usage_gpu_hours.get(team, 0.0) / total_usage
         factors[team] = float(2.0 ** (-usage / share))
     return factors
+
+
+def _shares(quotas: Mapping[str, TeamQuota]) -> dict[str, float] | None:
+    """Each team's share of the quotas' weights (None when they weigh nothing), kept for the
+    last quotas asked about: every pass asks, and they seldom change (compared by their items,
+    so quotas changed in place are not mistaken for the last ones)."""
+    items = tuple(quotas.items())
+    if _SHARES and _SHARES[0][0] == items:
+        return _SHARES[0][1]
+    total_weight = sum(quota.weight for _, quota in items)
+    shares = None if total_weight <= 0.0 else {team: quota.weight / total_weight for team, quota in items}
+    _SHARES[:] = [(items, shares)]
+    return shares
+
+
+# The last quotas `_shares` was asked about (their items), and their shares.
+_SHARES: list[tuple[tuple[tuple[str, TeamQuota], ...], dict[str, float] | None]] = []
 
 
 def effective_priority(
