@@ -242,12 +242,15 @@ def streams(cls: Priority, jobs: Sequence[Job], score: PriorityScorer, now: floa
     return found
 
 
-def _same(seen: Sequence[object], jobs: Sequence[object]) -> bool:
-    """The same records in the same order (by identity). (Read as objects: the walks here only
-    compare identities, and compiled, a `Job` read is a type check per record.)"""
-    if len(seen) != len(jobs):
+def _same(seen: list[Job], jobs: Sequence[Job]) -> bool:
+    """The same records in the same order, by identity. (Read as objects: compiled, reading a
+    `Job` from a list checks its type, and this compares only identities.)"""
+    mine = cast(list[object], seen)
+    theirs = cast(list[object], jobs if isinstance(jobs, list) else list(jobs))
+    count = len(mine)
+    if count != len(theirs):
         return False
-    return all(seen[index] is jobs[index] for index in range(len(seen)))
+    return all(mine[index] is theirs[index] for index in range(count))
 
 
 def _changes(

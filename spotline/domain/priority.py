@@ -139,14 +139,50 @@ def score_floor(job: Job, weights: PriorityWeights) -> tuple[float, float, float
     return floor + short, job.started_at + (expected - job.runtime_s) - 1.0, floor
 
 
-# What a score reads of a job record besides `now` and its team's fair-share (`PriorityScorer`):
-# (the record, class term, enqueued_at, started_at, whether it has a deadline, attained-service
-# term or None, size term, team, history term, and the declared run time with the run time
-# before `started_at` and the term while pending, or None when the shortest-declared term is off
-# or nothing was declared).
-_JobTerms = tuple[
-    Job, float, float, float | None, bool, float | None, float, str, float, tuple[float, float, float] | None
-]
+class _JobTerms:
+    """What a score reads of a job record besides `now` and its team's fair-share
+    (`PriorityScorer`), read once per record. (A class, not a tuple: compiled, its numbers are
+    kept unboxed and read without a type check.)"""
+
+    __slots__ = (
+        "attained",
+        "class_term",
+        "deadline",
+        "declared",
+        "enqueued",
+        "history",
+        "job",
+        "size",
+        "started",
+        "team",
+    )
+
+    def __init__(
+        self,
+        job: Job,
+        class_term: float,
+        enqueued: float,
+        started: float | None,
+        deadline: bool,
+        attained: float | None,
+        size: float,
+        team: str,
+        history: float,
+        declared: tuple[float, float, float] | None,
+    ) -> None:
+        self.job = job  # the record (an id reused by another record is not mistaken for it)
+        self.class_term = class_term
+        self.enqueued = enqueued  # enqueued_at
+        self.started = started  # started_at
+        self.deadline = deadline  # whether it has one
+        self.attained = attained  # the attained-service term, or None
+        self.size = size  # the size term
+        self.team = team
+        self.history = history  # the history term
+        # The declared run time, the run time before `started_at` and the term while pending;
+        # None when the shortest-declared term is off or nothing was declared.
+        self.declared = declared
+
 
 # Per set of weights: the class, size and history terms (`PriorityScorer`), and each job record's
 # terms by the record's id, for a few sets at most.
@@ -215,15 +251,15 @@ class PriorityScorer:
         weight once it started); and its `enqueued_at`, or None once it started (its age no longer
         grows). Up to rounding, with non-negative weights."""
         terms = self._jobs.get(id(job))
-        if terms is None or terms[0] is not job:
+        if terms is None or terms.job is not job:
             terms = self._job_terms(job)
-        _, _, enqueued, started, deadline, _, size, team, history, declared = terms
-        static = size + history
+        started, declared = terms.started, terms.declared
+        static = terms.size + terms.history
         if declared is not None:
             static += declared[2] if started is None else self._shortest
-        if deadline:
+        if terms.deadline:
             static += self._weights.deadline
-        return team, static, enqueued if started is None else None
+        return terms.team, static, terms.enqueued if started is None else None
 
     def team_term(self, team: str) -> float:
         """The fair-share term of `team`'s jobs in this pass."""
@@ -262,10 +298,11 @@ class PriorityScorer:
         append = out.append
         for job in jobs:
             terms = kept.get(id(job))
-            if terms is None or terms[0] is not job:
+            if terms is None or terms.job is not job:
                 terms = self._job_terms(job)
-            _, score, enqueued, started, deadline, attained, size, team_name, history, declared = terms
-            wait = (now if started is None else started) - enqueued
+            score = terms.class_term
+            started = terms.started
+            wait = (now if started is None else started) - terms.enqueued
             if wait <= 0.0:
                 age = w_age * 0.0
             elif wait >= max_age:
@@ -273,15 +310,17 @@ class PriorityScorer:
             else:
                 age = w_age * (wait / max_age)
             score += age
-            if deadline:
+            if terms.deadline:
                 # (Without a deadline the term is 0, and adding it would change nothing.)
                 weights = self._weights
                 score += weights.deadline * deadline_urgency(job, now, weights, self._remaining_s(job))
-            team = teams.get(team_name)
+            team = teams.get(terms.team)
             if team is None:
-                team = self._team_term(team_name)
+                team = self._team_term(terms.team)
+            attained = terms.attained
             if attained is not None:
                 score -= attained
+            size, history, declared = terms.size, terms.history, terms.declared
             if declared is None:
                 append(score + size + team + history)
             elif started is None:
@@ -316,7 +355,7 @@ class PriorityScorer:
             # A pending job's term does not change until it runs: computed once.
             pending = self._shortest * _shortness(expected - ran, self._shortest_norm_s, self._shortest_scale)
             declared = (expected, ran, pending)
-        terms: _JobTerms = (
+        terms = _JobTerms(
             job,
             self._class[spec.priority],
             job.enqueued_at,
