@@ -303,16 +303,14 @@ def _streams(cls: Priority, jobs: Sequence[Job], score: PriorityScorer, now: flo
         removed, added = changed
         head.seen = list(jobs)
         known = head.jobs
-        if head.teams is not None:
-            for job in removed:
-                head._remove(id(job))
         for job in removed:
+            if head.teams is not None:
+                head._remove(id(job))
             del known[id(job)]
         for job in added:
-            known[id(job)] = cast(Job, job)
-        if head.teams is not None:
-            for job in added:
-                head._add(id(job), known[id(job)], score)
+            record = known[id(job)] = cast(Job, job)
+            if head.teams is not None:
+                head._add(id(job), record, score)
     if head.teams is None:
         head.make(score)
     assert head.teams is not None

@@ -470,8 +470,9 @@ def plan_with_stats(
             if alike is not None:
                 placements[alike] = pools
         if not pools:
-            reason = _no_pool_reason(job, snapshot) if explain else ""
+            reason = ""
             if explain:
+                reason = _no_pool_reason(job, snapshot)
                 decisions.append(Wait(job, priority, reason))
             if alike is not None:
                 waits[alike] = (math.inf, reason)
@@ -503,8 +504,9 @@ def plan_with_stats(
                     decisions.append(Wait(job, priority, claim))
                 continue
         if preemptions_left <= 0:
-            reason = f"waiting: {first_shortfall}; preemption budget of this pass spent" if explain else ""
+            reason = ""
             if explain:
+                reason = f"waiting: {first_shortfall}; preemption budget of this pass spent"
                 decisions.append(Wait(job, priority, reason))
             if alike is not None:
                 waits[alike] = (math.inf, reason)

@@ -68,13 +68,19 @@ def _replace(record: _Model, **changes: Any) -> _Model:
     The same instance state as `model_copy` (tested, `tests/sim/test_records.py`): its fields
     with `changes`, the fields set with their names added, and no extra fields or private
     attributes (the domain's records have neither)."""
-    cls = type(record)
-    copied = cls.__new__(cls)
-    object.__setattr__(copied, "__dict__", {**record.__dict__, **changes})
-    object.__setattr__(copied, "__pydantic_fields_set__", record.__pydantic_fields_set__ | changes.keys())
-    object.__setattr__(copied, "__pydantic_extra__", None)
-    object.__setattr__(copied, "__pydantic_private__", None)
-    return copied
+    fields_set = record.__pydantic_fields_set__ | changes.keys()
+    return _instance(type(record), {**record.__dict__, **changes}, fields_set)
+
+
+def _instance(cls: type[_Model], fields: dict[str, Any], fields_set: set[str]) -> _Model:
+    """An instance of `cls` holding `fields` as pydantic holds them, without validation: no extra
+    fields, no private attributes (the domain's records have neither)."""
+    record = cls.__new__(cls)
+    object.__setattr__(record, "__dict__", fields)
+    object.__setattr__(record, "__pydantic_fields_set__", fields_set)
+    object.__setattr__(record, "__pydantic_extra__", None)
+    object.__setattr__(record, "__pydantic_private__", None)
+    return record
 
 
 def _construct(cls: type[_Model], **values: Any) -> _Model:
@@ -90,12 +96,7 @@ def _construct(cls: type[_Model], **values: Any) -> _Model:
         missing = sorted(given - values.keys())
         unknown = sorted(values.keys() - given)
         raise TypeError(f"{cls.__name__}: missing fields {missing}, unknown fields {unknown}")
-    record = cls.__new__(cls)
-    object.__setattr__(record, "__dict__", {name: values[name] for name in names})
-    object.__setattr__(record, "__pydantic_fields_set__", set(names))
-    object.__setattr__(record, "__pydantic_extra__", None)
-    object.__setattr__(record, "__pydantic_private__", None)
-    return record
+    return _instance(cls, {name: values[name] for name in names}, set(names))
 
 
 # A model's field names, in order and as a set (`_construct`).
