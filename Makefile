@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: venv test lint demo synth bench clean
+.PHONY: venv test test-fast lint demo synth bench clean
 
 venv: $(STAMP)
 
@@ -17,12 +17,17 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 lint: venv
-	$(BIN)/ruff check spotline tests bench functions stacks app.py
+	$(BIN)/ruff check spotline tests bench functions stacks app.py conftest.py
 	$(BIN)/mypy spotline
 	$(BIN)/lint-imports
 
 test: lint
 	bash scripts/pytest.sh
+
+# The unit tier with a small Hypothesis budget (conftest.py): a minute, for the edit-test loop.
+# `make test` runs every tier (unit, agent, integration, e2e, infra, sim, bench) in full.
+test-fast: venv
+	bash scripts/pytest.sh tests/unit -m "not slow" --hypothesis-profile=fast -q
 
 demo: venv
 	$(BIN)/spotline demo

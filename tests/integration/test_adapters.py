@@ -25,7 +25,7 @@ from spotline.control.errors import BatchThrottled, LaunchFailed
 from spotline.control.ports import BatchJobRequest
 from spotline.control.settings import Settings, SettingsError, SpotlineConfig
 
-from .conftest import CONFIG, REGION, Deployment
+from .helpers import CONFIG, REGION, Deployment
 
 DEFINITION = "arn:aws:batch:us-east-1:123456789012:job-definition/spotline-training:3"
 IMAGE = "123456789012.dkr.ecr.us-east-1.amazonaws.com/spotline-train:latest"

@@ -17,7 +17,7 @@ from spotline.control.jobs import cancel_job
 from spotline.control.records import pool_key, team_key
 from spotline.control.scheduling import MAX_TRANSACTION_ITEMS, scheduling_pass
 
-from .conftest import Deployment, submit
+from .helpers import Deployment, submit
 
 
 @contextmanager

@@ -10,7 +10,7 @@ import pytest
 import functions.api
 from spotline.domain import JobState
 
-from .conftest import NLP_LOCAL_KEY, NLP_ROLE, SPEC, Deployment, api_event, context, start
+from .helpers import NLP_LOCAL_KEY, NLP_ROLE, SPEC, Deployment, api_event, context, start
 
 # An assumed-role session of the vision team's role (as in the sample event), and the nlp team.
 VISION = {"userArn": "arn:aws:sts::123456789012:assumed-role/vision-researchers/alice"}

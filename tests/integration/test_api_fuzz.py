@@ -37,7 +37,7 @@ from schemathesis.specs.openapi.checks import (
 
 import functions.api
 
-from .conftest import Deployment, context
+from .helpers import Deployment, context
 from .test_api import VISION
 
 CHECKS = [
@@ -155,7 +155,7 @@ def test_the_api_conforms_to_its_openapi_document_under_fuzzing(deployment: Depl
 
 
 def _post(body: dict[str, Any]) -> tuple[int, Any]:
-    from .conftest import api_event
+    from .helpers import api_event
 
     response = functions.api.handler(api_event("POST", "/jobs", identity=VISION, body=body), context("api"))
     return response["statusCode"], json.loads(response["body"])

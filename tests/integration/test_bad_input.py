@@ -23,7 +23,7 @@ from spotline.aws.job_items import record_to_item
 from spotline.control.scheduling import scheduling_pass
 from spotline.domain import JobState
 
-from .conftest import SPEC, Deployment, api_event, context, eventbridge, start, submit
+from .helpers import SPEC, Deployment, api_event, context, eventbridge, start, submit
 from .test_api import NLP, VISION, call, post_job
 
 

@@ -7,7 +7,7 @@ import functions.reconciler
 from spotline.control.records import JobRecord
 from spotline.domain import JobState
 
-from .conftest import Deployment, batch_event, context, load_event, start, submit
+from .helpers import Deployment, batch_event, context, load_event, start, submit
 
 PULL_FAILURE = (
     "Task failed to start; CannotPullContainerError: pull image manifest has been retried 5 time(s): "

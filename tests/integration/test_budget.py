@@ -16,12 +16,12 @@ from spotline.control.jobs import cancel_job
 from spotline.control.scheduling import build_snapshot, scheduling_pass
 from spotline.domain.priority import fairshare_factors
 
-from . import conftest
-from .conftest import SPEC, Deployment, api_event, context, start, submit
+from . import helpers
+from .helpers import SPEC, Deployment, api_event, context, start, submit
 
 VISION = {"userArn": "arn:aws:sts::123456789012:assumed-role/vision-researchers/alice"}
-NLP = {"userArn": conftest.NLP_ROLE}
-SPOT_PRICE = 0.35  # conftest's a100-spot price per GPU-hour
+NLP = {"userArn": helpers.NLP_ROLE}
+SPOT_PRICE = 0.35  # helpers' a100-spot price per GPU-hour
 
 
 @dataclass
@@ -47,8 +47,8 @@ def budgeted(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Deployment, Reco
         },
         {"team": "nlp", "nominal_gpus": 12, "max_priority": "high"},
     ]
-    monkeypatch.setitem(conftest.CONFIG, "teams", teams)
-    for deployment in conftest._make_deployment(real_workflows=False):
+    monkeypatch.setitem(helpers.CONFIG, "teams", teams)
+    with helpers.make_deployment(real_workflows=False) as deployment:
         sink = RecordingSink()
         deployment.plane.publisher.sink = sink
         yield deployment, sink

@@ -27,7 +27,7 @@ import functions.api
 from spotline.cli import app
 from spotline.local.http_api import LocalIdentity, proxy_event
 
-from .conftest import VISION_ROLE, Deployment, context
+from .helpers import VISION_ROLE, Deployment, context
 
 KEY, SECRET = "AKIDVISIONTEAM000001", "vision-secret"  # the gateway's one known key and its secret
 SECRETS = {KEY: SECRET}

@@ -12,7 +12,7 @@ from spotline.control.lifecycle import launch_request
 from spotline.control.scheduling import admit
 from spotline.control.sizing import INSTANCE_SHAPES, node_shape
 
-from .conftest import Deployment, submit
+from .helpers import Deployment, submit
 
 P4D = INSTANCE_SHAPES["p4d.24xlarge"]  # 8 GPUs, 96 vCPUs, 1152 GiB
 BASE = "spotline-training"

@@ -17,7 +17,7 @@ from botocore.exceptions import ClientError, EndpointConnectionError
 
 from spotline.aws.emulation import SerializedMotoServer
 
-from .conftest import moto_client
+from .helpers import moto_client
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ import pytest
 from spotline.aws import emulation
 from spotline.aws.emulation import SerializedMotoServer
 
-from .conftest import moto_client
+from .helpers import moto_client
 
 
 @pytest.fixture

@@ -29,7 +29,7 @@ from spotline.aws.plane import build_control_plane
 from spotline.control.settings import Settings
 from spotline.domain import JobState
 
-from .conftest import (
+from .helpers import (
     CONFIG,
     REGION,
     Deployment,

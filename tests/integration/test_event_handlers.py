@@ -17,7 +17,7 @@ import functions.spot_interruption
 from spotline.control.records import Disruption
 from spotline.domain import JobState
 
-from .conftest import Deployment, batch_event, context, eventbridge, start, submit
+from .helpers import Deployment, batch_event, context, eventbridge, start, submit
 
 SAMPLE_INSTANCE = "i-1234567890abcdef0"  # the instance in AWS's sample EC2 events
 
@@ -186,7 +186,7 @@ def test_agent_events_are_counted_recorded_or_dropped(
 
 
 def test_batch_running_starts_the_job_on_its_instances(deployment: Deployment) -> None:
-    # Given / When: an admitted job gets Batch's RUNNING event (see conftest.start)
+    # Given / When: an admitted job gets Batch's RUNNING event (see helpers.start)
     t0 = deployment.clock.freeze(1_800_000_000.0)
     running = start(deployment, submit(deployment), instance_id=SAMPLE_INSTANCE)
 

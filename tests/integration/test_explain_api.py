@@ -10,7 +10,7 @@ import functions.api
 from spotline.control.scheduling import scheduling_pass
 from spotline.domain import SchedulerConfig
 
-from .conftest import NLP_ROLE, Deployment, api_event, context, start, submit
+from .helpers import NLP_ROLE, Deployment, api_event, context, start, submit
 
 VISION = {"userArn": "arn:aws:sts::123456789012:assumed-role/vision-researchers/alice"}
 NLP = {"userArn": NLP_ROLE}

@@ -3,7 +3,7 @@ it injects, and checks that no healthy run is killed, no job runs twice, and no 
 does not own keeps running.
 
 The handlers are called as Lambda would call them, on moto; the launcher is the recording one
-of conftest (it answers ListJobs / DescribeJobs for what it submitted, and injects failures).
+of helpers.py (it answers ListJobs / DescribeJobs for what it submitted, and injects failures).
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from spotline.control.workflow_tasks import (
 )
 from spotline.domain import JobState, Priority
 
-from .conftest import CONFIG, Deployment, batch_event, context, eventbridge, start, submit
+from .helpers import CONFIG, Deployment, batch_event, context, eventbridge, start, submit
 
 HOST_LOST = "Host EC2 (instance i-0aaaaaaaaaaaaaaa1) terminated."
 OTHER_QUEUE = next(p["job_queue"] for p in CONFIG["pools"] if p["name"] == "a100-on-demand")

@@ -17,7 +17,7 @@ from spotline.aws.logs import CloudWatchRunLogs
 from spotline.control.logs import FileRunLogs
 from spotline.control.ports import LogLine, LogPage
 
-from .conftest import NLP_ROLE, Deployment, api_event, context, start, submit
+from .helpers import NLP_ROLE, Deployment, api_event, context, start, submit
 
 VISION = {"userArn": "arn:aws:sts::123456789012:assumed-role/vision-researchers/alice"}
 NLP = {"userArn": NLP_ROLE, "caller": "AIDANLP", "accessKey": "AKIANLP"}

@@ -19,7 +19,7 @@ from spotline.control import scheduling
 from spotline.control.scheduling import scheduling_pass
 from spotline.domain import JobState
 
-from .conftest import Deployment, submit
+from .helpers import Deployment, submit
 from .test_scheduling_pass import pending_jobs
 
 WRITES = {"PutItem", "UpdateItem", "DeleteItem", "TransactWriteItems", "BatchWriteItem"}

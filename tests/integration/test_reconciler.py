@@ -8,7 +8,7 @@ from spotline.control.records import Counter, Disruption
 from spotline.control.scheduling import admit
 from spotline.domain import JobState
 
-from .conftest import Deployment, context, load_event, start, submit
+from .helpers import Deployment, context, load_event, start, submit
 
 
 def test_a_healthy_cluster_is_left_alone(deployment: Deployment) -> None:

@@ -34,7 +34,7 @@ from spotline.control.workflow_tasks import (
 )
 from spotline.domain import JobState
 
-from .conftest import CONFIG, Deployment, preempt, start, submit
+from .helpers import CONFIG, Deployment, preempt, start, submit
 
 
 def use_config(dep: Deployment, **changes: Any) -> None:

@@ -11,7 +11,7 @@ from spotline.control.records import Disruption
 from spotline.control.scheduling import admit
 from spotline.domain import JobState
 
-from .conftest import Deployment, start, submit
+from .helpers import Deployment, start, submit
 
 
 def raw_item(dep: Deployment, job_id: str) -> dict[str, object]:

@@ -15,7 +15,7 @@ from spotline.aws.events import EventBridgeSink
 from spotline.control.publisher import EventPublisher
 from spotline.control.records import JobRecord, TimelineEntry
 
-from .conftest import Deployment, batch_event, load_event, submit
+from .helpers import Deployment, batch_event, load_event, submit
 
 PROJECT_BUS = "rules-project"
 

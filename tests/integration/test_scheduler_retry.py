@@ -15,7 +15,7 @@ import pytest
 import functions.scheduler
 from spotline import resources as r
 from spotline.aws.workflows import SqsPassTrigger
-from tests.integration.conftest import Deployment, context
+from tests.integration.helpers import Deployment, context
 
 # The deployed queue's visibility timeout: the scheduler's 60 s timeout + the 30 s margin.
 VISIBILITY_TIMEOUT_S = 90

@@ -21,7 +21,7 @@ from spotline.control.scheduling import note_wait, scheduling_pass
 from spotline.domain import PRIORITIES_HIGH_FIRST, Job, JobSpec, JobState
 from spotline.domain.usage import decayed_usage_gpu_s, run_buckets
 
-from .conftest import Deployment, batch_event, context, load_event, start, submit
+from .helpers import Deployment, batch_event, context, load_event, start, submit
 
 
 def test_a_pass_admits_what_fits_and_starts_one_launch_workflow_each(deployment: Deployment) -> None:

@@ -87,7 +87,7 @@ from spotline.domain import JobState, Priority
 from spotline.domain.models import TERMINAL_STATES, can_transition
 from spotline.domain.quota import quota_shortfall
 
-from .conftest import ACCOUNT, REGION
+from .helpers import ACCOUNT, REGION
 
 EXAMPLES = int(os.environ.get("SPOTLINE_STATEFUL_EXAMPLES", "40"))
 STEPS = int(os.environ.get("SPOTLINE_STATEFUL_STEPS", "60"))

@@ -17,7 +17,7 @@ from spotline.control.records import Disruption, JobRecord
 from spotline.control.workflow_tasks import request_checkpoint, start_disruption_without_workflow
 from spotline.domain import JobState
 
-from .conftest import Deployment, context, eventbridge, start, submit
+from .helpers import Deployment, context, eventbridge, start, submit
 
 
 class RecordingTokens:

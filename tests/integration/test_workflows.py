@@ -16,7 +16,7 @@ from spotline.control.records import Disruption, JobRecord
 from spotline.control.scheduling import scheduling_pass
 from spotline.domain import JobState
 
-from .conftest import Deployment, context, eventbridge, preempt, start, submit
+from .helpers import Deployment, context, eventbridge, preempt, start, submit
 
 
 def wait_for_token(dep: Deployment, job_id: str, timeout_s: float = 10.0) -> JobRecord:

@@ -39,6 +39,7 @@ def _loaded(argv: list[str]) -> set[str]:
     return set(done.stderr.split())
 
 
+@pytest.mark.slow  # a fresh interpreter each
 @pytest.mark.parametrize("argv", [["--help"], ["list", "--help"]])
 def test_help_and_a_client_command_leave_the_runtime_and_the_simulator_unloaded(argv: list[str]) -> None:
     loaded = _loaded(argv)

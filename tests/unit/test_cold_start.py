@@ -12,6 +12,9 @@ import sys
 
 import pytest
 
+# Each test starts interpreters (a cold start is a fresh process).
+pytestmark = pytest.mark.slow
+
 PROBE = (
     "import sys; import functions.{module}; "
     "print(','.join(m for m in ('aws_xray_sdk', 'aws_lambda_powertools.utilities.idempotency') "

@@ -44,10 +44,11 @@ from spotline.domain.preemption import _may_reclaim, estimated_remaining_s, recl
 from spotline.domain.priority import PriorityScorer, fairshare_factors, score_floor, shortness
 from spotline.domain.quota import borrowed_gpus
 from spotline.domain.running import RunningIndex
+from tests.budget import examples
 
 from .builders import DAY, HOUR, NOW, JobBuilder, candidate, cluster, job, pool, quota
 
-PROPERTY = settings(max_examples=150, deadline=None)
+PROPERTY = settings(max_examples=examples(150), deadline=None)
 TEAMS = ("a", "b", "c")
 
 # --- an independent model of the capacity rules -------------------------------------------

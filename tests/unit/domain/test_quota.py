@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 
 from spotline.domain import Allocation, ClusterSnapshot, Job, Ledger, Pool, TeamQuota, quota_shortfall
 from spotline.domain.quota import borrowed_gpus, lendable_gpus
+from tests.budget import examples
 
 from .builders import cluster, job, pool, quota
 
@@ -194,7 +195,7 @@ def _lendable_by_definition(team: str, usage: dict[str, int], quotas: dict[str, 
     return max(0, lent - taken)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(
     st.lists(st.tuples(st.integers(0, 40), st.none() | st.integers(0, 40), st.integers(0, 60)), max_size=8),
     st.integers(0, 8),

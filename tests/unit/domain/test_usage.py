@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from spotline.domain.usage import HORIZON_HALF_LIVES, bucket_start, decayed_usage_gpu_s, run_buckets
 from spotline.sim.usage import DecayedUsage
+from tests.budget import examples
 
 DAY = 86400.0
 WEEK = 7 * DAY
@@ -75,7 +76,7 @@ runs = st.lists(
 )
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(runs=runs, half_life_days=st.sampled_from([1.0, 7.0, 30.0]), later=st.floats(0, 20 * DAY))
 def test_the_bucketed_usage_is_what_the_simulator_integrates(
     runs: list[tuple[int, float, float, bool]], half_life_days: float, later: float
