@@ -20,7 +20,6 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from spotline.domain.config import SchedulerConfig
-from spotline.domain.heads import Stream, streams
 from spotline.domain.models import (
     PRIORITIES_HIGH_FIRST,
     Allocation,
@@ -329,21 +328,12 @@ def plan_with_stats(
     # needs only the head of it. A part of the window (a class's head, the urgent jobs) is scored
     # and pushed only when the heap's best might not outrank every job in it (`upper_bound`), so
     # the order popped is that of the whole window scored at once.
-    # Without explanations, a class's head is read by team, best bound first (`heads.streams`),
-    # unless it changed too much since the last pass.
     class_step = config.weights.class_step
-    unscored: list[tuple[float, int, Stream | tuple[int, int]]] = []
+    unscored: list[tuple[float, int, tuple[int, int]]] = []
     sources = itertools.count()
-    for start, end, cls, deadline, head in parts:
-        found = streams(cls, window[start:end], score, now) if head and not explain else None
-        if found is None:
-            bound = score.upper_bound(class_step * cls.rank, deadline)
-            unscored.append((-bound, next(sources), (start, end)))
-            continue
-        for stream in found:
-            bound = stream.bound()
-            if bound != -math.inf:
-                unscored.append((-bound, next(sources), stream))
+    for start, end, cls, deadline, _ in parts:
+        bound = score.upper_bound(class_step * cls.rank, deadline)
+        unscored.append((-bound, next(sources), (start, end)))
     heapq.heapify(unscored)
     ranked: list[tuple[float, float, str, Job]] = []
 
@@ -385,7 +375,6 @@ def plan_with_stats(
     placements: dict[tuple[object, ...], list[Pool]] = {}
     # (`classes_left`: the jobs of each class not yet decided, for `explain=False`'s stop.)
     changes = 0  # decisions so far that changed the ledger, the taken victims or the spare GPUs
-    placed_key: tuple[int, ...] | None = None  # `_placement_key`, when first needed
     popped = 0  # jobs decided so far, for `explain=False`'s stop
     # (What the loop reads of the policy for each job, read once: a record's attributes cost
     # a dictionary lookup each.)
@@ -394,29 +383,7 @@ def plan_with_stats(
     while ranked or unscored:
         # Score the parts whose bound reaches the heap's best (`<=`: a tie goes to submission time).
         while unscored and (not ranked or ranked[0][0] >= unscored[0][0]):
-            _, _, source = heapq.heappop(unscored)
-            if isinstance(source, Stream):
-                if source.part.whole:
-                    continue  # (its jobs were all scored)
-                jobs = source.take(_STREAM_STEP)
-                rest = source.part.give(len(jobs))
-                if rest is not None:
-                    jobs.extend(rest)
-                    ranked.extend(
-                        [
-                            (-priority, job.submitted_at, job.id, job)
-                            for job, priority in zip(jobs, score.scores(jobs), strict=True)
-                        ]
-                    )
-                    heapq.heapify(ranked)
-                    continue
-                for job, priority in zip(jobs, score.scores(jobs), strict=True):
-                    heapq.heappush(ranked, (-priority, job.submitted_at, job.id, job))
-                bound = source.bound()
-                if bound != -math.inf:
-                    heapq.heappush(unscored, (-bound, next(sources), source))
-                continue
-            start, end = source
+            _, _, (start, end) = heapq.heappop(unscored)
             jobs = window[start:end]
             ranked.extend(
                 [
@@ -453,20 +420,8 @@ def plan_with_stats(
             continue
         pools = placements.get(alike) if alike is not None else None
         if pools is None:
-            # (Kept across passes with the same pools and policy for a job whose placement reads
-            # nothing but `_alike`: with fewer interruptions than `max_interruptions_on_spot` and
-            # no deadline, `spot_refusal` reads neither its remaining time nor its run time.)
-            kept: tuple[tuple[int, ...], tuple[object, ...]] | None = None
-            if alike is not None and job.interruptions < config.max_interruptions_on_spot:
-                if placed_key is None:
-                    placed_key = _placement_key(snapshot, config)
-                kept = (placed_key, alike)
-                pools = _PLACEMENTS.get(kept)
-            if pools is None:
-                remaining = estimated_remaining_s(job, now, config)
-                pools = candidate_pools(job, snapshot.pools.values(), now, remaining, config)
-                if kept is not None:
-                    _keep_placement(kept, pools, snapshot, config)
+            remaining = estimated_remaining_s(job, now, config)
+            pools = candidate_pools(job, snapshot.pools.values(), now, remaining, config)
             if alike is not None:
                 placements[alike] = pools
         if not pools:
@@ -1069,80 +1024,29 @@ class _RunningJobs:
         return {t for t in teams if t != job.team and borrowed_gpus(t, usage, ledger.quotas) > 0}
 
 
-# Jobs a pass scores at once from a stream of a class's head (`heads.Stream`).
-_STREAM_STEP = 4
 # Relative room for rounding when a sum of score terms is compared with a score.
 _ROUNDING = 1e-6
-
-# (policy, classes) -> `_reclaimers`: a few distinct sets of classes at most.
-_RECLAIMERS: dict[tuple[object, frozenset[Priority]], frozenset[Priority]] = {}
 
 
 def _reclaimers(borrowed: frozenset[Priority], config: SchedulerConfig) -> frozenset[Priority]:
     """The classes whose jobs may reclaim from a running job of one of the classes `borrowed`
-    (`reclaim_allowed_between`; a matter of classes and the reclaim policy only, so kept)."""
-    key = (config.reclaim_within_cohort, borrowed)
-    found = _RECLAIMERS.get(key)
-    if found is None:
-        found = _RECLAIMERS[key] = frozenset(
-            c for c in Priority if any(reclaim_allowed_between(v, c, config) for v in borrowed)
-        )
-    return found
+    (`reclaim_allowed_between`)."""
+    return frozenset(c for c in Priority if any(reclaim_allowed_between(v, c, config) for v in borrowed))
 
 
 def _by_priority(candidate: Candidate) -> float:
     return candidate.effective_priority
 
 
-# Candidate pools kept across passes: (`_placement_key`, `_alike`) -> pools; and the pools and
-# policies the keys name (held, so that their ids name nothing else meanwhile).
-_PLACEMENTS: dict[tuple[tuple[int, ...], tuple[object, ...]], list[Pool]] = {}
-_PLACED: dict[tuple[int, ...], tuple[object, ...]] = {}
-_PLACEMENTS_KEPT = 4096
-
-
-def _placement_key(snapshot: ClusterSnapshot, config: SchedulerConfig) -> tuple[int, ...]:
-    """The pools (in order) and the policy a pass places jobs with, by identity (all immutable)."""
-    return (id(config), *map(id, snapshot.pools.values()))
-
-
-def _keep_placement(
-    key: tuple[tuple[int, ...], tuple[object, ...]],
-    pools: list[Pool],
-    snapshot: ClusterSnapshot,
-    config: SchedulerConfig,
-) -> None:
-    if len(_PLACEMENTS) >= _PLACEMENTS_KEPT:
-        _PLACEMENTS.clear()
-        _PLACED.clear()
-    _PLACEMENTS[key] = pools
-    _PLACED[key[0]] = (config, *snapshot.pools.values())
-
-
 def _alike(job: Job) -> tuple[object, ...] | None:
     """What decides a pass's answer for a job other than its effective priority: the job fields
     that `candidate_pools`, `Ledger.shortfall` and the victims' eligibility read (team, class,
     shape, spot preference, interruptions). None for a job with a deadline, whose placement
-    also depends on its remaining time.
-
-    Kept by the record's id, with the record (records are immutable, and an id reused by another
-    record is not mistaken for it): a pass asks it of most jobs it pops, again each pass."""
-    kept = _ALIKE.get(id(job))
-    if kept is not None and kept[0] is job:
-        return kept[1]
+    also depends on its remaining time."""
     spec = job.spec
-    key: tuple[object, ...] | None = None
-    if spec.deadline is None:
-        key = (job.team, spec.priority, spec.gpus, spec.nodes, spec.gpu_type, spec.spot, job.interruptions)
-    if len(_ALIKE) >= _ALIKE_KEPT:
-        _ALIKE.clear()
-    _ALIKE[id(job)] = (job, key)
-    return key
-
-
-# id(record) -> (record, `_alike` of it), for the records passes read (at most `_ALIKE_KEPT`).
-_ALIKE: dict[int, tuple[Job, tuple[object, ...] | None]] = {}
-_ALIKE_KEPT = 16384
+    if spec.deadline is not None:
+        return None
+    return (job.team, spec.priority, spec.gpus, spec.nodes, spec.gpu_type, spec.spot, job.interruptions)
 
 
 def _add_spare(surplus: dict[str, int], job: Job, pool: Pool, victims: Sequence[Allocation]) -> None:
