@@ -38,7 +38,7 @@ from spotline.domain import (
     plan,
     select_victims,
 )
-from spotline.domain.planner import _RunningJobs
+from spotline.domain.victims import RunningJobs
 from spotline.domain.preemption import _may_reclaim, estimated_remaining_s, reclaim_allowed_between, shielded
 from spotline.domain.priority import PriorityScorer, fairshare_factors, score_floor, shortness
 from spotline.domain.quota import borrowed_gpus
@@ -660,7 +660,7 @@ def test_the_victim_search_finds_exactly_the_running_jobs_lower_by_the_margin_or
     teams = {*snapshot.usage_gpu_hours, *snapshot.quotas}
     fairshare = fairshare_factors(teams, snapshot.quotas, snapshot.usage_gpu_hours)
     score = PriorityScorer(NOW, policy.weights, fairshare, lambda j: estimated_remaining_s(j, NOW, policy))
-    search = _RunningJobs(snapshot, RunningIndex.of(snapshot.allocations), score, NOW, policy)
+    search = RunningJobs(snapshot, RunningIndex.of(snapshot.allocations), score, NOW, policy)
     ledger = search.ledger
     running_ids = sorted(a.job.id for a in snapshot.allocations)
     taken: set[str] = set()
