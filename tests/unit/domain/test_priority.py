@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 
 from spotline.domain import Job, PriorityWeights, TeamQuota, effective_priority, fairshare_factor
-from spotline.domain.priority import fairshare_factors
 
 from .builders import DAY, HOUR, NOW, job, quota
 

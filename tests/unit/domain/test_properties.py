@@ -38,11 +38,11 @@ from spotline.domain import (
     plan,
     select_victims,
 )
-from spotline.domain.victims import RunningJobs
 from spotline.domain.preemption import _may_reclaim, estimated_remaining_s, reclaim_allowed_between, shielded
 from spotline.domain.priority import PriorityScorer, fairshare_factors, score_floor, shortness
 from spotline.domain.quota import borrowed_gpus
 from spotline.domain.running import RunningIndex
+from spotline.domain.victims import RunningJobs
 
 from .builders import DAY, HOUR, NOW, JobBuilder, candidate, cluster, job, pool, quota
 
