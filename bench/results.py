@@ -4,9 +4,9 @@ output as it printed it), and the same text as `bench/results/latest.md`, which 
 publishes (docs/benchmarks.md). No figure is typed in by hand: every table is the bench's own
 output, captured from its standard output (its subprocesses' too).
 
-`python -m bench.results --from-raw FILE ...` files the raw output of an earlier run (e.g.
-`bench/data/last_full_bench.txt`) the same way, with its provenance given on the command line;
-it does not touch `latest.md` unless asked (`--latest`).
+`python -m bench.results --from-raw FILE ...` files the saved output of an earlier run the same
+way, with its provenance given on the command line; it does not touch `latest.md` unless asked
+(`--latest`).
 """
 
 from __future__ import annotations
