@@ -16,7 +16,6 @@ from importlib.resources.abc import Traversable
 from pathlib import Path
 
 
-
 class AvailabilityError(ValueError):
     """An availability trace that cannot be used; the message names the file and what is wrong."""
 
@@ -41,7 +40,9 @@ class AvailabilityTrace:
     def capacity_at(self, hour: float) -> int:
         """Instances obtainable at `hour` from the trace start (piecewise constant over each tick)."""
         if hour < 0 or hour >= self.hours:
-            raise AvailabilityError(f"{self.name}: hour {hour:g} is outside the trace (0 to {self.hours:g} h)")
+            raise AvailabilityError(
+                f"{self.name}: hour {hour:g} is outside the trace (0 to {self.hours:g} h)"
+            )
         return self.counts[int(hour * 3600 // self.gap_seconds)]
 
     def available_share(self) -> float:
@@ -59,7 +60,9 @@ def parse_availability(text: str, name: str) -> AvailabilityTrace:
         raise AvailabilityError(f"{name}: expected a JSON object with 'metadata' and 'data'")
     unknown = sorted(set(document) - {"metadata", "data"})
     if unknown:
-        raise AvailabilityError(f"{name}: unknown key(s) {', '.join(unknown)} (expected 'metadata' and 'data')")
+        raise AvailabilityError(
+            f"{name}: unknown key(s) {', '.join(unknown)} (expected 'metadata' and 'data')"
+        )
     metadata = document.get("metadata")
     if not isinstance(metadata, dict):
         raise AvailabilityError(f"{name}: 'metadata' missing or not an object")
