@@ -125,9 +125,10 @@ def test_spotline_never_reads_a_later_step_of_the_trace() -> None:
 def test_the_cli_follows_the_contract(tmp_path: Path) -> None:
     out = tmp_path / "out.json"
     path = Path(__file__).resolve().parents[2] / "spotline" / "sim" / "data" / "availability" / f"{V100}.json"
-    args = ["simulate", "deadline", "--availability", str(path), "--job-hours", "48", "--deadline-hours", "60",
-            "--changeover-hours", "0.2", "--price-ratio", "3", "--start-hour", "0", "--start-hour", "50",
-            "--policy", "uniform-progress", "--json", str(out)]  # fmt: skip
+    args = ["simulate", "deadline", "--availability", str(path), "--job-hours", "48",
+            "--deadline-hours", "60", "--changeover-hours", "0.2", "--price-ratio", "3",
+            "--start-hour", "0", "--start-hour", "50", "--policy", "uniform-progress",
+            "--json", str(out)]  # fmt: skip
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     results = json.loads(out.read_text())["results"]
