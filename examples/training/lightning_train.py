@@ -74,7 +74,9 @@ def main() -> int:
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--batches", type=int, default=100, help="per epoch")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--local-dir", default=os.environ.get("SPOTLINE_LOCAL_CHECKPOINT_DIR", "/tmp/spotline"))
+    parser.add_argument(
+        "--local-dir", default=os.environ.get("SPOTLINE_LOCAL_CHECKPOINT_DIR", "/tmp/spotline")
+    )
     args = parser.parse_args()
 
     pl.seed_everything(args.seed)

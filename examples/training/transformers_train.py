@@ -33,7 +33,9 @@ def main() -> int:
     parser.add_argument("--epochs", type=float, default=3)
     parser.add_argument("--examples", type=int, default=512)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--output-dir", default=os.environ.get("SPOTLINE_LOCAL_CHECKPOINT_DIR", "/tmp/spotline-hf"))
+    parser.add_argument(
+        "--output-dir", default=os.environ.get("SPOTLINE_LOCAL_CHECKPOINT_DIR", "/tmp/spotline-hf")
+    )
     args = parser.parse_args()
 
     torch.manual_seed(args.seed)

@@ -19,7 +19,7 @@ from spotline.agent import (
     RecordingPublisher,
     S3CheckpointStore,
 )
-from spotline.aws.resources import DETAIL_CHECKPOINT_COMPLETED
+from spotline.resources import DETAIL_CHECKPOINT_COMPLETED
 
 REGION = "us-east-1"
 BUCKET = "spotline-checkpoints"

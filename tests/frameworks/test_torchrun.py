@@ -19,7 +19,7 @@ import pytest
 from moto.server import ThreadedMotoServer
 
 from spotline.agent import S3CheckpointStore
-from spotline.aws.resources import signal_key
+from spotline.resources import signal_key
 
 pytestmark = pytest.mark.frameworks
 
