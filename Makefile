@@ -19,6 +19,7 @@ $(STAMP): pyproject.toml
 lint: venv
 	$(BIN)/ruff check spotline tests bench functions stacks app.py
 	$(BIN)/mypy spotline
+	$(BIN)/lint-imports
 
 test: lint
 	bash scripts/pytest.sh
@@ -33,4 +34,4 @@ bench: venv
 	$(BIN)/python -m bench
 
 clean:
-	rm -rf $(VENV) cdk.out .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) cdk.out .pytest_cache .mypy_cache .ruff_cache .import_linter_cache
