@@ -19,6 +19,7 @@ $(STAMP): pyproject.toml
 lint: venv
 	$(BIN)/ruff check spotline tests bench functions stacks scripts app.py
 	$(BIN)/mypy spotline
+	$(BIN)/lint-imports
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
 
 test: lint
@@ -34,4 +35,4 @@ bench: venv
 	$(BIN)/python -m bench
 
 clean:
-	rm -rf $(VENV) build/site cdk.out .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) build/site cdk.out .pytest_cache .mypy_cache .ruff_cache .import_linter_cache

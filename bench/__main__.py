@@ -4,10 +4,8 @@ items read, writes of a pass that changes nothing) and a freed cluster's backlog
 admissions per second), each handler's import against boto3's, and what it costs on AWS per
 1,000 jobs, idle and per running job-hour, counted on the local runtime.
 
-The policies' simulations run on the simulator's compiled build (`bench.native`: the same source
-compiled with mypyc, checked first to decide exactly as the interpreted code), in a process of
-their own; `SPOTLINE_BENCH_NATIVE=0` runs them interpreted. Everything else measures the
-interpreted code that Lambda runs: `plan()`'s speed, the control plane's passes and costs.
+Everything runs as plain Python, the code Lambda runs; the policies' simulations run in a process
+of their own.
 
 What each part prints is also written to `bench/results/<UTC start>-<commit>.md` and
 `bench/results/latest.md` (`bench.results`), with the commit and the machine."""
@@ -19,11 +17,7 @@ import sys
 
 
 def _policy_bench() -> None:
-    from bench import native
-
-    env, line = native.environment()
-    print(line, flush=True)
-    done = subprocess.run([sys.executable, "-m", "bench.policy_bench"], env=env, check=False)
+    done = subprocess.run([sys.executable, "-m", "bench.policy_bench"], check=False)
     if done.returncode != 0:
         # On standard output too, so the results file says its tables are missing.
         print(f"policy bench failed (exit {done.returncode})", flush=True)

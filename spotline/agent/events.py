@@ -6,7 +6,7 @@ import json
 import logging
 from typing import TYPE_CHECKING, Any, Protocol
 
-from spotline.aws.resources import (
+from spotline.resources import (
     DETAIL_CHECKPOINT_COMPLETED,
     DETAIL_JOB_HEARTBEAT,
     SOURCE_AGENT,

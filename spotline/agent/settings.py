@@ -1,6 +1,6 @@
 """The agent's configuration, read once from the environment a training container gets.
 
-The variable names come from `spotline.aws.resources` (the one place the job definition and the
+The variable names come from `spotline.resources` (the one place the job definition and the
 local fleet take them from); the few that only the agent reads are defined here.
 """
 
@@ -10,7 +10,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from spotline.aws.resources import (
+from spotline.resources import (
     AGENT_ENV_CHECKPOINT_INTERVAL_S,
     AGENT_ENV_CHECKPOINT_KMS_KEY,
     AGENT_ENV_CHECKPOINT_URI,

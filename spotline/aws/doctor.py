@@ -29,8 +29,8 @@ from typing import Any
 from botocore.exceptions import BotoCoreError, ClientError
 
 from spotline.aws.published import PublishedConfig
-from spotline.aws.resources import POWERTOOLS_LAYER_ACCOUNT, POWERTOOLS_LAYER_NAME
-from spotline.aws.sizing import INSTANCE_SHAPES
+from spotline.control.sizing import INSTANCE_SHAPES
+from spotline.resources import POWERTOOLS_LAYER_ACCOUNT, POWERTOOLS_LAYER_NAME
 
 
 class Status(StrEnum):

@@ -22,7 +22,7 @@ from spotline.agent import (
     LocalCheckpointStore,
     RecordingPublisher,
 )
-from spotline.aws.resources import DETAIL_CHECKPOINT_COMPLETED, DETAIL_JOB_HEARTBEAT
+from spotline.resources import DETAIL_CHECKPOINT_COMPLETED, DETAIL_JOB_HEARTBEAT
 
 from .fakes import FakeClock
 

@@ -20,7 +20,7 @@ from spotline.agent import (
     RecordingPublisher,
 )
 from spotline.agent.wrapper import CommandWrapper
-from spotline.aws.resources import (
+from spotline.resources import (
     DETAIL_CHECKPOINT_COMPLETED,
     DETAIL_JOB_HEARTBEAT,
     RULES,

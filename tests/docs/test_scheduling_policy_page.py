@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
-from spotline.aws.settings import SpotlineConfig
+from spotline.control.settings import SpotlineConfig
 from spotline.domain import SchedulerConfig
 from spotline.domain.config import PriorityWeights
 
