@@ -25,12 +25,20 @@ def _policy_bench() -> None:
         print(f"policy bench failed (exit {done.returncode})", file=sys.stderr, flush=True)
 
 
+def _contention_bench() -> None:
+    """The policy under contention (issue 29): the accounts and the goals, `bench.contention`."""
+    done = subprocess.run([sys.executable, "-m", "bench.contention"], check=False)
+    if done.returncode != 0:
+        print(f"contention bench failed (exit {done.returncode})", file=sys.stderr, flush=True)
+
+
 def main() -> int:
     from bench import plan_bench
 
     plan_bench.main()
     sys.stdout.flush()
     _policy_bench()
+    _contention_bench()
     from bench import aws_costs, cold_start, pass_scale
 
     print()
