@@ -27,11 +27,13 @@ Run: `.venv/bin/python -m bench.contention` (`--contended-only`: the contended s
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from rich.console import Console
@@ -39,12 +41,22 @@ from rich.table import Table
 
 from bench import policy_bench as pb
 from spotline.domain import SchedulerConfig
+from spotline.domain.config import PriorityWeights
 from spotline.sim import SimSettings, simulate
 from spotline.sim.accounts import LOSS_CAUSES, RESTART_LABELS, WAIT_CAUSES
 from spotline.trace import Trace
 from spotline.trace.synth import synth_trace
 
 PREEMPTING = tuple(p for p in pb.PEERS if p != "fifo")
+# A configuration experiment shown beside the defaults (docs/contention.md), not the defaults:
+# critical preemptors checkpoint their victims too, and who may preempt whom is decided by class
+# (a class step of 10,000 that no within-class term reaches, and a margin of 3,300 above the sum of
+# every within-class term: age 900 + deadline 1,500 + size 100 + fair-share 400 + history 60 +
+# shortest 200 = 3,160): no job preempts one of its own class or of a class above.
+CLASS_STRICT = SchedulerConfig(
+    stop_at_once_for=frozenset(), preemption_margin=3300.0, weights=PriorityWeights(class_step=10000.0)
+)
+VARIANT = "spotline, class-strict, checkpointed (experiment)"
 
 
 @dataclass(frozen=True)
@@ -207,6 +219,11 @@ def goal_rows(per_sample: Sequence[dict[str, dict[str, Any]]]) -> list[dict[str,
     return rows
 
 
+def with_variant(runs: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """The runs with the experiment in Spotline's place."""
+    return {**runs, "spotline": runs[VARIANT]}
+
+
 def print_goals(
     title: str, labels: Sequence[str], per_sample: Sequence[dict[str, dict[str, Any]]], console: Console
 ) -> None:
@@ -285,17 +302,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.contention", description=__doc__.split("\n")[0])
     parser.add_argument("--contended-only", action="store_true", help="the contended samples alone")
     parser.add_argument("--tuning", action="store_true", help="the tuning set's contended counterparts")
+    parser.add_argument("--synthetic-only", action="store_true", help="leave the Philly samples out")
+    parser.add_argument("--json", type=Path, default=None, help="write the contended samples' metrics here")
     args = parser.parse_args(argv)
     console = Console(width=max(Console().width, 200))
     began = time.perf_counter()
     contended = available(CONTENDED_TUNING if args.tuning else CONTENDED_EVALUATION)
     per_contended = []
+    if args.synthetic_only:
+        contended = [s for s in contended if s.kind != "philly"]
+    saved: dict[str, Any] = {}
     for sample in contended:
         runs = run_contended(sample)
+        runs[VARIANT] = run_contended(sample, ["spotline"], config=CLASS_STRICT, workers=1)["spotline"]
         per_contended.append(runs)
+        saved[sample.label] = runs
         print_accounts(sample.label, runs, console)
+        print_accounts(f"{sample.label}, the experiment", with_variant(runs), console)
     labels = [s.label for s in contended]
     print_goals("Goals on the contended samples (issue 29)", labels, per_contended, console)
+    print_goals(f"The same goals, {VARIANT}", labels, [with_variant(r) for r in per_contended], console)
+    if args.json is not None:
+        args.json.write_text(json.dumps(saved))
     if not args.contended_only and not args.tuning:
         plain = pb.available(pb.EVALUATION)
         per_plain = [pb.run_sample(s, pb.EVAL_POLICIES) for s in plain]

@@ -41,6 +41,10 @@ cluster's state alone, the same way for every policy, in this order:
    protection period (Spotline's `protection_period_s`; peers have none);
 7. `no capacity in any pool`: jobs of its class or above hold the GPUs.
 
+Gang account: the multi-node jobs' waits (p99, max), and how many single-node jobs started
+On-Demand (and on how many GPUs) while a multi-node job waited: the On-Demand capacity small jobs
+took from a blocked gang.
+
 GPU counts are compared as counts (a gang job needs whole nodes; the account does not place it),
 and a critical job counts only On-Demand pools (where every competent setup routes it). The
 tail of a class is its jobs whose total wait is at least the class's p99 wait: their share of
@@ -124,7 +128,11 @@ class Accounts:
         self.waited: dict[int, dict[str, float]] = {}
         # Preemptors (idx) waiting for this many victims' writes.
         self.awaiting: dict[int, int] = {}
-        self.classified_at = -math.inf
+        # Multi-node (gang) jobs waiting now (idx), and single-node jobs started On-Demand while
+        # one waited: how many, and their GPUs.
+        self.gangs_waiting: set[int] = set()
+        self.small_on_demand_starts = 0
+        self.small_on_demand_gpus = 0
 
     # --- losses ---------------------------------------------------------------------------
 
@@ -165,11 +173,18 @@ class Accounts:
     # --- waits ----------------------------------------------------------------------------
 
     def enqueued(self, job: SimJob, now: float) -> None:
+        if job.nodes > 1:
+            self.gangs_waiting.add(job.idx)
         if job.rank in WAIT_CLASSES:
             self.waiting[job.idx] = [job, None, now]
 
     def started(self, job: SimJob, now: float) -> None:
         self.team_used[job.team] = self.team_used.get(job.team, 0) + job.held
+        if job.nodes > 1:
+            self.gangs_waiting.discard(job.idx)
+        elif self.gangs_waiting and not self.sim.pools[job.pool].is_spot:
+            self.small_on_demand_starts += 1
+            self.small_on_demand_gpus += job.held
         entry = self.waiting.pop(job.idx, None)
         if entry is not None:
             self._settle(entry, now)
@@ -297,6 +312,7 @@ class Accounts:
                     for cause in WAIT_CAUSES
                 },
             }
+        gangs = [j.queued_s for j in jobs if j.nodes > 1 and j.first_start is not None]
         return {
             "loss_account": {
                 "lost_gpu_hours_by_cause": lost,
@@ -307,6 +323,13 @@ class Accounts:
                 "preemptions_by_class": dict(sorted(self.by_pair.items())),
             },
             "wait_account": waits,
+            "gang_account": {
+                "multi_node_jobs": len(gangs),
+                "multi_node_wait_p99_s": float(np.percentile(gangs, 99)) if gangs else 0.0,
+                "multi_node_wait_max_s": max(gangs, default=0.0),
+                "single_node_on_demand_starts_while_a_gang_waits": self.small_on_demand_starts,
+                "their_gpus": self.small_on_demand_gpus,
+            },
         }
 
 

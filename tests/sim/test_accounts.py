@@ -20,7 +20,7 @@ from spotline.sim.pools import build_pools, spot_advice
 from spotline.trace import Trace
 from spotline.trace.synth import synth_trace
 
-from .helpers import run
+from .helpers import by_id, run
 from .test_policies import CONTENTION
 
 STOP_CRITICAL = "preempted, stopped at once by a critical job"
@@ -128,3 +128,19 @@ def test_every_wait_of_the_urgent_classes_is_accounted(
             shares = account["tail_wait_share_by_cause"]
             if account["tail_jobs"]:
                 assert sum(shares.values()) == pytest.approx(1.0), (name, cls)
+
+
+def test_single_node_starts_on_demand_while_a_gang_waits_are_counted() -> None:
+    rows = [
+        ("a", 0.0, 1000.0, 8, "t", "low"),
+        # A 2-node gang job: 8 GPUs are free, it needs 16 and waits (a is protected until 600).
+        ("g", 10.0, 100.0, 16, "t", "normal"),
+        # A 1-GPU job takes one of the free On-Demand GPUs meanwhile.
+        ("s", 20.0, 100.0, 1, "t", "high"),
+    ]
+    result = run(rows, "spotline", gpus=16)
+    gang = result.metrics["gang_account"]
+    assert gang["multi_node_jobs"] == 1
+    assert gang["single_node_on_demand_starts_while_a_gang_waits"] == 1
+    assert gang["their_gpus"] == 1
+    assert gang["multi_node_wait_max_s"] == by_id(result)["g"].queued_s > 0

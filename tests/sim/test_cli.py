@@ -26,6 +26,7 @@ EXTRA_KEYS = {
     "cost_by_team",
     "loss_account",
     "wait_account",
+    "gang_account",
 }
 POLICY_KEYS = {
     "jobs",
