@@ -276,6 +276,23 @@ def print_accounts(label: str, runs: dict[str, dict[str, Any]], console: Console
             f"preemptions {pair}",
             *(str(runs[n]["loss_account"]["preemptions_by_class"].get(pair, 0)) for n in names),
         )
+    if all("gang_account" in runs[n] for n in names):
+        table.add_row(
+            "multi-node jobs' p99 / max wait (min)",
+            *(
+                f"{runs[n]['gang_account']['multi_node_wait_p99_s'] / 60:.0f} /"
+                f" {runs[n]['gang_account']['multi_node_wait_max_s'] / 60:.0f}"
+                for n in names
+            ),
+        )
+        table.add_row(
+            "single-node On-Demand starts while a gang waits (their GPUs)",
+            *(
+                f"{runs[n]['gang_account']['single_node_on_demand_starts_while_a_gang_waits']}"
+                f" ({runs[n]['gang_account']['their_gpus']})"
+                for n in names
+            ),
+        )
     console.print(table)
     waits = Table(
         title=f"Wait account: {label}: what the p99 tail of each class waited for (share of its wait)"
