@@ -17,15 +17,16 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 lint: venv
-	$(BIN)/ruff check spotline tests bench functions stacks app.py conftest.py
+	$(BIN)/ruff check spotline tests bench functions stacks scripts app.py conftest.py
 	$(BIN)/mypy spotline
 	$(BIN)/lint-imports
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
 
 test: lint
 	bash scripts/pytest.sh
 
 # The unit tier with a small Hypothesis budget (conftest.py): a minute, for the edit-test loop.
-# `make test` runs every tier (unit, agent, integration, e2e, infra, sim, bench) in full.
+# `make test` runs every tier (unit, agent, integration, e2e, infra, sim, frameworks, bench) in full.
 test-fast: venv
 	bash scripts/pytest.sh tests/unit -m "not slow" --hypothesis-profile=fast -q
 
@@ -39,4 +40,4 @@ bench: venv
 	$(BIN)/python -m bench
 
 clean:
-	rm -rf $(VENV) cdk.out .pytest_cache .mypy_cache .ruff_cache .import_linter_cache
+	rm -rf $(VENV) build/site cdk.out .pytest_cache .mypy_cache .ruff_cache .import_linter_cache

@@ -9,6 +9,7 @@ Each test is marked with its tier by where it lives, so a tier can be selected (
     e2e          tests/e2e          the local runtime end to end (slow)
     infra        tests/infra        the CDK stack, cdk-nag and cfn-lint
     sim          tests/sim          the simulator and its policies
+    frameworks   tests/frameworks   real training frameworks on the CPU (they mark themselves too)
     bench        bench/tests        the benchmarks' own machinery
 
 Hypothesis profiles: `default` (Hypothesis' own settings) and `fast`, a small budget for
@@ -31,6 +32,7 @@ TIERS = {
     "tests/e2e": "e2e",
     "tests/infra": "infra",
     "tests/sim": "sim",
+    "tests/frameworks": "frameworks",
     "bench/tests": "bench",
 }
 
