@@ -2,7 +2,8 @@
 the control plane's own figures: the pass on moto at 100, 1,000 and 10,000 pending jobs (time,
 items read, writes of a pass that changes nothing) and a freed cluster's backlog (passes,
 admissions per second), each handler's import against boto3's, and what it costs on AWS per
-1,000 jobs, idle and per running job-hour, counted on the local runtime.
+1,000 jobs, idle and per running job-hour, counted on the local runtime; last, the single-job
+Spot-under-deadline benchmark (`bench.deadline_bench`: the paper's Table 3 and the goal rows).
 
 The policies' simulations run on the simulator's compiled build (`bench.native`: the same source
 compiled with mypyc, checked first to decide exactly as the interpreted code), in a process of
@@ -39,6 +40,12 @@ def main() -> int:
     cold_start.main(["--runs", "5"])
     print()
     aws_costs.main(["--jobs", "10", "--idle-runs", "5"])
+    print()
+    from bench import deadline_bench
+
+    # the single-job Spot-under-deadline benchmark (issue 30): Table 3, the C/R sweep, the goals;
+    # 100 starts per trace keeps it to about 5 CPU-minutes (the paper's 300: --starts 300)
+    deadline_bench.main(["--starts", "100", "--ratios", "0.6,0.7,0.8,0.9,0.95"])
     return 0
 
 
