@@ -5,10 +5,11 @@ admissions per second), each handler's import against boto3's, and what it costs
 1,000 jobs, idle and per running job-hour, counted on the local runtime; last, the single-job
 Spot-under-deadline benchmark (`bench.deadline_bench`: the paper's Table 3 and the goal rows).
 
-The policies' simulations run on the simulator's compiled build (`bench.native`: the same source
-compiled with mypyc, checked first to decide exactly as the interpreted code), in a process of
-their own; `SPOTLINE_BENCH_NATIVE=0` runs them interpreted. Everything else measures the
-interpreted code that Lambda runs: `plan()`'s speed, the control plane's passes and costs."""
+Everything runs as plain Python, the code Lambda runs; the policies' simulations run in a process
+of their own.
+
+What each part prints is also written to `bench/results/<UTC start>-<commit>.md` and
+`bench/results/latest.md` (`bench.results`), with the commit and the machine."""
 
 from __future__ import annotations
 
@@ -17,35 +18,37 @@ import sys
 
 
 def _policy_bench() -> None:
-    from bench import native
-
-    env, line = native.environment()
-    print(line, flush=True)
-    done = subprocess.run([sys.executable, "-m", "bench.policy_bench"], env=env, check=False)
+    done = subprocess.run([sys.executable, "-m", "bench.policy_bench"], check=False)
     if done.returncode != 0:
+        # On standard output too, so the results file says its tables are missing.
+        print(f"policy bench failed (exit {done.returncode})", flush=True)
         print(f"policy bench failed (exit {done.returncode})", file=sys.stderr, flush=True)
 
 
 def main() -> int:
     from bench import plan_bench
+    from bench.results import Recorder
 
-    plan_bench.main()
-    sys.stdout.flush()
-    _policy_bench()
+    record = Recorder("make bench")
+    with record.section("plan() at scale"):
+        plan_bench.main()
+    with record.section("Policies on the evaluation set"):
+        _policy_bench()
     from bench import aws_costs, cold_start, pass_scale
 
-    print()
-    pass_scale.main(["--pending", "100,1000,10000", "--backlog", "1000", "--skip-fixed"])
-    print()
-    cold_start.main(["--runs", "5"])
-    print()
-    aws_costs.main(["--jobs", "10", "--idle-runs", "5"])
-    print()
+    with record.section("The scheduling pass on moto"):
+        pass_scale.main(["--pending", "100,1000,10000", "--backlog", "1000", "--skip-fixed"])
+    with record.section("Cold start"):
+        cold_start.main(["--runs", "5"])
+    with record.section("Control plane cost"):
+        aws_costs.main(["--jobs", "10", "--idle-runs", "5"])
     from bench import deadline_bench
 
     # the single-job Spot-under-deadline benchmark (issue 30): Table 3, the C/R sweep, the goals;
     # 100 starts per trace keeps it to about 5 CPU-minutes (the paper's 300: --starts 300)
-    deadline_bench.main(["--starts", "100", "--ratios", "0.6,0.7,0.8,0.9,0.95"])
+    with record.section("Single job under a deadline"):
+        deadline_bench.main(["--starts", "100", "--ratios", "0.6,0.7,0.8,0.9,0.95"])
+    print(f"\nresults: {record.finish()}")
     return 0
 
 

@@ -34,7 +34,8 @@ from typing import Any
 
 import httpx
 
-from spotline.aws import emulation, resources
+from spotline import resources
+from spotline.aws import emulation
 from spotline.aws.jobs import QUEUE_PK_PREFIX
 from spotline.local import emulator
 from spotline.local.runtime import LocalConfig, LocalControlPlane, LocalPool
