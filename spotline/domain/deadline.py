@@ -336,3 +336,32 @@ def explain_deadline(
         "ahead_of_line_h": round(decision.line_h, 3),
         "summary": decision.describe(),
     }
+
+
+def stays_on_demand(
+    job: Job, now: float, *, changeover_h: float = DEFAULT_CHANGEOVER_H, step_h: float = DEFAULT_STEP_H
+) -> str | None:
+    """Why a deadline job running On-Demand should not move to free Spot room now (None: the
+    guard lets it go, or the job has no deadline or declared runtime). Spot is there (the move
+    targets free room); the guard's hysteresis keeps the job On-Demand until it is far enough
+    ahead of its line, and its safety net when no Spot loss can be absorbed any more."""
+    deadline = job.spec.deadline_at
+    expected = job.spec.expected_runtime_s
+    if deadline is None or expected is None:
+        return None
+    done_s = job.elapsed_s(now) if job.progress is None else job.progress * expected
+    decision = guard_job(
+        job_h=expected / 3600.0,
+        submitted_at=job.submitted_at,
+        deadline_at=deadline,
+        now=now,
+        done_s=done_s,
+        placement=Placement.ON_DEMAND,
+        spot_available=True,
+        history=SpotHistory(),
+        settings=GuardSettings(changeover_h=changeover_h),
+        step_h=step_h,
+    )
+    if decision.placement is Placement.SPOT:
+        return None
+    return f"deadline guard: {decision.describe()}"
