@@ -5,6 +5,10 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
+from rich.console import Console
+
+from spotline.cli.client import explain_view
+
 from .conftest import Deployment, start, submit
 from .test_explain_api import VISION, explain
 
@@ -27,6 +31,9 @@ def test_a_deadline_job_on_spot_is_explained_against_its_line(deployment: Deploy
     # one hour in, one hour of work done: the line stands at 1 h * 4 / 10 = 0.4 h
     assert abs(guard["ahead_of_line_h"] - 0.6) < 0.01
     assert "ahead of its line" in guard["summary"]
+    console = Console(width=200, record=True)
+    console.print(explain_view(body))
+    assert "deadline guard: spot (now spot): Spot: capacity is there" in console.export_text()
 
 
 def test_a_waiting_deadline_job_without_slack_is_sent_to_on_demand(deployment: Deployment) -> None:
