@@ -25,6 +25,14 @@ def _policy_bench() -> None:
         print(f"policy bench failed (exit {done.returncode})", file=sys.stderr, flush=True)
 
 
+def _contention_bench() -> None:
+    """The policy under contention (issue 29): the accounts and the goals, `bench.contention`."""
+    done = subprocess.run([sys.executable, "-m", "bench.contention"], check=False)
+    if done.returncode != 0:
+        print(f"contention bench failed (exit {done.returncode})", flush=True)
+        print(f"contention bench failed (exit {done.returncode})", file=sys.stderr, flush=True)
+
+
 def main() -> int:
     from bench import plan_bench
     from bench.results import Recorder
@@ -34,6 +42,8 @@ def main() -> int:
         plan_bench.main()
     with record.section("Policies on the evaluation set"):
         _policy_bench()
+    with record.section("The policy under contention"):
+        _contention_bench()
     from bench import aws_costs, cold_start, pass_scale
 
     with record.section("The scheduling pass on moto"):

@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 
 from rich.console import Console
 
-from spotline.cli.client import explain_view
+from spotline.cli.render import explain_view
 
 from .conftest import Deployment, start, submit
 from .test_explain_api import VISION, explain
