@@ -36,7 +36,7 @@ import httpx
 
 from spotline import resources
 from spotline.aws import emulation
-from spotline.aws.jobs import QUEUE_PK_PREFIX
+from spotline.aws.job_items import QUEUE_PK_PREFIX
 from spotline.local import emulator
 from spotline.local.runtime import LocalConfig, LocalControlPlane, LocalPool
 
