@@ -175,6 +175,10 @@ def explain_view(data: dict[str, Any]) -> Group:
                 pool.get("pool", ""), "; ".join(pool.get("blockers") or []) or "-", pool.get("unblock") or "-"
             )
         parts.append(table)
+    guard = data.get("deadline_guard")
+    if guard:
+        advice, placed = guard.get("advice"), guard.get("now")
+        parts.append(f"deadline guard: {advice} (now {placed}): {guard.get('summary')}")
     for key in ("placement", "preempted_by"):
         if data.get(key):
             text = data[key] if isinstance(data[key], str) else json.dumps(data[key])
