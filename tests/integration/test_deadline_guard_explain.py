@@ -9,7 +9,7 @@ from rich.console import Console
 
 from spotline.cli.render import explain_view
 
-from .conftest import Deployment, start, submit
+from .helpers import Deployment, start, submit
 from .test_explain_api import VISION, explain
 
 
