@@ -10,6 +10,7 @@ Each test is marked with its tier by where it lives, so a tier can be selected (
     infra        tests/infra        the CDK stack, cdk-nag and cfn-lint
     sim          tests/sim          the simulator and its policies
     frameworks   tests/frameworks   real training frameworks on the CPU (they mark themselves too)
+    docs         tests/docs         the example specs and this site's pages
     bench        bench/tests        the benchmarks' own machinery
 
 Hypothesis profiles: `default` (Hypothesis' own settings) and `fast`, a small budget for
@@ -33,6 +34,7 @@ TIERS = {
     "tests/infra": "infra",
     "tests/sim": "sim",
     "tests/frameworks": "frameworks",
+    "tests/docs": "docs",
     "bench/tests": "bench",
 }
 

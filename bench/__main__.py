@@ -44,12 +44,14 @@ def main() -> int:
         _policy_bench()
     with record.section("The policy under contention"):
         _contention_bench()
-    from bench import aws_costs, cold_start, pass_scale
+    from bench import aws_costs, cli_startup, cold_start, pass_scale
 
     with record.section("The scheduling pass on moto"):
         pass_scale.main(["--pending", "100,1000,10000", "--backlog", "1000", "--skip-fixed"])
     with record.section("Cold start"):
         cold_start.main(["--runs", "5"])
+    with record.section("CLI start-up"):
+        cli_startup.main(["--runs", "10"])
     with record.section("Control plane cost"):
         aws_costs.main(["--jobs", "10", "--idle-runs", "5"])
     from bench import deadline_bench
