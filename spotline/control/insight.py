@@ -18,6 +18,7 @@ from spotline.control.plane import ControlPlane
 from spotline.control.records import JobRecord, TimelineEntry
 from spotline.control.scheduling import build_snapshot
 from spotline.domain import JobState
+from spotline.domain.checkpoint_cost import describe as describe_checkpoint
 from spotline.domain.explain import explain_pools, position, priority_terms, scores
 from spotline.domain.forecast import forecast_start
 from spotline.domain.planner import read_window
@@ -60,6 +61,10 @@ def explain_job(cp: ControlPlane, team: str, job_id: str) -> dict[str, Any]:
             "fairshare_factor": round(fairshare, 4),
         },
     }
+    checkpoint = describe_checkpoint(job, float(cp.config.grace_period_s))
+    if checkpoint is not None:
+        # What the agent measured of its last checkpoint, and what the planning makes of it.
+        out["checkpoint"] = checkpoint
     timeline = _timeline(cp, job.id)
     if job.state is JobState.PENDING:
         out.update(_pending(cp, record, snapshot, now))
