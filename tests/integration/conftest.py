@@ -25,19 +25,15 @@ from moto import mock_aws
 
 from spotline.aws.batch import BatchJobRequest, run_id_for
 from spotline.aws.clients import AwsClients
-from spotline.aws.emulation import (
-    LambdaContextStub,
-    LambdaTaskDispatcher,
-    SerializedMotoServer,
-    create_state_machines,
-    create_tables,
-    environment,
-)
 from spotline.aws.jobs import JobRecord
 from spotline.aws.lambda_runtime import use_control_plane
 from spotline.aws.settings import Settings
 from spotline.aws.workflows import StepFunctionsStarter
 from spotline.control.plane import ControlPlane, build_control_plane
+from spotline.local.lambdas import LambdaContextStub
+from spotline.local.moto_lambda_route import LambdaTaskDispatcher
+from spotline.local.moto_server import SerializedMotoServer
+from spotline.local.provision import create_state_machines, create_tables, environment
 
 REGION = "us-east-1"
 ACCOUNT = "123456789012"

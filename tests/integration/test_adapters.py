@@ -19,10 +19,11 @@ from botocore.stub import Stubber
 from spotline.aws import resources
 from spotline.aws.batch import AwsBatchLauncher, BatchJobRequest, EcsInstanceResolver
 from spotline.aws.clients import AwsClients
-from spotline.aws.emulation import LambdaTaskDispatcher, environment
 from spotline.aws.errors import BatchThrottled, LaunchFailed
 from spotline.aws.settings import Settings, SettingsError, SpotlineConfig
 from spotline.aws.workflows import SqsPassTrigger, StepFunctionsStarter
+from spotline.local.moto_lambda_route import LambdaTaskDispatcher
+from spotline.local.provision import environment
 
 from .conftest import CONFIG, REGION, Deployment
 

@@ -54,7 +54,6 @@ from spotline.aws import batch as batch_module
 from spotline.aws import resources
 from spotline.aws.batch import BatchJobRequest
 from spotline.aws.clients import AwsClients
-from spotline.aws.emulation import create_tables, environment
 from spotline.aws.errors import (
     BatchThrottled,
     CapacityExhausted,
@@ -84,6 +83,7 @@ from spotline.control.workflow_tasks import (
 from spotline.domain import JobState, Priority
 from spotline.domain.models import TERMINAL_STATES, can_transition
 from spotline.domain.quota import quota_shortfall
+from spotline.local.provision import create_tables, environment
 
 from .conftest import ACCOUNT, REGION
 
