@@ -11,10 +11,11 @@ serves; nothing of moto is changed.
 One request would hold the lock for long: an SQS long poll (ReceiveMessage with WaitTimeSeconds)
 waits for a message, which no other request could then send. Such a poll is served here as short
 polls under the lock, waiting between them outside it until a request that may have added a
-message completes (an SQS action or an EventBridge PutEvents), or a second has passed (a message
-whose visibility timeout or delay ran out), until its wait is over. Only the JSON protocol that
-current SDKs use is recognized; a ReceiveMessage without WaitTimeSeconds is a short poll here
-(the queue's ReceiveMessageWaitTimeSeconds is not applied).
+message to its queue completes (a SendMessage or ChangeMessageVisibility naming the queue, or any
+EventBridge PutEvents), or a second has passed (a message whose visibility timeout or delay ran
+out), until its wait is over. Only the JSON protocol that current SDKs use is recognized; a
+ReceiveMessage without WaitTimeSeconds is a short poll here (the queue's
+ReceiveMessageWaitTimeSeconds is not applied).
 """
 
 from __future__ import annotations
@@ -29,28 +30,46 @@ from typing import Any
 EMULATION_LOCK = threading.Lock()
 
 _RECEIVE = "AmazonSQS.ReceiveMessage"
+# What may make a message receivable on the queue the request names.
+_ADDS_MESSAGES = frozenset(
+    f"AmazonSQS.{action}"
+    for action in (
+        "SendMessage",
+        "SendMessageBatch",
+        "ChangeMessageVisibility",
+        "ChangeMessageVisibilityBatch",
+    )
+)
 _RECHECK_S = 1.0  # a long poll looks again at least this often (moto's own wait loop: 1 s)
 
 
 class _Arrivals:
-    """Counts the requests that may have added a message to a queue; long polls wait on it."""
+    """Counts, per queue, the requests that may have made a message receivable there; long polls
+    wait on it. An EventBridge PutEvents counts for every queue (its rules' targets are moto's)."""
 
     def __init__(self) -> None:
         self._changed = threading.Condition()
-        self._count = 0
+        self._everywhere = 0
+        self._per_queue: dict[str, int] = {}
 
-    def seen(self) -> int:
+    def seen(self, queue: str) -> tuple[int, int]:
         with self._changed:
-            return self._count
+            return self._everywhere, self._per_queue.get(queue, 0)
 
-    def record(self) -> None:
+    def record(self, queue: str | None) -> None:
+        """A request that may have added a message to `queue` (None: to any queue) completed."""
         with self._changed:
-            self._count += 1
+            if queue is None:
+                self._everywhere += 1
+            else:
+                self._per_queue[queue] = self._per_queue.get(queue, 0) + 1
             self._changed.notify_all()
 
-    def wait_past(self, seen: int, timeout: float) -> None:
+    def wait_past(self, queue: str, seen: tuple[int, int], timeout: float) -> None:
         with self._changed:
-            self._changed.wait_for(lambda: self._count != seen, timeout=timeout)
+            self._changed.wait_for(
+                lambda: (self._everywhere, self._per_queue.get(queue, 0)) != seen, timeout=timeout
+            )
 
 
 def serialized(app: Any) -> Any:
@@ -86,13 +105,14 @@ def serialized(app: Any) -> Any:
     def long_poll(environ: dict[str, Any], request: dict[str, Any], wait_s: float) -> Any:
         deadline = time.monotonic() + wait_s
         short = json.dumps({**request, "WaitTimeSeconds": 0}).encode()
+        queue = _queue_name(request)
         while True:
-            seen = arrivals.seen()
+            seen = arrivals.seen(queue)
             answer = call(dict(environ), short)
             left = deadline - time.monotonic()
             if left <= 0 or not answer[0].startswith("200") or _has_messages(answer[3]):
                 return answer
-            arrivals.wait_past(seen, min(left, _RECHECK_S))
+            arrivals.wait_past(queue, seen, min(left, _RECHECK_S))
 
     def serve(environ: dict[str, Any], start_response: Any) -> list[bytes]:
         body_in = _read_body(environ)
@@ -107,8 +127,10 @@ def serialized(app: Any) -> Any:
                 status, headers, exc_info, body = call(environ, body_in)
         else:
             status, headers, exc_info, body = call(environ, body_in)
-            if target.startswith("AmazonSQS.") or target == "AWSEvents.PutEvents":
-                arrivals.record()
+            if target in _ADDS_MESSAGES:
+                arrivals.record(_queue_name(_json_object(body_in)))
+            elif target == "AWSEvents.PutEvents":
+                arrivals.record(None)
         headers = [(name, value) for name, value in headers if name.lower() != "content-length"]
         start_response(status, [*headers, ("Content-Length", str(len(body)))], exc_info)
         return [body]
@@ -142,6 +164,12 @@ def _wait_seconds(request: dict[str, Any] | None) -> float:
     if isinstance(wait, bool) or not isinstance(wait, int) or not 0 < wait <= 20:
         return 0.0  # absent, 0, or invalid (moto answers the invalid value's error)
     return float(wait)
+
+
+def _queue_name(request: dict[str, Any] | None) -> str:
+    """The queue a request names (the last part of its QueueUrl): its waiters' key."""
+    url = (request or {}).get("QueueUrl")
+    return url.rstrip("/").rsplit("/", 1)[-1] if isinstance(url, str) else ""
 
 
 def _has_messages(body: bytes) -> bool:
