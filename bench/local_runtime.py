@@ -31,7 +31,7 @@ from typing import Any
 
 import httpx
 
-from spotline.aws import resources
+from spotline import resources
 from spotline.aws.jobs import QUEUE_PK_PREFIX
 from spotline.local import lambdas
 from spotline.local.runtime import LocalConfig, LocalControlPlane, LocalPool

@@ -126,8 +126,8 @@ def control_plane(settings_config: dict[str, Any], now: float) -> Iterator[Any]:
     from moto import mock_aws
 
     from spotline.aws.clients import AwsClients
-    from spotline.aws.settings import Settings
-    from spotline.control.plane import build_control_plane
+    from spotline.aws.plane import build_control_plane
+    from spotline.control.settings import Settings
     from spotline.local.provision import create_state_machines, create_tables, environment
 
     with mock_aws(config={"stepfunctions": {"execute_state_machine": False}}):  # type: ignore[arg-type]
@@ -142,7 +142,7 @@ def control_plane(settings_config: dict[str, Any], now: float) -> Iterator[Any]:
 
 
 def pending_records(count: int, base: float, *, gpu_type: str, gpus: int, one_class: bool) -> list[Any]:
-    from spotline.aws.jobs import JobRecord
+    from spotline.control.records import JobRecord
     from spotline.domain import PRIORITIES_HIGH_FIRST, Job, JobSpec, Priority
 
     records = []

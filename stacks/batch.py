@@ -20,7 +20,7 @@ from aws_cdk import aws_kms as kms
 from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
-from spotline.aws import resources as r
+from spotline import resources as r
 from stacks.config import DeploymentConfig
 from stacks.nag import acknowledge, finding_resource
 from stacks.network import Network

@@ -16,15 +16,14 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping, Sequence
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ValidationError
 
-from spotline.aws import costs, resources
-from spotline.aws.batch import run_id_for
+from spotline import resources
+from spotline.aws import costs
 from spotline.aws.dynamo import (
     MAX_ITEM_BYTES,
     DynamoTable,
@@ -34,7 +33,9 @@ from spotline.aws.dynamo import (
     item_size_bytes,
     serialize_item,
 )
-from spotline.aws.errors import (
+from spotline.aws.ledger import LedgerRepository
+from spotline.aws.timeline import TimelineRepository, decode_token, encode_token
+from spotline.control.errors import (
     ConditionFailed,
     InvalidTransition,
     ItemTooLarge,
@@ -42,17 +43,14 @@ from spotline.aws.errors import (
     StaleJobError,
     UnreadableRecord,
 )
-from spotline.aws.ledger import LedgerRepository
-from spotline.aws.timeline import NO_STATE, TimelineEntry, TimelineRepository, decode_token, encode_token
+from spotline.control.ports import CommitListener, PreparedTransition, Quarantined
+from spotline.control.records import ACTIVE_STATES, NO_STATE, JobRecord, TimelineEntry
 from spotline.domain import Job, JobSpec, JobState, Priority, can_transition
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
 
 logger = logging.getLogger(__name__)
-
-# States in which a job holds GPUs in a pool (and is in the `active` index).
-ACTIVE_STATES = frozenset({JobState.ADMITTED, JobState.RUNNING, JobState.CHECKPOINTING})
 
 # Room a new job's item keeps for what its life adds (reasons, run and instance ids, checkpoint
 # URIs, task tokens): a submission larger than MAX_ITEM_BYTES minus this is refused before any write.
@@ -63,89 +61,6 @@ _DELTA_SETS = ("terminating_batch_job_ids",)
 QUEUE_PK_PREFIX = "Q#"
 DEADLINE_PK = "D"
 ACTIVE_PK = "A"
-
-
-class Disruption(StrEnum):
-    """Why a job is checkpointing, which decides where it ends: PREEMPTED or INTERRUPTED."""
-
-    PREEMPT = "preempt"
-    INTERRUPT = "interrupt"
-
-    @property
-    def outcome(self) -> JobState:
-        return JobState.PREEMPTED if self is Disruption.PREEMPT else JobState.INTERRUPTED
-
-
-class JobRecord(BaseModel):
-    """A job as stored: the domain `Job` plus what the control plane tracks about its run."""
-
-    model_config = ConfigDict(defer_build=True, frozen=True)
-
-    job: Job
-    updated_at: float
-    # The reason of the last transition (the timeline has all of them).
-    state_reason: str = ""
-    # GPUs charged to the pool and team ledger while ACTIVE (a gang takes whole nodes).
-    gpus_held: int = 0
-    # Admissions so far (RUN_IDENTITY): 0 before the first; the admission's write increments it.
-    # The current run's id is `run_id_for(job id, run)`, also its Batch job name.
-    run: int = 0
-    batch_job_id: str | None = None
-    # Batch jobs of earlier runs: their late events are ignored.
-    retired_batch_job_ids: tuple[str, ...] = ()
-    # Batch jobs this record stopped owning (requeued, cancelled, orphans) that Batch has not yet
-    # confirmed stopped: the reconciler retries TerminateJob until it does (the job stays in
-    # the `active` index meanwhile, so the retry needs no scan).
-    terminating_batch_job_ids: tuple[str, ...] = ()
-    instance_ids: tuple[str, ...] = ()
-    admitted_at: float | None = None
-    # Why the job waits (set by the scheduling pass, only when it changes).
-    wait_reason: str | None = None
-    # The agent polls this: a checkpoint is wanted when it is later than its last checkpoint.
-    checkpoint_requested_at: float | None = None
-    checkpoint_deadline_at: float | None = None
-    # Step Functions task token of the preempt workflow waiting for the next checkpoint.
-    checkpoint_task_token: str | None = None
-    # The preemptor this job makes room for (or "interruption:<instance>").
-    draining_for: str | None = None
-    disruption: Disruption | None = None
-    # Launches that failed since the job was last admitted successfully (gives up after a few).
-    launch_failures: int = 0
-    # Progress of the current run (reset by each admission): heartbeats only move it forward.
-    last_heartbeat_at: float | None = None
-    step: int | None = None
-    # The run that wrote the last recorded checkpoint (its step is compared only within a run).
-    last_checkpoint_run: int | None = None
-    finished_at: float | None = None
-    # A digest of the submission that created the job (Idempotency-Key reuse is checked on it).
-    request_digest: str | None = None
-
-    @property
-    def id(self) -> str:
-        return self.job.id
-
-    @property
-    def state(self) -> JobState:
-        return self.job.state
-
-    @property
-    def version(self) -> int:
-        return self.job.version
-
-    @property
-    def team(self) -> str:
-        return self.job.team
-
-    @property
-    def run_id(self) -> str | None:
-        """The current run's id (None before the first admission)."""
-        return run_id_for(self.id, self.run) if self.run > 0 else None
-
-    def with_changes(self, job: Mapping[str, Any] | None = None, **changes: Any) -> JobRecord:
-        """A copy with record fields in `changes` and job fields in `job` changed."""
-        if job:
-            changes["job"] = self.job.with_changes(**job)
-        return self.model_copy(update=changes)
 
 
 # --- the item layout ----------------------------------------------------------------------
@@ -327,26 +242,6 @@ def _closest(model: type[_M], data: dict[str, Any], fallback: Mapping[str, Any])
 
 
 # --- the repository -----------------------------------------------------------------------
-
-# (job id, why) of each unreadable item a read quarantined.
-Quarantined = list[tuple[str, str]]
-
-# Called after each committed write that changed state, with the new record and its timeline
-# entries (the event publisher subscribes: Job State Changed on every transition).
-CommitListener = Callable[[JobRecord, Sequence[TimelineEntry]], None]
-
-
-@dataclass(frozen=True)
-class PreparedTransition:
-    """A job's transition as transaction items, not yet written: `old` as read, `new` as it
-    will be stored, its timeline `entries`, and each item's role (`transaction_errors`)."""
-
-    old: JobRecord
-    new: JobRecord
-    entries: tuple[TimelineEntry, ...]
-    items: list[TransactItem]
-    roles: list[tuple[str, str]]
-
 
 class JobRepository:
     """Jobs, their transitions (with Timeline and Ledger items in the same transaction), and the
@@ -906,30 +801,3 @@ def _clause(expr: Expression, name: str, operator: str, value: Any) -> str:
     if optional:
         clause = f"(attribute_not_exists({expr.name(name)}) OR {clause})"
     return clause
-
-
-class DynamoPendingQueue:
-    """The domain's `PendingQueue` over the `queue` and `deadline` indexes.
-
-    Each call is one Query with `Limit`; the records read are kept by id, because acting on a
-    decision needs the version the pass saw (the admission is conditional on it).
-    """
-
-    def __init__(self, jobs: JobRepository) -> None:
-        self.jobs = jobs
-        self.records: dict[str, JobRecord] = {}
-        self.items_read = 0
-        # Unreadable items met in the indexes (quarantined, never planned).
-        self.quarantined: Quarantined = []
-
-    def head(self, priority: Priority, limit: int) -> Sequence[Job]:
-        return self._keep(self.jobs.queue_head(priority, limit, skipped=self.quarantined))
-
-    def urgent(self, limit: int) -> Sequence[Job]:
-        return self._keep(self.jobs.deadline_head(limit, skipped=self.quarantined))
-
-    def _keep(self, records: list[JobRecord]) -> list[Job]:
-        self.items_read += len(records)
-        for record in records:
-            self.records.setdefault(record.id, record)
-        return [r.job for r in records]

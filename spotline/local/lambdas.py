@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from spotline.aws import resources
+from spotline import resources
 
 ACCOUNT_ID = "123456789012"  # moto's default account
 DEFAULT_REGION = "us-east-1"

@@ -1,5 +1,5 @@
 """What the stack creates, created on an emulated AWS (moto, in-process or behind the local
-runtime's server) from the same description: `spotline.aws.resources` and the ASL files."""
+runtime's server) from the same description: `spotline.resources` and the ASL files."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from spotline.aws import resources
+from spotline import resources
 from spotline.local.lambdas import ACCOUNT_ID, function_arn
 
 STATEMACHINES_DIR = Path(__file__).resolve().parents[2] / "statemachines"

@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from spotline.aws import resources as r
+from spotline import resources as r
 from spotline.local import lambdas
 
 log = logging.getLogger("spotline.local.router")

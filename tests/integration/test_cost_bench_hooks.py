@@ -18,7 +18,7 @@ import pytest
 from botocore.client import BaseClient
 
 from bench import aws_costs
-from spotline.aws import resources as r
+from spotline import resources as r
 from spotline.local import lambdas, moto_server, router
 
 

@@ -20,10 +20,10 @@ from botocore.exceptions import ClientError, EndpointConnectionError
 
 import functions.checkpoint_completed
 import functions.workflow_tasks
+from functions.runtime import use_control_plane
 from spotline.aws.clients import AwsClients
-from spotline.aws.lambda_runtime import use_control_plane
-from spotline.aws.settings import Settings
-from spotline.control.plane import build_control_plane
+from spotline.aws.plane import build_control_plane
+from spotline.control.settings import Settings
 from spotline.domain import JobState
 from spotline.local.emulator import MOTO_CONFIG
 from spotline.local.moto_lambda_route import dispatch_lambda_tasks

@@ -21,8 +21,9 @@ from aws_lambda_powertools.logging import correlation_paths
 from aws_lambda_powertools.metrics import MetricUnit
 
 from spotline.aws.clients import default_clients
-from spotline.aws.settings import get_settings
-from spotline.control.plane import ControlPlane, build_control_plane
+from spotline.aws.plane import build_control_plane
+from spotline.control.plane import ControlPlane
+from spotline.control.settings import get_settings
 
 METRICS_NAMESPACE = "Spotline"
 
@@ -113,10 +114,15 @@ def idempotent_on_event_id(key_prefix: str) -> Callable[[Handler], Handler]:
                         idempotent,
                     )
 
+                    from spotline.aws.jobs import JobRepository
+
                     plane = control_plane()
+                    jobs = plane.jobs
+                    if not isinstance(jobs, JobRepository):
+                        raise TypeError("idempotency needs the control plane's jobs on DynamoDB")
                     persistence = DynamoDBPersistenceLayer(
                         table_name=plane.settings.idempotency_table,
-                        boto3_client=plane.jobs.table.client,
+                        boto3_client=jobs.table.client,
                     )
                     config = IdempotencyConfig(
                         event_key_jmespath="id",

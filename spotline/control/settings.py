@@ -15,7 +15,7 @@ from functools import lru_cache
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from spotline.aws import resources
+from spotline import resources
 from spotline.domain import Pool, Priority, SchedulerConfig, TeamQuota
 
 
@@ -38,7 +38,7 @@ class PoolSettings(Pool):
 
     job_queue: str = Field(min_length=1)
     # The compute environment's EC2 instance types: containers are sized from them
-    # (spotline.aws.sizing); none or unknown ones leave the job definition's vCPUs and memory.
+    # (spotline.control.sizing); none or unknown ones leave the job definition's vCPUs and memory.
     instance_types: tuple[str, ...] = ()
     # The instances have an Elastic Fabric Adapter: jobs run under their team's EFA job
     # definition (`efa_job_definitions`), which maps the EFA device into the container.

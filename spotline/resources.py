@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-# --- environment variables every function reads (spotline.aws.settings parses them) ------
+# --- environment variables every function reads (spotline.control.settings parses them) ------
 
 ENV_JOBS_TABLE = "SPOTLINE_JOBS_TABLE"
 ENV_TIMELINE_TABLE = "SPOTLINE_TIMELINE_TABLE"
@@ -25,7 +25,7 @@ ENV_LAUNCH_STATE_MACHINE_ARN = "SPOTLINE_LAUNCH_STATE_MACHINE_ARN"
 ENV_CHECKPOINT_BUCKET = "SPOTLINE_CHECKPOINT_BUCKET"
 # The log group of the training containers (the API reads a run's logs from it).
 ENV_TRAINING_LOG_GROUP = "SPOTLINE_TRAINING_LOG_GROUP"
-# JSON: {"pools": [...], "teams": [...], "identities": {...}, "scheduler": {...}} (spotline.aws.settings)
+# JSON: {"pools": [...], "teams": [...], "identities": {...}, "scheduler": {...}} (spotline.control.settings)
 ENV_CONFIG = "SPOTLINE_CONFIG"
 
 # Environment of a training container (the agent reads these; the job definition and the local
