@@ -2,7 +2,8 @@
 the control plane's own figures: the pass on moto at 100, 1,000 and 10,000 pending jobs (time,
 items read, writes of a pass that changes nothing) and a freed cluster's backlog (passes,
 admissions per second), each handler's import against boto3's, and what it costs on AWS per
-1,000 jobs, idle and per running job-hour, counted on the local runtime.
+1,000 jobs, idle and per running job-hour, counted on the local runtime; last, the single-job
+Spot-under-deadline benchmark (`bench.deadline_bench`: the paper's Table 3 and the goal rows).
 
 Everything runs as plain Python, the code Lambda runs; the policies' simulations run in a process
 of their own.
@@ -24,6 +25,14 @@ def _policy_bench() -> None:
         print(f"policy bench failed (exit {done.returncode})", file=sys.stderr, flush=True)
 
 
+def _contention_bench() -> None:
+    """The policy under contention (issue 29): the accounts and the goals, `bench.contention`."""
+    done = subprocess.run([sys.executable, "-m", "bench.contention"], check=False)
+    if done.returncode != 0:
+        print(f"contention bench failed (exit {done.returncode})", flush=True)
+        print(f"contention bench failed (exit {done.returncode})", file=sys.stderr, flush=True)
+
+
 def main() -> int:
     from bench import plan_bench
     from bench.results import Recorder
@@ -33,6 +42,8 @@ def main() -> int:
         plan_bench.main()
     with record.section("Policies on the evaluation set"):
         _policy_bench()
+    with record.section("The policy under contention"):
+        _contention_bench()
     from bench import aws_costs, cold_start, pass_scale
 
     with record.section("The scheduling pass on moto"):
@@ -41,6 +52,12 @@ def main() -> int:
         cold_start.main(["--runs", "5"])
     with record.section("Control plane cost"):
         aws_costs.main(["--jobs", "10", "--idle-runs", "5"])
+    from bench import deadline_bench
+
+    # the single-job Spot-under-deadline benchmark (issue 30): Table 3, the C/R sweep, the goals;
+    # 100 starts per trace keeps it to about 5 CPU-minutes (the paper's 300: --starts 300)
+    with record.section("Single job under a deadline"):
+        deadline_bench.main(["--starts", "100", "--ratios", "0.6,0.7,0.8,0.9,0.95"])
     print(f"\nresults: {record.finish()}")
     return 0
 

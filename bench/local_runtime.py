@@ -32,7 +32,7 @@ from typing import Any
 import httpx
 
 from spotline import resources
-from spotline.aws.jobs import QUEUE_PK_PREFIX
+from spotline.aws.job_items import QUEUE_PK_PREFIX
 from spotline.local import lambdas
 from spotline.local.runtime import LocalConfig, LocalControlPlane, LocalPool
 

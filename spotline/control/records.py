@@ -1,7 +1,7 @@
 """What the control plane stores about a job, and the names it gives to runs and counters.
 
 `JobRecord` is the domain `Job` plus what the control plane tracks about its run; the ports
-(`spotline.control.ports`) read and write it, and `spotline.aws.jobs` maps it onto DynamoDB items.
+(`spotline.control.ports`) read and write it, and `spotline.aws.job_items` maps it onto DynamoDB items.
 A run's id is also its Batch job name (docs RUN_IDENTITY).
 """
 

@@ -185,7 +185,7 @@ def _victims(
         )
     waited = wait_s(job, now)
     delay_left = config.preemption_delay_s - waited
-    if eligible_gpus and delay_left > 0 and job.priority not in config.stop_at_once_for:
+    if eligible_gpus and delay_left > 0 and not config.waives_preemption_delay(job.priority):
         item.blockers.append(
             f"preemption delay: it may preempt after waiting {config.preemption_delay_s:.0f} s"
             f" ({delay_left:.0f} s to go)"

@@ -327,7 +327,7 @@ class _Pass:
         How long it has waited is the job's own, not part of the reason: a reason that changed
         every pass would be rewritten every pass."""
         config = self.config
-        if config.preemption_delay_s <= 0 or turn.job.priority in config.stop_at_once_for:
+        if config.preemption_delay_s <= 0 or config.waives_preemption_delay(turn.job.priority):
             return None
         if wait_s(turn.job, self.now) >= config.preemption_delay_s:
             return None

@@ -190,48 +190,68 @@ class PriorityScorer:
         return bound + abs(bound) * 1e-9 + 1e-9
 
     def scores(self, jobs: Iterable[Job]) -> list[float]:
-        """The effective priority of each of `jobs`, in order (the terms summed left to right,
-        as `PriorityWeights` writes the formula; the age's clamps as comparisons)."""
-        return [self._score(job) for job in jobs]
-
-    def _score(self, job: Job) -> float:
+        """The effective priority of each of `jobs`, in order: the terms summed left to right, as
+        `PriorityWeights` writes the formula, with the age's clamps as comparisons (the same
+        floats; tested). A pass scores its whole window with it, so the weights are read once."""
         now, weights = self._now, self._weights
-        spec = job.spec
-        score = self._class[spec.priority]
-        started = job.started_at
-        wait = (now if started is None else started) - job.enqueued_at
-        if wait <= 0.0:
-            age = weights.age * 0.0
-        elif wait >= weights.max_age_s:
-            age = weights.age * 1.0
-        else:
-            age = weights.age * (wait / weights.max_age_s)
-        score += age
-        if spec.deadline is not None:
-            score += weights.deadline * deadline_urgency(job, now, weights, self._remaining_s(job))
-        team = self.team_term(job.team)
-        if weights.attained > 0.0 and job.runtime_s > 0.0:
-            service = spec.gpus * job.runtime_s
-            norm = weights.attained_norm_gpu_h * 3600.0
-            score -= weights.attained * (1.0 if service >= norm else service / norm)
-        size = self._size.get(spec.gpus)
-        if size is None:
-            size = self._size[spec.gpus] = weights.size * min(1.0, spec.gpus / weights.size_norm_gpus)
-        disruptions = job.preemptions + job.interruptions
-        history = self._history.get(disruptions)
-        if history is None:
-            history = self._history[disruptions] = weights.history * (
-                min(disruptions, weights.history_cap) / weights.history_cap
-            )
-        expected = spec.expected_runtime_s
-        if weights.shortest <= 0.0 or expected is None:
-            return score + size + team + history
-        # Declared remaining: what was declared, less the run time so far (`Job.elapsed_s`).
-        remaining = expected - job.runtime_s
-        if started is not None:
-            remaining = expected - (job.runtime_s + max(0.0, now - started))
-        short = weights.shortest * _shortness(remaining, weights.shortest_norm_s, self._shortest_scale)
-        return score + size + team + history + short
+        w_age, max_age, w_deadline = weights.age, weights.max_age_s, weights.deadline
+        w_attained, attained_norm = weights.attained, weights.attained_norm_gpu_h * 3600.0
+        w_shortest, shortest_norm, shortest_scale = (
+            weights.shortest,
+            weights.shortest_norm_s,
+            self._shortest_scale,
+        )
+        classes, teams, sizes, histories = self._class, self._team, self._size, self._history
+        out: list[float] = []
+        for job in jobs:
+            spec = job.spec
+            score = classes[spec.priority]
+            started = job.started_at
+            wait = (now if started is None else started) - job.enqueued_at
+            if wait <= 0.0:
+                age = w_age * 0.0
+            elif wait >= max_age:
+                age = w_age * 1.0
+            else:
+                age = w_age * (wait / max_age)
+            score += age
+            if spec.deadline is not None:
+                score += w_deadline * deadline_urgency(job, now, weights, self._remaining_s(job))
+            team = teams.get(job.team)
+            if team is None:
+                team = self._team_term(job.team)
+            ran = job.runtime_s
+            if w_attained > 0.0 and ran > 0.0:
+                service = spec.gpus * ran
+                score -= w_attained * (1.0 if service >= attained_norm else service / attained_norm)
+            size = sizes.get(spec.gpus)
+            if size is None:
+                size = self._size_term(spec.gpus)
+            disruptions = job.preemptions + job.interruptions
+            history = histories.get(disruptions)
+            if history is None:
+                history = self._history_term(disruptions)
+            expected = spec.expected_runtime_s
+            if w_shortest <= 0.0 or expected is None:
+                out.append(score + size + team + history)
+                continue
+            # Declared remaining: what was declared, less the run time so far (`Job.elapsed_s`).
+            remaining = expected - ran if started is None else expected - (ran + max(0.0, now - started))
+            short = w_shortest * _shortness(remaining, shortest_norm, shortest_scale)
+            out.append(score + size + team + history + short)
+        return out
+
+    def _size_term(self, gpus: int) -> float:
+        weights = self._weights
+        size = self._size[gpus] = weights.size * min(1.0, gpus / weights.size_norm_gpus)
+        return size
+
+    def _history_term(self, disruptions: int) -> float:
+        weights = self._weights
+        history = self._history[disruptions] = weights.history * (
+            min(disruptions, weights.history_cap) / weights.history_cap
+        )
+        return history
 
     def _team_term(self, team: str) -> float:
         term = self._team[team] = self._weights.fairshare * self._fairshare.get(team, 1.0)

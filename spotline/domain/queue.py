@@ -183,8 +183,10 @@ def ranked(
             _, _, (start, end) = heapq.heappop(unscored)
             jobs = window[start:end]
             order.extend(
-                (-priority, job.submitted_at, job.id, job)
-                for job, priority in zip(jobs, score.scores(jobs), strict=True)
+                [
+                    (-priority, job.submitted_at, job.id, job)
+                    for job, priority in zip(jobs, score.scores(jobs), strict=True)
+                ]
             )
             heapq.heapify(order)
         negative, _, _, job = heapq.heappop(order)

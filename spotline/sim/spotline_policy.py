@@ -300,5 +300,5 @@ class SpotlinePolicy:
             if not decision.checkpoint:
                 sim.stop_now(victim, preemptor, decision.reason)
                 continue
-            sim.checkpoint_then_stop(victim)
+            sim.checkpoint_then_stop(victim, preemptor)
             self._checkpointing(victim, decision.job.id)

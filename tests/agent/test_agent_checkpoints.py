@@ -264,7 +264,7 @@ def test_only_the_main_node_of_a_gang_writes_checkpoints_and_sends_events(
 
 def test_the_run_attribute_is_the_one_the_control_plane_writes() -> None:
     from spotline.agent.signals import RUN_ATTRIBUTE
-    from spotline.aws.jobs import _RECORD_FIELDS
+    from spotline.aws.job_items import _RECORD_FIELDS
 
     assert RUN_ATTRIBUTE in _RECORD_FIELDS
 

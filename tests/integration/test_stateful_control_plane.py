@@ -53,7 +53,7 @@ from moto import mock_aws
 from spotline import resources
 from spotline.aws import batch as batch_module
 from spotline.aws.clients import AwsClients
-from spotline.aws.jobs import item_to_record
+from spotline.aws.job_items import item_to_record
 from spotline.aws.plane import build_control_plane
 from spotline.control import events as control_events
 from spotline.control import scheduling

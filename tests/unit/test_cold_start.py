@@ -102,7 +102,7 @@ def test_models_build_their_validators_on_first_use() -> None:
     code = """
 import json, pydantic, functions.heartbeat
 from spotline.aws import event_models
-from spotline.aws.jobs import JobRecord
+from spotline.control.records import JobRecord
 from spotline.control.settings import Settings
 from spotline.domain import Job, SchedulerConfig
 

@@ -179,7 +179,7 @@ class PeerPolicy:
         for victim in victims:
             self._draining[victim.idx] = waiting
         for victim in victims:
-            sim.checkpoint_then_stop(victim)
+            sim.checkpoint_then_stop(victim, job)
 
     @property
     def stop_label(self) -> str:
