@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from spotline.aws.resources import TEAM_NAME_PATTERN
-from spotline.aws.sizing import INSTANCE_SHAPES, supports_efa
+from spotline.aws.sizing import INSTANCE_SHAPES, efa_interfaces, supports_efa
 
 # vCPUs and GPUs of one instance, for the GPU instance types a pool is likely to use (from the
 # table that sizes containers). Batch sizes a compute environment in vCPUs; Spotline thinks in
@@ -38,6 +38,7 @@ _POOL_KEYS = {
     "interruption_rate_per_hour",
     "placement_group",
     "efa",
+    "availability_zone",
 }
 CONTEXT_KEYS = frozenset(
     {
@@ -95,6 +96,10 @@ class PoolConfig:
     placement_group: bool = False
     # Launch the instances with an Elastic Fabric Adapter (every instance type must support it).
     efa: bool = False
+    # The one AZ of a pool with a placement group (a cluster placement group lives in one AZ, so
+    # its compute environment gets that AZ's subnet only). None: the VPC's first AZ.
+    # `spotline doctor` checks that the pool's instance types are offered there.
+    availability_zone: str | None = None
 
     @property
     def is_spot(self) -> bool:
@@ -217,10 +222,20 @@ def parse_pool(raw: Mapping[str, Any], index: int) -> PoolConfig:
         raise ConfigError(
             f"{where}: 'efa' needs instance types that support EFA; {list(instance_types)} do not all"
         )
+    if efa and efa_interfaces(instance_types) == 0:
+        raise ConfigError(
+            f"{where}: 'efa' needs instance types with the same number of EFA interfaces (one launch "
+            f"template attaches all of them); {list(instance_types)} differ"
+        )
     if efa and not placement_group:
         raise ConfigError(
             f"{where}: 'efa' needs the pool's cluster placement group (AWS Batch wants every instance "
             "with an EFA in one): an On-Demand pool with 'placement_group' true"
+        )
+    zone = raw.get("availability_zone")
+    if zone is not None and not placement_group:
+        raise ConfigError(
+            f"{where}: 'availability_zone' pins a pool with a placement group to one AZ; this pool has none"
         )
     return PoolConfig(
         name=name,
@@ -236,6 +251,7 @@ def parse_pool(raw: Mapping[str, Any], index: int) -> PoolConfig:
         ),
         placement_group=placement_group,
         efa=efa,
+        availability_zone=str(zone) if zone else None,
     )
 
 
@@ -262,6 +278,12 @@ def parse_context(context: Mapping[str, Any]) -> DeploymentConfig:
         raise ConfigError("context 'pools': at least one GPU pool is required")
     pools = tuple(parse_pool(p, i) for i, p in enumerate(pools_raw))
     names = [p.name for p in pools]
+    efa_counts = {p.name: efa_interfaces(p.instance_types) for p in pools if p.efa}
+    if len(set(efa_counts.values())) > 1:
+        raise ConfigError(
+            f"context 'pools': the EFA pools' instance types take different numbers of EFA interfaces "
+            f"{efa_counts}; each team's one EFA job definition maps a fixed set of devices"
+        )
     if len(set(names)) != len(names):
         raise ConfigError(f"context 'pools': duplicate pool names in {names}")
     stage = str(raw.get("stage") or "dev")

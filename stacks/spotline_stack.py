@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from aws_cdk import Annotations, ArnFormat, CfnOutput, Duration, Stack
+from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda_event_sources as sources
 from aws_cdk import aws_ssm as ssm
 from constructs import Construct
@@ -174,6 +175,7 @@ class SpotlineStack(Stack):
             names=self.state_machine_names,
             logs=self.logs,
         )
+        self._restrict_bus_publishers()
         self.routing = EventRouting(
             self,
             "Events",
@@ -238,6 +240,23 @@ class SpotlineStack(Stack):
             CfnOutput(
                 self, "TrainingImageRepositoryUri", value=self.compute.training_repository.repository_uri
             )
+
+    def _restrict_bus_publishers(self) -> None:
+        """The project bus takes events only from the teams' job roles and the control plane's
+        function roles: any other principal of the account, even one with a broad
+        `events:PutEvents`, is denied by the bus's own policy, so it cannot forge a checkpoint or
+        a heartbeat. (Which source each of those roles may use is its identity policy's part.)"""
+        publishers = [*self.compute.team_roles.values(), *self.functions.roles.values()]
+        self.messaging.bus.add_to_resource_policy(
+            iam.PolicyStatement(
+                sid="OnlySpotlineRolesPublish",
+                effect=iam.Effect.DENY,
+                principals=[iam.AnyPrincipal()],
+                actions=["events:PutEvents"],
+                resources=[self.messaging.bus.event_bus_arn],
+                conditions={"ArnNotEquals": {"aws:PrincipalArn": [role.role_arn for role in publishers]}},
+            )
+        )
 
     def published_config(self) -> PublishedConfig:
         """What the stack publishes about itself (CloudFormation references where the values

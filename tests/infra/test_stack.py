@@ -500,7 +500,13 @@ def test_compute_environment_and_job_queue_per_pool(synthesized: Synthesized, po
     assert resources["InstanceTypes"] == pool["instance_types"]
     assert resources["Ec2Configuration"] == [{"ImageType": "ECS_AL2023_NVIDIA"}]
     private = {flatten(stack.resolve(subnet.subnet_id)) for subnet in stack.network.vpc.private_subnets}
-    assert {flatten(s) for s in resources["Subnets"]} == private
+    if stack.config.pool(pool["name"]).placement_group:
+        # A cluster placement group lives in one AZ: the first AZ's private subnet only.
+        zone = stack.compute.pool_zones[pool["name"]]
+        [subnet] = [s for s in stack.network.vpc.private_subnets if s.availability_zone == zone]
+        assert [flatten(s) for s in resources["Subnets"]] == [flatten(stack.resolve(subnet.subnet_id))]
+    else:
+        assert {flatten(s) for s in resources["Subnets"]} == private
     queue = synthesized.json["Resources"][synthesized.logical_id(stack.compute.job_queues[pool["name"]])][
         "Properties"
     ]
@@ -516,11 +522,11 @@ def test_p4d_pool_is_sized_in_vcpus_from_its_gpus(synthesized: Synthesized) -> N
     assert pool.max_vcpus == pool.max_gpus * 12
 
 
-def test_instances_require_imdsv2_with_room_for_a_container_hop(synthesized: Synthesized) -> None:
+def test_instances_require_imdsv2_with_no_room_for_a_container_hop(synthesized: Synthesized) -> None:
     template = synthesized.stack.compute.launch_template
     data = synthesized.json["Resources"][synthesized.logical_id(template)]["Properties"]["LaunchTemplateData"]
     assert data["MetadataOptions"]["HttpTokens"] == "required"
-    assert data["MetadataOptions"]["HttpPutResponseHopLimit"] == 2
+    assert data["MetadataOptions"]["HttpPutResponseHopLimit"] == 1
     assert data["BlockDeviceMappings"][0]["Ebs"]["Encrypted"] is True
 
 
