@@ -149,7 +149,9 @@ class DeploymentConfig:
     checkpoint_noncurrent_version_days: int = 7
     access_log_expiration_days: int = 90
     agent_poll_s: float = 5.0
-    scheduler_reserved_concurrency: int | None = 1
+    # None: no reserved concurrency (the FIFO queue's one message group already serializes the
+    # passes); an account must keep 100 unreserved, so a limit of 10 refuses any reservation.
+    scheduler_reserved_concurrency: int | None = None
     # X-Ray tracing of the Lambda functions (the state machines always trace: cdk-nag SF2).
     tracing: bool = False
     # One KMS key per team for its checkpoints (key policy: that team's job role and the control

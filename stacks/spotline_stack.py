@@ -161,8 +161,11 @@ class SpotlineStack(Stack):
             tracing=config.tracing,
         )
         self.functions["scheduler"].add_event_source(
-            # One batch at a time comes from the FIFO queue's single message group; the function's
-            # reserved concurrency (context `scheduler_reserved_concurrency`, 1) is the hard cap.
+            # One batch at a time comes from the FIFO queue's single message group (Lambda never
+            # hands one group to two invocations at once), so passes never overlap without any
+            # reserved concurrency, which a new account (limit 10) cannot grant: AWS keeps 100
+            # unreserved. `scheduler_reserved_concurrency` adds a hard cap where the account allows
+            # it (`spotline doctor` checks).
             sources.SqsEventSource(
                 self.messaging.scheduler_queue, batch_size=10, report_batch_item_failures=True
             )
@@ -276,6 +279,7 @@ class SpotlineStack(Stack):
                     max_vcpus=pool.max_vcpus,
                     job_queue=f"spotline-{config.stage}-{pool.name}",
                     efa=pool.efa,
+                    availability_zone=self.compute.pool_zones.get(pool.name),
                 )
                 for pool in config.pools
             ),
@@ -287,6 +291,7 @@ class SpotlineStack(Stack):
             training_image=self.compute.training_image_uri,
             availability_zones=tuple(self.network.vpc.availability_zones),
             alarm_topic_arn=config.alarm_topic_arn,
+            scheduler_reserved_concurrency=config.scheduler_reserved_concurrency,
         )
 
     def spotline_config(self) -> dict[str, Any]:
