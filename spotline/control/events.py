@@ -99,7 +99,18 @@ def _jobs_on(cp: ControlPlane, instance_id: str) -> list[JobRecord]:
 def _current_run(cp: ControlPlane, job_id: str, run_id: str | None, kind: str) -> int | None:
     """The run an agent event names, if it names this job's (RUN_IDENTITY); None otherwise.
     Whether it is still the record's current run is the write's condition."""
-    parsed = None if run_id is None else parse_run_id(run_id)
+    if run_id is None:
+        # Never silent: an agent started without SPOTLINE_RUN_ID (a container not launched by
+        # Spotline's launcher, or an image that drops the environment) has every event dropped,
+        # and its job is then stopped as lost; the warning and AgentEventsWithoutRun say why.
+        logger.warning(
+            "%s dropped: the event names no run (SPOTLINE_RUN_ID is not set in the agent's "
+            "environment); this job's heartbeats and checkpoints are not recorded",
+            kind,
+            extra={"job_id": job_id, "why": "no run id"},
+        )
+        return None
+    parsed = parse_run_id(run_id)
     if parsed is None or parsed[0] != job_id:
         logger.info(f"{kind} dropped: no run id of this job", extra={"job_id": job_id, "run_id": run_id})
         return None

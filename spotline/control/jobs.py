@@ -252,13 +252,18 @@ def submit_job(
     already used is refused (as payment APIs do) rather than answered with the first job."""
     now = cp.clock()
     spec = validate_spec(cp, team, body, now)
-    check_budget(cp, team, spec.priority)
     digest = request_digest(spec)
     if idempotency_key:
         key_digest = hashlib.sha256(f"{team}\0{idempotency_key}".encode()).hexdigest()[:16]
         job_id = f"job-{key_digest}"
+        # A retry of an accepted request gets its job back before anything else is judged: the
+        # budget may have run out since, and the job is already accepted.
+        existing = cp.jobs.find(job_id)
+        if existing is not None and existing.team == team:
+            return _same_request(existing, job_id, spec, digest), False
     else:
         job_id = cp.new_job_id()
+    check_budget(cp, team, spec.priority)
     job = Job(id=job_id, team=team, spec=spec, submitted_at=now, enqueued_at=now)
     try:
         record = cp.jobs.create(
@@ -270,21 +275,7 @@ def submit_job(
     except JobAlreadyExists:
         if not idempotency_key:
             raise
-        first = get_job(cp, team, job_id)
-        # A job stored before digests were kept is compared by its spec.
-        same = first.request_digest == digest if first.request_digest else first.job.spec == spec
-        if not same:
-            raise InvalidRequest(
-                [
-                    {
-                        "loc": ["header", "Idempotency-Key"],
-                        "msg": f"already used for another request (job {job_id}); use a new key"
-                        " for a different job",
-                        "type": "idempotency_key_reused",
-                    }
-                ]
-            ) from None
-        return first, False
+        return _same_request(get_job(cp, team, job_id), job_id, spec, digest), False
     try:
         cp.publisher.job_submitted(record)
     except PublishFailed:
@@ -292,6 +283,25 @@ def submit_job(
         # scheduler's periodic tick finds it without the event.
         logger.exception("Job Submitted not published", extra={"job_id": record.id})
     return record, True
+
+
+def _same_request(first: JobRecord, job_id: str, spec: JobSpec, digest: str) -> JobRecord:
+    """The job an Idempotency-Key made, if this request is the one that made it; refused if the
+    key was used for another request."""
+    # A job stored before digests were kept is compared by its spec.
+    same = first.request_digest == digest if first.request_digest else first.job.spec == spec
+    if not same:
+        raise InvalidRequest(
+            [
+                {
+                    "loc": ["header", "Idempotency-Key"],
+                    "msg": f"already used for another request (job {job_id}); use a new key"
+                    " for a different job",
+                    "type": "idempotency_key_reused",
+                }
+            ]
+        )
+    return first
 
 
 def get_job(cp: ControlPlane, team: str, job_id: str) -> JobRecord:

@@ -353,7 +353,7 @@ def test_the_openapi_document_lists_every_status_of_each_route() -> None:
         for path, methods in document["paths"].items()
         for method, operation in methods.items()
     }
-    common = {403, 422, 500, 503}
+    common = {403, 405, 415, 422, 500, 503}
     assert listed[("POST", "/jobs")] == {200, 201, 400, 402, 413} | common
     assert listed[("GET", "/jobs")] == {200} | common
     assert listed[("GET", "/jobs/{job_id}")] == {200, 404} | common
