@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 
-from aws_cdk import Aws, RemovalPolicy, Size, Stack, Token
+from aws_cdk import Aws, Duration, RemovalPolicy, Size, Stack, Token
 from aws_cdk import aws_batch as batch
 from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_ec2 as ec2
@@ -29,6 +29,8 @@ from stacks.nag import acknowledge, finding_resource
 from stacks.network import Network
 from stacks.observability import EncryptedLogs
 
+# How long an infrastructure update waits for running jobs (Batch's maximum, 360 minutes).
+JOB_EXECUTION_UPDATE_TIMEOUT = Duration.minutes(360)
 # Root volume of a GPU instance: container images for training are large.
 ROOT_VOLUME_GIB = 200
 # The tag of the stack's training repository that the job definition runs by default.
@@ -166,12 +168,23 @@ class TrainingCompute(Construct):
                 ),
                 placement_group=self._placement_group(pool.name) if pool.placement_group else None,
                 update_to_latest_image_version=True,
+                # A deploy that changes the instances leaves running jobs alone for as long as
+                # Batch allows (6 hours), instead of terminating them after 30 minutes; a job
+                # still running then is stopped and requeued from its checkpoint (host lost).
+                terminate_on_update=False,
+                update_timeout=JOB_EXECUTION_UPDATE_TIMEOUT,
+            )
+            cfn_environment = environment.node.default_child
+            assert isinstance(cfn_environment, batch.CfnComputeEnvironment)
+            # The launch template's version as deployed, not $Default: a user-data change makes a
+            # new version, which updates the compute environment, so new instances get it.
+            template = self._efa_launch_template(user_data, network, 0) if pool.efa else self.launch_template
+            cfn_environment.add_property_override(
+                "ComputeResources.LaunchTemplate.Version", template.latest_version_number
             )
             if pool.efa:
                 # The launch template's EFA interface carries the security group; EC2 refuses
                 # security groups given both there and for the instance.
-                cfn_environment = environment.node.default_child
-                assert isinstance(cfn_environment, batch.CfnComputeEnvironment)
                 cfn_environment.add_property_deletion_override("ComputeResources.SecurityGroupIds")
             self.compute_environments[pool.name] = environment
             self.job_queues[pool.name] = batch.JobQueue(
