@@ -8,6 +8,7 @@ not found, so job ids cannot be probed across teams.
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -215,6 +216,7 @@ def validate_spec(cp: ControlPlane, team: str, body: Mapping[str, Any], now: flo
     except ValidationError as error:
         raise InvalidRequest(_validation_errors(error)) from error
     check_policy(cp, team, spec)
+    check_command_size(spec.command)
     probe = Job(id="probe", team=team, spec=spec, submitted_at=now, enqueued_at=now)
     if not any(pool.can_host(probe) for pool in cp.config.pools):
         shapes = ", ".join(
@@ -225,6 +227,28 @@ def validate_spec(cp: ControlPlane, team: str, body: Mapping[str, Any], now: flo
             "gpus", f"no pool can host {spec.gpus} GPUs on {spec.nodes} node(s) of this type ({shapes}{gang})"
         )
     return spec
+
+
+# AWS Batch's limits: a SubmitJob request body of 30 KiB, and 8 KiB for a container's overrides,
+# which carry the command, the agent's environment and the resource requirements
+# (spotline.aws.batch). The environment (run id, job id, checkpoint prefix, ...) and the
+# requirements take at most ENVIRONMENT_RESERVE_BYTES; the command gets the rest.
+CONTAINER_OVERRIDES_LIMIT_BYTES = 8 * 1024
+ENVIRONMENT_RESERVE_BYTES = 2 * 1024
+COMMAND_LIMIT_BYTES = CONTAINER_OVERRIDES_LIMIT_BYTES - ENVIRONMENT_RESERVE_BYTES
+
+
+def check_command_size(command: Sequence[str]) -> None:
+    """Refuse at submission (422 naming `command`) a command AWS Batch would refuse at launch:
+    its JSON must leave room for the agent's environment in the 8 KiB of container overrides."""
+    size = len(json.dumps(list(command)).encode())
+    if size > COMMAND_LIMIT_BYTES:
+        raise InvalidRequest.field(
+            "command",
+            f"{size} bytes as JSON, over the {COMMAND_LIMIT_BYTES} AWS Batch leaves a command (8 KiB of "
+            "container overrides, less the agent's environment); put long arguments in a file in the "
+            "image or in S3, and pass its path",
+        )
 
 
 def check_policy(cp: ControlPlane, team: str, spec: JobSpec) -> None:
