@@ -552,10 +552,15 @@ class TrainingCompute(Construct):
             self.training_repository: ecr.IRepository | None = None
             self.training_image_uri = config.training_image
             return ecs.ContainerImage.from_registry(config.training_image)
+        name = f"spotline-{config.stage}-train"
+        if config.adopt_training_repository:
+            self.training_repository = ecr.Repository.from_repository_name(self, "TrainingImages", name)
+            self.training_image_uri = f"{self.training_repository.repository_uri}:{TRAINING_IMAGE_TAG}"
+            return ecs.ContainerImage.from_ecr_repository(self.training_repository, tag=TRAINING_IMAGE_TAG)
         self.training_repository = ecr.Repository(
             self,
             "TrainingImages",
-            repository_name=f"spotline-{config.stage}-train",
+            repository_name=name,
             image_scan_on_push=True,
             removal_policy=RemovalPolicy.RETAIN,
         )

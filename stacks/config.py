@@ -69,6 +69,7 @@ CONTEXT_KEYS = frozenset(
         "checkpoint_kms_per_team",
         "availability_zones",
         "alarm_topic_arn",
+        "adopt_training_repository",
     }
 )
 
@@ -157,6 +158,10 @@ class DeploymentConfig:
     # One KMS key per team for its checkpoints (key policy: that team's job role and the control
     # plane only); off: the bucket's SSE-S3 encryption for every team.
     checkpoint_kms_per_team: bool = False
+    # The stack's training repository (`spotline-<stage>-train`) survives a `cdk destroy` (it
+    # holds the teams' images); a later deploy adopts it by name instead of creating it anew,
+    # which would fail ("already exists"). docs/upgrade-and-teardown.md.
+    adopt_training_repository: bool = False
 
     @property
     def team_names(self) -> tuple[str, ...]:
@@ -345,6 +350,9 @@ def parse_context(context: Mapping[str, Any]) -> DeploymentConfig:
         scheduler_reserved_concurrency=int(reserved) if reserved else None,
         tracing=_bool(raw.get("tracing", defaults.tracing), "context 'tracing'"),
         checkpoint_kms_per_team=kms_per_team,
+        adopt_training_repository=_bool(
+            raw.get("adopt_training_repository", False), "context 'adopt_training_repository'"
+        ),
     )
 
 

@@ -217,6 +217,9 @@ class SpotlineStack(Stack):
             },
             state_machines=self.workflows.state_machines,
             scheduler_function=self.functions["scheduler"],
+            functions=self.functions.functions,
+            tables=self.tables.by_logical_id,
+            api=self.api.rest_api,
             topic_arn=config.alarm_topic_arn,
         )
         self.dashboard.show_alarms(list(self.alarms.alarms.values()))

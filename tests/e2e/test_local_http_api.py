@@ -136,7 +136,7 @@ def test_head_gets_405_without_a_body() -> None:
 @pytest.mark.parametrize(
     ("data", "status"),
     [
-        (b"BREW /jobs HTTP/1.1\r\nHost: x\r\n\r\n", 501),  # an unknown method
+        # (an unknown method reaches the handler: test_methods_without_a_route_reach_the_handler...)
         (b"\x16\x03\x01\x00\xa5garbage\r\n\r\n", 400),  # not HTTP (a TLS hello)
         (b"GET /jobs HTTP/9.9\r\n\r\n", 505),
     ],

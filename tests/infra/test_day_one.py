@@ -132,6 +132,10 @@ def test_alarms_cover_queues_workflows_passes_stuck_jobs_and_repairs(synthesized
         "SchedulingPassErrors",
         "JobsStuckPastDeadline",
         "ReconcilerRepairs",
+        "LambdaThrottles",
+        "DynamoDbThrottles",
+        "Api5xx",
+        "AgentEventsDropped",
     }
     text = json.dumps({name: _properties(synthesized, alarm) for name, alarm in alarms.items()})
     for metric in ("PassErrors", "ReconcilerRequeued", "LedgerRepaired", "ExecutionsFailed"):
@@ -140,7 +144,8 @@ def test_alarms_cover_queues_workflows_passes_stuck_jobs_and_repairs(synthesized
         props = _properties(synthesized, alarm)
         assert props["TreatMissingData"] == "notBreaching"
         assert props["AlarmDescription"]
-        assert "AlarmActions" not in props  # no topic in cdk.json
+        # No topic in cdk.json: the stack's own topic (issue 31, finding 18)
+        assert props["AlarmActions"] == [{"Ref": synthesized.logical_id(stack.alarms.topic)}]
 
 
 # --- a variant: EFA, chosen AZs, an alarm topic ------------------------------------------------
@@ -254,7 +259,7 @@ def test_without_an_efa_pool_there_is_no_efa_definition(synthesized: Synthesized
 def test_every_alarm_notifies_the_configured_topic(variant: tuple[SpotlineStack, Template]) -> None:
     _, template = variant
     alarms = template.find_resources("AWS::CloudWatch::Alarm")
-    assert len(alarms) == 10
+    assert len(alarms) == 14
     assert all(a["Properties"]["AlarmActions"] == [TOPIC] for a in alarms.values())
 
 
