@@ -17,8 +17,10 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 lint: venv
-	$(BIN)/ruff check spotline tests bench functions stacks app.py
+	$(BIN)/ruff check spotline tests bench functions stacks scripts app.py
 	$(BIN)/mypy spotline
+	$(BIN)/lint-imports
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
 
 test: lint
 	bash scripts/pytest.sh
@@ -33,4 +35,4 @@ bench: venv
 	$(BIN)/python -m bench
 
 clean:
-	rm -rf $(VENV) cdk.out .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) build/site cdk.out .pytest_cache .mypy_cache .ruff_cache .import_linter_cache

@@ -4,10 +4,11 @@ items read, writes of a pass that changes nothing) and a freed cluster's backlog
 admissions per second), each handler's import against boto3's, and what it costs on AWS per
 1,000 jobs, idle and per running job-hour, counted on the local runtime.
 
-The policies' simulations run on the simulator's compiled build (`bench.native`: the same source
-compiled with mypyc, checked first to decide exactly as the interpreted code), in a process of
-their own; `SPOTLINE_BENCH_NATIVE=0` runs them interpreted. Everything else measures the
-interpreted code that Lambda runs: `plan()`'s speed, the control plane's passes and costs."""
+Everything runs as plain Python, the code Lambda runs; the policies' simulations run in a process
+of their own.
+
+What each part prints is also written to `bench/results/<UTC start>-<commit>.md` and
+`bench/results/latest.md` (`bench.results`), with the commit and the machine."""
 
 from __future__ import annotations
 
@@ -16,29 +17,41 @@ import sys
 
 
 def _policy_bench() -> None:
-    from bench import native
-
-    env, line = native.environment()
-    print(line, flush=True)
-    done = subprocess.run([sys.executable, "-m", "bench.policy_bench"], env=env, check=False)
+    done = subprocess.run([sys.executable, "-m", "bench.policy_bench"], check=False)
     if done.returncode != 0:
+        # On standard output too, so the results file says its tables are missing.
+        print(f"policy bench failed (exit {done.returncode})", flush=True)
         print(f"policy bench failed (exit {done.returncode})", file=sys.stderr, flush=True)
+
+
+def _contention_bench() -> None:
+    """The policy under contention (issue 29): the accounts and the goals, `bench.contention`."""
+    done = subprocess.run([sys.executable, "-m", "bench.contention"], check=False)
+    if done.returncode != 0:
+        print(f"contention bench failed (exit {done.returncode})", flush=True)
+        print(f"contention bench failed (exit {done.returncode})", file=sys.stderr, flush=True)
 
 
 def main() -> int:
     from bench import plan_bench
+    from bench.results import Recorder
 
-    plan_bench.main()
-    sys.stdout.flush()
-    _policy_bench()
+    record = Recorder("make bench")
+    with record.section("plan() at scale"):
+        plan_bench.main()
+    with record.section("Policies on the evaluation set"):
+        _policy_bench()
+    with record.section("The policy under contention"):
+        _contention_bench()
     from bench import aws_costs, cold_start, pass_scale
 
-    print()
-    pass_scale.main(["--pending", "100,1000,10000", "--backlog", "1000", "--skip-fixed"])
-    print()
-    cold_start.main(["--runs", "5"])
-    print()
-    aws_costs.main(["--jobs", "10", "--idle-runs", "5"])
+    with record.section("The scheduling pass on moto"):
+        pass_scale.main(["--pending", "100,1000,10000", "--backlog", "1000", "--skip-fixed"])
+    with record.section("Cold start"):
+        cold_start.main(["--runs", "5"])
+    with record.section("Control plane cost"):
+        aws_costs.main(["--jobs", "10", "--idle-runs", "5"])
+    print(f"\nresults: {record.finish()}")
     return 0
 
 

@@ -286,7 +286,7 @@ def install_meter(meter: Meter) -> None:
 
     setattr(BaseClient, "_make_request", tagged)  # noqa: B010
 
-    from spotline.aws import resources as r
+    from spotline import resources as r
     from spotline.local.router import Router
 
     deliver = Router._deliver
@@ -473,7 +473,7 @@ def run(jobs: int, idle_runs: int) -> dict[str, Any]:
             ids.append((response.json()["id"], team))
         # Progress is read from the jobs table by this thread (its calls are the runtime's, not
         # a handler's, so they are not counted as the workload's).
-        from spotline.aws.lambda_runtime import control_plane
+        from functions.runtime import control_plane
 
         jobs_repo = control_plane().jobs
         runtime_s = 0.0
@@ -563,8 +563,8 @@ def unit_costs(lifecycle: Meter, sizes: dict[str, float]) -> dict[str, float]:
 
 def invoke_scheduler_tick() -> None:
     """One scheduler invocation as the periodic rule makes it (a scheduled event)."""
+    from spotline import resources as r
     from spotline.aws import emulation
-    from spotline.aws import resources as r
 
     scheduler = next(f for f in r.FUNCTIONS if f.name == "scheduler")
     event = {

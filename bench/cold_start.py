@@ -25,7 +25,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from spotline.aws.resources import function_environment
+from spotline.resources import function_environment
 from stacks.packaging import stage_lambda_code
 
 HANDLERS = (

@@ -34,8 +34,9 @@ from typing import Any
 
 import httpx
 
-from spotline.aws import emulation, resources
-from spotline.aws.jobs import QUEUE_PK_PREFIX
+from spotline import resources
+from spotline.aws import emulation
+from spotline.aws.job_items import QUEUE_PK_PREFIX
 from spotline.local import emulator
 from spotline.local.runtime import LocalConfig, LocalControlPlane, LocalPool
 

@@ -133,8 +133,8 @@ def control_plane(settings_config: dict[str, Any], now: float) -> Iterator[Any]:
         install_item_transactions,
         install_keyed_queries,
     )
-    from spotline.aws.settings import Settings
-    from spotline.control.plane import build_control_plane
+    from spotline.aws.plane import build_control_plane
+    from spotline.control.settings import Settings
 
     # As the local runtime runs moto: a transaction copies the items it touches, not its tables,
     # a query reads its key's items, not the table (moto 5.2.5 does both per call), and item
@@ -154,7 +154,7 @@ def control_plane(settings_config: dict[str, Any], now: float) -> Iterator[Any]:
 
 
 def pending_records(count: int, base: float, *, gpu_type: str, gpus: int, one_class: bool) -> list[Any]:
-    from spotline.aws.jobs import JobRecord
+    from spotline.control.records import JobRecord
     from spotline.domain import PRIORITIES_HIGH_FIRST, Job, JobSpec, Priority
 
     records = []

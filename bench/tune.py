@@ -21,9 +21,6 @@ shortest declared run time first, cost-aware Spot placement, moving On-Demand jo
 `--reduced` (the default on this 2-core machine): the synthetic samples at 2,000 jobs on 128
 GPUs and the first four days of the Philly window (2017-10-02..05); `--full`: the tuning set as
 `make bench` would evaluate it.
-
-Its simulations run on the compiled build (`bench.native`, checked first to decide exactly as the
-interpreted code), as `make bench`'s do; `SPOTLINE_BENCH_NATIVE=0` runs them interpreted.
 """
 
 from __future__ import annotations
@@ -320,7 +317,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from bench import native
-
-    native.rerun_compiled("bench.tune")
     sys.exit(main())

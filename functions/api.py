@@ -20,22 +20,24 @@ from aws_lambda_powertools.logging import correlation_paths
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from pydantic import BaseModel, ConfigDict
 
-from spotline.aws.errors import (
+from functions.runtime import control_plane, loaded, logger, tracer
+from spotline.control import jobs as service
+from spotline.control import logs as logs_service
+from spotline.control import usage as usage_service
+from spotline.control.errors import (
     CapacityExhausted,
     ConditionFailed,
+    Conflict,
+    InvalidRequest,
     ItemTooLarge,
     JobNotFound,
     SpotlineError,
     StorageUnavailable,
+    Unauthorized,
 )
-from spotline.aws.lambda_runtime import control_plane, loaded, logger, tracer
-from spotline.aws.settings import SettingsError
-from spotline.control import jobs as service
-from spotline.control import logs as logs_service
-from spotline.control import usage as usage_service
-from spotline.control.errors import Conflict, InvalidRequest, Unauthorized
 from spotline.control.jobs import JobChanges, JobView
 from spotline.control.lifecycle import iso
+from spotline.control.settings import SettingsError
 from spotline.domain import JobSpec, JobState
 
 API_TITLE = "Spotline"

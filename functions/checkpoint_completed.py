@@ -7,8 +7,7 @@ from typing import Any
 from aws_lambda_powertools.utilities.parser import parse
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from spotline.aws.event_models import CheckpointCompletedEvent
-from spotline.aws.lambda_runtime import (
+from functions.runtime import (
     control_plane,
     count_agent_event,
     count_agent_event_without_run,
@@ -17,8 +16,9 @@ from spotline.aws.lambda_runtime import (
     loaded,
     logger,
 )
-from spotline.aws.resources import team_of_agent_source
+from spotline.aws.event_models import CheckpointCompletedEvent
 from spotline.control.events import record_checkpoint
+from spotline.resources import team_of_agent_source
 
 
 @idempotent_on_event_id("checkpoint_completed")

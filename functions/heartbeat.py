@@ -14,8 +14,7 @@ from aws_lambda_powertools.logging import correlation_paths
 from aws_lambda_powertools.utilities.parser import parse
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from spotline.aws.event_models import HeartbeatEvent
-from spotline.aws.lambda_runtime import (
+from functions.runtime import (
     control_plane,
     count_agent_event,
     count_agent_event_without_run,
@@ -24,8 +23,9 @@ from spotline.aws.lambda_runtime import (
     metrics,
     tracer,
 )
-from spotline.aws.resources import team_of_agent_source
+from spotline.aws.event_models import HeartbeatEvent
 from spotline.control.events import record_heartbeat
+from spotline.resources import team_of_agent_source
 
 
 @logger.inject_lambda_context(correlation_id_path=correlation_paths.EVENT_BRIDGE, clear_state=True)

@@ -8,8 +8,7 @@ from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.parser import parse
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from spotline.aws.event_models import RebalanceEvent
-from spotline.aws.lambda_runtime import (
+from functions.runtime import (
     control_plane,
     event_bridge_handler,
     idempotent_on_event_id,
@@ -17,6 +16,7 @@ from spotline.aws.lambda_runtime import (
     logger,
     metrics,
 )
+from spotline.aws.event_models import RebalanceEvent
 from spotline.control.events import handle_rebalance
 
 

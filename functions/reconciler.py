@@ -8,7 +8,7 @@ from typing import Any
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from spotline.aws.lambda_runtime import control_plane, loaded, logger, metrics, tracer
+from functions.runtime import control_plane, loaded, logger, metrics, tracer
 from spotline.control.reconciler import reconcile
 
 

@@ -15,7 +15,7 @@ from aws_lambda_powertools.utilities.parser import parse
 from aws_lambda_powertools.utilities.parser.models import SqsModel
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from spotline.aws.lambda_runtime import METRICS_NAMESPACE, control_plane, loaded, logger, metrics, tracer
+from functions.runtime import METRICS_NAMESPACE, control_plane, loaded, logger, metrics, tracer
 from spotline.aws.workflows import SqsPassTrigger
 from spotline.control.scheduling import PassResult, scheduling_pass
 

@@ -12,7 +12,7 @@ from typing import Any
 
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from spotline.aws.lambda_runtime import control_plane, loaded, logger, tracer
+from functions.runtime import control_plane, loaded, logger, tracer
 from spotline.control.workflow_tasks import run_task
 
 

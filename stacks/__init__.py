@@ -1,1 +1,1 @@
-"""The CDK app of Spotline: one stack built from spotline.aws.resources and the CDK context."""
+"""The CDK app of Spotline: one stack built from spotline.resources and the CDK context."""

@@ -22,8 +22,8 @@ from aws_cdk import aws_kms as kms
 from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
-from spotline.aws import resources as r
-from spotline.aws.sizing import efa_interfaces
+from spotline import resources as r
+from spotline.control.sizing import efa_interfaces
 from stacks.config import DeploymentConfig
 from stacks.nag import acknowledge, finding_resource
 from stacks.network import Network

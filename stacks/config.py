@@ -1,6 +1,6 @@
 """The deployment's settings, read once from the CDK context (cdk.json, `-c key=value`).
 
-Everything the stack needs beyond `spotline.aws.resources` lives here: GPU pools, teams and the
+Everything the stack needs beyond `spotline.resources` lives here: GPU pools, teams and the
 identities that map to them, the scheduler overrides, the VPC to use and a few operational knobs.
 Parsing is strict: a misspelt key or an impossible pool fails the synth with a message naming it.
 """
@@ -13,8 +13,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from spotline.aws.resources import TEAM_NAME_PATTERN
-from spotline.aws.sizing import INSTANCE_SHAPES, efa_interfaces, supports_efa
+from spotline.control.sizing import INSTANCE_SHAPES, efa_interfaces, supports_efa
+from spotline.resources import TEAM_NAME_PATTERN
 
 # vCPUs and GPUs of one instance, for the GPU instance types a pool is likely to use (from the
 # table that sizes containers). Batch sizes a compute environment in vCPUs; Spotline thinks in
@@ -124,7 +124,7 @@ class DeploymentConfig:
     teams: tuple[Mapping[str, Any], ...] = ()
     identities: Mapping[str, Any] = field(default_factory=dict)
     scheduler: Mapping[str, Any] = field(default_factory=dict)
-    # Other top-level fields of SPOTLINE_CONFIG (spotline.aws.settings.SpotlineConfig), e.g.
+    # Other top-level fields of SPOTLINE_CONFIG (spotline.control.settings.SpotlineConfig), e.g.
     # grace_period_s, heartbeat_timeout_s, launch_timeout_s.
     control_plane: Mapping[str, Any] = field(default_factory=dict)
     # An existing VPC (imported without a lookup: its private subnets and their AZs are given).

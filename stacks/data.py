@@ -6,7 +6,7 @@ from aws_cdk import RemovalPolicy
 from aws_cdk import aws_dynamodb as dynamodb
 from constructs import Construct
 
-from spotline.aws import resources as r
+from spotline import resources as r
 
 
 def _attribute(table: r.Table, name: str) -> dynamodb.Attribute:

@@ -9,7 +9,7 @@ from aws_cdk import aws_events as events
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
-from spotline.aws import resources as r
+from spotline import resources as r
 
 # EventBridge retries a failed delivery this many times, for at most this long, before the event
 # goes to the dead-letter queue.

@@ -149,7 +149,7 @@ class Dashboard(Construct):
         self.dashboard.add_widgets(cloudwatch.AlarmStatusWidget(title="Alarms", alarms=alarms, width=24))
 
 
-# Metrics the functions emit (Powertools EMF: spotline.aws.lambda_runtime's namespace and service).
+# Metrics the functions emit (Powertools EMF: functions.runtime's namespace and service).
 METRICS_NAMESPACE = "Spotline"
 _SERVICE = {"service": "spotline"}
 # A scheduling trigger older than this means passes are not keeping up (or are stuck).

@@ -25,7 +25,7 @@ import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
-from spotline.aws.resources import POWERTOOLS_LAYER_ACCOUNT, POWERTOOLS_LAYER_NAME
+from spotline.resources import POWERTOOLS_LAYER_ACCOUNT, POWERTOOLS_LAYER_NAME
 
 # The developer's bytecode and tool caches never ship (bytecode for the runtime is compiled
 # afresh, `compile_with`); they also must not change the asset hash.

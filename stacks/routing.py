@@ -15,7 +15,7 @@ from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
-from spotline.aws import resources as r
+from spotline import resources as r
 from stacks.messaging import TARGET_MAX_EVENT_AGE, TARGET_RETRY_ATTEMPTS
 
 # Pattern keys EventBridge matches on, and their names in CDK's EventPattern.

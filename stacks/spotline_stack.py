@@ -1,4 +1,4 @@
-"""The Spotline stack: everything in `spotline.aws.resources`, plus the GPU pools of the context."""
+"""The Spotline stack: everything in `spotline.resources`, plus the GPU pools of the context."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ from aws_cdk import aws_ssm as ssm
 from constructs import Construct
 from pydantic import ValidationError
 
-from spotline.aws import resources as r
+from spotline import resources as r
 from spotline.aws.published import STANDARD_PARAMETER_BYTES, PublishedConfig, PublishedPool, parameter_name
-from spotline.aws.settings import SpotlineConfig
+from spotline.control.settings import SpotlineConfig
 from stacks.api import HttpApi
 from stacks.batch import TrainingCompute
 from stacks.config import ConfigError, DeploymentConfig
@@ -300,7 +300,7 @@ class SpotlineStack(Stack):
     def spotline_config(self) -> dict[str, Any]:
         """SPOTLINE_CONFIG: the pools (with their Batch job queues), the job definition, teams,
         identities and scheduler overrides, checked here against the model the functions parse
-        it with (spotline.aws.settings), so a bad context fails the synth, not the first call."""
+        it with (spotline.control.settings), so a bad context fails the synth, not the first call."""
         pools = []
         for pool in self.config.pools:
             entry: dict[str, Any] = {

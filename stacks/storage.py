@@ -8,7 +8,7 @@ from constructs import Construct
 
 from stacks.nag import acknowledge
 
-# Object key prefix of every checkpoint: checkpoints/<team>/<job_id>/ (spotline.aws.resources).
+# Object key prefix of every checkpoint: checkpoints/<team>/<job_id>/ (spotline.resources).
 CHECKPOINT_PREFIX = "checkpoints/"
 
 

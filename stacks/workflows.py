@@ -19,7 +19,7 @@ from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_stepfunctions as sfn
 from constructs import Construct
 
-from spotline.aws import resources as r
+from spotline import resources as r
 from stacks.nag import acknowledge, finding_resource
 from stacks.observability import EncryptedLogs
 

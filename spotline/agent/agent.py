@@ -25,7 +25,14 @@ submitted twice, a run already replaced) is a stray: once the job's item names a
 `step()` returns False without a checkpoint, and no checkpoint is written, so the stray can never
 put manifests beside those of the real run.
 
-After each durable checkpoint the agent emits `Checkpoint Completed`; the background thread emits
+A framework that writes its own checkpoint files (Lightning, Hugging Face, torch.distributed.checkpoint)
+reports them with `save_files(step, path)`: the agent uploads them (in the background unless told
+to wait; a second checkpoint waits for the one in flight) and writes the manifest last;
+`restore_files(dest)` brings the newest back into a local directory. `spotline.integrations`
+has the callbacks that do both for each framework.
+
+After each durable checkpoint the agent emits `Checkpoint Completed` (with the checkpoint's size
+and how long its write and the last restore took); the background thread emits
 `Job Heartbeat` with the last step / progress / utilization the loop reported.
 
 In a gang job (a Batch multi-node parallel job) every node runs the loop and restores the same
@@ -39,10 +46,12 @@ import dataclasses
 import json
 import logging
 import os
+import shutil
 import signal
 import threading
 import time
 from collections.abc import Callable, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
@@ -63,7 +72,7 @@ from spotline.agent.events import (
 from spotline.agent.settings import AgentSettings
 from spotline.agent.signals import InstanceMetadata, JobRecordPoller, JobSignals, SpotInstanceAction
 from spotline.agent.state import decode_state, encode_state
-from spotline.agent.store import CheckpointRecord, CheckpointStore, open_store
+from spotline.agent.store import CheckpointFile, CheckpointRecord, CheckpointStore, open_store
 from spotline.aws.clients import AwsClients
 
 if TYPE_CHECKING:
@@ -99,6 +108,27 @@ class Restored:
     step: int
     state: Any  # bytes, or the tree that was checkpointed (tuples come back as lists)
     record: CheckpointRecord
+
+
+@dataclass(frozen=True)
+class RestoredFiles:
+    """A checkpoint of files, downloaded and checked: resume from `path`."""
+
+    step: int
+    path: Path
+    record: CheckpointRecord
+
+
+@dataclass(frozen=True)
+class _Capture:
+    """What a checkpoint answers, taken when its state was: see `_capture` and `_settle`."""
+
+    step: int
+    reason: CheckpointReason | str
+    captured_at: float
+    request: float | None
+    sigterm_seen: bool
+    spot_seen: bool
 
 
 class JobSignalSource(Protocol):
@@ -161,6 +191,11 @@ class Agent:
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self._previous_sigterm: Any = None
+        # Files checkpoints upload on one background thread, one at a time.
+        self._uploads: ThreadPoolExecutor | None = None
+        self._inflight: Future[CheckpointRecord | None] | None = None
+        # How long the last restore took (seconds), reported with each checkpoint.
+        self.last_restore_s: float | None = None
 
     # -- construction from the container's environment ----------------------------------------
 
@@ -222,7 +257,11 @@ class Agent:
             self._previous_sigterm = signal.signal(signal.SIGTERM, self._on_sigterm)
         else:
             log.warning("agent started off the main thread: SIGTERM will not trigger a checkpoint")
-        if not self._threads:
+        if not self.settings.is_node_leader:
+            # torchrun's other local ranks: the node's leader polls for all of them, and the
+            # integrations share what it sees with every rank (spotline.integrations.torch).
+            log.debug("local rank %s: no polling (the node's local rank 0 polls)", self.settings.local_rank)
+        elif not self._threads:
             self._threads.append(
                 threading.Thread(
                     target=self._run_poller, args=(True, False), name="spotline-agent-control", daemon=True
@@ -239,7 +278,11 @@ class Agent:
         return self
 
     def close(self) -> None:
-        """Stop the pollers and give SIGTERM back to whoever had it."""
+        """Wait for an upload in flight, stop the pollers and give SIGTERM back to whoever had it."""
+        self.wait_for_upload()
+        if self._uploads is not None:
+            self._uploads.shutdown(wait=True)
+            self._uploads = None
         self._stop.set()
         for thread in self._threads:
             thread.join(timeout=5)  # daemon threads: a call stuck in a timeout does not block exit
@@ -260,6 +303,10 @@ class Agent:
         # Only a flag: the state is consistent at the next step boundary, not here.
         self._sigterm = True
 
+    def now(self) -> float:
+        """The agent's clock (epoch seconds): what `captured_at` is measured in."""
+        return self._clock()
+
     def request_stop(self) -> None:
         """What SIGTERM does: checkpoint at the next step, then stop."""
         self._sigterm = True
@@ -274,17 +321,38 @@ class Agent:
         """The newest durable checkpoint (manifest written, data intact), or None to start fresh."""
         if self.store is None:
             return None
+        started = time.monotonic()
         found = self.store.latest()
         if found is None:
             log.info("no durable checkpoint under %s: starting fresh", self.store.uri)
             return None
         record, data = found
         state = decode_state(data, record.encoding)
+        self.last_restore_s = time.monotonic() - started
         with self._lock:
             self.last_checkpoint = record
             self._step, self._progress = record.step, record.progress
         log.info("restored step %d from %s", record.step, record.uri)
         return Restored(step=record.step, state=state, record=record)
+
+    def restore_files(self, dest: str | os.PathLike[str]) -> RestoredFiles | None:
+        """The newest durable checkpoint of files, downloaded into the directory `dest` (replaced)
+        and checked against its manifest; None to start fresh. Every rank of a job may call it
+        (each gets the whole checkpoint)."""
+        if self.store is None:
+            return None
+        started = time.monotonic()
+        found = self.store.latest_files(dest)
+        if found is None:
+            log.info("no durable checkpoint of files under %s: starting fresh", self.store.uri)
+            return None
+        record, path = found
+        self.last_restore_s = time.monotonic() - started
+        with self._lock:
+            self.last_checkpoint = record
+            self._step, self._progress = record.step, record.progress
+        log.info("restored step %d into %s in %.2f s", record.step, path, self.last_restore_s)
+        return RestoredFiles(step=record.step, path=path, record=record)
 
     # -- the safe point -------------------------------------------------------------------------
 
@@ -376,60 +444,280 @@ class Agent:
 
         `captured_at` is when `state` was taken (default: now); only requests made before it count
         as answered, so pass it when building the state takes a while."""
+        capture = self._capture(step, reason, captured_at)
+        if self.stray_of is not None:
+            self._writes(step, capture.reason)  # logs why
+            return None
+        if not self._writes(step, capture.reason):
+            self._settle(capture, None)
+            return None
+        assert self.store is not None
+        started = time.monotonic()
+        data, encoding = encode_state(state)
+        record = self.store.save(
+            step,
+            data,
+            encoding=encoding,
+            job_id=self.job_id,
+            created_at=capture.captured_at,
+            progress=progress,
+            reason=str(capture.reason),
+            final=final,
+            meta={**(meta or {}), "instance_id": self.instance_id},
+        )
+        write_s = time.monotonic() - started
+        log.info("checkpoint at step %d (%s): %s in %.2f s", step, capture.reason, record.uri, write_s)
+        self._settle(capture, record)
+        self._completed(capture, record, write_s)
+        return record
+
+    def save_files(
+        self,
+        step: int,
+        path: str | os.PathLike[str],
+        *,
+        progress: float | None = None,
+        reason: CheckpointReason | str | None = None,
+        final: bool = False,
+        meta: dict[str, Any] | None = None,
+        captured_at: float | None = None,
+        wait: bool = False,
+        remove_after: bool = False,
+        started: float | None = None,
+    ) -> Future[CheckpointRecord | None]:
+        """Report a checkpoint the framework wrote at `path` (a file, or a directory: every file
+        under it) for `step`: upload it, manifest last, then emit `Checkpoint Completed`.
+
+        The upload runs on the agent's upload thread and training goes on; a second call waits
+        for the upload in flight first. `wait=True` (what a SIGTERM checkpoint needs before the
+        process exits) returns once it is durable. `remove_after` deletes `path` once uploaded.
+        The future's result is the record (None where this process does not write: a gang's
+        other nodes, a stray, no store); a failed upload raises from it, is logged, and the
+        request it answered is asked again at the next step. `started` (time.monotonic()) is
+        when the framework began writing the files: the write time reported counts from there."""
+        capture = self._capture(step, reason, captured_at)
+        self.wait_for_upload()
+        done: Future[CheckpointRecord | None]
+        if not self._writes(step, capture.reason):
+            self._settle(capture, None)
+            done = Future()
+            done.set_result(None)
+            return done
+        # Answered now, so the next step does not ask again while the upload runs.
+        self._settle(capture, None)
+        if self._uploads is None:
+            self._uploads = ThreadPoolExecutor(max_workers=1, thread_name_prefix="spotline-upload")
+        source = Path(path)
+        extra = {**(meta or {}), "instance_id": self.instance_id}
+        done = self._uploads.submit(
+            self._upload_files, capture, source, progress, final, extra, remove_after, started
+        )
+        self._inflight = done
+        if wait:
+            done.result()
+        return done
+
+    def save_shards(
+        self,
+        step: int,
+        prefix: str,
+        upload: Callable[[], list[CheckpointFile]],
+        *,
+        progress: float | None = None,
+        reason: CheckpointReason | str | None = None,
+        final: bool = False,
+        meta: dict[str, Any] | None = None,
+        captured_at: float | None = None,
+        wait: bool = False,
+        started: float | None = None,
+    ) -> Future[CheckpointRecord | None]:
+        """A sharded checkpoint, on every rank: `upload` (run on the upload thread) uploads this
+        rank's files under `prefix` (from `store.new_files_prefix`, the same on every rank) and
+        returns every rank's entries; the writer then commits the manifest naming them all and
+        emits `Checkpoint Completed`. `spotline.integrations.torch` drives it."""
+        capture = self._capture(step, reason, captured_at)
+        self.wait_for_upload()
+        self._settle(capture, None)
+        if self._uploads is None:
+            self._uploads = ThreadPoolExecutor(max_workers=1, thread_name_prefix="spotline-upload")
+        extra = {**(meta or {}), "instance_id": self.instance_id}
+        done = self._uploads.submit(
+            self._upload_shards, capture, prefix, upload, progress, final, extra, started
+        )
+        self._inflight = done
+        if wait:
+            done.result()
+        return done
+
+    def _upload_shards(
+        self,
+        capture: _Capture,
+        prefix: str,
+        upload: Callable[[], list[CheckpointFile]],
+        progress: float | None,
+        final: bool,
+        meta: dict[str, Any],
+        started: float | None,
+    ) -> CheckpointRecord | None:
+        assert self.store is not None
+        started = time.monotonic() if started is None else started
+        try:
+            files = upload()
+            if not self._writes(capture.step, capture.reason):
+                return None
+            record = self.store.commit_files(
+                capture.step,
+                prefix,
+                files,
+                job_id=self.job_id,
+                created_at=capture.captured_at,
+                progress=progress,
+                reason=str(capture.reason),
+                final=final,
+                meta=meta,
+            )
+        except Exception:
+            log.exception("sharded checkpoint at step %d (%s) failed", capture.step, capture.reason)
+            self._rearm(capture)
+            raise
+        write_s = time.monotonic() - started
+        with self._lock:
+            self.last_checkpoint = record
+        self._completed(capture, record, write_s)
+        return record
+
+    def wait_for_upload(self) -> CheckpointRecord | None:
+        """Wait for the files checkpoint in flight, if any; its record (None if it failed)."""
+        inflight, self._inflight = self._inflight, None
+        if inflight is None:
+            return None
+        try:
+            return inflight.result()
+        except Exception:
+            return None  # logged by the upload thread
+
+    def _upload_files(
+        self,
+        capture: _Capture,
+        source: Path,
+        progress: float | None,
+        final: bool,
+        meta: dict[str, Any],
+        remove_after: bool,
+        started: float | None,
+    ) -> CheckpointRecord | None:
+        assert self.store is not None
+        started = time.monotonic() if started is None else started
+        try:
+            record = self.store.save_files(
+                capture.step,
+                source,
+                job_id=self.job_id,
+                created_at=capture.captured_at,
+                progress=progress,
+                reason=str(capture.reason),
+                final=final,
+                meta=meta,
+            )
+        except Exception:
+            log.exception("checkpoint at step %d (%s) failed to upload", capture.step, capture.reason)
+            self._rearm(capture)
+            raise
+        write_s = time.monotonic() - started
+        log.info(
+            "checkpoint at step %d (%s): %d bytes in %.2f s, %s",
+            capture.step,
+            capture.reason,
+            record.size,
+            write_s,
+            record.uri,
+        )
+        with self._lock:
+            self.last_checkpoint = record
+        self._completed(capture, record, write_s)
+        if remove_after:
+            if source.is_dir():
+                shutil.rmtree(source, ignore_errors=True)
+            else:
+                source.unlink(missing_ok=True)
+        return record
+
+    def _capture(
+        self, step: int, reason: CheckpointReason | str | None, captured_at: float | None
+    ) -> _Capture:
         captured_at = self._clock() if captured_at is None else captured_at
         reason = reason or self.checkpoint_reason() or CheckpointReason.MANUAL
-        sigterm_seen = self._sigterm
         with self._lock:
-            request = self._pending_request
+            return _Capture(
+                step=step,
+                reason=reason,
+                captured_at=captured_at,
+                request=self._pending_request,
+                sigterm_seen=self._sigterm,
+                spot_seen=self._spot_pending,
+            )
+
+    def _writes(self, step: int, reason: CheckpointReason | str) -> bool:
+        """Whether this process writes the checkpoint (logged when it does not)."""
         if self.stray_of is not None:
             log.warning(
                 "checkpoint at step %d skipped: this run is not the job's (%s is)", step, self.stray_of
             )
-            return None
-        if not self.settings.is_main_node:
-            log.debug("checkpoint at step %d (%s) left to the gang's main node", step, reason)
-            record = None
-        elif self.store is None:
+            return False
+        if not self.settings.is_writer:
+            log.debug("checkpoint at step %d (%s) left to the job's writer", step, reason)
+            return False
+        if self.store is None:
             log.warning("checkpoint at step %d (%s) skipped: no checkpoint store configured", step, reason)
-            record = None
-        else:
-            data, encoding = encode_state(state)
-            record = self.store.save(
-                step,
-                data,
-                encoding=encoding,
-                job_id=self.job_id,
-                created_at=captured_at,
-                progress=progress,
-                reason=str(reason),
-                final=final,
-                meta={**(meta or {}), "instance_id": self.instance_id},
-            )
-            log.info("checkpoint at step %d (%s): %s", step, reason, record.uri)
+            return False
+        return True
+
+    def _settle(self, capture: _Capture, record: CheckpointRecord | None) -> None:
+        """The triggers this checkpoint's state answers are answered."""
         with self._lock:
-            self._last_checkpoint_at = captured_at
-            self._answered_until = max(self._answered_until, captured_at)
+            self._last_checkpoint_at = capture.captured_at
+            self._answered_until = max(self._answered_until, capture.captured_at)
             # A request made while we were writing is not answered by this state: keep it.
-            answered = request if request is not None and request <= captured_at else None
-            if self._pending_request is not None and self._pending_request <= captured_at:
+            if self._pending_request is not None and self._pending_request <= capture.captured_at:
                 self._pending_request = None
             self._spot_pending = False
-            self._sigterm_answered = self._sigterm_answered or sigterm_seen
+            self._sigterm_answered = self._sigterm_answered or capture.sigterm_seen
             if record is not None:
                 self.last_checkpoint = record
-        if record is not None:
-            self.publisher.publish(
-                DETAIL_CHECKPOINT_COMPLETED,
-                checkpoint_completed_detail(
-                    record, instance_id=self.instance_id, requested_at=answered, run_id=self.settings.run_id
-                ),
-            )
-            if self.store is not None and self.settings.keep_checkpoints > 0:
-                # After the event: a preemption waiting for this checkpoint does not wait for it.
-                pruned = self.store.prune(self.settings.keep_checkpoints, newest=record)
-                if pruned:
-                    log.info("pruned %d older checkpoint(s) (steps %s)", len(pruned), pruned)
-        return record
+
+    def _rearm(self, capture: _Capture) -> None:
+        """A background upload failed: what it answered is asked again at the next step."""
+        with self._lock:
+            if capture.request is not None and self._pending_request is None:
+                self._pending_request = capture.request
+                self._answered_until = min(self._answered_until, capture.request - 1e-6)
+            self._spot_pending = self._spot_pending or capture.spot_seen
+            if capture.sigterm_seen:
+                self._sigterm_answered = False
+
+    def _completed(self, capture: _Capture, record: CheckpointRecord, write_s: float) -> None:
+        """Emit `Checkpoint Completed`, then prune older checkpoints."""
+        answered = (
+            capture.request
+            if capture.request is not None and capture.request <= capture.captured_at
+            else None
+        )
+        self.publisher.publish(
+            DETAIL_CHECKPOINT_COMPLETED,
+            checkpoint_completed_detail(
+                record,
+                instance_id=self.instance_id,
+                requested_at=answered,
+                run_id=self.settings.run_id,
+                write_s=write_s,
+                restore_s=self.last_restore_s,
+            ),
+        )
+        if self.store is not None and self.settings.keep_checkpoints > 0:
+            # After the event: a preemption waiting for this checkpoint does not wait for it.
+            pruned = self.store.prune(self.settings.keep_checkpoints, newest=record)
+            if pruned:
+                log.info("pruned %d older checkpoint(s) (steps %s)", len(pruned), pruned)
 
     def finish(
         self, step: int, state: object, *, progress: float = 1.0, meta: dict[str, Any] | None = None
@@ -557,7 +845,11 @@ class Agent:
         if self.settings.status_file:
             # Under the command wrapper: it sends the heartbeats, with our figures.
             _write_json_atomically(Path(self.settings.status_file), detail)
-        elif self.settings.is_main_node:
+        elif self.settings.is_node_leader:
+            # Every node of a gang sends them (one process per node): a node that went quiet
+            # is a node lost, whichever it is.
+            if self.settings.node_index is not None:
+                detail["node_index"] = self.settings.node_index
             self.publisher.publish(DETAIL_JOB_HEARTBEAT, detail)
 
 

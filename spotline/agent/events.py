@@ -6,7 +6,7 @@ import json
 import logging
 from typing import TYPE_CHECKING, Any, Protocol
 
-from spotline.aws.resources import (
+from spotline.resources import (
     DETAIL_CHECKPOINT_COMPLETED,
     DETAIL_JOB_HEARTBEAT,
     SOURCE_AGENT,
@@ -87,10 +87,14 @@ def checkpoint_completed_detail(
     instance_id: str | None,
     requested_at: float | None,
     run_id: str | None = None,
+    write_s: float | None = None,
+    restore_s: float | None = None,
 ) -> dict[str, Any]:
     """job_id, run_id, checkpoint_uri, step, progress (the contract), plus what the control plane
-    can use to match the event to its request and to measure lost work."""
-    return {
+    can use to match the event to its request, to measure lost work and to size the job's grace
+    period: the checkpoint's size, how long its write took (capture to durable manifest) and how
+    long this run's restore took (None for a fresh start)."""
+    detail: dict[str, Any] = {
         "job_id": record.job_id,
         # The run that wrote it: the control plane credits it to that run only (RUN_IDENTITY).
         "run_id": run_id,
@@ -104,7 +108,13 @@ def checkpoint_completed_detail(
         # The request this checkpoint answers (None for periodic ones): a checkpoint whose state
         # was captured at or after `checkpoint_requested_at` satisfies that request.
         "requested_at": requested_at,
+        "size_bytes": record.size,
     }
+    if write_s is not None:
+        detail["write_s"] = round(write_s, 3)
+    if restore_s is not None:
+        detail["restore_s"] = round(restore_s, 3)
+    return detail
 
 
 def heartbeat_detail(

@@ -1,6 +1,6 @@
 """The agent's configuration, read once from the environment a training container gets.
 
-The variable names come from `spotline.aws.resources` (the one place the job definition and the
+The variable names come from `spotline.resources` (the one place the job definition and the
 local fleet take them from); the few that only the agent reads are defined here.
 """
 
@@ -10,7 +10,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from spotline.aws.resources import (
+from spotline.resources import (
     AGENT_ENV_CHECKPOINT_INTERVAL_S,
     AGENT_ENV_CHECKPOINT_KMS_KEY,
     AGENT_ENV_CHECKPOINT_URI,
@@ -37,6 +37,10 @@ ENV_BATCH_JOB_ID = "AWS_BATCH_JOB_ID"
 # Set by AWS Batch on every node of a multi-node parallel job (a gang job).
 ENV_BATCH_NODE_INDEX = "AWS_BATCH_JOB_NODE_INDEX"
 ENV_BATCH_MAIN_NODE_INDEX = "AWS_BATCH_JOB_MAIN_NODE_INDEX"
+
+# Set by torchrun (and torch.distributed's launchers) on every worker process.
+ENV_RANK = "RANK"
+ENV_LOCAL_RANK = "LOCAL_RANK"
 
 # Standard AWS SDK variables for instance metadata, honoured the way botocore honours them.
 ENV_IMDS_ENDPOINT = "AWS_EC2_METADATA_SERVICE_ENDPOINT"
@@ -90,6 +94,9 @@ class AgentSettings:
     # In a gang job: this node's index and the main node's (None elsewhere).
     node_index: int | None = None
     main_node_index: int | None = None
+    # Under torchrun: this worker's global rank and its rank on its node (None elsewhere).
+    rank: int | None = None
+    local_rank: int | None = None
 
     @property
     def is_main_node(self) -> bool:
@@ -99,6 +106,19 @@ class AgentSettings:
         return (
             self.node_index is None or self.main_node_index is None or self.node_index == self.main_node_index
         )
+
+    @property
+    def is_node_leader(self) -> bool:
+        """The one process per node that polls the control plane and instance metadata and
+        sends heartbeats: local rank 0 under torchrun, the process itself elsewhere."""
+        return self.local_rank is None or self.local_rank == 0
+
+    @property
+    def is_writer(self) -> bool:
+        """The one process of a job that writes manifests and sends `Checkpoint Completed`: the
+        main node's, and under torchrun its global rank 0. (A sharded checkpoint's other ranks
+        upload their own shards; the writer commits the manifest once all are up.)"""
+        return self.is_main_node and (self.rank is None or self.rank == 0)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> AgentSettings:
@@ -124,6 +144,8 @@ class AgentSettings:
             batch_job_id=_run_of(_text(env, ENV_BATCH_JOB_ID)),
             node_index=_index(env, ENV_BATCH_NODE_INDEX),
             main_node_index=_index(env, ENV_BATCH_MAIN_NODE_INDEX),
+            rank=_index(env, ENV_RANK),
+            local_rank=_index(env, ENV_LOCAL_RANK),
         )
 
 

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from spotline.aws.resources import JOBS, signal_key
+from spotline.resources import JOBS, signal_key
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient

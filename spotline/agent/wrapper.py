@@ -98,9 +98,10 @@ class CommandWrapper:
             try:
                 next_heartbeat = self._clock()
                 while True:
-                    # (In a gang job only the main node reports for the job.)
+                    # Every node of a gang sends them: the control plane learns each node's
+                    # instance (a Spot notice for any of them concerns the job) and its liveness.
                     due = self.settings.heartbeat_s > 0 and self._clock() >= next_heartbeat
-                    if due and self.settings.is_main_node:
+                    if due and self.settings.is_node_leader:
                         next_heartbeat = self._clock() + self.settings.heartbeat_s
                         self._heartbeat(status_file)
                     try:

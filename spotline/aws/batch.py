@@ -16,95 +16,23 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import re
 import threading
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
 
-from spotline.aws.errors import BatchThrottled, LaunchFailed, error_code, is_throttling
+from spotline.aws.errors import error_code, is_throttling
+from spotline.control.errors import BatchThrottled, LaunchFailed
+from spotline.control.ports import TERMINAL_BATCH_STATUSES, BatchJobRequest
 
 if TYPE_CHECKING:
     from mypy_boto3_batch import BatchClient
 
 logger = logging.getLogger(__name__)
 
-JOB_NAME_PREFIX = "spotline-"
 # AWS Batch refuses container overrides (command, environment, resource requirements) over this.
 CONTAINER_OVERRIDES_LIMIT_BYTES = 8 * 1024
-
-
-_RUN_SUFFIX = re.compile(r"^(?P<job>.+)-r(?P<run>[1-9][0-9]{0,9})$")
-# Batch's statuses after which a job holds nothing any more.
-TERMINAL_BATCH_STATUSES = frozenset({"SUCCEEDED", "FAILED"})
-
-
-def run_id_for(job_id: str, run: int) -> str:
-    """The run id of a job's `run`-th admission: also the Batch job name of that run (the
-    BatchJobStateChange rule matches its `spotline-` prefix)."""
-    if run < 1:
-        raise ValueError(f"run must be at least 1, not {run}")
-    return f"{JOB_NAME_PREFIX}{job_id}-r{run}"
-
-
-def batch_job_name(job_id: str, run: int) -> str:
-    """The Batch job name of a job's `run`-th admission (its run id)."""
-    return run_id_for(job_id, run)
-
-
-def parse_run_id(name: str) -> tuple[str, int] | None:
-    """(job id, run) of a run id / Batch job name, or None if it is not a Spotline run's."""
-    if not name.startswith(JOB_NAME_PREFIX):
-        return None
-    matched = _RUN_SUFFIX.match(name[len(JOB_NAME_PREFIX) :])
-    if matched is None:
-        return None
-    return matched.group("job"), int(matched.group("run"))
-
-
-def split_node_id(batch_job_id: str) -> tuple[str, int | None]:
-    """(parent job id, node index) of a multi-node job's node id `<parent>#<n>`; (the id, None)
-    for any other Batch job id. A gang's nodes have events and DescribeJobs entries of their
-    own; Spotline records and stops only the parent."""
-    parent, separator, index = batch_job_id.rpartition("#")
-    if separator and parent and index.isdigit():
-        return parent, int(index)
-    return batch_job_id, None
-
-
-@dataclass(frozen=True)
-class BatchJobRequest:
-    """One run of a job: where, what, and the agent's environment."""
-
-    job_id: str
-    # The admission this request launches (JobRecord.run, at least 1).
-    run: int
-    team: str
-    job_queue: str
-    image: str
-    command: tuple[str, ...]
-    gpus_per_node: int
-    nodes: int
-    environment: Mapping[str, str]
-    # Batch stops the attempt after this long (the job's max_runtime_s), if set.
-    timeout_s: int | None = None
-    tags: Mapping[str, str] = field(default_factory=dict)
-    # The container's size on its node (spotline.aws.sizing); None keeps the job definition's.
-    vcpus: int | None = None
-    memory_mib: int | None = None
-    shared_memory_mib: int | None = None
-    # The pool's instances have an EFA: the team's EFA job definition maps its device.
-    efa: bool = False
-
-    @property
-    def job_name(self) -> str:
-        return batch_job_name(self.job_id, self.run)
-
-    @property
-    def run_id(self) -> str:
-        return run_id_for(self.job_id, self.run)
 
 
 def _definition_gone(error: ClientError) -> bool:
@@ -123,34 +51,13 @@ def _launch_error(error: ClientError) -> BatchThrottled | LaunchFailed:
     return LaunchFailed(str(error))
 
 
-class BatchLauncher(Protocol):
-    def submit(self, request: BatchJobRequest) -> str:
-        """Submit one run; returns the Batch job id. Raises BatchThrottled (retry later) or
-        LaunchFailed (a retry will not help)."""
-        ...
-
-    def find_live(self, job_queue: str, job_name: str) -> list[str]:
-        """The Batch job ids named `job_name` in `job_queue` that have not ended (oldest first).
-        Raises BatchThrottled."""
-        ...
-
-    def terminate(self, batch_job_id: str, reason: str) -> None:
-        """Stop a run (no error if it already ended). Raises BatchThrottled."""
-        ...
-
-    def stopped(self, batch_job_ids: Sequence[str]) -> set[str]:
-        """Those of `batch_job_ids` that have ended (or that Batch no longer knows).
-        Raises BatchThrottled."""
-        ...
-
-
 # Container properties of a Fargate job that a multi-node (EC2-only) definition may not carry.
 _FARGATE_ONLY = frozenset({"networkConfiguration", "fargatePlatformConfiguration", "runtimePlatform"})
 
 
 def resource_requirements(request: BatchJobRequest) -> list[dict[str, str]]:
     """SubmitJob's resourceRequirements override: the GPUs, and the vCPUs and memory (MiB) the
-    job's share of its node gets (spotline.aws.sizing) when known."""
+    job's share of its node gets (spotline.control.sizing) when known."""
     wanted = [{"type": "GPU", "value": str(request.gpus_per_node)}]
     if request.vcpus is not None:
         wanted.append({"type": "VCPU", "value": str(request.vcpus)})
@@ -459,12 +366,6 @@ class AwsBatchLauncher:
         if not found:
             return None
         return max(found, key=lambda d: int(d.get("revision", 0)))
-
-
-class InstanceResolver(Protocol):
-    def resolve(self, container_instances: Sequence[str]) -> list[str]:
-        """EC2 instance ids behind Batch's container instance ARNs (ids pass through)."""
-        ...
 
 
 class EcsInstanceResolver:

@@ -33,8 +33,8 @@ from typing import Any
 from botocore.exceptions import BotoCoreError, ClientError
 
 from spotline.aws.published import PublishedConfig
-from spotline.aws.resources import POWERTOOLS_LAYER_ACCOUNT, POWERTOOLS_LAYER_NAME
-from spotline.aws.sizing import INSTANCE_SHAPES
+from spotline.control.sizing import INSTANCE_SHAPES
+from spotline.resources import POWERTOOLS_LAYER_ACCOUNT, POWERTOOLS_LAYER_NAME
 
 
 class Status(StrEnum):
@@ -205,7 +205,7 @@ def check_batch(target: DoctorTarget, client: Clients) -> Iterator[Finding]:
                 f"job queue {name}",
                 Status.WARN,
                 "not found: the stack is not deployed (in this region) yet",
-                "npx cdk deploy (README, Deploying to AWS)",
+                "npx cdk deploy (docs/deploy.md)",
             )
             continue
         if queue.get("status") != "VALID" or queue.get("state") != "ENABLED":
@@ -297,7 +297,7 @@ def check_image(target: DoctorTarget, client: Clients, account: str | None) -> I
     image_id = {"imageDigest": parts["digest"]} if parts["digest"] else {"imageTag": parts["tag"] or "latest"}
     push = (
         f"build and push it: docker build -f images/training/Dockerfile -t {image} . && docker push {image} "
-        "(README, Deploying to AWS)"
+        "(docs/deploy.md, step 5)"
     )
     try:
         client("ecr").describe_images(registryId=registry, repositoryName=repository, imageIds=[image_id])
@@ -429,7 +429,7 @@ def check_identities(target: DoctorTarget, client: Clients, account: str | None)
                 status,
                 f"{parts['kind']} {name}: {_why(error)}",
                 f"create it, or correct its ARN in cdk.json `identities` (team {team}); it also needs "
-                "execute-api:Invoke on the API (README)",
+                "execute-api:Invoke on the API (docs/deploy.md, step 6)",
             )
             continue
         except (BotoCoreError, NotImplementedError) as error:

@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from spotline.aws import resources
+from spotline import resources
 
 ACCOUNT_ID = "123456789012"  # moto's default account
 DEFAULT_REGION = "us-east-1"

@@ -1,4 +1,4 @@
-"""Spotline's own exception types, and the one mapping from AWS SDK errors onto them.
+"""The one mapping from AWS SDK errors onto Spotline's exception types (`spotline.control.errors`).
 
 Adapters catch `botocore.exceptions.ClientError` only here (`storage_errors`,
 `transaction_errors`), so the services and the API see domain words: a job that does not
@@ -13,72 +13,13 @@ from contextlib import contextmanager
 
 from botocore.exceptions import ClientError
 
-
-class SpotlineError(Exception):
-    """Base of every error the control plane raises on purpose."""
-
-
-class JobNotFound(SpotlineError):
-    def __init__(self, job_id: str) -> None:
-        super().__init__(f"job {job_id} not found")
-        self.job_id = job_id
-
-
-class ConditionFailed(SpotlineError):
-    """A conditional write found the item not as expected (someone else wrote first)."""
-
-
-class StaleJobError(ConditionFailed):
-    """The job is no longer in the state and version the caller read: re-read and decide again."""
-
-    def __init__(self, job_id: str, detail: str = "") -> None:
-        super().__init__(f"job {job_id} changed concurrently{': ' + detail if detail else ''}")
-        self.job_id = job_id
-
-
-class JobAlreadyExists(ConditionFailed):
-    def __init__(self, job_id: str) -> None:
-        super().__init__(f"job {job_id} already exists")
-        self.job_id = job_id
-
-
-class CapacityExhausted(ConditionFailed):
-    """The ledger refused a reservation: the pool (or the team's hard quota) is full."""
-
-
-class UnreadableRecord(SpotlineError):
-    """A stored job item holds no valid record (an older version wrote it, or a hand did)."""
-
-    def __init__(self, job_id: str, why: str) -> None:
-        super().__init__(f"job {job_id}: stored record unreadable: {why}")
-        self.job_id = job_id
-        self.why = why
-
-
-class ItemTooLarge(SpotlineError):
-    """A job would not fit in one DynamoDB item (400 KB, with room kept for what its life adds)."""
-
-
-class InvalidTransition(SpotlineError):
-    """The lifecycle does not allow this change of state (see domain TRANSITIONS)."""
-
-
-class StorageUnavailable(SpotlineError):
-    """DynamoDB throttled or failed after the SDK's retries; safe to retry later."""
-
-
-class PublishFailed(SpotlineError):
-    """EventBridge did not accept an event."""
-
-
-class BatchThrottled(SpotlineError):
-    """AWS Batch refused a call for its rate limit (SubmitJob: 50 TPS per account).
-    The launch workflow retries on this name with backoff."""
-
-
-class LaunchFailed(SpotlineError):
-    """AWS Batch refused the job for a reason a retry will not fix."""
-
+from spotline.control.errors import (
+    CapacityExhausted,
+    ConditionFailed,
+    JobAlreadyExists,
+    StaleJobError,
+    StorageUnavailable,
+)
 
 _THROTTLING = frozenset(
     {

@@ -14,7 +14,7 @@ from __future__ import annotations
 from aws_lambda_powertools.utilities.parser.models import EventBridgeModel
 from pydantic import BaseModel, ConfigDict, Field
 
-from spotline.aws.batch import split_node_id
+from spotline.control.records import split_node_id
 
 
 class _Detail(BaseModel):

@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from spotline.aws.dynamo import DynamoTable, Expression, serialize_item
-from spotline.aws.errors import ConditionFailed
+from spotline.control.errors import ConditionFailed
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient

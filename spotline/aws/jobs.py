@@ -1,30 +1,23 @@
-"""The Jobs table: one item per job, its sparse indexes, and every state change as a conditional
-write.
+"""The Jobs table's repository (the `JobStore` port): every state change as a conditional write.
 
 A transition is one TransactWriteItems: the job's Update (condition: the state and version the
 caller read), the Timeline Put of each step, and, when the job starts or stops holding GPUs,
 the Ledger updates. Either all of it happens or none, so the queue index, the timeline and
 the capacity ledger never disagree with the job's state.
 
-Sparse index attributes (resources.JOBS) are derived from the state by `record_to_item`, so
-they cannot drift from it: `queue_*` and `deadline_*` exist only while PENDING, `active_pk`
-only while the job holds GPUs.
+How a record maps onto an item, with the sparse index attributes its state calls for, is
+`spotline.aws.job_items`.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
-from enum import StrEnum
-from typing import TYPE_CHECKING, Any, TypeVar
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, ConfigDict, ValidationError
-
-from spotline.aws import costs, resources
-from spotline.aws.batch import run_id_for
+from spotline import resources
+from spotline.aws import costs
 from spotline.aws.dynamo import (
     MAX_ITEM_BYTES,
     DynamoTable,
@@ -34,7 +27,17 @@ from spotline.aws.dynamo import (
     item_size_bytes,
     serialize_item,
 )
-from spotline.aws.errors import (
+from spotline.aws.job_items import (
+    ACTIVE_PK,
+    DEADLINE_PK,
+    QUEUE_PK_PREFIX,
+    item_to_record,
+    item_to_record_lenient,
+    record_to_item,
+)
+from spotline.aws.ledger import LedgerRepository
+from spotline.aws.timeline import TimelineRepository, decode_token, encode_token
+from spotline.control.errors import (
     ConditionFailed,
     InvalidTransition,
     ItemTooLarge,
@@ -42,8 +45,8 @@ from spotline.aws.errors import (
     StaleJobError,
     UnreadableRecord,
 )
-from spotline.aws.ledger import LedgerRepository
-from spotline.aws.timeline import NO_STATE, TimelineEntry, TimelineRepository, decode_token, encode_token
+from spotline.control.ports import CommitListener, PreparedTransition, Quarantined
+from spotline.control.records import ACTIVE_STATES, NO_STATE, JobRecord, TimelineEntry
 from spotline.domain import Job, JobSpec, JobState, Priority, can_transition
 
 if TYPE_CHECKING:
@@ -51,301 +54,11 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-# States in which a job holds GPUs in a pool (and is in the `active` index).
-ACTIVE_STATES = frozenset({JobState.ADMITTED, JobState.RUNNING, JobState.CHECKPOINTING})
-
 # Room a new job's item keeps for what its life adds (reasons, run and instance ids, checkpoint
 # URIs, task tokens): a submission larger than MAX_ITEM_BYTES minus this is refused before any write.
 ITEM_HEADROOM_BYTES = 32 * 1024
 # String sets written as ADD / DELETE deltas by transitions (others add to them concurrently).
 _DELTA_SETS = ("terminating_batch_job_ids",)
-
-QUEUE_PK_PREFIX = "Q#"
-DEADLINE_PK = "D"
-ACTIVE_PK = "A"
-
-
-class Disruption(StrEnum):
-    """Why a job is checkpointing, which decides where it ends: PREEMPTED or INTERRUPTED."""
-
-    PREEMPT = "preempt"
-    INTERRUPT = "interrupt"
-
-    @property
-    def outcome(self) -> JobState:
-        return JobState.PREEMPTED if self is Disruption.PREEMPT else JobState.INTERRUPTED
-
-
-class JobRecord(BaseModel):
-    """A job as stored: the domain `Job` plus what the control plane tracks about its run."""
-
-    model_config = ConfigDict(defer_build=True, frozen=True)
-
-    job: Job
-    updated_at: float
-    # The reason of the last transition (the timeline has all of them).
-    state_reason: str = ""
-    # GPUs charged to the pool and team ledger while ACTIVE (a gang takes whole nodes).
-    gpus_held: int = 0
-    # Admissions so far (RUN_IDENTITY): 0 before the first; the admission's write increments it.
-    # The current run's id is `run_id_for(job id, run)`, also its Batch job name.
-    run: int = 0
-    batch_job_id: str | None = None
-    # Batch jobs of earlier runs: their late events are ignored.
-    retired_batch_job_ids: tuple[str, ...] = ()
-    # Batch jobs this record stopped owning (requeued, cancelled, orphans) that Batch has not yet
-    # confirmed stopped: the reconciler retries TerminateJob until it does (the job stays in
-    # the `active` index meanwhile, so the retry needs no scan).
-    terminating_batch_job_ids: tuple[str, ...] = ()
-    instance_ids: tuple[str, ...] = ()
-    admitted_at: float | None = None
-    # Why the job waits (set by the scheduling pass, only when it changes).
-    wait_reason: str | None = None
-    # The agent polls this: a checkpoint is wanted when it is later than its last checkpoint.
-    checkpoint_requested_at: float | None = None
-    checkpoint_deadline_at: float | None = None
-    # Step Functions task token of the preempt workflow waiting for the next checkpoint.
-    checkpoint_task_token: str | None = None
-    # The preemptor this job makes room for (or "interruption:<instance>").
-    draining_for: str | None = None
-    disruption: Disruption | None = None
-    # Launches that failed since the job was last admitted successfully (gives up after a few).
-    launch_failures: int = 0
-    # Progress of the current run (reset by each admission): heartbeats only move it forward.
-    last_heartbeat_at: float | None = None
-    step: int | None = None
-    # The run that wrote the last recorded checkpoint (its step is compared only within a run).
-    last_checkpoint_run: int | None = None
-    finished_at: float | None = None
-    # A digest of the submission that created the job (Idempotency-Key reuse is checked on it).
-    request_digest: str | None = None
-
-    @property
-    def id(self) -> str:
-        return self.job.id
-
-    @property
-    def state(self) -> JobState:
-        return self.job.state
-
-    @property
-    def version(self) -> int:
-        return self.job.version
-
-    @property
-    def team(self) -> str:
-        return self.job.team
-
-    @property
-    def run_id(self) -> str | None:
-        """The current run's id (None before the first admission)."""
-        return run_id_for(self.id, self.run) if self.run > 0 else None
-
-    def with_changes(self, job: Mapping[str, Any] | None = None, **changes: Any) -> JobRecord:
-        """A copy with record fields in `changes` and job fields in `job` changed."""
-        if job:
-            changes["job"] = self.job.with_changes(**job)
-        return self.model_copy(update=changes)
-
-
-# --- the item layout ----------------------------------------------------------------------
-
-_JOB_FIELDS = (
-    "submitted_at",
-    "enqueued_at",
-    "started_at",
-    "runtime_s",
-    "last_checkpoint_at",
-    "last_checkpoint_step",
-    "last_checkpoint_uri",
-    "progress",
-    "utilization",
-    "preemptions",
-    "interruptions",
-    "lost_work_s",
-    "pool",
-)
-_RECORD_FIELDS = (
-    "updated_at",
-    "state_reason",
-    "gpus_held",
-    "run",
-    "batch_job_id",
-    "retired_batch_job_ids",
-    "terminating_batch_job_ids",
-    "instance_ids",
-    "admitted_at",
-    "wait_reason",
-    "checkpoint_requested_at",
-    "checkpoint_deadline_at",
-    "checkpoint_task_token",
-    "draining_for",
-    "disruption",
-    "launch_failures",
-    "last_heartbeat_at",
-    "step",
-    "last_checkpoint_run",
-    "finished_at",
-    "request_digest",
-)
-
-
-def order_key(at: float, job_id: str) -> str:
-    """Sort key that orders by time, then id: fixed-width, so string order is time order."""
-    return f"{at:017.3f}#{job_id}"
-
-
-def record_to_item(record: JobRecord) -> Item:
-    """The item for `record`, with the index attributes its state calls for."""
-    job = record.job
-    item: Item = {
-        "job_id": job.id,
-        "team": job.team,
-        "team_sk": order_key(job.submitted_at, job.id),
-        "state": job.state.value,
-        "version": job.version,
-        "spec": job.spec.model_dump_json(exclude_none=True),
-        "name": job.spec.name,
-        "priority": job.priority.value,
-        "gpus": job.gpus,
-    }
-    for name in _JOB_FIELDS:
-        item[name] = getattr(job, name)
-    for name in _RECORD_FIELDS:
-        value = getattr(record, name)
-        if isinstance(value, tuple):
-            # String sets: a heartbeat can ADD an instance id without reading the item first.
-            value = set(value) or None
-        elif isinstance(value, StrEnum):
-            value = value.value
-        item[name] = value
-    if job.state is JobState.PENDING:
-        item["queue_pk"] = QUEUE_PK_PREFIX + job.priority.value
-        item["queue_sk"] = order_key(job.submitted_at, job.id)
-        deadline = job.spec.deadline_at
-        if deadline is not None:
-            item["deadline_pk"] = DEADLINE_PK
-            item["deadline_sk"] = order_key(deadline, job.id)
-    if job.state in ACTIVE_STATES or record.terminating_batch_job_ids:
-        item["active_pk"] = ACTIVE_PK
-    return {k: v for k, v in item.items() if v is not None}
-
-
-def item_to_record(item: Mapping[str, Any]) -> JobRecord:
-    """The record an item holds; UnreadableRecord if it does not hold a valid one (an item an
-    older version wrote, or one written by hand)."""
-    try:
-        return _item_to_record(item)
-    except (ValidationError, KeyError, ValueError, TypeError) as error:
-        raise UnreadableRecord(str(item.get("job_id", "?")), _why(error)) from error
-
-
-def _item_to_record(item: Mapping[str, Any]) -> JobRecord:
-    job = Job(
-        id=item["job_id"],
-        team=item["team"],
-        spec=JobSpec.model_validate_json(item["spec"]),
-        state=JobState(item["state"]),
-        version=int(item["version"]),
-        **{name: item[name] for name in _JOB_FIELDS if name in item},
-    )
-    fields = {name: item[name] for name in _RECORD_FIELDS if name in item}
-    for name in ("retired_batch_job_ids", "terminating_batch_job_ids", "instance_ids"):
-        if name in fields:
-            fields[name] = tuple(sorted(fields[name]))
-    return JobRecord(job=job, **fields)
-
-
-def _why(error: Exception) -> str:
-    if isinstance(error, ValidationError):
-        return "; ".join(
-            f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in error.errors(include_url=False)
-        )
-    return f"{type(error).__name__}: {error}"
-
-
-def item_to_record_lenient(item: Mapping[str, Any]) -> tuple[JobRecord, str | None]:
-    """The record an item holds, and None; or, for an item that does not hold a valid record,
-    the closest valid record (each unreadable field left at its default, the spec's name, GPUs
-    and priority from the item's own attributes) and why the item is unreadable.
-
-    The API reads jobs this way, so a job an older version stored badly can still be read,
-    listed and cancelled; the scheduling pass never admits one (it reads strictly and
-    quarantines the item, see `JobRepository.quarantine`).
-    """
-    try:
-        return _item_to_record(item), None
-    except (ValidationError, KeyError, ValueError, TypeError) as error:
-        why = _why(error)
-    job_id, team, state = item.get("job_id"), item.get("team"), item.get("state")
-    if not isinstance(job_id, str) or not isinstance(team, str) or state not in JobState.__members__:
-        raise UnreadableRecord(str(job_id), why)
-    try:
-        raw_spec = json.loads(item.get("spec") or "{}")
-    except (TypeError, ValueError):
-        raw_spec = {}
-    fallback = {
-        "name": str(item.get("name") or job_id),
-        "gpus": item.get("gpus") if isinstance(item.get("gpus"), int) else 1,
-        "priority": item.get("priority", Priority.NORMAL.value),
-        "image": "unreadable",
-        "command": ["unreadable"],
-    }
-    spec_data = {k: v for k, v in (raw_spec if isinstance(raw_spec, dict) else {}).items() if v is not None}
-    spec = _closest(JobSpec, spec_data, fallback)
-    job_data = {name: item[name] for name in _JOB_FIELDS if name in item}
-    job_data.update(id=job_id, team=team, spec=spec, state=state, version=item.get("version", 0))
-    job = _closest(Job, job_data, {"version": 0, "submitted_at": 0.0, "enqueued_at": 0.0})
-    fields = {name: item[name] for name in _RECORD_FIELDS if name in item}
-    for name in ("retired_batch_job_ids", "instance_ids"):
-        if isinstance(fields.get(name), (set, list, tuple)):
-            fields[name] = tuple(sorted(fields[name]))
-    fields.update(job=job, updated_at=item.get("updated_at", 0.0))
-    return _closest(JobRecord, fields, {"updated_at": 0.0}), why
-
-
-_M = TypeVar("_M", bound=BaseModel)
-
-
-def _closest(model: type[_M], data: dict[str, Any], fallback: Mapping[str, Any]) -> _M:
-    """`model` from `data`, each field that fails replaced by `fallback`'s value or dropped
-    (its default then applies)."""
-    data = dict(data)
-    for _ in range(2 * len(model.model_fields) + 2):
-        try:
-            return model.model_validate(data)
-        except ValidationError as error:
-            for e in error.errors():
-                name = str(e["loc"][0]) if e["loc"] else None
-                if name is None or (name in fallback and data.get(name) == fallback[name]):
-                    raise
-                if name in fallback:
-                    data[name] = fallback[name]
-                else:
-                    data.pop(name, None)
-    return model.model_validate(data)
-
-
-# --- the repository -----------------------------------------------------------------------
-
-# (job id, why) of each unreadable item a read quarantined.
-Quarantined = list[tuple[str, str]]
-
-# Called after each committed write that changed state, with the new record and its timeline
-# entries (the event publisher subscribes: Job State Changed on every transition).
-CommitListener = Callable[[JobRecord, Sequence[TimelineEntry]], None]
-
-
-@dataclass(frozen=True)
-class PreparedTransition:
-    """A job's transition as transaction items, not yet written: `old` as read, `new` as it
-    will be stored, its timeline `entries`, and each item's role (`transaction_errors`)."""
-
-    old: JobRecord
-    new: JobRecord
-    entries: tuple[TimelineEntry, ...]
-    items: list[TransactItem]
-    roles: list[tuple[str, str]]
 
 
 class JobRepository:
@@ -906,30 +619,3 @@ def _clause(expr: Expression, name: str, operator: str, value: Any) -> str:
     if optional:
         clause = f"(attribute_not_exists({expr.name(name)}) OR {clause})"
     return clause
-
-
-class DynamoPendingQueue:
-    """The domain's `PendingQueue` over the `queue` and `deadline` indexes.
-
-    Each call is one Query with `Limit`; the records read are kept by id, because acting on a
-    decision needs the version the pass saw (the admission is conditional on it).
-    """
-
-    def __init__(self, jobs: JobRepository) -> None:
-        self.jobs = jobs
-        self.records: dict[str, JobRecord] = {}
-        self.items_read = 0
-        # Unreadable items met in the indexes (quarantined, never planned).
-        self.quarantined: Quarantined = []
-
-    def head(self, priority: Priority, limit: int) -> Sequence[Job]:
-        return self._keep(self.jobs.queue_head(priority, limit, skipped=self.quarantined))
-
-    def urgent(self, limit: int) -> Sequence[Job]:
-        return self._keep(self.jobs.deadline_head(limit, skipped=self.quarantined))
-
-    def _keep(self, records: list[JobRecord]) -> list[Job]:
-        self.items_read += len(records)
-        for record in records:
-            self.records.setdefault(record.id, record)
-        return [r.job for r in records]

@@ -17,7 +17,6 @@ value again (an admission and a release in between).
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from spotline.aws.dynamo import (
@@ -28,21 +27,15 @@ from spotline.aws.dynamo import (
     serialize,
     serialize_item,
 )
-from spotline.aws.errors import CapacityExhausted, ConditionFailed, storage_errors
+from spotline.aws.errors import storage_errors
+from spotline.control.errors import CapacityExhausted, ConditionFailed
+from spotline.control.records import Counter, pool_key, team_key
 from spotline.domain.models import TeamQuota
 from spotline.domain.quota import lendable_gpus, quota_shortfall
 from spotline.domain.usage import run_buckets
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
-
-
-def pool_key(pool: str) -> str:
-    return f"POOL#{pool}"
-
-
-def team_key(team: str) -> str:
-    return f"TEAM#{team}"
 
 
 USAGE_PREFIX = "usage_"
@@ -53,16 +46,6 @@ DRIFT_MARK = "drift_seen"
 MOVES = "moves"
 # TransactWriteItems takes at most 100 items; an admission also writes the job and its timeline.
 MAX_QUOTA_ITEMS = 96
-
-
-@dataclass(frozen=True)
-class Counter:
-    """A ledger counter as read: GPUs in use, how many writes have changed it, and the drift
-    the reconciler marked on it ((ledger, expected, moves) or None)."""
-
-    used: int
-    moves: int = 0
-    drift_mark: tuple[int, int, int] | None = None
 
 
 class LedgerRepository:

@@ -28,7 +28,8 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from spotline.aws.dynamo import serialize_item
-from spotline.aws.errors import ConditionFailed, storage_errors
+from spotline.aws.errors import storage_errors
+from spotline.control.errors import ConditionFailed, InvalidPageToken
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
@@ -36,10 +37,6 @@ if TYPE_CHECKING:
 PAGE_KEY_PK = "PAGE_TOKEN_KEY#v1"
 # A token older than this is stale (a listing is paged through in minutes, not days).
 TOKEN_TTL_S = 24 * 3600.0
-
-
-class InvalidPageToken(ValueError):
-    """A token this API did not issue for this query (or one that expired)."""
 
 
 def _b64(data: bytes) -> str:

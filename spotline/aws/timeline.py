@@ -10,29 +10,13 @@ from __future__ import annotations
 import base64
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from spotline.aws.dynamo import DynamoTable, Expression, TransactItem, serialize_item
+from spotline.control.records import TimelineEntry
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
-
-# "from" of the first entry: the job did not exist before its submission.
-NO_STATE = "-"
-
-
-@dataclass(frozen=True)
-class TimelineEntry:
-    job_id: str
-    seq: int
-    at: float
-    source: str  # the state before ("-" for the submission)
-    target: str  # the state after (equal to source for a change of spec, e.g. priority)
-    reason: str
-
-    def to_json(self) -> dict[str, Any]:
-        return {"seq": self.seq, "t": self.at, "from": self.source, "to": self.target, "reason": self.reason}
 
 
 def encode_token(key: dict[str, Any] | None) -> str | None:

@@ -11,11 +11,11 @@ import json
 import logging
 import re
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
 
-from spotline.aws import resources
+from spotline import resources
 from spotline.aws.errors import error_code
 
 if TYPE_CHECKING:
@@ -25,17 +25,6 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 _NAME_UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
-
-
-def execution_name(kind: str, job_id: str, version: int) -> str:
-    """A Step Functions execution name (at most 80 characters of [A-Za-z0-9_-])."""
-    return _NAME_UNSAFE.sub("_", f"{kind}-{job_id}-v{version}")[:80]
-
-
-class WorkflowStarter(Protocol):
-    def start(self, state_machine_arn: str, name: str, payload: Mapping[str, Any]) -> str:
-        """Start (or find, if one of that name exists) an execution; return its ARN."""
-        ...
 
 
 class StepFunctionsStarter:
@@ -55,15 +44,6 @@ class StepFunctionsStarter:
             arn = state_machine_arn.replace(":stateMachine:", ":execution:") + f":{name}"
             logger.info("workflow already started", extra={"execution": arn})
             return arn
-
-
-class TaskTokens(Protocol):
-    def succeed(self, token: str, output: Mapping[str, Any]) -> bool:
-        """Complete a waiting task; False if the token is no longer waiting (timed out,
-        already answered)."""
-        ...
-
-    def fail(self, token: str, error: str, cause: str) -> bool: ...
 
 
 _TOKEN_GONE = frozenset({"TaskTimedOut", "InvalidToken", "TaskDoesNotExist"})
@@ -90,12 +70,6 @@ class StepFunctionsTaskTokens:
             if error_code(client_error) in _TOKEN_GONE:
                 return False
             raise
-
-
-class PassTrigger(Protocol):
-    def request(self, reason: str, dedup_key: str) -> None:
-        """Ask for a scheduling pass soon."""
-        ...
 
 
 class SqsPassTrigger:

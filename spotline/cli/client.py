@@ -1,5 +1,6 @@
-"""The team's client: submit, status, list, events, explain, priority, deadline, cancel, watch,
-logs, usage, and configure.
+"""The team's client commands: submit, status, list, events, explain, priority, deadline, cancel,
+watch, logs, usage, and configure. What they print is `spotline.cli.render`'s; their common
+options are `spotline.cli.common`'s.
 
 Every command takes `--output table|json|yaml`, `--endpoint local|URL`, `--team` (local) and
 `--profile` (AWS). Exit codes: 0 ok; 1 refused or failed (an API error, an unreachable
@@ -9,200 +10,29 @@ file that cannot be read). Errors are one line on stderr, never a traceback.
 
 from __future__ import annotations
 
-import functools
-import json
 import time
 from collections.abc import Callable, Iterator, Sequence
-from datetime import UTC, datetime
-from enum import StrEnum
+from datetime import datetime
 from pathlib import Path
-from typing import Annotated, Any, ParamSpec, TypeVar
+from typing import Annotated, Any
 
 import typer
-import yaml
-from rich.console import Console, Group
-from rich.live import Live
-from rich.table import Column, Table
 
-from spotline.cli import specfile
-from spotline.cli.http import EXIT_FAILED, EXIT_USAGE, ClientError, Endpoint, resolve, write_config
+from spotline.cli.common import ProfileOpt, Session, client_command, reported
+from spotline.cli.http import EXIT_FAILED, EXIT_USAGE, ClientError, Endpoint, write_config
+from spotline.cli.render import (
+    Output,
+    console,
+    events_table,
+    explain_view,
+    iso,
+    job_table,
+    jobs_table,
+    usage_table,
+)
 
 FINAL_STATES = {"SUCCEEDED", "FAILED", "CANCELLED"}
 PRIORITIES = ("critical", "high", "normal", "low")
-
-console = Console()
-errors = Console(stderr=True)
-
-
-class Output(StrEnum):
-    table = "table"
-    json = "json"
-    yaml = "yaml"
-
-
-EndpointOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--endpoint",
-        help="`local` (default where .spotline/local.json exists) or the API URL (SigV4-signed);"
-        " also SPOTLINE_ENDPOINT.",
-        show_default=False,
-    ),
-]
-TeamOpt = Annotated[
-    str | None, typer.Option("--team", help="The local team to act as (default: the first in local.json).")
-]
-ProfileOpt = Annotated[str | None, typer.Option("--profile", help="AWS profile for SigV4 (or AWS_PROFILE).")]
-OutputOpt = Annotated[Output, typer.Option("--output", "-o", help="table, json or yaml.")]
-
-P = ParamSpec("P")
-R = TypeVar("R")
-
-
-def reported(command: Callable[P, R]) -> Callable[P, R]:
-    """Turn a ClientError into one line on stderr and its exit code."""
-
-    @functools.wraps(command)
-    def run(*args: P.args, **kwargs: P.kwargs) -> R:
-        try:
-            return command(*args, **kwargs)
-        except ClientError as error:
-            errors.print(f"error: {error}", markup=False, highlight=False, soft_wrap=True)
-            raise typer.Exit(error.exit_code) from None
-
-    return run
-
-
-# --- formatting ---------------------------------------------------------------------------
-
-
-def age(at: float | None, now: float | None = None) -> str:
-    """ "12m ago" (or "in 5m" for a time ahead); "-" for none."""
-    if at is None:
-        return "-"
-    delta = (time.time() if now is None else now) - at
-    ahead = delta < 0
-    seconds = abs(delta)
-    if seconds < 60:
-        text = f"{seconds:.0f}s"
-    elif seconds < 3600:
-        text = f"{seconds / 60:.0f}m"
-    elif seconds < 86400:
-        text = f"{seconds / 3600:.1f}h".replace(".0h", "h")
-    else:
-        text = f"{seconds / 86400:.1f}d".replace(".0d", "d")
-    return f"in {text}" if ahead else f"{text} ago"
-
-
-def iso(at: float | None) -> str | None:
-    if at is None:
-        return None
-    return datetime.fromtimestamp(at, UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
-
-
-def emit(data: Any, output: Output, table: Callable[[Any], Any]) -> None:
-    if output is Output.json:
-        console.out(json.dumps(data, indent=2, default=str), highlight=False)
-    elif output is Output.yaml:
-        console.out(yaml.safe_dump(data, sort_keys=False, default_flow_style=False).rstrip(), highlight=False)
-    else:
-        console.print(table(data))
-
-
-def _job_rows(job: dict[str, Any]) -> list[tuple[str, str]]:
-    checkpoint = job.get("last_checkpoint") or {}
-    rows = [
-        ("id", job["id"]),
-        ("name", job.get("name", "")),
-        ("team", job.get("team", "")),
-        ("state", f"{job['state']} ({job.get('state_reason', '')})"),
-        ("priority", f"{job.get('priority')} (effective {_num(job.get('effective_priority'))})"),
-        ("gpus", f"{job.get('gpus')} on {job.get('nodes', 1)} node(s), {job.get('gpu_type') or 'any type'}"),
-        ("spot", str(job.get("spot", ""))),
-        ("pool", job.get("pool") or "-"),
-        ("instances", ", ".join(job.get("instance_ids") or []) or "-"),
-        ("submitted", f"{iso(job.get('submitted_at'))} ({age(job.get('submitted_at'))})"),
-    ]
-    if job.get("started_at"):
-        rows.append(("started", f"{iso(job['started_at'])} ({age(job['started_at'])})"))
-    if job.get("finished_at"):
-        rows.append(("finished", f"{iso(job['finished_at'])} ({age(job['finished_at'])})"))
-    if job.get("deadline"):
-        rows.append(("deadline", str(job["deadline"])))
-    if job.get("progress") is not None:
-        rows.append(("progress", f"{100 * float(job['progress']):.0f}% (step {job.get('step')})"))
-    if checkpoint:
-        rows.append(
-            (
-                "last checkpoint",
-                f"step {checkpoint.get('step')} {age(checkpoint.get('at'))}: {checkpoint.get('uri')}",
-            )
-        )
-    rows.append(
-        (
-            "disruptions",
-            f"{job.get('preemptions', 0)} preemption(s), {job.get('interruptions', 0)} interruption(s),"
-            f" {float(job.get('lost_work_s') or 0):.0f} s of work lost",
-        )
-    )
-    if job.get("wait_reason"):
-        rows.append(("wait reason", str(job["wait_reason"])))
-    return rows
-
-
-def _num(value: Any) -> str:
-    return "-" if value is None else f"{float(value):.1f}"
-
-
-def job_table(job: dict[str, Any]) -> Table:
-    table = Table(show_header=False, box=None, pad_edge=False)
-    table.add_column(style="bold")
-    table.add_column()
-    for key, value in _job_rows(job):
-        table.add_row(key, value)
-    return table
-
-
-def jobs_table(jobs: list[dict[str, Any]]) -> Table:
-    table = Table(
-        Column("ID", no_wrap=True),
-        "NAME",
-        "STATE",
-        "PRIORITY",
-        "GPUS",
-        "POOL",
-        "SUBMITTED",
-        "WAIT REASON / PROGRESS",
-    )
-    for job in jobs:
-        note = job.get("wait_reason") or ""
-        if not note and job.get("progress") is not None:
-            note = f"{100 * float(job['progress']):.0f}%"
-        table.add_row(
-            job["id"],
-            job.get("name", ""),
-            job["state"],
-            f"{job.get('priority')} {_num(job.get('effective_priority'))}",
-            str(job.get("gpus")),
-            job.get("pool") or "-",
-            age(job.get("submitted_at")),
-            note,
-        )
-    return table
-
-
-def events_table(timeline: dict[str, Any]) -> Table:
-    table = Table("WHEN", "AGE", "FROM", "TO", "REASON", title=f"events of {timeline['job_id']}")
-    for event in timeline["events"]:
-        table.add_row(
-            iso(event.get("t")) or "",
-            age(event.get("t")),
-            event.get("from") or "-",
-            event["to"],
-            event.get("reason", ""),
-        )
-    return table
-
 
 # --- API calls ----------------------------------------------------------------------------
 
@@ -235,6 +65,7 @@ def _with_timeline(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def submit(
+    session: Session,
     file: Annotated[Path, typer.Argument(help="The job spec, YAML or JSON.", show_default=False)],
     set_: Annotated[
         list[str] | None, typer.Option("--set", help="Override a field: key=value (dotted keys nest).")
@@ -242,14 +73,12 @@ def submit(
     idempotency_key: Annotated[
         str | None, typer.Option("--idempotency-key", help="Retries with the same key return the same job.")
     ] = None,
-    endpoint: EndpointOpt = None,
-    team: TeamOpt = None,
-    profile: ProfileOpt = None,
-    output: OutputOpt = Output.table,
 ) -> None:
     """Submit a job from FILE; prints the job (its `id` with --output json)."""
+    from spotline.cli import specfile  # YAML: only where a spec is read
+
     spec = specfile.load(file, set_ or ())
-    api = resolve(endpoint, team=team, profile=profile)
+    api = session.api
     headers = {"Idempotency-Key": idempotency_key} if idempotency_key else None
     try:
         job = api.request("POST", "/jobs", body=spec.body, headers=headers)
@@ -262,130 +91,74 @@ def submit(
                 parts.append(f"{spec.where(loc)}: {name}: {item.get('msg', '')}")
             raise ClientError("spec refused: " + "; ".join(parts), EXIT_FAILED, 422) from None
         raise
-    emit(job, output, job_table)
+    session.emit(job, job_table)
 
 
 def status(
+    session: Session,
     job_id: Annotated[str, typer.Argument(metavar="ID", show_default=False)],
-    endpoint: EndpointOpt = None,
-    team: TeamOpt = None,
-    profile: ProfileOpt = None,
-    output: OutputOpt = Output.table,
 ) -> None:
     """A job's state, priority, pool, instance, last checkpoint and wait reason."""
-    api = resolve(endpoint, team=team, profile=profile)
-    emit(api.request("GET", _job_path(job_id)), output, job_table)
+    api = session.api
+    session.emit(api.request("GET", _job_path(job_id)), job_table)
 
 
 def list_(
+    session: Session,
     state: Annotated[
         str | None, typer.Option("--state", help="Only jobs in this state (e.g. PENDING).")
     ] = None,
     all_: Annotated[bool, typer.Option("--all", help="Include finished jobs.")] = False,
-    endpoint: EndpointOpt = None,
-    team: TeamOpt = None,
-    profile: ProfileOpt = None,
-    output: OutputOpt = Output.table,
 ) -> None:
     """The team's jobs: unfinished ones, or all with --all (every page is read)."""
-    api = resolve(endpoint, team=team, profile=profile)
+    api = session.api
     params = {"state": state.upper()} if state else {}
     jobs = list(pages(api, "/jobs", "jobs", params))
     if not all_ and not state:
         jobs = [j for j in jobs if j["state"] not in FINAL_STATES]
-    emit(jobs, output, jobs_table)
+    session.emit(jobs, jobs_table)
 
 
 def events(
+    session: Session,
     job_id: Annotated[str, typer.Argument(metavar="ID", show_default=False)],
-    endpoint: EndpointOpt = None,
-    team: TeamOpt = None,
-    profile: ProfileOpt = None,
-    output: OutputOpt = Output.table,
 ) -> None:
     """The job's timeline: every transition with its reason."""
-    api = resolve(endpoint, team=team, profile=profile)
+    api = session.api
     timeline = {
         "job_id": job_id,
         "events": _with_timeline(list(pages(api, _job_path(job_id) + "/events", "events"))),
     }
-    emit(timeline, output, events_table)
+    session.emit(timeline, events_table)
 
 
 def explain(
+    session: Session,
     job_id: Annotated[str, typer.Argument(metavar="ID", show_default=False)],
-    endpoint: EndpointOpt = None,
-    team: TeamOpt = None,
-    profile: ProfileOpt = None,
-    output: OutputOpt = Output.table,
 ) -> None:
     """Why the job waits, where and why it runs, or who preempted it; and its estimated start."""
-    api = resolve(endpoint, team=team, profile=profile)
-    emit(api.request("GET", _job_path(job_id) + "/explain"), output, explain_view)
-
-
-def explain_view(data: dict[str, Any]) -> Group:
-    parts: list[Any] = [f"[bold]{data.get('job_id')}[/bold] {data.get('state')}: {data.get('summary', '')}"]
-    terms = data.get("priority") or {}
-    if terms:
-        table = Table("TERM", "VALUE", title=f"effective priority {_num(terms.get('effective'))}")
-        for name, value in (terms.get("terms") or {}).items():
-            table.add_row(name, _num(value))
-        parts.append(table)
-    position = data.get("position")
-    if position:
-        parts.append(
-            f"position: {position.get('in_class')} of {position.get('class_size')} in class"
-            f" {position.get('class')}, {position.get('overall')} of {position.get('queued')} overall"
-        )
-    pools = data.get("pools") or []
-    if pools:
-        table = Table("POOL", "BLOCKED BY", "WHAT WOULD LET IT START")
-        for pool in pools:
-            table.add_row(
-                pool.get("pool", ""), "; ".join(pool.get("blockers") or []) or "-", pool.get("unblock") or "-"
-            )
-        parts.append(table)
-    for key in ("placement", "preempted_by"):
-        if data.get(key):
-            text = data[key] if isinstance(data[key], str) else json.dumps(data[key])
-            parts.append(f"{key.replace('_', ' ')}: {text}")
-    forecast = data.get("estimated_start")
-    if forecast:
-        if forecast.get("at"):
-            parts.append(
-                f"estimated start: {forecast['at']} ({age(forecast.get('at_s'))}),"
-                f" between {forecast.get('earliest')} and {forecast.get('latest')}"
-            )
-        else:
-            parts.append(f"estimated start: unknown ({forecast.get('reason', '')})")
-    return Group(*parts)
+    api = session.api
+    session.emit(api.request("GET", _job_path(job_id) + "/explain"), explain_view)
 
 
 def priority(
+    session: Session,
     job_id: Annotated[str, typer.Argument(metavar="ID", show_default=False)],
     new_class: Annotated[
         str, typer.Argument(metavar="CLASS", help="critical, high, normal or low.", show_default=False)
     ],
-    endpoint: EndpointOpt = None,
-    team: TeamOpt = None,
-    profile: ProfileOpt = None,
-    output: OutputOpt = Output.table,
 ) -> None:
     """Change a job's priority class."""
     if new_class not in PRIORITIES:
         raise ClientError(f"CLASS: {new_class!r} is not one of {', '.join(PRIORITIES)}", EXIT_USAGE)
-    api = resolve(endpoint, team=team, profile=profile)
-    emit(api.request("PATCH", _job_path(job_id), body={"priority": new_class}), output, job_table)
+    api = session.api
+    session.emit(api.request("PATCH", _job_path(job_id), body={"priority": new_class}), job_table)
 
 
 def deadline(
+    session: Session,
     job_id: Annotated[str, typer.Argument(metavar="ID", show_default=False)],
     when: Annotated[str, typer.Argument(metavar="ISO", help="e.g. 2026-12-01T18:00:00Z", show_default=False)],
-    endpoint: EndpointOpt = None,
-    team: TeamOpt = None,
-    profile: ProfileOpt = None,
-    output: OutputOpt = Output.table,
 ) -> None:
     """Change a job's deadline (ISO-8601 with a zone)."""
     try:
@@ -394,19 +167,16 @@ def deadline(
         raise ClientError(f"ISO: {when!r} is not an ISO-8601 time", EXIT_USAGE) from None
     if parsed.tzinfo is None:
         raise ClientError(f"ISO: {when!r} has no zone (add Z or +HH:MM)", EXIT_USAGE)
-    api = resolve(endpoint, team=team, profile=profile)
-    emit(api.request("PATCH", _job_path(job_id), body={"deadline": parsed.isoformat()}), output, job_table)
+    api = session.api
+    session.emit(api.request("PATCH", _job_path(job_id), body={"deadline": parsed.isoformat()}), job_table)
 
 
 def cancel(
+    session: Session,
     job_ids: Annotated[list[str], typer.Argument(metavar="ID...", show_default=False)],
-    endpoint: EndpointOpt = None,
-    team: TeamOpt = None,
-    profile: ProfileOpt = None,
-    output: OutputOpt = Output.table,
 ) -> None:
     """Cancel jobs (each is tried; the exit code is 1 if any could not be cancelled)."""
-    api = resolve(endpoint, team=team, profile=profile)
+    api = session.api
     done: list[dict[str, Any]] = []
     failed: list[str] = []
     for job_id in job_ids:
@@ -416,22 +186,19 @@ def cancel(
             if error.status is None:
                 raise
             failed.append(f"{job_id}: {error}")
-    emit(done, output, jobs_table)
+    session.emit(done, jobs_table)
     if failed:
         raise ClientError("; ".join(failed))
 
 
 def watch(
+    session: Session,
     job_id: Annotated[str | None, typer.Argument(metavar="[ID]", show_default=False)] = None,
     interval_s: Annotated[float, typer.Option("--interval", help="Seconds between refreshes.")] = 2.0,
-    endpoint: EndpointOpt = None,
-    team: TeamOpt = None,
-    profile: ProfileOpt = None,
-    output: OutputOpt = Output.table,
 ) -> None:
     """A live view until the job ends (or, without ID, until the team has no unfinished job).
     Exit 1 when the watched job FAILED. With --output json|yaml, prints each change instead."""
-    api = resolve(endpoint, team=team, profile=profile)
+    api = session.api
 
     def read() -> tuple[Any, bool]:
         if job_id:
@@ -442,6 +209,8 @@ def watch(
         return {"jobs": jobs}, not jobs
 
     def view(data: dict[str, Any]) -> Any:
+        from rich.console import Group
+
         if "job" in data:
             return Group(
                 job_table(data["job"]), events_table({"job_id": job_id, "events": data["events"][-10:]})
@@ -449,17 +218,19 @@ def watch(
         return jobs_table(data["jobs"])
 
     data, ended = read()
-    if output is not Output.table:
+    if session.output is not Output.table:
         last = None
         while True:
             if data != last:
-                emit(data, output, view)
+                session.emit(data, view)
                 last = data
             if ended:
                 break
             time.sleep(interval_s)
             data, ended = read()
     else:
+        from rich.live import Live  # only for a live view
+
         with Live(view(data), console=console, auto_refresh=False, transient=False) as live:
             while not ended:
                 time.sleep(interval_s)
@@ -470,18 +241,15 @@ def watch(
 
 
 def logs(
+    session: Session,
     job_id: Annotated[str, typer.Argument(metavar="ID", show_default=False)],
     follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep printing until the job ends.")] = False,
     interval_s: Annotated[
         float, typer.Option("--interval", help="Seconds between reads with --follow.")
     ] = 2.0,
-    endpoint: EndpointOpt = None,
-    team: TeamOpt = None,
-    profile: ProfileOpt = None,
-    output: OutputOpt = Output.table,
 ) -> None:
     """The run's output (CloudWatch Logs on AWS, the process log locally)."""
-    api = resolve(endpoint, team=team, profile=profile)
+    api = session.api
     path = _job_path(job_id) + "/logs"
     token: str | None = None
     collected: list[dict[str, Any]] = []
@@ -490,7 +258,7 @@ def logs(
         page = api.request("GET", path, params=params)
         lines = _log_lines(page)
         collected.extend(lines)
-        if output is Output.table:
+        if session.output is Output.table:
             for line in lines:
                 console.out(line["message"], highlight=False)
         new_token = page.get("next_token") if isinstance(page, dict) else None
@@ -503,8 +271,8 @@ def logs(
         if api.request("GET", _job_path(job_id))["state"] in FINAL_STATES and not lines:
             break
         time.sleep(interval_s)
-    if output is not Output.table:
-        emit({"job_id": job_id, "lines": collected}, output, lambda d: d)
+    if session.output is not Output.table:
+        session.emit({"job_id": job_id, "lines": collected}, lambda d: d)
 
 
 def _log_lines(page: Any) -> list[dict[str, Any]]:
@@ -524,11 +292,9 @@ def _log_lines(page: Any) -> list[dict[str, Any]]:
 
 
 def usage(
+    session: Session,
     team_name: Annotated[str | None, typer.Option("--team", help="The team (default: the caller's).")] = None,
     month: Annotated[str | None, typer.Option("--month", help="YYYY-MM (default: this month).")] = None,
-    endpoint: EndpointOpt = None,
-    profile: ProfileOpt = None,
-    output: OutputOpt = Output.table,
 ) -> None:
     """GPU-hours, dollars, Spot share, lost work and budget state of a team for a month."""
     if month is not None:
@@ -536,30 +302,12 @@ def usage(
             datetime.strptime(month, "%Y-%m")
         except ValueError:
             raise ClientError(f"--month: {month!r} is not YYYY-MM", EXIT_USAGE) from None
-    api = resolve(endpoint, team=team_name, profile=profile)
+    session.team = team_name
+    api = session.api
     params = {"month": month}
     if team_name and api.kind != "local":
         params["team"] = team_name
-    emit(api.request("GET", "/usage", params=params), output, usage_table)
-
-
-def usage_table(data: dict[str, Any]) -> Table:
-    table = Table(show_header=False, box=None, title=f"usage of {data.get('team')} in {data.get('month')}")
-    table.add_column(style="bold")
-    table.add_column()
-    for key, value in data.items():
-        if key in {"team", "month"}:
-            continue
-        if isinstance(value, dict):
-            value = ", ".join(f"{k}: {_fmt(v)}" for k, v in value.items()) or "-"
-        table.add_row(key.replace("_", " "), _fmt(value))
-    return table
-
-
-def _fmt(value: Any) -> str:
-    if isinstance(value, float):
-        return f"{value:,.2f}"
-    return "-" if value is None else str(value)
+    session.emit(api.request("GET", "/usage", params=params), usage_table)
 
 
 def configure(
@@ -621,22 +369,24 @@ def stack_api_url(stack: str, *, region: str | None, profile: str | None) -> str
     raise ClientError(f"--stack {stack}: it has no ApiUrl output")
 
 
-COMMANDS: Sequence[tuple[str, Callable[..., None]]] = (
-    ("submit", submit),
-    ("status", status),
-    ("list", list_),
-    ("events", events),
-    ("explain", explain),
-    ("priority", priority),
-    ("deadline", deadline),
-    ("cancel", cancel),
-    ("watch", watch),
-    ("logs", logs),
-    ("usage", usage),
-    ("configure", configure),
+# name -> (command, the common options it takes)
+COMMANDS: Sequence[tuple[str, Callable[..., None], Sequence[str]]] = (
+    ("submit", submit, ("endpoint", "team", "profile", "output")),
+    ("status", status, ("endpoint", "team", "profile", "output")),
+    ("list", list_, ("endpoint", "team", "profile", "output")),
+    ("events", events, ("endpoint", "team", "profile", "output")),
+    ("explain", explain, ("endpoint", "team", "profile", "output")),
+    ("priority", priority, ("endpoint", "team", "profile", "output")),
+    ("deadline", deadline, ("endpoint", "team", "profile", "output")),
+    ("cancel", cancel, ("endpoint", "team", "profile", "output")),
+    ("watch", watch, ("endpoint", "team", "profile", "output")),
+    ("logs", logs, ("endpoint", "team", "profile", "output")),
+    # `--team` names the team whose usage is shown (and, locally, the team asking).
+    ("usage", usage, ("endpoint", "profile", "output")),
 )
 
 
 def register(app: typer.Typer) -> None:
-    for name, command in COMMANDS:
-        app.command(name)(reported(command))
+    for name, command, options in COMMANDS:
+        app.command(name)(client_command(command, options=options))
+    app.command("configure")(reported(configure))

@@ -20,18 +20,26 @@ from spotline.trace import TraceError, read_trace
 
 
 def register(app: typer.Typer) -> None:
-    app.command("simulate")(simulate_command)
+    # `spotline simulate --trace ...` runs the trace replay; `spotline simulate deadline ...` the
+    # single-job Spot-under-deadline benchmark (spotline.cli.deadline).
+    from spotline.cli.deadline import deadline_command
+
+    group = typer.Typer(invoke_without_command=True, add_completion=False)
+    group.callback()(simulate_command)
+    group.command("deadline")(deadline_command)
+    app.add_typer(group, name="simulate")
 
 
 def simulate_command(
+    ctx: typer.Context,
     trace: Annotated[
-        Path,
+        Path | None,
         typer.Option(
             "--trace",
             help="Trace in the canonical CSV format (job_id,submit_s,duration_s,gpus,team,priority"
             "[,deadline_s,gpu_type,spot_ok]); `spotline trace convert` makes one from the Philly table.",
         ),
-    ],
+    ] = None,
     policy: Annotated[
         list[str] | None,
         typer.Option(
@@ -145,7 +153,16 @@ def simulate_command(
         ),
     ] = 0.0,
 ) -> None:
-    """Replay a trace through each policy on the same cluster, jobs and Spot reclaims; print a table."""
+    """Replay a trace through each policy on the same cluster, jobs and Spot reclaims; print a table.
+
+    `spotline simulate deadline --help`: the single-job Spot-under-deadline benchmark.
+    """
+    if ctx.invoked_subcommand is not None:
+        return
+    if trace is None:
+        raise typer.BadParameter(
+            "missing: give a trace file (or run `spotline simulate deadline ...`)", param_hint="--trace"
+        )
     console = Console()
     if not console.is_terminal:
         console = Console(width=120)  # a file or a pipe: room for five policy columns

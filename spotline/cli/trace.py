@@ -9,7 +9,7 @@ import typer
 from rich.console import Console
 
 from spotline.trace import TraceError, parse_when, read_philly, write_trace
-from spotline.trace.synth import synth_trace
+from spotline.trace.synth import SIGMA, synth_trace
 
 FORMATS = ("philly",)
 
@@ -66,11 +66,17 @@ def synth(
     ] = 0.85,
     gpus: Annotated[int, typer.Option("--gpus", help="GPUs of the cluster the load is for.")] = 512,
     seed: Annotated[int, typer.Option(help="Seed of every draw: the same seed writes the same trace.")] = 1,
+    sigma: Annotated[
+        float, typer.Option("--sigma", help="Sigma of the log-normal run times (heavier tail above).")
+    ] = SIGMA,
+    long_share: Annotated[
+        float, typer.Option("--long-share", help="Share of the jobs that run for weeks (7-21 days).")
+    ] = 0.0,
 ) -> None:
     """Write a seeded synthetic trace: bursty arrivals, heavy-tailed run times, six teams, four classes."""
     console = Console()
     try:
-        trace = synth_trace(jobs, load, gpus, seed)
+        trace = synth_trace(jobs, load, gpus, seed, sigma=sigma, long_share=long_share)
         count = write_trace(trace, target)
     except (ValueError, OSError) as error:
         typer.secho(f"error: {error}", err=True, fg="red")

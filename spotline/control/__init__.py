@@ -3,9 +3,6 @@
 Each service takes a `ControlPlane` (the adapters, the settings, a clock and a random source)
 and explicit arguments; Lambda handlers (`functions/`) and the local runtime call the same
 functions. The domain decides (`spotline.domain.plan`); the services act on its decisions
-through the adapters in `spotline.aws`.
+through the ports (`spotline.control.ports`), which `spotline.aws` implements
+(`spotline.aws.plane.build_control_plane` wires them). Nothing here imports `spotline.aws`.
 """
-
-from spotline.control.plane import ControlPlane, build_control_plane
-
-__all__ = ["ControlPlane", "build_control_plane"]

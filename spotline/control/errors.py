@@ -1,12 +1,86 @@
-"""Errors of the application services, on top of the storage errors of `spotline.aws.errors`
-(which the API maps to status codes in one place)."""
+"""Spotline's own exception types: what the ports raise (a job that does not exist, a write that
+lost a race, a pool that is full) and what the application services add on top (bad input, an
+unknown caller, a conflict). The adapters map their SDK's errors onto these
+(`spotline.aws.errors`); the API maps them to status codes in one place (`functions/api.py`)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Any
 
-from spotline.aws.errors import SpotlineError
+
+class SpotlineError(Exception):
+    """Base of every error the control plane raises on purpose."""
+
+
+class JobNotFound(SpotlineError):
+    def __init__(self, job_id: str) -> None:
+        super().__init__(f"job {job_id} not found")
+        self.job_id = job_id
+
+
+class ConditionFailed(SpotlineError):
+    """A conditional write found the item not as expected (someone else wrote first)."""
+
+
+class StaleJobError(ConditionFailed):
+    """The job is no longer in the state and version the caller read: re-read and decide again."""
+
+    def __init__(self, job_id: str, detail: str = "") -> None:
+        super().__init__(f"job {job_id} changed concurrently{': ' + detail if detail else ''}")
+        self.job_id = job_id
+
+
+class JobAlreadyExists(ConditionFailed):
+    def __init__(self, job_id: str) -> None:
+        super().__init__(f"job {job_id} already exists")
+        self.job_id = job_id
+
+
+class CapacityExhausted(ConditionFailed):
+    """The ledger refused a reservation: the pool (or the team's hard quota) is full."""
+
+
+class UnreadableRecord(SpotlineError):
+    """A stored job item holds no valid record (an older version wrote it, or a hand did)."""
+
+    def __init__(self, job_id: str, why: str) -> None:
+        super().__init__(f"job {job_id}: stored record unreadable: {why}")
+        self.job_id = job_id
+        self.why = why
+
+
+class ItemTooLarge(SpotlineError):
+    """A job would not fit in one storage item (400 KB, with room kept for what its life adds)."""
+
+
+class InvalidTransition(SpotlineError):
+    """The lifecycle does not allow this change of state (see domain TRANSITIONS)."""
+
+
+class StorageUnavailable(SpotlineError):
+    """The store throttled or failed after the SDK's retries; safe to retry later."""
+
+
+class LogsUnavailable(StorageUnavailable):
+    """The deployment has no log reader, or the log service failed (retry later)."""
+
+
+class PublishFailed(SpotlineError):
+    """The event bus did not accept an event."""
+
+
+class BatchThrottled(SpotlineError):
+    """AWS Batch refused a call for its rate limit (SubmitJob: 50 TPS per account).
+    The launch workflow retries on this name with backoff."""
+
+
+class LaunchFailed(SpotlineError):
+    """AWS Batch refused the job for a reason a retry will not fix."""
+
+
+class InvalidPageToken(ValueError):
+    """A token this API did not issue for this query (or one that expired)."""
 
 
 class InvalidRequest(SpotlineError):

@@ -13,10 +13,8 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
-from spotline.aws.batch import TERMINAL_BATCH_STATUSES, parse_run_id
-from spotline.aws.batch_failures import classify_failure
-from spotline.aws.errors import InvalidTransition, StaleJobError
-from spotline.aws.jobs import ACTIVE_STATES, Disruption, JobRecord
+from spotline.control.batch_failures import classify_failure
+from spotline.control.errors import InvalidTransition, StaleJobError
 from spotline.control.lifecycle import (
     answer_checkpoint_wait,
     iso,
@@ -25,6 +23,8 @@ from spotline.control.lifecycle import (
     stop_runs,
 )
 from spotline.control.plane import ControlPlane
+from spotline.control.ports import TERMINAL_BATCH_STATUSES
+from spotline.control.records import ACTIVE_STATES, Disruption, JobRecord, parse_run_id
 from spotline.domain import TERMINAL_STATES, JobState
 
 logger = logging.getLogger(__name__)

@@ -11,11 +11,11 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from spotline.aws.jobs import DynamoPendingQueue, JobRecord
-from spotline.aws.timeline import TimelineEntry
 from spotline.control.jobs import get_job
 from spotline.control.lifecycle import iso
+from spotline.control.pending import StorePendingQueue
 from spotline.control.plane import ControlPlane
+from spotline.control.records import JobRecord, TimelineEntry
 from spotline.control.scheduling import build_snapshot
 from spotline.domain import JobState
 from spotline.domain.explain import explain_pools, position, priority_terms, scores
@@ -111,7 +111,7 @@ def _last_preemption(timeline: list[TimelineEntry]) -> dict[str, Any] | None:
 def _pending(cp: ControlPlane, record: JobRecord, snapshot: Any, now: float) -> dict[str, Any]:
     config = cp.config.scheduler
     job = record.job
-    queue = DynamoPendingQueue(cp.jobs)
+    queue = StorePendingQueue(cp.jobs)
     window = read_window(queue, config.window_per_class)
     in_window = any(j.id == job.id for j in window)
     pending = window if in_window else [*window, job]

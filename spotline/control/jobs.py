@@ -15,14 +15,20 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from spotline.aws.errors import JobAlreadyExists, JobNotFound, PublishFailed, StaleJobError
-from spotline.aws.jobs import ACTIVE_STATES, JobRecord
-from spotline.aws.page_tokens import InvalidPageToken
-from spotline.aws.settings import principal_key
-from spotline.aws.timeline import TimelineEntry
-from spotline.control.errors import Conflict, InvalidRequest, Unauthorized
+from spotline.control.errors import (
+    Conflict,
+    InvalidPageToken,
+    InvalidRequest,
+    JobAlreadyExists,
+    JobNotFound,
+    PublishFailed,
+    StaleJobError,
+    Unauthorized,
+)
 from spotline.control.lifecycle import iso, stop_runs
 from spotline.control.plane import ControlPlane
+from spotline.control.records import ACTIVE_STATES, JobRecord, TimelineEntry
+from spotline.control.settings import principal_key
 from spotline.control.usage import check_budget
 from spotline.domain import TERMINAL_STATES, Job, JobSpec, JobState, Priority, effective_priority
 from spotline.domain.models import DateTime
@@ -344,7 +350,8 @@ def list_jobs(
     next_token: str | None = None,
 ) -> tuple[list[JobRecord], str | None]:
     """One page of the team's jobs. The token is signed and bound to the team, the state filter
-    and the limit (see spotline.aws.page_tokens): any other token is refused with 422."""
+    and the limit (see `PageTokenStore`; on AWS spotline.aws.page_tokens): any other token is
+    refused with 422."""
     binding = {"route": "jobs", "team": team, "state": None if state is None else state.value, "limit": limit}
     now = cp.clock()
     position = _open_token(cp, next_token, binding, now)

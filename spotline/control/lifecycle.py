@@ -14,12 +14,11 @@ from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import Any
 
-from spotline.aws import resources
-from spotline.aws.batch import BatchJobRequest
-from spotline.aws.errors import ConditionFailed, StaleJobError
-from spotline.aws.jobs import Disruption, JobRecord
-from spotline.aws.workflows import execution_name
+from spotline import resources
+from spotline.control.errors import ConditionFailed, StaleJobError
 from spotline.control.plane import ControlPlane
+from spotline.control.ports import BatchJobRequest, execution_name
+from spotline.control.records import Disruption, JobRecord
 from spotline.domain import JobState
 
 logger = logging.getLogger(__name__)
@@ -325,7 +324,7 @@ def launch_request(cp: ControlPlane, record: JobRecord) -> BatchJobRequest:
         environment[resources.AGENT_ENV_CHECKPOINT_URI] = uri
     max_runtime = job.spec.max_runtime_s
     gpus_per_node = min(job.spec.gpus_per_node, pool.gpus_per_node) if job.nodes == 1 else pool.gpus_per_node
-    from spotline.aws.sizing import sized_container  # its instance table: only where jobs launch
+    from spotline.control.sizing import sized_container  # its instance table: only where jobs launch
 
     size = sized_container(pool.instance_types, gpus_per_node, whole_node=job.nodes > 1)
     return BatchJobRequest(

@@ -29,9 +29,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 
-from spotline.aws.errors import InvalidTransition, StaleJobError
-from spotline.aws.jobs import Disruption, JobRecord
-from spotline.aws.ledger import Counter, pool_key, team_key
+from spotline.control.errors import InvalidTransition, StaleJobError
 from spotline.control.lifecycle import (
     launch_request,
     requeue_after_disruption,
@@ -40,6 +38,7 @@ from spotline.control.lifecycle import (
     stop_runs,
 )
 from spotline.control.plane import ControlPlane
+from spotline.control.records import Counter, Disruption, JobRecord, pool_key, team_key
 from spotline.domain import JobState
 
 logger = logging.getLogger(__name__)

@@ -16,17 +16,18 @@ import re
 import time
 from dataclasses import dataclass, field
 
-from spotline.aws.errors import (
+from spotline.control.errors import (
     CapacityExhausted,
     ConditionFailed,
     InvalidTransition,
     StaleJobError,
     StorageUnavailable,
 )
-from spotline.aws.jobs import Disruption, DynamoPendingQueue, JobRecord, PreparedTransition
-from spotline.aws.workflows import execution_name
 from spotline.control.lifecycle import requeue_unstarted, start_disruption, stop_runs
+from spotline.control.pending import StorePendingQueue
 from spotline.control.plane import ControlPlane
+from spotline.control.ports import PreparedTransition, execution_name
+from spotline.control.records import Disruption, JobRecord
 from spotline.control.usage import budget_pass, soften
 from spotline.domain import (
     PRIORITIES_HIGH_FIRST,
@@ -156,7 +157,7 @@ def scheduling_pass(cp: ControlPlane, *, act_until: float | None = None) -> Pass
     a large window ends before its function's timeout."""
     now = cp.clock()
     result = PassResult(now=now)
-    queue = DynamoPendingQueue(cp.jobs)
+    queue = StorePendingQueue(cp.jobs)
     active = cp.jobs.active(skipped=result.quarantined)
     result.active_items_read = len(active)
     active_by_id = {r.id: r for r in active}

@@ -1,7 +1,7 @@
 """Costs and budgets: `GET /usage`, the budget check of a submission, and the budget step of
 each scheduling pass.
 
-A team's spend in a month is its ended runs (the Ledger's cost items, `spotline.aws.costs`)
+A team's spend in a month is its ended runs (the cost store's items, `ControlPlane.costs`)
 plus its runs going now, priced at each pool's configured price per GPU-hour.
 
 Budgets (`budget_usd`, `budget_soft`, `budget_hard` per team in cdk.json):
@@ -19,13 +19,12 @@ from collections.abc import Sequence
 from collections.abc import Set as AbstractSet
 from typing import Any
 
-from spotline.aws import resources
-from spotline.aws.costs import CostBook, MonthUsage, month_of
-from spotline.aws.errors import PublishFailed, SpotlineError
-from spotline.aws.jobs import JobRecord
-from spotline.aws.settings import TeamSettings
-from spotline.control.errors import InvalidRequest, Unauthorized
+from spotline import resources
+from spotline.control.errors import InvalidRequest, PublishFailed, SpotlineError, Unauthorized
+from spotline.control.months import MonthUsage, month_of
 from spotline.control.plane import ControlPlane
+from spotline.control.records import JobRecord
+from spotline.control.settings import TeamSettings
 from spotline.domain import Priority, TeamQuota
 
 logger = logging.getLogger(__name__)
@@ -39,10 +38,6 @@ SOURCE_BUDGET = resources.SOURCE_SCHEDULER
 
 class BudgetExceeded(SpotlineError):
     """The team spent its hard budget threshold this month (HTTP 402)."""
-
-
-def cost_book(cp: ControlPlane) -> CostBook:
-    return CostBook(cp.ledger.table.client, cp.ledger.table.name)
 
 
 def prices(cp: ControlPlane) -> dict[str, float]:
@@ -70,7 +65,7 @@ def budget_state(settings: TeamSettings | None, dollars: float) -> dict[str, Any
 
 def _month_usage(cp: ControlPlane, teams: Sequence[str], month: str, now: float) -> dict[str, MonthUsage]:
     active = cp.jobs.active() if month == month_of(now) else []
-    return cost_book(cp).months(teams, month, active, now)
+    return cp.costs.months(teams, month, active, now)
 
 
 def team_usage(cp: ControlPlane, caller: str, *, team: str | None, month: str | None) -> dict[str, Any]:
@@ -121,7 +116,7 @@ def budget_pass(
     if not budgeted:
         return set()
     month = month_of(now)
-    book = cost_book(cp)
+    book = cp.costs
     usage = book.months([t.team for t in budgeted], month, active, now)
     over: set[str] = set()
     for settings in budgeted:

@@ -16,8 +16,7 @@ import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from spotline.aws.errors import BatchThrottled, StaleJobError
-from spotline.aws.jobs import ACTIVE_STATES, Disruption, JobRecord
+from spotline.control.errors import BatchThrottled, StaleJobError
 from spotline.control.lifecycle import (
     launch_request,
     requeue_after_disruption,
@@ -25,6 +24,7 @@ from spotline.control.lifecycle import (
     stop_runs,
 )
 from spotline.control.plane import ControlPlane
+from spotline.control.records import ACTIVE_STATES, Disruption, JobRecord
 from spotline.domain import JobState
 
 logger = logging.getLogger(__name__)

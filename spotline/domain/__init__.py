@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from spotline.domain.config import PriorityWeights, ReclaimPolicy, SchedulerConfig, VictimStrategy
+    from spotline.domain.decisions import Admit, Decision, Move, PlanStats, Preempt, Wait
     from spotline.domain.models import (
         PRIORITIES_HIGH_FIRST,
         TERMINAL_STATES,
@@ -30,20 +31,10 @@ if TYPE_CHECKING:
         can_transition,
     )
     from spotline.domain.placement import candidate_pools, spot_refusal
-    from spotline.domain.planner import (
-        Admit,
-        Decision,
-        Move,
-        PendingQueue,
-        PlanStats,
-        Preempt,
-        SortedQueue,
-        Wait,
-        plan,
-        plan_with_stats,
-    )
+    from spotline.domain.planner import plan, plan_with_stats
     from spotline.domain.preemption import Candidate, select_victims
     from spotline.domain.priority import effective_priority, fairshare_factor
+    from spotline.domain.queue import PendingQueue, SortedQueue
     from spotline.domain.quota import Ledger, quota_shortfall
     from spotline.domain.running import RunningIndex
 
@@ -68,14 +59,14 @@ _MODULES = {
     "can_transition": "models",
     "candidate_pools": "placement",
     "spot_refusal": "placement",
-    "Admit": "planner",
-    "Decision": "planner",
-    "PendingQueue": "planner",
-    "PlanStats": "planner",
-    "Move": "planner",
-    "Preempt": "planner",
-    "SortedQueue": "planner",
-    "Wait": "planner",
+    "Admit": "decisions",
+    "Decision": "decisions",
+    "PendingQueue": "queue",
+    "PlanStats": "decisions",
+    "Move": "decisions",
+    "Preempt": "decisions",
+    "SortedQueue": "queue",
+    "Wait": "decisions",
     "plan": "planner",
     "plan_with_stats": "planner",
     "Candidate": "preemption",

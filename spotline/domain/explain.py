@@ -10,6 +10,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from spotline.domain.config import PriorityWeights, SchedulerConfig
+from spotline.domain.decisions import (
+    BudgetSpent,
+    Draining,
+    NoGpuType,
+    NoPool,
+    NoVictim,
+    PreemptionDelay,
+    SpareClaimed,
+    WaitReason,
+)
 from spotline.domain.models import ClusterSnapshot, Job, Pool
 from spotline.domain.placement import spot_refusal
 from spotline.domain.preemption import Candidate, eligibility, estimated_remaining_s
@@ -33,6 +43,30 @@ def priority_terms(
         * min(1.0, job.gpus * job.runtime_s / (weights.attained_norm_gpu_h * 3600.0)),
         "shortest": weights.shortest * shortness(job, now, weights),
     }
+
+
+def wait_text(why: WaitReason) -> str:
+    """Why a job waits, in the words the API and the CLI show (`planner.plan`'s `Wait.reason`).
+    A reason names no time that passes (how long the job has waited is the job's own, computed
+    when read), so a job waiting for the same reason keeps the same words pass after pass."""
+    match why:
+        case Draining(count):
+            return f"waiting for {count} preempted job(s) to checkpoint and leave"
+        case NoGpuType(gpu_type):
+            return f"waiting: no pool has GPU type {gpu_type}"
+        case NoPool(gpus, nodes, spot, priority):
+            return (
+                f"waiting: no pool can host {gpus} GPUs on {nodes} node(s) with spot={spot.value}"
+                f" for a {priority.value} job"
+            )
+        case SpareClaimed(gpus, pool):
+            return f"waiting for {gpus} GPUs in {pool} that preempted jobs free as they leave"
+        case BudgetSpent(shortfall):
+            return f"waiting: {shortfall}; preemption budget of this pass spent"
+        case PreemptionDelay(shortfall, delay_s):
+            return f"waiting: {shortfall}; it may preempt after waiting {delay_s:.0f} s in the queue"
+        case NoVictim(shortfall, pools):
+            return f"waiting: {shortfall}, and nothing lower-priority to preempt in pool {', '.join(pools)}"
 
 
 @dataclass
@@ -151,7 +185,7 @@ def _victims(
         )
     waited = wait_s(job, now)
     delay_left = config.preemption_delay_s - waited
-    if eligible_gpus and delay_left > 0 and job.priority not in config.stop_at_once_for:
+    if eligible_gpus and delay_left > 0 and not config.waives_preemption_delay(job.priority):
         item.blockers.append(
             f"preemption delay: it may preempt after waiting {config.preemption_delay_s:.0f} s"
             f" ({delay_left:.0f} s to go)"

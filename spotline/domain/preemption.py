@@ -97,7 +97,8 @@ def eligibility(
     1. Never a job that is already checkpointing for another preemptor, or the preemptor itself.
     2. Never inside its protection period (since its last start).
     3. Never once it reached the per-job preemption cap.
-    4. Then: its effective priority is below the preemptor's by at least the margin, or it
+    4. Then: its effective priority is below the preemptor's by at least the margin (and, with
+       `preempt_lower_class_only`, its class is below the preemptor's), or it
        runs on borrowed capacity that the preemptor's team may reclaim (the candidate's team
        is over its nominal quota and the preemptor's team stays within its own nominal), as
        far as `reclaim_within_cohort` allows: Kueue's `LowerPriority` (the default) reclaims
@@ -109,7 +110,7 @@ def eligibility(
     shield = shielded(candidate.allocation, now, config)
     if shield is not None:
         return shield
-    if _is_lower(candidate, preemptor_priority, config):
+    if _is_lower(candidate, preemptor, preemptor_priority, config):
         return None
     if (
         job.team != preemptor.team
@@ -151,7 +152,13 @@ def reclaim_allowed_between(victim: Priority, preemptor: Priority, config: Sched
     return victim.rank <= preemptor.rank
 
 
-def _is_lower(candidate: Candidate, preemptor_priority: float, config: SchedulerConfig) -> bool:
+def _is_lower(
+    candidate: Candidate, preemptor: Job, preemptor_priority: float, config: SchedulerConfig
+) -> bool:
+    """Lower than the preemptor by the margin (and, with `preempt_lower_class_only`, of a lower
+    class)."""
+    if config.preempt_lower_class_only and candidate.job.priority.rank >= preemptor.priority.rank:
+        return False
     return candidate.effective_priority < preemptor_priority - config.preemption_margin
 
 
@@ -257,7 +264,7 @@ def select_victims(
     freed = 0
     for candidate in order(eligible, rng):
         team = candidate.job.team
-        reclaim_only = not _is_lower(candidate, preemptor_priority, config)
+        reclaim_only = not _is_lower(candidate, preemptor, preemptor_priority, config)
         if reclaim_only and borrowed_gpus(team, usage_left, ledger.quotas) <= 0:
             # Eligible only to reclaim borrowed capacity, and its team borrows nothing more once
             # the victims before it leave: reclaim stops at the team's nominal quota (Kueue

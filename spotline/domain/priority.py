@@ -72,20 +72,11 @@ def fairshare_factors(
 
 
 def _shares(quotas: Mapping[str, TeamQuota]) -> dict[str, float] | None:
-    """Each team's share of the quotas' weights (None when they weigh nothing), kept for the
-    last quotas asked about: every pass asks, and they seldom change (compared by their items,
-    so quotas changed in place are not mistaken for the last ones)."""
-    items = tuple(quotas.items())
-    if _SHARES and _SHARES[0][0] == items:
-        return _SHARES[0][1]
-    total_weight = sum(quota.weight for _, quota in items)
-    shares = None if total_weight <= 0.0 else {team: quota.weight / total_weight for team, quota in items}
-    _SHARES[:] = [(items, shares)]
-    return shares
-
-
-# The last quotas `_shares` was asked about (their items), and their shares.
-_SHARES: list[tuple[tuple[tuple[str, TeamQuota], ...], dict[str, float] | None]] = []
+    """Each team's share of the quotas' weights (None when they weigh nothing)."""
+    total_weight = sum(quota.weight for quota in quotas.values())
+    if total_weight <= 0.0:
+        return None
+    return {team: quota.weight / total_weight for team, quota in quotas.items()}
 
 
 def effective_priority(
@@ -139,71 +130,13 @@ def score_floor(job: Job, weights: PriorityWeights) -> tuple[float, float, float
     return floor + short, job.started_at + (expected - job.runtime_s) - 1.0, floor
 
 
-class _JobTerms:
-    """What a score reads of a job record besides `now` and its team's fair-share
-    (`PriorityScorer`), read once per record. (A class, not a tuple: compiled, its numbers are
-    kept unboxed and read without a type check.)"""
-
-    __slots__ = (
-        "attained",
-        "class_term",
-        "deadline",
-        "declared",
-        "enqueued",
-        "history",
-        "job",
-        "size",
-        "started",
-        "team",
-    )
-
-    def __init__(
-        self,
-        job: Job,
-        class_term: float,
-        enqueued: float,
-        started: float | None,
-        deadline: bool,
-        attained: float | None,
-        size: float,
-        team: str,
-        history: float,
-        declared: tuple[float, float, float] | None,
-    ) -> None:
-        self.job = job  # the record (an id reused by another record is not mistaken for it)
-        self.class_term = class_term
-        self.enqueued = enqueued  # enqueued_at
-        self.started = started  # started_at
-        self.deadline = deadline  # whether it has one
-        self.attained = attained  # the attained-service term, or None
-        self.size = size  # the size term
-        self.team = team
-        self.history = history  # the history term
-        # The declared run time, the run time before `started_at` and the term while pending;
-        # None when the shortest-declared term is off or nothing was declared.
-        self.declared = declared
-
-
-# Per set of weights: the class, size and history terms (`PriorityScorer`), and each job record's
-# terms by the record's id, for a few sets at most.
-_TERMS: dict[
-    PriorityWeights,
-    tuple[dict[Priority, float], dict[int, float], dict[int, float], dict[int, _JobTerms]],
-] = {}
-_TERMS_KEPT = 16
-# Job records whose terms are kept (a pass scores its window and the running jobs, the same
-# records pass after pass); all are forgotten beyond it.
-_JOBS_KEPT = 1 << 13
-
-
 class PriorityScorer:
     """`effective_priority` of many jobs at one `now`, for a scheduling pass.
 
     The formula is written here once (`effective_priority` scores one job with it). The terms
     that depend only on a job's class, size, team or disruptions are computed once per distinct
-    value and kept: the team terms for this scorer (they read the pass's fair-share), the others
-    for every scorer with the same weights (tested: scoring many jobs with one scorer gives each
-    job's own score).
+    value and kept by the scorer, whose life is one pass (tested: scoring many jobs with one
+    scorer gives each job its own score).
     `remaining_s(job)`, the job's estimated remaining run time, is asked for only for a job with
     a deadline, the one term that reads it.
     """
@@ -219,20 +152,10 @@ class PriorityScorer:
         self._remaining_s = remaining_s
         self._weights = weights
         self._fairshare = fairshare
-        self._age = weights.age
-        self._max_age_s = weights.max_age_s
-        self._attained = weights.attained
-        self._attained_norm_s = weights.attained_norm_gpu_h * 3600.0
-        self._shortest = weights.shortest
-        self._shortest_norm_s = weights.shortest_norm_s
         self._shortest_scale = math.log1p(weights.shortest_norm_s / _HOUR_S)
-        # The class, size and history terms depend on the weights alone: kept across passes.
-        terms = _TERMS.get(weights)
-        if terms is None:
-            if len(_TERMS) >= _TERMS_KEPT:
-                _TERMS.clear()
-            terms = _TERMS[weights] = ({p: weights.class_step * p.rank for p in Priority}, {}, {}, {})
-        self._class, self._size, self._history, self._jobs = terms
+        self._class: dict[Priority, float] = {p: weights.class_step * p.rank for p in Priority}
+        self._size: dict[int, float] = {}
+        self._history: dict[int, float] = {}
         self._team: dict[str, float] = {
             team: weights.fairshare * factor for team, factor in fairshare.items()
         }
@@ -243,23 +166,6 @@ class PriorityScorer:
     @property
     def weights(self) -> PriorityWeights:
         return self._weights
-
-    def static_bound(self, job: Job) -> tuple[str, float, float | None]:
-        """The job's team; the most its terms other than the class, age and fair-share terms add
-        up to, at any `now` (the attained-service term, which only lowers a score, counted as 0;
-        the deadline term at its weight; the shortest-declared term as while it waits, or at its
-        weight once it started); and its `enqueued_at`, or None once it started (its age no longer
-        grows). Up to rounding, with non-negative weights."""
-        terms = self._jobs.get(id(job))
-        if terms is None or terms.job is not job:
-            terms = self._job_terms(job)
-        started, declared = terms.started, terms.declared
-        static = terms.size + terms.history
-        if declared is not None:
-            static += declared[2] if started is None else self._shortest
-        if terms.deadline:
-            static += self._weights.deadline
-        return terms.team, static, terms.enqueued if started is None else None
 
     def team_term(self, team: str) -> float:
         """The fair-share term of `team`'s jobs in this pass."""
@@ -284,25 +190,24 @@ class PriorityScorer:
         return bound + abs(bound) * 1e-9 + 1e-9
 
     def scores(self, jobs: Iterable[Job]) -> list[float]:
-        """The effective priority of each of `jobs`, in order.
-
-        A pass scores its whole window and the running jobs it may preempt, so the loop reads
-        each job's fields once, with the clamps of `age` as comparisons (the same values as
-        min(1, max(0, wait) / max_age_s)); the per-value terms come from the caches."""
-        now = self._now
-        w_age = self._age
-        max_age = self._max_age_s
-        teams = self._team
-        kept = self._jobs
+        """The effective priority of each of `jobs`, in order: the terms summed left to right, as
+        `PriorityWeights` writes the formula, with the age's clamps as comparisons (the same
+        floats; tested). A pass scores its whole window with it, so the weights are read once."""
+        now, weights = self._now, self._weights
+        w_age, max_age, w_deadline = weights.age, weights.max_age_s, weights.deadline
+        w_attained, attained_norm = weights.attained, weights.attained_norm_gpu_h * 3600.0
+        w_shortest, shortest_norm, shortest_scale = (
+            weights.shortest,
+            weights.shortest_norm_s,
+            self._shortest_scale,
+        )
+        classes, teams, sizes, histories = self._class, self._team, self._size, self._history
         out: list[float] = []
-        append = out.append
         for job in jobs:
-            terms = kept.get(id(job))
-            if terms is None or terms.job is not job:
-                terms = self._job_terms(job)
-            score = terms.class_term
-            started = terms.started
-            wait = (now if started is None else started) - terms.enqueued
+            spec = job.spec
+            score = classes[spec.priority]
+            started = job.started_at
+            wait = (now if started is None else started) - job.enqueued_at
             if wait <= 0.0:
                 age = w_age * 0.0
             elif wait >= max_age:
@@ -310,77 +215,36 @@ class PriorityScorer:
             else:
                 age = w_age * (wait / max_age)
             score += age
-            if terms.deadline:
-                # (Without a deadline the term is 0, and adding it would change nothing.)
-                weights = self._weights
-                score += weights.deadline * deadline_urgency(job, now, weights, self._remaining_s(job))
-            team = teams.get(terms.team)
+            if spec.deadline is not None:
+                score += w_deadline * deadline_urgency(job, now, weights, self._remaining_s(job))
+            team = teams.get(job.team)
             if team is None:
-                team = self._team_term(terms.team)
-            attained = terms.attained
-            if attained is not None:
-                score -= attained
-            size, history, declared = terms.size, terms.history, terms.declared
-            if declared is None:
-                append(score + size + team + history)
-            elif started is None:
-                append(score + size + team + history + declared[2])
-            else:
-                # Declared remaining: what was declared, less the run time so far (`Job.elapsed_s`).
-                expected, ran, _ = declared
-                remaining = expected - (ran + max(0.0, now - started))
-                short = self._shortest * _shortness(remaining, self._shortest_norm_s, self._shortest_scale)
-                append(score + size + team + history + short)
+                team = self._team_term(job.team)
+            ran = job.runtime_s
+            if w_attained > 0.0 and ran > 0.0:
+                service = spec.gpus * ran
+                score -= w_attained * (1.0 if service >= attained_norm else service / attained_norm)
+            size = sizes.get(spec.gpus)
+            if size is None:
+                size = self._size_term(spec.gpus)
+            disruptions = job.preemptions + job.interruptions
+            history = histories.get(disruptions)
+            if history is None:
+                history = self._history_term(disruptions)
+            expected = spec.expected_runtime_s
+            if w_shortest <= 0.0 or expected is None:
+                out.append(score + size + team + history)
+                continue
+            # Declared remaining: what was declared, less the run time so far (`Job.elapsed_s`).
+            remaining = expected - ran if started is None else expected - (ran + max(0.0, now - started))
+            short = w_shortest * _shortness(remaining, shortest_norm, shortest_scale)
+            out.append(score + size + team + history + short)
         return out
-
-    def _job_terms(self, job: Job) -> _JobTerms:
-        """The terms of `scores` that depend on the job record alone (kept by the record's id,
-        with the record, so that an id reused by another record is not mistaken for it)."""
-        spec = job.spec
-        size = self._size.get(spec.gpus)
-        if size is None:
-            size = self._size_term(spec.gpus)
-        disruptions = job.preemptions + job.interruptions
-        history = self._history.get(disruptions)
-        if history is None:
-            history = self._history_term(disruptions)
-        attained: float | None = None
-        if self._attained > 0.0 and job.runtime_s > 0.0:
-            service = spec.gpus * job.runtime_s
-            norm = self._attained_norm_s
-            attained = self._attained * (1.0 if service >= norm else service / norm)
-        declared: tuple[float, float, float] | None = None
-        if self._shortest > 0.0 and spec.expected_runtime_s is not None:
-            expected, ran = spec.expected_runtime_s, job.runtime_s
-            # A pending job's term does not change until it runs: computed once.
-            pending = self._shortest * _shortness(expected - ran, self._shortest_norm_s, self._shortest_scale)
-            declared = (expected, ran, pending)
-        terms = _JobTerms(
-            job,
-            self._class[spec.priority],
-            job.enqueued_at,
-            job.started_at,
-            spec.deadline is not None,
-            attained,
-            size,
-            job.team,
-            history,
-            declared,
-        )
-        kept = self._jobs
-        if len(kept) >= _JOBS_KEPT:
-            kept.clear()
-        kept[id(job)] = terms
-        return terms
 
     def _size_term(self, gpus: int) -> float:
         weights = self._weights
         size = self._size[gpus] = weights.size * min(1.0, gpus / weights.size_norm_gpus)
         return size
-
-    def _team_term(self, team: str) -> float:
-        term = self._team[team] = self._weights.fairshare * self._fairshare.get(team, 1.0)
-        return term
 
     def _history_term(self, disruptions: int) -> float:
         weights = self._weights
@@ -388,3 +252,7 @@ class PriorityScorer:
             min(disruptions, weights.history_cap) / weights.history_cap
         )
         return history
+
+    def _team_term(self, team: str) -> float:
+        term = self._team[team] = self._weights.fairshare * self._fairshare.get(team, 1.0)
+        return term

@@ -21,7 +21,7 @@ from typing import Any
 import boto3
 import httpx
 
-from spotline.aws.batch import parse_run_id
+from spotline.control.records import parse_run_id
 from spotline.domain import TERMINAL_STATES, JobState
 from spotline.local.runtime import LocalConfig, LocalControlPlane
 

@@ -1,5 +1,5 @@
 """An emulated AWS on this machine: moto's server, with Spotline's tables, buses, rules and
-queues created from `spotline.aws.resources` (the same description the CDK stack builds from).
+queues created from `spotline.resources` (the same description the CDK stack builds from).
 
 moto delivers rule matches only to SQS targets, so every rule gets a queue here; the router
 (`spotline.local.router`) drains them and calls the rule's real target.
@@ -17,8 +17,8 @@ from typing import Any
 import boto3
 from moto.core.config import default_user_config
 
+from spotline import resources as r
 from spotline.aws import emulation
-from spotline.aws import resources as r
 
 
 @dataclass

@@ -20,8 +20,8 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from spotline import resources as r
 from spotline.aws import emulation
-from spotline.aws import resources as r
 
 log = logging.getLogger("spotline.local.router")
 

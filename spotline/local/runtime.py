@@ -1,7 +1,7 @@
 """`spotline local up`: the whole control plane on this machine.
 
 moto's server stands in for AWS (DynamoDB, EventBridge, SQS, Step Functions, S3); the tables,
-bus, rules, queues and workflows are created from `spotline.aws.resources` and the ASL files,
+bus, rules, queues and workflows are created from `spotline.resources` and the ASL files,
 as the stack creates them; the real handlers run in this process (the router delivers rule
 matches to them; Step Functions' Lambda tasks are dispatched to them); a local fleet of
 processes stands in for Batch and EC2; and the API handler is served over HTTP.
@@ -20,13 +20,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from spotline import resources as r
 from spotline.aws import emulation
-from spotline.aws import resources as r
-from spotline.aws.batch import TERMINAL_BATCH_STATUSES, BatchJobRequest
 from spotline.aws.clients import AwsClients, reset_default_clients
-from spotline.aws.settings import Settings, get_settings
+from spotline.aws.plane import build_control_plane
 from spotline.control.logs import FileRunLogs
-from spotline.control.plane import build_control_plane
+from spotline.control.ports import TERMINAL_BATCH_STATUSES, BatchJobRequest
+from spotline.control.settings import Settings, get_settings
 from spotline.local.emulator import LocalAws
 from spotline.local.fleet import LocalFleet, PoolSpec
 from spotline.local.http_api import ACCESS_KEY_HEADER, LocalApiServer, LocalIdentity
@@ -285,7 +285,7 @@ class LocalControlPlane:
             instance_resolver=LocalInstanceResolver(),
             run_logs=FileRunLogs(self.fleet.log_path),
         )
-        from spotline.aws.lambda_runtime import use_control_plane
+        from functions.runtime import use_control_plane
 
         use_control_plane(plane)
         self._dispatcher = emulation.LambdaTaskDispatcher(
@@ -333,7 +333,7 @@ class LocalControlPlane:
             self.api.stop()
         if self._dispatcher is not None:
             self._dispatcher.uninstall()
-        from spotline.aws.lambda_runtime import use_control_plane
+        from functions.runtime import use_control_plane
 
         use_control_plane(None)
         if self.aws is not None:

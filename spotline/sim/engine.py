@@ -35,6 +35,8 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from spotline.domain.models import Pool
+from spotline.sim import accounts as acc
+from spotline.sim.accounts import Accounts
 from spotline.sim.model import Exit, Phase, SimJob, SimSettings
 
 DecisionSink = Callable[[dict[str, Any]], None]
@@ -149,6 +151,7 @@ class Simulation:
         seed: int,
         sink: DecisionSink | None = None,
         record_series: bool = False,
+        nominal: dict[str, int] | None = None,
     ) -> None:
         self.jobs = jobs
         self.pools = [PoolState(i, p, p.capacity_gpus) for i, p in enumerate(pools)]
@@ -190,6 +193,8 @@ class Simulation:
             if ps.is_spot and ps.pool.interruption_rate_per_hour > 0 and ps.capacity >= ps.pool.gpus_per_node
         ]
         policy.attach(self)
+        # The loss and wait accounts (`accounts.py`; `nominal`: the teams' quotas, for waits).
+        self.accounts = Accounts(self, nominal)
 
     # --- the loop ---------------------------------------------------------------------------
 
@@ -230,6 +235,7 @@ class Simulation:
                 arrival += 1
                 self.events += 1
                 job.enqueued = t
+                self.accounts.enqueued(job, t)
                 if policy.on_pending(job):
                     self._dirty = True
             if self._dirty:
@@ -238,6 +244,7 @@ class Simulation:
                 if policy.pending_count() > 0 or policy.plans_when_idle:
                     self.passes += 1
                     policy.schedule(t)
+                    self.accounts.classify(t)
                 if self.record_series:
                     self._sample(t)
             pending = policy.pending_count()
@@ -284,6 +291,7 @@ class Simulation:
         if job.first_start is None:
             job.first_start = now
         job.queued_s += now - job.enqueued
+        self.accounts.started(job, now)
         ps.used += demand
         ps.held_by_rank[job.rank] += demand
         ps.running[job.idx] = job
@@ -297,16 +305,22 @@ class Simulation:
         """Preempt `job` at once: it keeps its latest periodic checkpoint and is requeued now."""
         job.preemptions += 1
         self.preemptions += 1
+        critical = preemptor is not None and preemptor.rank == acc.CRITICAL_RANK
+        job.exit_cause = acc.STOP_NOW_CRITICAL if critical else acc.STOP_NOW
+        self.accounts.preempted(job, preemptor, self.now)
         self._release(job, job.durable(self.now), Exit.PREEMPTED)
 
-    def checkpoint_then_stop(self, job: SimJob) -> None:
+    def checkpoint_then_stop(self, job: SimJob, preemptor: SimJob | None = None) -> None:
         """Preempt `job` by checkpoint-then-stop: it writes a checkpoint of its state now, holds
-        its GPUs while it writes, then leaves and is requeued."""
+        its GPUs while it writes, then leaves and is requeued (`preemptor`, when named, is
+        counted as waiting for the write in the wait account)."""
         if job.phase is not Phase.RUNNING:
             raise RuntimeError(f"{self.policy.name}: {job.id} is not running")
         job.preemptions += 1
         self.preemptions += 1
+        job.exit_cause = acc.CHECKPOINT
         self._leave_later(job, self.now + job.write, job.progress(self.now), Exit.PREEMPTED)
+        self.accounts.preempted(job, preemptor, self.now)
 
     def wake_at(self, t: float) -> None:
         """Run a pass at `t` (coalesced with the periodic tick): for a policy that deferred work."""
@@ -353,6 +367,7 @@ class Simulation:
             return
         job.useful_gpu_s += job.gpus * (job.work - job.run_base)
         job.lost_gpu_s += job.gpus * job.run_overhead
+        self.accounts.lose(job, 0.0, job.gpus * job.run_overhead)
         job.saved = job.work
         job.finish = now
         job.phase = Phase.DONE
@@ -367,6 +382,7 @@ class Simulation:
             return
         now = self.now
         if job.doomed_at == now:
+            job.exit_cause = acc.SPOT
             job.interruptions += 1
             self.interruptions += 1
             if self.logging:
@@ -390,10 +406,15 @@ class Simulation:
         now = self.now
         kept = keeps - job.run_base
         job.useful_gpu_s += job.gpus * kept
-        job.lost_gpu_s += job.gpus * ((now - job.run_start) - kept)
+        lost = job.gpus * ((now - job.run_start) - kept)
+        job.lost_gpu_s += lost
+        restart = job.gpus * min(job.run_overhead, now - job.run_start)
+        self.accounts.lose(job, lost - restart, restart)
+        job.restart_cause = job.exit_cause
         job.saved = keeps
         job.phase = Phase.PENDING
         job.enqueued = now
+        self.accounts.enqueued(job, now)
         job.run_id += 1
         self._free(job)
         self._dirty = True
@@ -403,6 +424,7 @@ class Simulation:
         ps = self.pools[job.pool]
         now = self.now
         ps.used -= job.held
+        self.accounts.left(job)
         if job.leave_at == math.inf:  # (else `_leave_later` took it out of the counts)
             ps.held_by_rank[job.rank] -= job.held
         del ps.running[job.idx]
@@ -481,6 +503,7 @@ class Simulation:
             return
         job.interruptions += 1
         self.interruptions += 1
+        job.exit_cause = acc.SPOT
         if job.phase is Phase.RUNNING and now + job.write <= deadline:
             self._leave_later(job, now + job.write, job.progress(now), Exit.INTERRUPTED)
             reason = "Spot interruption notice: checkpointing inside the notice, then requeued"

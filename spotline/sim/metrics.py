@@ -169,4 +169,6 @@ def policy_metrics(sim: Simulation, isolated: Sequence[float] | None = None) -> 
         "ftf_max": ftf_max,
         "ftf_jain": ftf_jain,
         "deadline_miss_rate": len(missed) / len(with_deadline) if with_deadline else 0.0,
+        # Added keys (issue 29): the loss and wait accounts (`accounts.py`).
+        **sim.accounts.to_json(),
     }

@@ -162,6 +162,13 @@ class SimJob:
     leave_exit: Exit = Exit.PREEMPTED
     # A Spot reclaim is due at this time and the job does not act on it (peers).
     doomed_at: float = math.inf
+    # The loss account (`accounts.py`): why the current run is ending early, why the run before
+    # it ended (what its restart is charged to), its latest preemption, and the preemptor (idx)
+    # waiting for its checkpoint write (-1: none).
+    exit_cause: int = 0
+    restart_cause: int = 0
+    last_preempted_at: float = -math.inf
+    leaving_for: int = -1
 
     @property
     def end_if_undisturbed(self) -> float:

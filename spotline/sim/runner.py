@@ -142,7 +142,16 @@ def run_policy(
     isolated = isolated_jct(jobs, shares.nominal)
     began, cpu = time.perf_counter(), time.process_time()
     with _few_collections():
-        sim = Simulation(jobs, list(pools), policy, settings, seed, sink=sink, record_series=record_series)
+        sim = Simulation(
+            jobs,
+            list(pools),
+            policy,
+            settings,
+            seed,
+            sink=sink,
+            record_series=record_series,
+            nominal=dict(shares.nominal),
+        )
         sim.run()
     wall, cpu = time.perf_counter() - began, time.process_time() - cpu
     return PolicyRun(

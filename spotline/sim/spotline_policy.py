@@ -17,8 +17,8 @@ and calls `plan`; it acts on the decisions as the workflows do:
 Spot notices: a job on a reclaimed instance checkpoints inside the 2-minute notice when its write
 fits, then is requeued (architecture.md: checkpoint, then requeue every job on the instance).
 
-Records are built with `_construct` (`model_construct`, made directly) and copied with
-`_replace` (no validation on the hot path: the values come from a validated trace).
+Records are built with pydantic's `model_construct` and copied with `model_copy` (no validation:
+the values come from a validated trace).
 """
 
 from __future__ import annotations
@@ -27,9 +27,7 @@ import bisect
 import heapq
 import random
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, TypeVar
-
-from pydantic import BaseModel
+from typing import TYPE_CHECKING
 
 from spotline.domain import (
     Admit,
@@ -55,52 +53,6 @@ from spotline.sim.usage import DecayedUsage
 
 if TYPE_CHECKING:
     from spotline.sim.engine import PoolState, Simulation
-
-
-_Model = TypeVar("_Model", bound=BaseModel)
-
-
-def _replace(record: _Model, **changes: Any) -> _Model:
-    """`record.model_copy(update=changes)`, made directly: the adapter copies a frozen record
-    with a field or two changed at every checkpoint, start and stop (about 140,000 times in a
-    week of Philly on 256 GPUs), and `model_copy` goes through `copy.copy` three times.
-
-    The same instance state as `model_copy` (tested, `tests/sim/test_records.py`): its fields
-    with `changes`, the fields set with their names added, and no extra fields or private
-    attributes (the domain's records have neither)."""
-    fields_set = record.__pydantic_fields_set__ | changes.keys()
-    return _instance(type(record), {**record.__dict__, **changes}, fields_set)
-
-
-def _instance(cls: type[_Model], fields: dict[str, Any], fields_set: set[str]) -> _Model:
-    """An instance of `cls` holding `fields` as pydantic holds them, without validation: no extra
-    fields, no private attributes (the domain's records have neither)."""
-    record = cls.__new__(cls)
-    object.__setattr__(record, "__dict__", fields)
-    object.__setattr__(record, "__pydantic_fields_set__", fields_set)
-    object.__setattr__(record, "__pydantic_extra__", None)
-    object.__setattr__(record, "__pydantic_private__", None)
-    return record
-
-
-def _construct(cls: type[_Model], **values: Any) -> _Model:
-    """`cls.model_construct(**values)` where `values` gives every field, made directly: the
-    adapter makes a record at every submission, requeue and start, and a snapshot every pass,
-    and `model_construct` walks the model's fields in Python. The same instance state
-    (tested, `tests/sim/test_records.py`); a field missing or unknown is refused."""
-    known = _FIELDS.get(cls)
-    if known is None:
-        known = _FIELDS[cls] = (tuple(cls.model_fields), frozenset(cls.model_fields))
-    names, given = known
-    if values.keys() != given:
-        missing = sorted(given - values.keys())
-        unknown = sorted(values.keys() - given)
-        raise TypeError(f"{cls.__name__}: missing fields {missing}, unknown fields {unknown}")
-    return _instance(cls, {name: values[name] for name in names}, set(names))
-
-
-# A model's field names, in order and as a set (`_construct`).
-_FIELDS: dict[type[BaseModel], tuple[tuple[str, ...], frozenset[str]]] = {}
 
 
 class SpotlinePolicy:
@@ -155,8 +107,7 @@ class SpotlinePolicy:
         spec = self._specs.get(job.idx)
         if spec is None:
             deadline = None if job.deadline is None else datetime.fromtimestamp(job.deadline, tz=UTC)
-            spec = _construct(
-                JobSpec,
+            spec = JobSpec.model_construct(
                 name=job.id,
                 priority=job.priority,
                 gpus=job.gpus,
@@ -177,8 +128,7 @@ class SpotlinePolicy:
 
     def on_pending(self, job: SimJob) -> bool:
         previous = self.records.get(job.idx)
-        record = _construct(
-            Job,
+        record = Job.model_construct(
             id=job.id,
             team=job.team,
             spec=self._spec(job),
@@ -220,13 +170,17 @@ class SpotlinePolicy:
     def on_leaving(self, job: SimJob) -> None:
         """A Spot notice: the job checkpoints (or cannot) and leaves; nothing may pick it now."""
         record = self.records[job.idx]
-        record = _replace(
-            record, state=JobState.INTERRUPTED, interruptions=job.interruptions, version=record.version + 1
+        record = record.model_copy(
+            update={
+                "state": JobState.INTERRUPTED,
+                "interruptions": job.interruptions,
+                "version": record.version + 1,
+            }
         )
         self.records[job.idx] = record
         allocation = self.running.held(job.id)
         draining_for = allocation.draining_for or f"spot-reclaim:{job.id}"
-        self.running.put(_replace(allocation, job=record, draining_for=draining_for))
+        self.running.put(allocation.model_copy(update={"job": record, "draining_for": draining_for}))
 
     def _refresh_checkpoints(self, now: float) -> None:
         """Apply the `Checkpoint Completed` events of running jobs up to `now`."""
@@ -235,9 +189,11 @@ class SpotlinePolicy:
             _, _, job, run_id = heapq.heappop(timers)
             if job.run_id != run_id or job.phase is not Phase.RUNNING:
                 continue
-            record = _replace(self.records[job.idx], last_checkpoint_at=job.last_checkpoint_at(now))
+            record = self.records[job.idx].model_copy(
+                update={"last_checkpoint_at": job.last_checkpoint_at(now)}
+            )
             self.records[job.idx] = record
-            self.running.put(_replace(self.running.held(job.id), job=record))
+            self.running.put(self.running.held(job.id).model_copy(update={"job": record}))
             self._timer(job, now)
 
     def _timer(self, job: SimJob, now: float) -> None:
@@ -249,8 +205,7 @@ class SpotlinePolicy:
     def _pass_snapshot(self, now: float) -> ClusterSnapshot:
         """What a pass reads besides the queue. Its allocations are left out: the pass reads them
         from `self.running`."""
-        return _construct(
-            ClusterSnapshot,
+        return ClusterSnapshot.model_construct(
             pools=self._pools,
             allocations=(),
             quotas=self.quotas,
@@ -296,15 +251,18 @@ class SpotlinePolicy:
         ps = self._pool_states[decision.pool]
         self.queue.remove(decision.job)
         sim.start(job, ps, decision.reason)
-        record = _replace(
-            decision.job,
-            state=JobState.RUNNING,
-            started_at=now,
-            pool=ps.name,
-            version=decision.job.version + 1,
+        record = decision.job.model_copy(
+            update={
+                "state": JobState.RUNNING,
+                "started_at": now,
+                "pool": ps.name,
+                "version": decision.job.version + 1,
+            }
         )
         self.records[job.idx] = record
-        self.running.put(_construct(Allocation, job=record, pool=ps.name, gpus=job.held, draining_for=None))
+        self.running.put(
+            Allocation.model_construct(job=record, pool=ps.name, gpus=job.held, draining_for=None)
+        )
         self.usage.change(job.team, job.held, now)
         self._timer(job, now)
 
@@ -321,12 +279,16 @@ class SpotlinePolicy:
     def _checkpointing(self, victim: SimJob, draining_for: str) -> None:
         """Record that `victim` checkpoints before it leaves, for `draining_for`."""
         record = self.records[victim.idx]
-        record = _replace(
-            record, state=JobState.CHECKPOINTING, preemptions=victim.preemptions, version=record.version + 1
+        record = record.model_copy(
+            update={
+                "state": JobState.CHECKPOINTING,
+                "preemptions": victim.preemptions,
+                "version": record.version + 1,
+            }
         )
         self.records[victim.idx] = record
         held = self.running.held(victim.id)
-        self.running.put(_replace(held, job=record, draining_for=draining_for))
+        self.running.put(held.model_copy(update={"job": record, "draining_for": draining_for}))
 
     def _preempt(self, decision: Preempt) -> None:
         sim = self.sim
@@ -338,5 +300,5 @@ class SpotlinePolicy:
             if not decision.checkpoint:
                 sim.stop_now(victim, preemptor, decision.reason)
                 continue
-            sim.checkpoint_then_stop(victim)
+            sim.checkpoint_then_stop(victim, preemptor)
             self._checkpointing(victim, decision.job.id)

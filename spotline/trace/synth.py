@@ -15,6 +15,13 @@ GPU-seconds of the cluster during the arrival window), drawn from `seed` alone:
   normal 20%, low 40%;
 - deadlines: a quarter of the high and normal jobs have one, 1.5 to 4 times their run time after
   submission (what Spot-risk placement has to respect).
+
+Two options shape contended samples (issue 29; the defaults leave the trace as above):
+- `sigma`: the log-normal's sigma (1.6: a lighter tail, more mid-length jobs);
+- `long_share`: that share of the jobs (drawn from a stream of their own, so the other jobs and
+  the arrivals are unchanged) run for weeks, `LONG_DAYS`, as the long-running pods of the Alibaba
+  GPU 2023 trace do, with the short jobs arriving in bursts over them. The load counts their work:
+  the window stretches, and the short jobs' share of it shrinks accordingly.
 """
 
 from __future__ import annotations
@@ -47,6 +54,7 @@ MIN_RUN_S, MAX_RUN_S = 60.0, 10 * 86400.0
 CALM_MEAN_S, BURST_MEAN_S = 6 * 3600.0, 3600.0
 BURST_FACTOR = 6.0
 DEADLINE_SHARE = 0.25
+LONG_DAYS = (7.0, 21.0)
 
 
 T = TypeVar("T")
@@ -61,7 +69,9 @@ def _pick(rng: random.Random, mix: tuple[tuple[T, float], ...]) -> T:
     return mix[-1][0]
 
 
-def synth_trace(jobs: int, load: float, gpus: int, seed: int) -> list[TraceJob]:
+def synth_trace(
+    jobs: int, load: float, gpus: int, seed: int, sigma: float = SIGMA, long_share: float = 0.0
+) -> list[TraceJob]:
     """The jobs of a synthetic trace, in submission order (see the module)."""
     if jobs <= 0:
         raise ValueError(f"--jobs must be positive, got {jobs}")
@@ -69,6 +79,10 @@ def synth_trace(jobs: int, load: float, gpus: int, seed: int) -> list[TraceJob]:
         raise ValueError(f"--load must be a positive number, got {load}")
     if gpus <= 0:
         raise ValueError(f"--gpus must be positive, got {gpus}")
+    if not math.isfinite(sigma) or sigma <= 0:
+        raise ValueError(f"--sigma must be a positive number, got {sigma}")
+    if not math.isfinite(long_share) or not 0 <= long_share <= 1:
+        raise ValueError(f"--long-share must be between 0 and 1, got {long_share}")
     rng = random.Random(f"spotline-synth:{seed}")
     largest = max(1, gpus // 8)
     shapes = tuple((g, w) for g, w in GPU_MIX if g <= largest) or ((1, 1.0),)
@@ -77,10 +91,15 @@ def synth_trace(jobs: int, load: float, gpus: int, seed: int) -> list[TraceJob]:
     drawn: list[tuple[float, int, str, Priority]] = []
     for _ in range(jobs):
         team = _pick(rng, TEAMS)
-        run = math.exp(rng.gauss(math.log(MEDIAN_RUN_S), SIGMA))
+        run = math.exp(rng.gauss(math.log(MEDIAN_RUN_S), sigma))
         drawn.append(
             (min(MAX_RUN_S, max(MIN_RUN_S, round(run))), _pick(rng, shapes), team, _pick(rng, team_mix[team]))
         )
+    if long_share > 0:
+        weeks = random.Random(f"spotline-synth:{seed}:long")
+        for i in sorted(weeks.sample(range(jobs), round(long_share * jobs))):
+            _, g, team, priority = drawn[i]
+            drawn[i] = (round(weeks.uniform(*LONG_DAYS) * 86400.0), g, team, priority)
     # Arrivals of a two-state MMPP at a unit base rate, then scaled to the target load.
     times: list[float] = []
     t = 0.0

@@ -22,7 +22,7 @@ from spotline.agent import (
     LocalCheckpointStore,
     RecordingPublisher,
 )
-from spotline.aws.resources import DETAIL_CHECKPOINT_COMPLETED, DETAIL_JOB_HEARTBEAT
+from spotline.resources import DETAIL_CHECKPOINT_COMPLETED, DETAIL_JOB_HEARTBEAT
 
 from .fakes import FakeClock
 
@@ -248,21 +248,23 @@ def test_only_the_main_node_of_a_gang_writes_checkpoints_and_sends_events(
         agent.request_stop()
         assert agent.step(11, 0.55, lambda: {"w": 11}) is False  # both stop at the same step
 
-    # Then the main node wrote both checkpoints and sent their events and its heartbeat; the
-    # worker wrote and sent nothing
+    # Then the main node wrote both checkpoints and sent their events; the worker wrote and
+    # completed nothing; both sent heartbeats (each node's instance and liveness count)
     main, main_events = nodes[0]
     worker, worker_events = nodes[1]
     assert sorted(m.step for m in LocalCheckpointStore(tmp_path / "node-0" / "ckpt").manifests()) == [10, 11]
     assert [d["step"] for d in completed(main_events)] == [10, 11]
     assert LocalCheckpointStore(tmp_path / "node-1" / "ckpt").manifests() == []
-    assert worker_events.events == []
+    assert completed(worker_events) == []
     assert any(kind == DETAIL_JOB_HEARTBEAT for kind, _ in main_events.events)
+    worker_beats = [d for kind, d in worker_events.events if kind == DETAIL_JOB_HEARTBEAT]
+    assert worker_beats and all(d["node_index"] == 1 for d in worker_beats)
     assert not worker.settings.is_main_node and main.settings.is_main_node
 
 
 def test_the_run_attribute_is_the_one_the_control_plane_writes() -> None:
     from spotline.agent.signals import RUN_ATTRIBUTE
-    from spotline.aws.jobs import _RECORD_FIELDS
+    from spotline.aws.job_items import _RECORD_FIELDS
 
     assert RUN_ATTRIBUTE in _RECORD_FIELDS
 

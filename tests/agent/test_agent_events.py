@@ -20,7 +20,7 @@ from spotline.agent import (
     RecordingPublisher,
 )
 from spotline.agent.wrapper import CommandWrapper
-from spotline.aws.resources import (
+from spotline.resources import (
     DETAIL_CHECKPOINT_COMPLETED,
     DETAIL_JOB_HEARTBEAT,
     RULES,
@@ -119,8 +119,8 @@ def test_a_missing_bus_is_logged_not_raised(bus_to_queue: tuple[Any, str]) -> No
     assert publisher.publish(DETAIL_JOB_HEARTBEAT, {"job_id": "x"}) is False
 
 
-@pytest.mark.parametrize(("node_index", "sends"), [(0, True), (1, False)])
-def test_under_the_wrapper_only_a_gangs_main_node_sends_heartbeats(node_index: int, sends: bool) -> None:
+@pytest.mark.parametrize(("node_index", "sends"), [(0, True), (1, True)])
+def test_under_the_wrapper_every_node_of_a_gang_sends_heartbeats(node_index: int, sends: bool) -> None:
     publisher = RecordingPublisher()
     settings = AgentSettings(
         job_id="job-g", run_id="spotline-job-g-r1", heartbeat_s=0.05, node_index=node_index, main_node_index=0

@@ -7,7 +7,7 @@ from typing import Any
 
 from spotline.agent import AgentSettings, JobRecordPoller, S3CheckpointStore
 from spotline.agent.events import EventBridgePublisher
-from spotline.aws.resources import AGENT_ENV_CHECKPOINT_KMS_KEY, AGENT_ENV_JOB_ID, AGENT_ENV_TEAM
+from spotline.resources import AGENT_ENV_CHECKPOINT_KMS_KEY, AGENT_ENV_JOB_ID, AGENT_ENV_TEAM
 
 
 class Recorder:

@@ -18,7 +18,7 @@ import pytest
 from moto.server import ThreadedMotoServer
 
 from spotline.agent import EXIT_STOPPED, S3CheckpointStore
-from spotline.aws.resources import (
+from spotline.resources import (
     DETAIL_CHECKPOINT_COMPLETED,
     DETAIL_JOB_HEARTBEAT,
     RULES,

@@ -19,7 +19,7 @@ from spotline.agent import (
     SpotInstanceAction,
 )
 from spotline.agent.settings import IMDS_DEFAULT_ENDPOINT, imds_endpoint_from_env
-from spotline.aws.resources import DETAIL_CHECKPOINT_COMPLETED, DETAIL_JOB_HEARTBEAT
+from spotline.resources import DETAIL_CHECKPOINT_COMPLETED, DETAIL_JOB_HEARTBEAT
 
 from .fakes import FakeClock, ImdsState
 

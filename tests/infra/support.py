@@ -15,7 +15,7 @@ from typing import Any
 
 from aws_cdk.assertions import Template
 
-from spotline.aws import resources as r
+from spotline import resources as r
 from stacks.spotline_stack import REPO_ROOT, SpotlineStack
 
 

@@ -15,7 +15,7 @@ from aws_cdk import App
 from aws_cdk.assertions import Annotations, Match, Template
 
 import stacks.spotline_stack
-from spotline.aws import resources as r
+from spotline import resources as r
 from stacks.config import ConfigError, parse_context
 from stacks.packaging import bytecode_compiler, stage_lambda_code
 from stacks.routing import event_pattern

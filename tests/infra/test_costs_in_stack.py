@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from spotline.aws import resources as r
+from spotline import resources as r
 from tests.infra.support import Synthesized
 from tests.infra.test_stack import flatten
 

@@ -1,4 +1,4 @@
-"""The synthesized Spotline stack, checked against `spotline.aws.resources` and the context.
+"""The synthesized Spotline stack, checked against `spotline.resources` and the context.
 
 Given the stack synthesized once (conftest.synthesized) with the AwsSolutions checks, each test
 reads the CloudFormation template and checks one promise of the issue: tables, rules, functions,
@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 from aws_cdk import Validations
 
-from spotline.aws import resources as r
-from spotline.aws.settings import Settings, SpotlineConfig
+from spotline import resources as r
+from spotline.control.settings import Settings, SpotlineConfig
 from stacks.functions import ASYNC_INVOKED
 from stacks.messaging import TARGET_MAX_EVENT_AGE, TARGET_RETRY_ATTEMPTS
 from tests.infra.support import Synthesized, cdk_context

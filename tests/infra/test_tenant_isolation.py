@@ -22,7 +22,7 @@ import pytest
 from aws_cdk import App
 
 import app as cdk_app
-from spotline.aws import resources as r
+from spotline import resources as r
 from stacks.batch import KEY_USE_ACTIONS
 from tests.infra.support import Synthesized, cdk_context, source_dirs
 from tests.infra.test_stack import as_list, flatten, statements_of_role

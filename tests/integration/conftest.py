@@ -1,5 +1,5 @@
 """Fixtures for the integration tests: moto in-process, Spotline's tables created from
-`spotline.aws.resources`, a control plane wired to them, and real-shaped events.
+`spotline.resources`, a control plane wired to them, and real-shaped events.
 
 `deployment` records workflow starts instead of running them (the tests that look at one
 decision stay synchronous); `sfn_deployment` runs the real ASL on moto's Step Functions engine,
@@ -23,7 +23,7 @@ import pytest
 from botocore.config import Config
 from moto import mock_aws
 
-from spotline.aws.batch import BatchJobRequest, run_id_for
+from functions.runtime import use_control_plane
 from spotline.aws.clients import AwsClients
 from spotline.aws.emulation import (
     LambdaContextStub,
@@ -33,11 +33,12 @@ from spotline.aws.emulation import (
     create_tables,
     environment,
 )
-from spotline.aws.jobs import JobRecord
-from spotline.aws.lambda_runtime import use_control_plane
-from spotline.aws.settings import Settings
+from spotline.aws.plane import build_control_plane
 from spotline.aws.workflows import StepFunctionsStarter
-from spotline.control.plane import ControlPlane, build_control_plane
+from spotline.control.plane import ControlPlane
+from spotline.control.ports import BatchJobRequest
+from spotline.control.records import JobRecord, run_id_for
+from spotline.control.settings import Settings
 
 REGION = "us-east-1"
 ACCOUNT = "123456789012"
@@ -483,8 +484,8 @@ def preempt(
 ) -> JobRecord:
     """Ask a running job to checkpoint within `grace_s` for the job `by`, as the scheduler's
     preemption does (RUNNING -> CHECKPOINTING, the preempt workflow started)."""
-    from spotline.aws.jobs import Disruption
     from spotline.control.lifecycle import start_disruption
+    from spotline.control.records import Disruption
 
     return start_disruption(
         plane,

@@ -15,13 +15,14 @@ import boto3
 import pytest
 from botocore.stub import ANY, Stubber
 
-from spotline.aws import resources
-from spotline.aws.batch import AwsBatchLauncher, BatchJobRequest, EcsInstanceResolver
+from spotline import resources
+from spotline.aws.batch import AwsBatchLauncher, EcsInstanceResolver
 from spotline.aws.clients import AwsClients
 from spotline.aws.emulation import LambdaTaskDispatcher, environment
-from spotline.aws.errors import BatchThrottled, LaunchFailed
-from spotline.aws.settings import Settings, SettingsError, SpotlineConfig
 from spotline.aws.workflows import SqsPassTrigger, StepFunctionsStarter
+from spotline.control.errors import BatchThrottled, LaunchFailed
+from spotline.control.ports import BatchJobRequest
+from spotline.control.settings import Settings, SettingsError, SpotlineConfig
 
 from .conftest import CONFIG, REGION, Deployment
 

@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
-from spotline.aws.lambda_runtime import use_control_plane
-from spotline.aws.ledger import pool_key, team_key
+from functions.runtime import use_control_plane
 from spotline.control import scheduling
 from spotline.control.jobs import cancel_job
+from spotline.control.records import pool_key, team_key
 from spotline.control.scheduling import MAX_TRANSACTION_ITEMS, scheduling_pass
 
 from .conftest import Deployment, submit

@@ -19,7 +19,7 @@ import functions.api
 import functions.checkpoint_completed
 import functions.scheduler
 from spotline.aws.dynamo import serialize_item
-from spotline.aws.jobs import record_to_item
+from spotline.aws.job_items import record_to_item
 from spotline.control.scheduling import scheduling_pass
 from spotline.domain import JobState
 

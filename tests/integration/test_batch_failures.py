@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functions.batch_state_change
 import functions.reconciler
-from spotline.aws.jobs import JobRecord
+from spotline.control.records import JobRecord
 from spotline.domain import JobState
 
 from .conftest import Deployment, batch_event, context, load_event, start, submit

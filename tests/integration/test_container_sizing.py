@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 
 from spotline.aws.batch import AwsBatchLauncher
-from spotline.aws.sizing import INSTANCE_SHAPES, node_shape
 from spotline.control.lifecycle import launch_request
 from spotline.control.scheduling import admit
+from spotline.control.sizing import INSTANCE_SHAPES, node_shape
 
 from .conftest import Deployment, submit
 

@@ -18,8 +18,8 @@ import pytest
 from botocore.client import BaseClient
 
 from bench import aws_costs
+from spotline import resources as r
 from spotline.aws import emulation
-from spotline.aws import resources as r
 from spotline.local import router
 
 

@@ -15,6 +15,7 @@ from botocore.exceptions import ClientError
 
 import functions.checkpoint_completed
 import functions.workflow_tasks
+from functions.runtime import use_control_plane
 from spotline.aws.clients import AwsClients
 from spotline.aws.emulation import (
     SerializedMotoServer,
@@ -24,9 +25,8 @@ from spotline.aws.emulation import (
     enable_state_machine_execution,
     environment,
 )
-from spotline.aws.lambda_runtime import use_control_plane
-from spotline.aws.settings import Settings
-from spotline.control.plane import build_control_plane
+from spotline.aws.plane import build_control_plane
+from spotline.control.settings import Settings
 from spotline.domain import JobState
 
 from .conftest import (

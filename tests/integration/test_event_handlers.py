@@ -14,7 +14,7 @@ import functions.checkpoint_completed
 import functions.heartbeat
 import functions.rebalance
 import functions.spot_interruption
-from spotline.aws.jobs import Disruption
+from spotline.control.records import Disruption
 from spotline.domain import JobState
 
 from .conftest import Deployment, batch_event, context, eventbridge, start, submit

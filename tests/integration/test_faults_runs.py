@@ -17,11 +17,10 @@ import functions.checkpoint_completed
 import functions.heartbeat
 import functions.rebalance
 import functions.spot_interruption
-from spotline.aws.batch import run_id_for
-from spotline.aws.errors import BatchThrottled, PublishFailed
-from spotline.aws.jobs import JobRecord
+from spotline.control.errors import BatchThrottled, PublishFailed
 from spotline.control.jobs import JobChanges, cancel_job, update_job
 from spotline.control.reconciler import reconcile
+from spotline.control.records import JobRecord, run_id_for
 from spotline.control.scheduling import admit
 from spotline.control.workflow_tasks import (
     mark_launch_failed,

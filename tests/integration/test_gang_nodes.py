@@ -7,8 +7,8 @@ from __future__ import annotations
 from typing import Any
 
 import functions.batch_state_change
-from spotline.aws.batch import split_node_id
 from spotline.aws.event_models import BatchJobStateChangeEvent
+from spotline.control.records import split_node_id
 from spotline.control.scheduling import admit
 from spotline.domain import JobState
 

@@ -13,7 +13,9 @@ import pytest
 from botocore.stub import Stubber
 
 import functions.api
-from spotline.control.logs import CloudWatchRunLogs, FileRunLogs, LogLine, LogPage
+from spotline.aws.logs import CloudWatchRunLogs
+from spotline.control.logs import FileRunLogs
+from spotline.control.ports import LogLine, LogPage
 
 from .conftest import NLP_ROLE, Deployment, api_event, context, start, submit
 

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import functions.reconciler
-from spotline.aws.jobs import Disruption
-from spotline.aws.ledger import Counter, LedgerRepository
+from spotline.aws.ledger import LedgerRepository
+from spotline.control.records import Counter, Disruption
 from spotline.control.scheduling import admit
 from spotline.domain import JobState
 

@@ -15,14 +15,14 @@ from typing import Any
 
 import pytest
 
-from spotline.aws.errors import BatchThrottled, LaunchFailed
-from spotline.aws.jobs import Disruption, JobRecord
-from spotline.aws.settings import SpotlineConfig
-from spotline.aws.workflows import execution_name
 from spotline.control import scheduling
+from spotline.control.errors import BatchThrottled, LaunchFailed
 from spotline.control.events import handle_spot_warning, record_checkpoint
+from spotline.control.ports import execution_name
 from spotline.control.reconciler import reconcile
+from spotline.control.records import Disruption, JobRecord
 from spotline.control.scheduling import scheduling_pass
+from spotline.control.settings import SpotlineConfig
 from spotline.control.workflow_tasks import (
     MAX_LAUNCH_FAILURES,
     confirm_checkpointing,

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from spotline.aws.errors import CapacityExhausted, InvalidTransition, StaleJobError
-from spotline.aws.jobs import Disruption
+from spotline.control.errors import CapacityExhausted, InvalidTransition, StaleJobError
 from spotline.control.lifecycle import requeue_after_disruption
+from spotline.control.records import Disruption
 from spotline.control.scheduling import admit
 from spotline.domain import JobState
 

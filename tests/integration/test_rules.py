@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from spotline.aws import resources
-from spotline.aws.events import EventBridgeSink, EventPublisher
-from spotline.aws.jobs import JobRecord
-from spotline.aws.timeline import TimelineEntry
+from spotline import resources
+from spotline.aws.events import EventBridgeSink
+from spotline.control.publisher import EventPublisher
+from spotline.control.records import JobRecord, TimelineEntry
 
 from .conftest import Deployment, batch_event, load_event, submit
 

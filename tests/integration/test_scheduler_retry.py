@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 import functions.scheduler
-from spotline.aws import resources as r
+from spotline import resources as r
 from spotline.aws.workflows import SqsPassTrigger
 from tests.integration.conftest import Deployment, context
 

@@ -14,9 +14,9 @@ import pytest
 
 import functions.batch_state_change
 import functions.scheduler
-from spotline.aws.jobs import Disruption, JobRecord
-from spotline.aws.lambda_runtime import use_control_plane
+from functions.runtime import use_control_plane
 from spotline.control.jobs import job_view
+from spotline.control.records import Disruption, JobRecord
 from spotline.control.scheduling import note_wait, scheduling_pass
 from spotline.domain import PRIORITIES_HIGH_FIRST, Job, JobSpec, JobState
 from spotline.domain.usage import decayed_usage_gpu_s, run_buckets

@@ -50,12 +50,15 @@ from hypothesis.stateful import (
 )
 from moto import mock_aws
 
+from spotline import resources
 from spotline.aws import batch as batch_module
-from spotline.aws import resources
-from spotline.aws.batch import BatchJobRequest
 from spotline.aws.clients import AwsClients
 from spotline.aws.emulation import create_tables, environment
-from spotline.aws.errors import (
+from spotline.aws.job_items import item_to_record
+from spotline.aws.plane import build_control_plane
+from spotline.control import events as control_events
+from spotline.control import scheduling
+from spotline.control.errors import (
     BatchThrottled,
     CapacityExhausted,
     ConditionFailed,
@@ -63,13 +66,12 @@ from spotline.aws.errors import (
     StaleJobError,
     StorageUnavailable,
 )
-from spotline.aws.jobs import ACTIVE_STATES, JobRecord, item_to_record
-from spotline.aws.settings import Settings
-from spotline.control import events as control_events
-from spotline.control import scheduling
 from spotline.control.jobs import JobChanges, cancel_job, submit_job, update_job
-from spotline.control.plane import ControlPlane, build_control_plane
+from spotline.control.plane import ControlPlane
+from spotline.control.ports import BatchJobRequest
 from spotline.control.reconciler import reconcile
+from spotline.control.records import ACTIVE_STATES, JobRecord
+from spotline.control.settings import Settings
 from spotline.control.workflow_tasks import (
     CheckpointAlreadyDurable,
     JobNotCheckpointing,

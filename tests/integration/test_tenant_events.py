@@ -12,8 +12,8 @@ import pytest
 
 import functions.checkpoint_completed
 import functions.heartbeat
-from spotline.aws import resources as r
-from spotline.aws.jobs import Disruption, JobRecord
+from spotline import resources as r
+from spotline.control.records import Disruption, JobRecord
 from spotline.control.workflow_tasks import request_checkpoint, start_disruption_without_workflow
 from spotline.domain import JobState
 
@@ -189,7 +189,7 @@ def test_signal_items_are_in_no_index(deployment: Deployment) -> None:
 def test_the_local_fleet_runs_each_teams_jobs_with_that_teams_credentials() -> None:
     """Locally, as on AWS, a team's job gets its team's credentials and nobody else's: distinct
     access keys per team, never the control plane's."""
-    from spotline.aws.batch import BatchJobRequest
+    from spotline.control.ports import BatchJobRequest
     from spotline.local.runtime import FleetLauncher, TeamCredentials
 
     class Fleet:

@@ -9,9 +9,10 @@ from typing import Any
 
 import functions.checkpoint_completed
 import functions.spot_interruption
-from spotline.aws.errors import BatchThrottled, LaunchFailed
-from spotline.aws.jobs import Disruption, JobRecord
-from spotline.aws.workflows import StepFunctionsStarter, execution_name
+from spotline.aws.workflows import StepFunctionsStarter
+from spotline.control.errors import BatchThrottled, LaunchFailed
+from spotline.control.ports import execution_name
+from spotline.control.records import Disruption, JobRecord
 from spotline.control.scheduling import scheduling_pass
 from spotline.domain import JobState
 

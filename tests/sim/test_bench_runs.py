@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from bench import policy_bench as pb
+from bench.policy_bench import runs as pb
 from spotline.domain import SchedulerConfig
 from spotline.sim import SimSettings
 

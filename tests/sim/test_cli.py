@@ -24,6 +24,9 @@ EXTRA_KEYS = {
     "ftf_max",
     "ftf_jain",
     "cost_by_team",
+    "loss_account",
+    "wait_account",
+    "gang_account",
 }
 POLICY_KEYS = {
     "jobs",

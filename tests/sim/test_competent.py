@@ -12,7 +12,8 @@ from spotline.domain.models import Pool, Purchase
 from spotline.sim import simulate
 from spotline.sim.metrics import finish_time_fairness, isolated_jct
 from spotline.sim.model import build_jobs
-from spotline.sim.peers import ESTIMATE_MODELS, EstimateModel, _Profile
+from spotline.sim.peers import ESTIMATE_MODELS, EstimateModel
+from spotline.sim.peers.slurm import _Profile
 from spotline.trace import read_trace
 from spotline.trace.synth import synth_trace
 

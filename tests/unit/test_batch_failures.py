@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from spotline.aws.batch_failures import FailureKind, classify_failure
+from spotline.control.batch_failures import FailureKind, classify_failure
 
 CASES = {
     "host terminated (Spot reclaim, scale-in)": (

@@ -42,7 +42,7 @@ def test_tracing_on_traces_with_powertools() -> None:
 
 
 def test_outside_lambda_nothing_traces(monkeypatch: pytest.MonkeyPatch) -> None:
-    from spotline.aws import lambda_runtime
+    from functions import runtime as lambda_runtime
 
     monkeypatch.delenv("LAMBDA_TASK_ROOT", raising=False)
     assert not lambda_runtime.tracing_enabled()
@@ -102,8 +102,8 @@ def test_models_build_their_validators_on_first_use() -> None:
     code = """
 import json, pydantic, functions.heartbeat
 from spotline.aws import event_models
-from spotline.aws.jobs import JobRecord
-from spotline.aws.settings import Settings
+from spotline.control.records import JobRecord
+from spotline.control.settings import Settings
 from spotline.domain import Job, SchedulerConfig
 
 def spotline_built():

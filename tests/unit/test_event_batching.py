@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from spotline.aws.errors import PublishFailed
-from spotline.aws.events import EventPublisher
-from spotline.aws.timeline import TimelineEntry
+from spotline.control.errors import PublishFailed
+from spotline.control.publisher import EventPublisher
+from spotline.control.records import TimelineEntry
 
 
 class RecordingSink:

@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from spotline.aws.settings import SpotlineConfig, principal_key
 from spotline.control.errors import Unauthorized
 from spotline.control.jobs import team_for_identity
+from spotline.control.settings import SpotlineConfig, principal_key
 
 SSO_ROLE = "arn:aws:iam::123456789012:role/aws-reserved/sso.amazonaws.com/AWSReservedSSO_ML_0123abcd"
 SSO_SESSION = "arn:aws:sts::123456789012:assumed-role/AWSReservedSSO_ML_0123abcd/alice@example.com"

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from bench import policy_bench as pb
+from bench.policy_bench import setup as pb
 
 
 def test_the_table_is_renamed_into_place_and_leaves_no_partial_file(

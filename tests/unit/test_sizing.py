@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from spotline.aws.sizing import (
+from spotline.control.sizing import (
     INSTANCE_SHAPES,
     SizingError,
     container_size,

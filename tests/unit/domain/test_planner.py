@@ -418,6 +418,43 @@ def test_a_job_preempts_only_after_waiting_the_preemption_delay(
         assert decision.reason.endswith("it may preempt after waiting 180 s in the queue")
 
 
+@pytest.mark.parametrize(
+    ("stop_at_once", "no_delay", "waited_s", "action", "checkpoint"),
+    [
+        # A critical preemptor that checkpoints its victims waits the delay like any class...
+        (frozenset(), frozenset(), 0.0, "wait", None),
+        (frozenset(), frozenset(), 180.0, "preempt", True),
+        # ... unless its class is in no_preemption_delay_for: at once, and still checkpointing.
+        (frozenset(), frozenset({Priority.CRITICAL}), 0.0, "preempt", True),
+        # A class that stops at once never waited the delay (the default).
+        (frozenset({Priority.CRITICAL}), frozenset(), 0.0, "preempt", False),
+        # The waiver is per class: a high job still waits it.
+    ],
+)
+def test_a_class_may_preempt_without_the_delay_and_still_checkpoint(
+    stop_at_once: frozenset[Priority],
+    no_delay: frozenset[Priority],
+    waited_s: float,
+    action: str,
+    checkpoint: bool | None,
+) -> None:
+    policy = config(preemption_delay_s=180.0, stop_at_once_for=stop_at_once, no_preemption_delay_for=no_delay)
+    snapshot = cluster([OD16], [low_on("v1", 8, checkpoint_s=60), low_on("v2", 8)])
+    pending = job("p").critical().gpus(8).spot("never").submitted(NOW - waited_s).build()
+    [decision] = run_plan(snapshot, [pending], policy)
+    assert decision.action == action
+    if checkpoint is not None:
+        assert decision.checkpoint is checkpoint  # type: ignore[union-attr]
+
+
+def test_the_delay_waiver_is_per_class() -> None:
+    policy = config(preemption_delay_s=180.0, no_preemption_delay_for=frozenset({Priority.CRITICAL}))
+    snapshot = cluster([OD16], [low_on("v1", 8, checkpoint_s=60), low_on("v2", 8)])
+    pending = job("p").high().gpus(8).spot("never").submitted(NOW).build()
+    [decision] = run_plan(snapshot, [pending], policy)
+    assert decision.action == "wait"
+
+
 def test_jobs_share_the_gpus_a_victim_frees_beyond_its_preemptors_need() -> None:
     # Two 8-GPU low jobs fill the pool; nine 1-GPU high jobs wait. The first preempts one victim
     # (8 GPUs for its 1); the next seven claim the 7 spare GPUs and wait for them instead of

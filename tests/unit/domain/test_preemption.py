@@ -175,6 +175,43 @@ def test_eligibility(cand: Candidate, kwargs: dict[str, Any], reason: str | None
     assert check(cand, **kwargs) == reason
 
 
+CLASS_RULE = config(protection_period_s=600.0, max_preemptions_per_job=3, preempt_lower_class_only=True)
+
+
+@pytest.mark.parametrize(
+    ("victim", "preemptor", "policy", "reason"),
+    [
+        # By the margin alone (the default) an aged or urgent job preempts its own class...
+        ("critical", "critical", POLICY, None),
+        # ... and even the class above it, when that job ranks lower by the margin.
+        ("critical", "high", POLICY, None),
+        # By class: never its own class, never a class above; a lower class as before.
+        ("critical", "critical", CLASS_RULE, "not lower priority"),
+        ("critical", "high", CLASS_RULE, "not lower priority"),
+        ("high", "critical", CLASS_RULE, None),
+        ("low", "normal", CLASS_RULE, None),
+        ("normal", "normal", CLASS_RULE, "not lower priority"),
+    ],
+)
+def test_preemption_rights_by_class(
+    victim: str, preemptor: str, policy: SchedulerConfig, reason: str | None
+) -> None:
+    # The victim ranks 1,000 below the preemptor: lower by the margin (500) in every row.
+    cand = candidate(job("v").priority(victim).gpus(8).team("b").on("p"), priority=2000.0)
+    pre = job("pre").priority(preemptor).gpus(8).team("a").build()
+    assert check(cand, preemptor=pre, preemptor_priority=3000.0, policy=policy) == reason
+
+
+def test_the_class_rule_leaves_the_quota_reclaim_alone() -> None:
+    # Team b borrows; a, within its nominal, reclaims from b's job of its own class (as
+    # same-or-lower-priority allows), class rule or not.
+    policy = CLASS_RULE.model_copy(update={"reclaim_within_cohort": ReclaimPolicy.SAME_OR_LOWER_PRIORITY})
+    cand = candidate(LOW.normal().on("p"), priority=3500.0)
+    pre = job("pre").normal().gpus(8).team("a").build()
+    kwargs: dict[str, Any] = {"quotas": (quota("a", 16), quota("b", 8)), "others": B_OVER}
+    assert check(cand, preemptor=pre, preemptor_priority=3000.0, policy=policy, **kwargs) is None
+
+
 # --- ordering ---------------------------------------------------------------------------
 
 

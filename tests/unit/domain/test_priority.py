@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 
 from spotline.domain import Job, PriorityWeights, TeamQuota, effective_priority, fairshare_factor
-from spotline.domain.priority import fairshare_factors
 
 from .builders import DAY, HOUR, NOW, job, quota
 
@@ -189,16 +188,3 @@ def test_fairshare_factor(
     team: str, quotas: list[TeamQuota], usage: dict[str, float], expected: float
 ) -> None:
     assert fairshare_factor(team, {q.team: q for q in quotas}, usage) == pytest.approx(expected)
-
-
-def test_fairshare_factors_follow_quotas_changed_in_place() -> None:
-    # Given quotas a pass asked about (their shares are kept for the next pass)
-    quotas = {"a": quota("a", 8), "b": quota("b", 8)}
-    usage = {"a": 75.0, "b": 25.0}
-    assert fairshare_factors(["a", "b"], quotas, usage) == pytest.approx({"a": 2.0**-1.5, "b": 2.0**-0.5})
-    # When the same mapping changes (team a weighs 3), and when a team leaves it
-    quotas["a"] = quota("a", 8, weight=3)
-    assert fairshare_factors(["a", "b"], quotas, usage) == pytest.approx({"a": 0.5, "b": 0.5})
-    del quotas["b"]
-    # Then the factors follow: b, without a quota now, shares by head count
-    assert fairshare_factors(["a", "b"], quotas, usage) == pytest.approx({"a": 2.0**-0.75, "b": 2.0**-0.5})

@@ -35,15 +35,14 @@ from spotline.domain import (
     VictimStrategy,
     effective_priority,
     fairshare_factor,
-    heads,
     plan,
     select_victims,
 )
-from spotline.domain.planner import _RunningJobs
 from spotline.domain.preemption import _may_reclaim, estimated_remaining_s, reclaim_allowed_between, shielded
 from spotline.domain.priority import PriorityScorer, fairshare_factors, score_floor, shortness
 from spotline.domain.quota import borrowed_gpus
 from spotline.domain.running import RunningIndex
+from spotline.domain.victims import RunningJobs
 
 from .builders import DAY, HOUR, NOW, JobBuilder, candidate, cluster, job, pool, quota
 
@@ -642,34 +641,6 @@ def documented_formula(
     )
 
 
-@PROPERTY
-@given(st.one_of(scenarios(), busy_scenarios()), st.data())
-def test_a_pass_that_reads_the_heads_kept_since_the_last_pass_decides_the_same(
-    scenario: tuple[ClusterSnapshot, list[Job], SchedulerConfig, int], data: st.DataObject
-) -> None:
-    # (Without explanations a pass reads each class's head by team, in the order of bounds kept
-    # since the last pass (`heads.streams`) when the head changed little; the same records, some
-    # gone and some new since, and another `now`.)
-    # (With a budget of one job, a head's streams give up after their first jobs and the pass
-    # scores the rest whole: `heads.Part.give`.)
-    snapshot, queue, policy, seed = scenario
-    before = data.draw(st.lists(st.sampled_from(queue), unique_by=lambda j: j.id)) if queue else []
-    earlier = NOW - data.draw(st.sampled_from([0.0, 30.0, 2 * HOUR, 2 * DAY, -60.0]))
-    budget = heads._BUDGET_MIN
-    heads._BUDGET_MIN = data.draw(st.sampled_from([budget, 0]))
-    try:
-        plan(snapshot, SortedQueue.of(before), earlier, policy, random.Random(seed), explain=False)
-        plan(snapshot, SortedQueue.of(before), earlier, policy, random.Random(seed), explain=False)
-        for head in heads._HEADS.values():
-            head.plain_for = 0
-        decisions = plan(snapshot, SortedQueue.of(queue), NOW, policy, random.Random(seed), explain=False)
-        short = outcome(decisions)
-    finally:
-        heads._BUDGET_MIN = budget
-    full = outcome(plan(snapshot, SortedQueue.of(queue), NOW, policy, random.Random(seed)))
-    assert short == [row for row in full if row[0] != "wait"]
-
-
 # --- the victim search: the pools' floors -------------------------------------------------
 
 
@@ -689,7 +660,7 @@ def test_the_victim_search_finds_exactly_the_running_jobs_lower_by_the_margin_or
     teams = {*snapshot.usage_gpu_hours, *snapshot.quotas}
     fairshare = fairshare_factors(teams, snapshot.quotas, snapshot.usage_gpu_hours)
     score = PriorityScorer(NOW, policy.weights, fairshare, lambda j: estimated_remaining_s(j, NOW, policy))
-    search = _RunningJobs(snapshot, RunningIndex.of(snapshot.allocations), score, NOW, policy)
+    search = RunningJobs(snapshot, RunningIndex.of(snapshot.allocations), score, NOW, policy)
     ledger = search.ledger
     running_ids = sorted(a.job.id for a in snapshot.allocations)
     taken: set[str] = set()
@@ -726,33 +697,3 @@ def test_the_victim_search_finds_exactly_the_running_jobs_lower_by_the_margin_or
                     assert floor == min(below)
         if running_ids and data.draw(st.booleans()):
             taken.add(data.draw(st.sampled_from(running_ids)))
-
-
-# --- a class's head kept across passes: what changed since the last one ------------------
-
-
-@PROPERTY
-@given(st.lists(st.booleans(), max_size=40), st.lists(st.booleans(), max_size=40), st.data())
-def test_the_changes_of_a_head_are_its_records_gone_and_new_whatever_left_or_joined_it(
-    in_before: list[bool], in_after: list[bool], data: st.DataObject
-) -> None:
-    # Given one queue order of records, a head read before and one read after: each a
-    # subsequence of that order (records leave and join; a job requeued is a new record)
-    records = [job(f"q{i:02d}").build() for i in range(max(len(in_before), len(in_after)))]
-    before = [r for r, kept in zip(records, in_before, strict=False) if kept]
-    after = [r for r, kept in zip(records, in_after, strict=False) if kept]
-    known = {id(r): r for r in before}
-
-    found = heads._changes(before, known, after)
-
-    # Then it names exactly the records gone and the records new, each in the queue's order
-    assert found is not None
-    removed, added = found
-    assert [id(r) for r in removed] == [id(r) for r in before if all(r is not a for a in after)]
-    assert [id(r) for r in added] == [id(r) for r in after if all(r is not b for b in before)]
-    # And a head read out of that order is refused, not diffed wrongly
-    if len({id(r) for r in before} & {id(r) for r in after}) >= 2:
-        shuffled = data.draw(st.permutations(after))
-        common = [r for r in shuffled if id(r) in known]
-        if [id(r) for r in common] != [id(r) for r in after if id(r) in known]:
-            assert heads._changes(before, known, shuffled) is None

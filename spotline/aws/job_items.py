@@ -1,0 +1,204 @@
+"""A job as a Jobs table item: the record's fields, and the sparse index attributes its state
+calls for.
+
+The index attributes (resources.JOBS) are derived from the state by `record_to_item`, so they
+cannot drift from it: `queue_*` and `deadline_*` exist only while PENDING, `active_pk` only
+while the job holds GPUs. An item that holds no valid record (an older version wrote it, or a
+hand did) is read leniently (`item_to_record_lenient`) so it can be quarantined.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from enum import StrEnum
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ValidationError
+
+from spotline.aws.dynamo import Item
+from spotline.control.errors import UnreadableRecord
+from spotline.control.records import ACTIVE_STATES, JobRecord
+from spotline.domain import Job, JobSpec, JobState, Priority
+
+QUEUE_PK_PREFIX = "Q#"
+DEADLINE_PK = "D"
+ACTIVE_PK = "A"
+
+
+# --- the item layout ----------------------------------------------------------------------
+
+_JOB_FIELDS = (
+    "submitted_at",
+    "enqueued_at",
+    "started_at",
+    "runtime_s",
+    "last_checkpoint_at",
+    "last_checkpoint_step",
+    "last_checkpoint_uri",
+    "progress",
+    "utilization",
+    "preemptions",
+    "interruptions",
+    "lost_work_s",
+    "pool",
+)
+_RECORD_FIELDS = (
+    "updated_at",
+    "state_reason",
+    "gpus_held",
+    "run",
+    "batch_job_id",
+    "retired_batch_job_ids",
+    "terminating_batch_job_ids",
+    "instance_ids",
+    "admitted_at",
+    "wait_reason",
+    "checkpoint_requested_at",
+    "checkpoint_deadline_at",
+    "checkpoint_task_token",
+    "draining_for",
+    "disruption",
+    "launch_failures",
+    "last_heartbeat_at",
+    "step",
+    "last_checkpoint_run",
+    "finished_at",
+    "request_digest",
+)
+
+
+def order_key(at: float, job_id: str) -> str:
+    """Sort key that orders by time, then id: fixed-width, so string order is time order."""
+    return f"{at:017.3f}#{job_id}"
+
+
+def record_to_item(record: JobRecord) -> Item:
+    """The item for `record`, with the index attributes its state calls for."""
+    job = record.job
+    item: Item = {
+        "job_id": job.id,
+        "team": job.team,
+        "team_sk": order_key(job.submitted_at, job.id),
+        "state": job.state.value,
+        "version": job.version,
+        "spec": job.spec.model_dump_json(exclude_none=True),
+        "name": job.spec.name,
+        "priority": job.priority.value,
+        "gpus": job.gpus,
+    }
+    for name in _JOB_FIELDS:
+        item[name] = getattr(job, name)
+    for name in _RECORD_FIELDS:
+        value = getattr(record, name)
+        if isinstance(value, tuple):
+            # String sets: a heartbeat can ADD an instance id without reading the item first.
+            value = set(value) or None
+        elif isinstance(value, StrEnum):
+            value = value.value
+        item[name] = value
+    if job.state is JobState.PENDING:
+        item["queue_pk"] = QUEUE_PK_PREFIX + job.priority.value
+        item["queue_sk"] = order_key(job.submitted_at, job.id)
+        deadline = job.spec.deadline_at
+        if deadline is not None:
+            item["deadline_pk"] = DEADLINE_PK
+            item["deadline_sk"] = order_key(deadline, job.id)
+    if job.state in ACTIVE_STATES or record.terminating_batch_job_ids:
+        item["active_pk"] = ACTIVE_PK
+    return {k: v for k, v in item.items() if v is not None}
+
+
+def item_to_record(item: Mapping[str, Any]) -> JobRecord:
+    """The record an item holds; UnreadableRecord if it does not hold a valid one (an item an
+    older version wrote, or one written by hand)."""
+    try:
+        return _item_to_record(item)
+    except (ValidationError, KeyError, ValueError, TypeError) as error:
+        raise UnreadableRecord(str(item.get("job_id", "?")), _why(error)) from error
+
+
+def _item_to_record(item: Mapping[str, Any]) -> JobRecord:
+    job = Job(
+        id=item["job_id"],
+        team=item["team"],
+        spec=JobSpec.model_validate_json(item["spec"]),
+        state=JobState(item["state"]),
+        version=int(item["version"]),
+        **{name: item[name] for name in _JOB_FIELDS if name in item},
+    )
+    fields = {name: item[name] for name in _RECORD_FIELDS if name in item}
+    for name in ("retired_batch_job_ids", "terminating_batch_job_ids", "instance_ids"):
+        if name in fields:
+            fields[name] = tuple(sorted(fields[name]))
+    return JobRecord(job=job, **fields)
+
+
+def _why(error: Exception) -> str:
+    if isinstance(error, ValidationError):
+        return "; ".join(
+            f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in error.errors(include_url=False)
+        )
+    return f"{type(error).__name__}: {error}"
+
+
+def item_to_record_lenient(item: Mapping[str, Any]) -> tuple[JobRecord, str | None]:
+    """The record an item holds, and None; or, for an item that does not hold a valid record,
+    the closest valid record (each unreadable field left at its default, the spec's name, GPUs
+    and priority from the item's own attributes) and why the item is unreadable.
+
+    The API reads jobs this way, so a job an older version stored badly can still be read,
+    listed and cancelled; the scheduling pass never admits one (it reads strictly and
+    quarantines the item, see `JobRepository.quarantine`).
+    """
+    try:
+        return _item_to_record(item), None
+    except (ValidationError, KeyError, ValueError, TypeError) as error:
+        why = _why(error)
+    job_id, team, state = item.get("job_id"), item.get("team"), item.get("state")
+    if not isinstance(job_id, str) or not isinstance(team, str) or state not in JobState.__members__:
+        raise UnreadableRecord(str(job_id), why)
+    try:
+        raw_spec = json.loads(item.get("spec") or "{}")
+    except (TypeError, ValueError):
+        raw_spec = {}
+    fallback = {
+        "name": str(item.get("name") or job_id),
+        "gpus": item.get("gpus") if isinstance(item.get("gpus"), int) else 1,
+        "priority": item.get("priority", Priority.NORMAL.value),
+        "image": "unreadable",
+        "command": ["unreadable"],
+    }
+    spec_data = {k: v for k, v in (raw_spec if isinstance(raw_spec, dict) else {}).items() if v is not None}
+    spec = _closest(JobSpec, spec_data, fallback)
+    job_data = {name: item[name] for name in _JOB_FIELDS if name in item}
+    job_data.update(id=job_id, team=team, spec=spec, state=state, version=item.get("version", 0))
+    job = _closest(Job, job_data, {"version": 0, "submitted_at": 0.0, "enqueued_at": 0.0})
+    fields = {name: item[name] for name in _RECORD_FIELDS if name in item}
+    for name in ("retired_batch_job_ids", "instance_ids"):
+        if isinstance(fields.get(name), (set, list, tuple)):
+            fields[name] = tuple(sorted(fields[name]))
+    fields.update(job=job, updated_at=item.get("updated_at", 0.0))
+    return _closest(JobRecord, fields, {"updated_at": 0.0}), why
+
+
+_M = TypeVar("_M", bound=BaseModel)
+
+
+def _closest(model: type[_M], data: dict[str, Any], fallback: Mapping[str, Any]) -> _M:
+    """`model` from `data`, each field that fails replaced by `fallback`'s value or dropped
+    (its default then applies)."""
+    data = dict(data)
+    for _ in range(2 * len(model.model_fields) + 2):
+        try:
+            return model.model_validate(data)
+        except ValidationError as error:
+            for e in error.errors():
+                name = str(e["loc"][0]) if e["loc"] else None
+                if name is None or (name in fallback and data.get(name) == fallback[name]):
+                    raise
+                if name in fallback:
+                    data[name] = fallback[name]
+                else:
+                    data.pop(name, None)
+    return model.model_validate(data)

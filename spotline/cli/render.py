@@ -1,0 +1,210 @@
+"""What the client commands print: tables for people (rich), or the data as JSON or YAML
+(`--output`). Nothing here talks to the API (`spotline.cli.client` does)."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Any
+
+from rich.console import Console, Group
+from rich.table import Column, Table
+
+console = Console()
+errors = Console(stderr=True)
+
+
+class Output(StrEnum):
+    table = "table"
+    json = "json"
+    yaml = "yaml"
+
+
+def age(at: float | None, now: float | None = None) -> str:
+    """ "12m ago" (or "in 5m" for a time ahead); "-" for none."""
+    if at is None:
+        return "-"
+    delta = (time.time() if now is None else now) - at
+    ahead = delta < 0
+    seconds = abs(delta)
+    if seconds < 60:
+        text = f"{seconds:.0f}s"
+    elif seconds < 3600:
+        text = f"{seconds / 60:.0f}m"
+    elif seconds < 86400:
+        text = f"{seconds / 3600:.1f}h".replace(".0h", "h")
+    else:
+        text = f"{seconds / 86400:.1f}d".replace(".0d", "d")
+    return f"in {text}" if ahead else f"{text} ago"
+
+
+def iso(at: float | None) -> str | None:
+    if at is None:
+        return None
+    return datetime.fromtimestamp(at, UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def emit(data: Any, output: Output, table: Callable[[Any], Any]) -> None:
+    if output is Output.json:
+        console.out(json.dumps(data, indent=2, default=str), highlight=False)
+    elif output is Output.yaml:
+        import yaml  # only for --output yaml
+
+        console.out(yaml.safe_dump(data, sort_keys=False, default_flow_style=False).rstrip(), highlight=False)
+    else:
+        console.print(table(data))
+
+
+def _job_rows(job: dict[str, Any]) -> list[tuple[str, str]]:
+    checkpoint = job.get("last_checkpoint") or {}
+    rows = [
+        ("id", job["id"]),
+        ("name", job.get("name", "")),
+        ("team", job.get("team", "")),
+        ("state", f"{job['state']} ({job.get('state_reason', '')})"),
+        ("priority", f"{job.get('priority')} (effective {_num(job.get('effective_priority'))})"),
+        ("gpus", f"{job.get('gpus')} on {job.get('nodes', 1)} node(s), {job.get('gpu_type') or 'any type'}"),
+        ("spot", str(job.get("spot", ""))),
+        ("pool", job.get("pool") or "-"),
+        ("instances", ", ".join(job.get("instance_ids") or []) or "-"),
+        ("submitted", f"{iso(job.get('submitted_at'))} ({age(job.get('submitted_at'))})"),
+    ]
+    if job.get("started_at"):
+        rows.append(("started", f"{iso(job['started_at'])} ({age(job['started_at'])})"))
+    if job.get("finished_at"):
+        rows.append(("finished", f"{iso(job['finished_at'])} ({age(job['finished_at'])})"))
+    if job.get("deadline"):
+        rows.append(("deadline", str(job["deadline"])))
+    if job.get("progress") is not None:
+        rows.append(("progress", f"{100 * float(job['progress']):.0f}% (step {job.get('step')})"))
+    if checkpoint:
+        rows.append(
+            (
+                "last checkpoint",
+                f"step {checkpoint.get('step')} {age(checkpoint.get('at'))}: {checkpoint.get('uri')}",
+            )
+        )
+    rows.append(
+        (
+            "disruptions",
+            f"{job.get('preemptions', 0)} preemption(s), {job.get('interruptions', 0)} interruption(s),"
+            f" {float(job.get('lost_work_s') or 0):.0f} s of work lost",
+        )
+    )
+    if job.get("wait_reason"):
+        rows.append(("wait reason", str(job["wait_reason"])))
+    return rows
+
+
+def _num(value: Any) -> str:
+    return "-" if value is None else f"{float(value):.1f}"
+
+
+def job_table(job: dict[str, Any]) -> Table:
+    table = Table(show_header=False, box=None, pad_edge=False)
+    table.add_column(style="bold")
+    table.add_column()
+    for key, value in _job_rows(job):
+        table.add_row(key, value)
+    return table
+
+
+def jobs_table(jobs: list[dict[str, Any]]) -> Table:
+    table = Table(
+        Column("ID", no_wrap=True),
+        "NAME",
+        "STATE",
+        "PRIORITY",
+        "GPUS",
+        "POOL",
+        "SUBMITTED",
+        "WAIT REASON / PROGRESS",
+    )
+    for job in jobs:
+        note = job.get("wait_reason") or ""
+        if not note and job.get("progress") is not None:
+            note = f"{100 * float(job['progress']):.0f}%"
+        table.add_row(
+            job["id"],
+            job.get("name", ""),
+            job["state"],
+            f"{job.get('priority')} {_num(job.get('effective_priority'))}",
+            str(job.get("gpus")),
+            job.get("pool") or "-",
+            age(job.get("submitted_at")),
+            note,
+        )
+    return table
+
+
+def events_table(timeline: dict[str, Any]) -> Table:
+    table = Table("WHEN", "AGE", "FROM", "TO", "REASON", title=f"events of {timeline['job_id']}")
+    for event in timeline["events"]:
+        table.add_row(
+            iso(event.get("t")) or "",
+            age(event.get("t")),
+            event.get("from") or "-",
+            event["to"],
+            event.get("reason", ""),
+        )
+    return table
+
+
+def explain_view(data: dict[str, Any]) -> Group:
+    parts: list[Any] = [f"[bold]{data.get('job_id')}[/bold] {data.get('state')}: {data.get('summary', '')}"]
+    terms = data.get("priority") or {}
+    if terms:
+        table = Table("TERM", "VALUE", title=f"effective priority {_num(terms.get('effective'))}")
+        for name, value in (terms.get("terms") or {}).items():
+            table.add_row(name, _num(value))
+        parts.append(table)
+    position = data.get("position")
+    if position:
+        parts.append(
+            f"position: {position.get('in_class')} of {position.get('class_size')} in class"
+            f" {position.get('class')}, {position.get('overall')} of {position.get('queued')} overall"
+        )
+    pools = data.get("pools") or []
+    if pools:
+        table = Table("POOL", "BLOCKED BY", "WHAT WOULD LET IT START")
+        for pool in pools:
+            table.add_row(
+                pool.get("pool", ""), "; ".join(pool.get("blockers") or []) or "-", pool.get("unblock") or "-"
+            )
+        parts.append(table)
+    for key in ("placement", "preempted_by"):
+        if data.get(key):
+            text = data[key] if isinstance(data[key], str) else json.dumps(data[key])
+            parts.append(f"{key.replace('_', ' ')}: {text}")
+    forecast = data.get("estimated_start")
+    if forecast:
+        if forecast.get("at"):
+            parts.append(
+                f"estimated start: {forecast['at']} ({age(forecast.get('at_s'))}),"
+                f" between {forecast.get('earliest')} and {forecast.get('latest')}"
+            )
+        else:
+            parts.append(f"estimated start: unknown ({forecast.get('reason', '')})")
+    return Group(*parts)
+
+
+def usage_table(data: dict[str, Any]) -> Table:
+    table = Table(show_header=False, box=None, title=f"usage of {data.get('team')} in {data.get('month')}")
+    table.add_column(style="bold")
+    table.add_column()
+    for key, value in data.items():
+        if key in {"team", "month"}:
+            continue
+        if isinstance(value, dict):
+            value = ", ".join(f"{k}: {_fmt(v)}" for k, v in value.items()) or "-"
+        table.add_row(key.replace("_", " "), _fmt(value))
+    return table
+
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:,.2f}"
+    return "-" if value is None else str(value)

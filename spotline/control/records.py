@@ -1,0 +1,187 @@
+"""What the control plane stores about a job, and the names it gives to runs and counters.
+
+`JobRecord` is the domain `Job` plus what the control plane tracks about its run; the ports
+(`spotline.control.ports`) read and write it, and `spotline.aws.job_items` maps it onto DynamoDB items.
+A run's id is also its Batch job name (docs RUN_IDENTITY).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from spotline.domain import Job, JobState
+
+# --- runs ---------------------------------------------------------------------------------
+
+JOB_NAME_PREFIX = "spotline-"
+
+
+_RUN_SUFFIX = re.compile(r"^(?P<job>.+)-r(?P<run>[1-9][0-9]{0,9})$")
+
+
+def run_id_for(job_id: str, run: int) -> str:
+    """The run id of a job's `run`-th admission: also the Batch job name of that run (the
+    BatchJobStateChange rule matches its `spotline-` prefix)."""
+    if run < 1:
+        raise ValueError(f"run must be at least 1, not {run}")
+    return f"{JOB_NAME_PREFIX}{job_id}-r{run}"
+
+
+def batch_job_name(job_id: str, run: int) -> str:
+    """The Batch job name of a job's `run`-th admission (its run id)."""
+    return run_id_for(job_id, run)
+
+
+def parse_run_id(name: str) -> tuple[str, int] | None:
+    """(job id, run) of a run id / Batch job name, or None if it is not a Spotline run's."""
+    if not name.startswith(JOB_NAME_PREFIX):
+        return None
+    matched = _RUN_SUFFIX.match(name[len(JOB_NAME_PREFIX) :])
+    if matched is None:
+        return None
+    return matched.group("job"), int(matched.group("run"))
+
+
+def split_node_id(batch_job_id: str) -> tuple[str, int | None]:
+    """(parent job id, node index) of a multi-node job's node id `<parent>#<n>`; (the id, None)
+    for any other Batch job id. A gang's nodes have events and DescribeJobs entries of their
+    own; Spotline records and stops only the parent."""
+    parent, separator, index = batch_job_id.rpartition("#")
+    if separator and parent and index.isdigit():
+        return parent, int(index)
+    return batch_job_id, None
+
+
+# --- job records --------------------------------------------------------------------------
+
+# States in which a job holds GPUs in a pool (and is in the `active` index).
+ACTIVE_STATES = frozenset({JobState.ADMITTED, JobState.RUNNING, JobState.CHECKPOINTING})
+
+
+class Disruption(StrEnum):
+    """Why a job is checkpointing, which decides where it ends: PREEMPTED or INTERRUPTED."""
+
+    PREEMPT = "preempt"
+    INTERRUPT = "interrupt"
+
+    @property
+    def outcome(self) -> JobState:
+        return JobState.PREEMPTED if self is Disruption.PREEMPT else JobState.INTERRUPTED
+
+
+class JobRecord(BaseModel):
+    """A job as stored: the domain `Job` plus what the control plane tracks about its run."""
+
+    model_config = ConfigDict(defer_build=True, frozen=True)
+
+    job: Job
+    updated_at: float
+    # The reason of the last transition (the timeline has all of them).
+    state_reason: str = ""
+    # GPUs charged to the pool and team ledger while ACTIVE (a gang takes whole nodes).
+    gpus_held: int = 0
+    # Admissions so far (RUN_IDENTITY): 0 before the first; the admission's write increments it.
+    # The current run's id is `run_id_for(job id, run)`, also its Batch job name.
+    run: int = 0
+    batch_job_id: str | None = None
+    # Batch jobs of earlier runs: their late events are ignored.
+    retired_batch_job_ids: tuple[str, ...] = ()
+    # Batch jobs this record stopped owning (requeued, cancelled, orphans) that Batch has not yet
+    # confirmed stopped: the reconciler retries TerminateJob until it does (the job stays in
+    # the `active` index meanwhile, so the retry needs no scan).
+    terminating_batch_job_ids: tuple[str, ...] = ()
+    instance_ids: tuple[str, ...] = ()
+    admitted_at: float | None = None
+    # Why the job waits (set by the scheduling pass, only when it changes).
+    wait_reason: str | None = None
+    # The agent polls this: a checkpoint is wanted when it is later than its last checkpoint.
+    checkpoint_requested_at: float | None = None
+    checkpoint_deadline_at: float | None = None
+    # Step Functions task token of the preempt workflow waiting for the next checkpoint.
+    checkpoint_task_token: str | None = None
+    # The preemptor this job makes room for (or "interruption:<instance>").
+    draining_for: str | None = None
+    disruption: Disruption | None = None
+    # Launches that failed since the job was last admitted successfully (gives up after a few).
+    launch_failures: int = 0
+    # Progress of the current run (reset by each admission): heartbeats only move it forward.
+    last_heartbeat_at: float | None = None
+    step: int | None = None
+    # The run that wrote the last recorded checkpoint (its step is compared only within a run).
+    last_checkpoint_run: int | None = None
+    finished_at: float | None = None
+    # A digest of the submission that created the job (Idempotency-Key reuse is checked on it).
+    request_digest: str | None = None
+
+    @property
+    def id(self) -> str:
+        return self.job.id
+
+    @property
+    def state(self) -> JobState:
+        return self.job.state
+
+    @property
+    def version(self) -> int:
+        return self.job.version
+
+    @property
+    def team(self) -> str:
+        return self.job.team
+
+    @property
+    def run_id(self) -> str | None:
+        """The current run's id (None before the first admission)."""
+        return run_id_for(self.id, self.run) if self.run > 0 else None
+
+    def with_changes(self, job: Mapping[str, Any] | None = None, **changes: Any) -> JobRecord:
+        """A copy with record fields in `changes` and job fields in `job` changed."""
+        if job:
+            changes["job"] = self.job.with_changes(**job)
+        return self.model_copy(update=changes)
+
+
+# --- timeline entries ---------------------------------------------------------------------
+
+# "from" of the first entry: the job did not exist before its submission.
+NO_STATE = "-"
+
+
+@dataclass(frozen=True)
+class TimelineEntry:
+    job_id: str
+    seq: int
+    at: float
+    source: str  # the state before ("-" for the submission)
+    target: str  # the state after (equal to source for a change of spec, e.g. priority)
+    reason: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"seq": self.seq, "t": self.at, "from": self.source, "to": self.target, "reason": self.reason}
+
+
+# --- ledger counters ----------------------------------------------------------------------
+
+
+def pool_key(pool: str) -> str:
+    return f"POOL#{pool}"
+
+
+def team_key(team: str) -> str:
+    return f"TEAM#{team}"
+
+
+@dataclass(frozen=True)
+class Counter:
+    """A ledger counter as read: GPUs in use, how many writes have changed it, and the drift
+    the reconciler marked on it ((ledger, expected, moves) or None)."""
+
+    used: int
+    moves: int = 0
+    drift_mark: tuple[int, int, int] | None = None

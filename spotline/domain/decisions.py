@@ -1,0 +1,150 @@
+"""What a scheduling pass decides, per job of its window: `Admit`, `Preempt`, `Wait` or `Move`.
+
+A `Wait` carries why as a structured value (`WaitReason`), and the words that `explain.wait_text`
+renders from it, which the API and the CLI show.
+
+Plain slotted dataclasses for the decisions, not frozen ones: a pass makes one per job of its
+window. Nothing changes a decision after the pass.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from spotline.domain.models import Job, Priority, SpotPreference
+
+# --- why a job waits ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Draining:
+    """Victims chosen for it by an earlier pass are still checkpointing (`count` of them); what
+    it needs stays reserved for it meanwhile."""
+
+    count: int
+
+
+@dataclass(frozen=True, slots=True)
+class NoGpuType:
+    """No pool has the GPU type it asks for."""
+
+    gpu_type: str
+
+
+@dataclass(frozen=True, slots=True)
+class NoPool:
+    """No pool can host its shape (GPUs, nodes) with its Spot preference and class."""
+
+    gpus: int
+    nodes: int
+    spot: SpotPreference
+    priority: Priority
+
+
+@dataclass(frozen=True, slots=True)
+class SpareClaimed:
+    """It claimed `gpus` GPUs in `pool` that victims of other preemptors free beyond their
+    preemptors' needs, and waits for them to leave."""
+
+    gpus: int
+    pool: str
+
+
+@dataclass(frozen=True, slots=True)
+class BudgetSpent:
+    """It does not fit (`shortfall`), and the pass's preemption budget is spent."""
+
+    shortfall: str
+
+
+@dataclass(frozen=True, slots=True)
+class PreemptionDelay:
+    """It does not fit (`shortfall`), and it may preempt only after waiting `delay_s` in the
+    queue (`SchedulerConfig.preemption_delay_s`)."""
+
+    shortfall: str
+    delay_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class NoVictim:
+    """It does not fit (`shortfall`), and no running job in `pools` may be stopped for it."""
+
+    shortfall: str
+    pools: tuple[str, ...]
+
+
+WaitReason = Draining | NoGpuType | NoPool | SpareClaimed | BudgetSpent | PreemptionDelay | NoVictim
+
+
+# --- the decisions ------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class Admit:
+    job: Job
+    pool: str
+    effective_priority: float
+    reason: str
+    action: str = "admit"
+
+
+@dataclass(slots=True)
+class Preempt:
+    """Checkpoint and stop `victims` in `pool` (or stop them at once when `checkpoint` is
+    False: `SchedulerConfig.stop_at_once_for`); `job` is admitted once they have left."""
+
+    job: Job
+    pool: str
+    victims: tuple[str, ...]
+    effective_priority: float
+    reason: str
+    checkpoint: bool = True
+    action: str = "preempt"
+
+
+@dataclass(slots=True)
+class Wait:
+    """The job waits: `why`, and `reason`, the same in words (`explain.wait_text`)."""
+
+    job: Job
+    effective_priority: float
+    why: WaitReason
+    reason: str
+    action: str = "wait"
+
+
+@dataclass(slots=True)
+class Move:
+    """Checkpoint `job`, running On-Demand in `source`, and requeue it, to resume in Spot `pool`,
+    which has room for it now (`SchedulerConfig.move_to_spot_min_remaining_s`). Acted on as a
+    preemption with no preemptor: the job keeps its place and priority, and the next pass admits
+    it where it fits first, Spot before On-Demand."""
+
+    job: Job
+    source: str
+    pool: str
+    effective_priority: float
+    reason: str
+    action: str = "move"
+
+    @property
+    def draining_for(self) -> str:
+        """What the job's allocation says it leaves for while it checkpoints: a pass reserves
+        its GPUs in `pool` meanwhile (`MOVE_TO`)."""
+        return MOVE_TO + self.pool
+
+
+# The `draining_for` of a job moving to Spot, before the pool's name.
+MOVE_TO = "a move to "
+
+
+Decision = Admit | Preempt | Wait | Move
+
+
+@dataclass(frozen=True)
+class PlanStats:
+    """What one pass looked at (the benchmark reports it)."""
+
+    candidates_examined: int
+    running_considered: int

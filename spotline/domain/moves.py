@@ -1,0 +1,98 @@
+"""Moves to Spot: On-Demand jobs that a pass checkpoints and requeues to resume in Spot room
+left after its other decisions (`SchedulerConfig.move_to_spot_min_remaining_s`)."""
+
+from __future__ import annotations
+
+from spotline.domain.config import SchedulerConfig
+from spotline.domain.decisions import Move
+from spotline.domain.models import Allocation, ClusterSnapshot, JobState, Pool
+from spotline.domain.placement import preference, spot_refusal
+from spotline.domain.preemption import estimated_remaining_s, shielded
+from spotline.domain.priority import PriorityScorer
+from spotline.domain.quota import Ledger
+from spotline.domain.running import RunningIndex
+
+
+def moves_to_spot(
+    snapshot: ClusterSnapshot,
+    running: RunningIndex,
+    ledger: Ledger,
+    taken: set[str],
+    score: PriorityScorer,
+    now: float,
+    config: SchedulerConfig,
+    budget: int,
+) -> list[Move]:
+    """The On-Demand jobs to move to Spot room left after the pass's decisions (`Move`): those
+    that may run on Spot, are neither leaving nor shielded (protection period, preemption cap),
+    and have at least `move_to_spot_min_remaining_s` left, longest first, each to the first
+    Spot pool (cheapest) where it fits the GPUs still free; at most `budget` of them."""
+    spot = sorted(
+        (p for p in snapshot.pools.values() if p.is_spot and ledger.free(p.name) > 0), key=preference
+    )
+    if not spot:
+        return []
+    candidates = _movable(snapshot, running, taken, now, config)
+    if not candidates:
+        return []
+    free = {p.name: ledger.free(p.name) for p in spot}
+    moves: list[Move] = []
+    for remaining, allocation in candidates:
+        move = _first_room(allocation, remaining, spot, free, now, config, score)
+        if move is not None:
+            moves.append(move)
+        if len(moves) >= budget or not any(free.values()):
+            break
+    return moves
+
+
+def _movable(
+    snapshot: ClusterSnapshot, running: RunningIndex, taken: set[str], now: float, config: SchedulerConfig
+) -> list[tuple[float, Allocation]]:
+    """The running On-Demand jobs that may move, with their estimated remaining run times,
+    longest first (then by id): not leaving, not taken by the pass, not shielded, and with at
+    least `move_to_spot_min_remaining_s` left."""
+    least = config.move_to_spot_min_remaining_s
+    candidates: list[tuple[float, str, Allocation]] = []
+    for pool in snapshot.pools.values():
+        if pool.is_spot:
+            continue
+        for group in running.groups.get(pool.name, {}).values():
+            for allocation in group.values():
+                job = allocation.job
+                if job.state is not JobState.RUNNING or job.id in taken:
+                    continue
+                if shielded(allocation, now, config) is not None:
+                    continue
+                remaining = estimated_remaining_s(job, now, config)
+                if remaining >= least:
+                    candidates.append((remaining, job.id, allocation))
+    candidates.sort(key=lambda c: (-c[0], c[1]))
+    return [(remaining, allocation) for remaining, _, allocation in candidates]
+
+
+def _first_room(
+    allocation: Allocation,
+    remaining: float,
+    spot: list[Pool],
+    free: dict[str, int],
+    now: float,
+    config: SchedulerConfig,
+    score: PriorityScorer,
+) -> Move | None:
+    """A move of the job to the first of the `spot` pools that can host it in the GPUs still
+    `free` (taken from them) and whose Spot rules accept it; None when none does."""
+    job = allocation.job
+    for pool in spot:
+        demand = pool.demand_gpus(job)
+        if not pool.can_host(job) or demand > free[pool.name]:
+            continue
+        if spot_refusal(job, pool, now, remaining, config) is not None:
+            continue
+        free[pool.name] -= demand
+        reason = (
+            f"moving from {allocation.pool} to {pool.name}, which has {demand} GPUs free:"
+            f" ~{remaining / 3600.0:.1f} h left to run at Spot's price"
+        )
+        return Move(job, allocation.pool, pool.name, score(job), reason)
+    return None

@@ -1,0 +1,114 @@
+"""Real AWS Spot availability traces: load and validate them.
+
+A trace is SkyPilot's format (skypilot-org/spot-traces, the data of "Can't Be Late", NSDI '24):
+`{"metadata": {"gap_seconds": G}, "data": [n0, n1, ...]}`, where `n_i` is how many instances could
+be obtained at tick i. The capacity is piecewise constant: `n_i` holds over
+`[i * G, (i + 1) * G)` seconds from the trace start. The repository ships the traces it uses under
+`spotline/sim/data/availability/` (see the README there for provenance).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from importlib import resources
+from importlib.resources.abc import Traversable
+from pathlib import Path
+
+
+class AvailabilityError(ValueError):
+    """An availability trace that cannot be used; the message names the file and what is wrong."""
+
+
+@dataclass(frozen=True, slots=True)
+class AvailabilityTrace:
+    """Spot capacity over time, in instances, one count per tick of `gap_seconds`."""
+
+    name: str
+    gap_seconds: int
+    counts: tuple[int, ...]
+
+    @property
+    def gap_hours(self) -> float:
+        return self.gap_seconds / 3600.0
+
+    @property
+    def hours(self) -> float:
+        """How long the trace covers."""
+        return len(self.counts) * self.gap_hours
+
+    def capacity_at(self, hour: float) -> int:
+        """Instances obtainable at `hour` from the trace start (piecewise constant over each tick)."""
+        if hour < 0 or hour >= self.hours:
+            raise AvailabilityError(
+                f"{self.name}: hour {hour:g} is outside the trace (0 to {self.hours:g} h)"
+            )
+        return self.counts[int(hour * 3600 // self.gap_seconds)]
+
+    def available_share(self) -> float:
+        """Share of ticks with at least one instance."""
+        return sum(1 for n in self.counts if n > 0) / len(self.counts)
+
+
+def parse_availability(text: str, name: str) -> AvailabilityTrace:
+    """Validate a trace's JSON text; `name` labels the errors (usually the file's path)."""
+    try:
+        document = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise AvailabilityError(f"{name}: not JSON ({error})") from None
+    if not isinstance(document, dict):
+        raise AvailabilityError(f"{name}: expected a JSON object with 'metadata' and 'data'")
+    unknown = sorted(set(document) - {"metadata", "data"})
+    if unknown:
+        raise AvailabilityError(
+            f"{name}: unknown key(s) {', '.join(unknown)} (expected 'metadata' and 'data')"
+        )
+    metadata = document.get("metadata")
+    if not isinstance(metadata, dict):
+        raise AvailabilityError(f"{name}: 'metadata' missing or not an object")
+    gap = metadata.get("gap_seconds")
+    if isinstance(gap, bool) or not isinstance(gap, int | float) or gap <= 0 or gap != int(gap):
+        raise AvailabilityError(f"{name}: metadata.gap_seconds must be a positive whole number, got {gap!r}")
+    data = document.get("data")
+    if not isinstance(data, list) or not data:
+        raise AvailabilityError(f"{name}: 'data' missing, not a list, or empty")
+    counts: list[int] = []
+    for index, value in enumerate(data):
+        if isinstance(value, bool) or not isinstance(value, int | float) or value != int(value) or value < 0:
+            raise AvailabilityError(
+                f"{name}: data[{index}] must be a whole number of instances >= 0, got {value!r}"
+            )
+        counts.append(int(value))
+    return AvailabilityTrace(name=name, gap_seconds=int(gap), counts=tuple(counts))
+
+
+def load_availability(path: Path | str) -> AvailabilityTrace:
+    """Read and validate a trace file (a clear AvailabilityError for a missing or bad file)."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise AvailabilityError(f"{path}: no such availability trace") from None
+    except (OSError, UnicodeDecodeError) as error:
+        raise AvailabilityError(f"{path}: cannot read ({error})") from None
+    return parse_availability(text, str(path))
+
+
+def _shipped_root() -> Traversable:
+    return resources.files("spotline.sim").joinpath("data", "availability")
+
+
+def shipped_traces() -> list[str]:
+    """The names of the traces the repository ships (file names without `.json`), sorted."""
+    root = _shipped_root()
+    return sorted(p.name[: -len(".json")] for p in root.iterdir() if p.name.endswith(".json"))
+
+
+def load_shipped(name: str) -> AvailabilityTrace:
+    """One of the shipped traces, by name (with or without `.json`)."""
+    stem = name[: -len(".json")] if name.endswith(".json") else name
+    known = shipped_traces()
+    if stem not in known:
+        raise AvailabilityError(f"no shipped availability trace {name!r} (one of {', '.join(known)})")
+    text = _shipped_root().joinpath(f"{stem}.json").read_text(encoding="utf-8")
+    return parse_availability(text, stem)
