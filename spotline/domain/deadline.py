@@ -35,7 +35,13 @@ from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
 from enum import StrEnum
 
+from spotline.domain.models import TERMINAL_STATES, ClusterSnapshot, Job, JobState
+
 EPS = 1e-9
+# A move's restart on AWS Batch (instance launch, image pull, checkpoint load): the paper's 0.2 h.
+DEFAULT_CHANGEOVER_H = 0.2
+# Time to the guard's next look at a job in the control plane (a scheduling pass's cadence).
+DEFAULT_STEP_H = 5 / 60
 
 
 class Placement(StrEnum):
@@ -278,3 +284,84 @@ def guard_job(
         history,
         settings,
     )
+
+
+def explain_deadline(
+    job: Job,
+    now: float,
+    snapshot: ClusterSnapshot,
+    *,
+    changeover_h: float = DEFAULT_CHANGEOVER_H,
+    step_h: float = DEFAULT_STEP_H,
+    history: SpotHistory | None = None,
+) -> dict[str, object] | None:
+    """What the guard says about a job with a deadline and a declared runtime (None otherwise):
+    where it should be, why, and how far ahead of or behind its line it is. Spot counts as there
+    when the job runs on Spot or a Spot pool that could host it has free GPUs now."""
+    deadline = job.spec.deadline_at
+    expected = job.spec.expected_runtime_s
+    if deadline is None or expected is None or job.state in TERMINAL_STATES:
+        return None
+    pool = snapshot.pools.get(job.pool or "")
+    holding = job.state in {JobState.ADMITTED, JobState.RUNNING, JobState.CHECKPOINTING}
+    if holding and pool is not None:
+        placement = Placement.SPOT if pool.is_spot else Placement.ON_DEMAND
+    else:
+        placement = Placement.NONE
+    used: dict[str, int] = {}
+    for allocation in snapshot.allocations:
+        used[allocation.pool] = used.get(allocation.pool, 0) + allocation.gpus
+    spot_free = any(
+        p.is_spot and p.can_host(job) and p.capacity_gpus - used.get(p.name, 0) >= p.demand_gpus(job)
+        for p in snapshot.pools.values()
+    )
+    done_s = job.elapsed_s(now) if job.progress is None else job.progress * expected
+    decision = guard_job(
+        job_h=expected / 3600.0,
+        submitted_at=job.submitted_at,
+        deadline_at=deadline,
+        now=now,
+        done_s=done_s,
+        placement=placement,
+        spot_available=placement is Placement.SPOT or spot_free,
+        history=history or SpotHistory(),
+        settings=GuardSettings(changeover_h=changeover_h),
+        step_h=step_h,
+    )
+    return {
+        "now": placement.value,
+        "advice": decision.placement.value,
+        "why": decision.why.value,
+        "slack_h": round(decision.slack_h, 3),
+        "ahead_of_line_h": round(decision.line_h, 3),
+        "summary": decision.describe(),
+    }
+
+
+def stays_on_demand(
+    job: Job, now: float, *, changeover_h: float = DEFAULT_CHANGEOVER_H, step_h: float = DEFAULT_STEP_H
+) -> str | None:
+    """Why a deadline job running On-Demand should not move to free Spot room now (None: the
+    guard lets it go, or the job has no deadline or declared runtime). Spot is there (the move
+    targets free room); the guard's hysteresis keeps the job On-Demand until it is far enough
+    ahead of its line, and its safety net when no Spot loss can be absorbed any more."""
+    deadline = job.spec.deadline_at
+    expected = job.spec.expected_runtime_s
+    if deadline is None or expected is None:
+        return None
+    done_s = job.elapsed_s(now) if job.progress is None else job.progress * expected
+    decision = guard_job(
+        job_h=expected / 3600.0,
+        submitted_at=job.submitted_at,
+        deadline_at=deadline,
+        now=now,
+        done_s=done_s,
+        placement=Placement.ON_DEMAND,
+        spot_available=True,
+        history=SpotHistory(),
+        settings=GuardSettings(changeover_h=changeover_h),
+        step_h=step_h,
+    )
+    if decision.placement is Placement.SPOT:
+        return None
+    return f"deadline guard: {decision.describe()}"

@@ -4,6 +4,7 @@ left after its other decisions (`SchedulerConfig.move_to_spot_min_remaining_s`).
 from __future__ import annotations
 
 from spotline.domain.config import SchedulerConfig
+from spotline.domain.deadline import stays_on_demand
 from spotline.domain.decisions import Move
 from spotline.domain.models import Allocation, ClusterSnapshot, JobState, Pool
 from spotline.domain.placement import preference, spot_refusal
@@ -25,7 +26,8 @@ def moves_to_spot(
 ) -> list[Move]:
     """The On-Demand jobs to move to Spot room left after the pass's decisions (`Move`): those
     that may run on Spot, are neither leaving nor shielded (protection period, preemption cap),
-    and have at least `move_to_spot_min_remaining_s` left, longest first, each to the first
+    and have at least `move_to_spot_min_remaining_s` left (a deadline job only when the deadline
+    guard lets it return: `spotline.domain.deadline.stays_on_demand`), longest first, each to the first
     Spot pool (cheapest) where it fits the GPUs still free; at most `budget` of them."""
     spot = sorted(
         (p for p in snapshot.pools.values() if p.is_spot and ledger.free(p.name) > 0), key=preference
@@ -65,7 +67,7 @@ def _movable(
                 if shielded(allocation, now, config) is not None:
                     continue
                 remaining = estimated_remaining_s(job, now, config)
-                if remaining >= least:
+                if remaining >= least and stays_on_demand(job, now) is None:
                     candidates.append((remaining, job.id, allocation))
     candidates.sort(key=lambda c: (-c[0], c[1]))
     return [(remaining, allocation) for remaining, _, allocation in candidates]

@@ -162,3 +162,17 @@ def test_bad_flags_exit_2_naming_what_is_wrong(tmp_path: Path, change: dict[str,
     assert result.exit_code == 2
     assert message in result.output
     assert not (tmp_path / "o.json").exists()
+
+
+def test_the_simulator_s_history_bookkeeping_equals_the_domain_s_summary() -> None:
+    import random
+
+    from spotline.domain.deadline import SpotHistory
+    from spotline.sim.deadline import HistoryTracker
+
+    rng = random.Random(3)
+    seen = [rng.random() < 0.6 for _ in range(500)]
+    tracker = HistoryTracker(1 / 6)
+    for up in seen:
+        tracker.observe(up)
+    assert tracker.history() == SpotHistory.summarise(seen, 1 / 6)

@@ -117,3 +117,17 @@ def test_the_guard_meets_every_feasible_deadline_on_any_trace(
     setup = JobSetup(job_h, job_h / ratio, changeover_steps * 0.1, 3.0)
     [out] = simulate_deadline(trace, setup, [200 / 6], "spotline")
     assert out.met_deadline
+
+
+def test_a_deadline_job_on_demand_moves_to_spot_only_when_far_enough_ahead() -> None:
+    from .builders import HOUR, NOW, cluster, config, job, pool, run_plan, summary
+
+    od, spot = pool("od", capacity=16), pool("spot", capacity=16, purchase="spot")
+    moves = config(move_to_spot_min_remaining_s=2 * HOUR, protection_period_s=600.0)
+    # 10 h declared, submitted 4 h ago, run 1 h On-Demand so far
+    base = job("d").gpus(8).expected_runtime(10 * HOUR).submitted(NOW - 4 * HOUR).running_since(NOW - HOUR)
+    behind = base.deadline(NOW + 8 * HOUR)  # line at 4 * 10 / 12 = 3.3 h of work; 1 h done
+    ahead = base.deadline(NOW + 60 * HOUR)  # line two changeovers on: 4.4 * 10 / 64 = 0.7 h; 1 h done
+    for running, expected in ((behind, []), (ahead, [("move", "d", "od", "spot")])):
+        snapshot = cluster([od, spot], [running.on("od"), job("s").gpus(8).on("spot")])
+        assert summary(run_plan(snapshot, [], moves)) == expected
