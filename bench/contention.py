@@ -39,7 +39,9 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from bench import policy_bench as pb
+from bench.policy_bench import runs as pb_runs
+from bench.policy_bench import setup as pb
+from bench.policy_bench.tables import _fmt
 from spotline.domain import SchedulerConfig
 from spotline.domain.config import PriorityWeights
 from spotline.sim import SimSettings, simulate
@@ -135,7 +137,7 @@ def run_contended(
         config=config,
         settings=settings,
         trace_name=sample.label,
-        workers=pb.WORKERS if workers is None else workers,
+        workers=pb_runs.WORKERS if workers is None else workers,
         keep_jobs=False,
     )
     runs: dict[str, dict[str, Any]] = report.to_json()["policies"]
@@ -234,7 +236,7 @@ def print_goals(
         met = row["met_in_samples"] == row["samples"]
         table.add_row(
             row["goal"],
-            pb._fmt(row["mean_ratio"], row["ci95"], digits=3),
+            _fmt(row["mean_ratio"], row["ci95"], digits=3),
             f"{row['met_in_samples']}/{row['samples']}",
             "met" if met else "NOT met",
             *row["per_sample"],
@@ -343,7 +345,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.json.write_text(json.dumps(saved))
     if not args.contended_only and not args.tuning:
         plain = pb.available(pb.EVALUATION)
-        per_plain = [pb.run_sample(s, pb.EVAL_POLICIES) for s in plain]
+        per_plain = [pb_runs.run_sample(s, pb.EVAL_POLICIES) for s in plain]
         print_goals(
             "Goals on the whole evaluation set (policy_bench's samples and the contended ones)",
             [s.label for s in plain] + labels,

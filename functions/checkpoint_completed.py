@@ -40,6 +40,9 @@ def _handle(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
             progress=detail.progress,
             captured_at=detail.created_at,
             requested_at=detail.requested_at,
+            size_bytes=detail.size_bytes,
+            write_s=detail.write_s,
+            restore_s=detail.restore_s,
             team=team,
         )
     count_agent_event("Checkpoints", record is not None)

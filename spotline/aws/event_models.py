@@ -62,6 +62,11 @@ class CheckpointCompletedDetail(_Detail):
     # When the agent captured the state (epoch s), and the request it answers, if any.
     created_at: float | None = None
     requested_at: float | None = None
+    # What the agent measured (optional): the checkpoint's size, its write (capture to durable
+    # manifest) and the run's restore, in seconds. They size the job's grace period.
+    size_bytes: int | None = Field(default=None, ge=0)
+    write_s: float | None = Field(default=None, ge=0)
+    restore_s: float | None = Field(default=None, ge=0)
 
 
 class CheckpointCompletedEvent(_Event):

@@ -116,6 +116,9 @@ def record_checkpoint(
     progress: float | None = None,
     captured_at: float | None = None,
     requested_at: float | None = None,
+    size_bytes: int | None = None,
+    write_s: float | None = None,
+    restore_s: float | None = None,
     team: str | None = None,
 ) -> JobRecord | None:
     """A durable checkpoint: remember where to resume from, and release the preempt workflow
@@ -129,7 +132,8 @@ def record_checkpoint(
     `captured_at` is when the agent captured the state (its clock; never later than now): work
     after it is lost if the job stops. `requested_at` is the request the agent says it
     answered. A checkpoint satisfies the pending request if it answers it or was captured
-    after it.
+    after it. `size_bytes`, `write_s` and `restore_s` are what the agent measured; the last
+    ones reported are kept (spotline.domain.checkpoint_cost sizes the job's grace period).
     """
     run = _current_run(cp, job_id, run_id, "checkpoint")
     if run is None:
@@ -144,6 +148,13 @@ def record_checkpoint(
     }
     if progress is not None:
         fields["progress"] = progress
+    for name, value in (
+        ("checkpoint_bytes", size_bytes),
+        ("checkpoint_write_s", write_s),
+        ("checkpoint_restore_s", restore_s),
+    ):
+        if value is not None:
+            fields[name] = value
     try:
         record = cp.jobs.update_fields(
             job_id,

@@ -54,7 +54,8 @@ each cause is what the p99 is made of.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
@@ -62,8 +63,43 @@ from spotline.domain.models import PRIORITIES_HIGH_FIRST
 from spotline.sim.model import Phase
 
 if TYPE_CHECKING:
-    from spotline.sim.engine import PoolState, Simulation
     from spotline.sim.model import SimJob
+
+
+class PoolState(Protocol):
+    """What the accounts read of a pool as the engine runs it (`engine.PoolState`)."""
+
+    index: int
+    used: int
+    held_by_rank: list[int]
+    running: dict[int, SimJob]
+
+    @property
+    def free(self) -> int: ...
+
+    @property
+    def is_spot(self) -> bool: ...
+
+    def demand(self, job: SimJob) -> int: ...
+
+    def accepts(self, job: SimJob) -> bool: ...
+
+
+class Simulation(Protocol):
+    """What the accounts read of the simulation (`engine.Simulation`, which keeps them)."""
+
+    @property
+    def jobs(self) -> list[SimJob]: ...
+
+    @property
+    def now(self) -> float: ...
+
+    @property
+    def policy(self) -> object: ...
+
+    @property
+    def pools(self) -> Sequence[PoolState]: ...
+
 
 # Why a run ended early (`SimJob.exit_cause`; NONE: it has not).
 NONE = 0
@@ -223,7 +259,7 @@ class Accounts:
         self,
         job: SimJob,
         now: float,
-        pools: list[PoolState],
+        pools: Sequence[PoolState],
         leaving: list[int],
         below: list[list[int]],
         protected: list[list[int] | None],
