@@ -19,11 +19,12 @@ from botocore.stub import Stubber
 from spotline import resources
 from spotline.aws.batch import AwsBatchLauncher, EcsInstanceResolver
 from spotline.aws.clients import AwsClients
-from spotline.aws.emulation import LambdaTaskDispatcher, environment
 from spotline.aws.workflows import SqsPassTrigger, StepFunctionsStarter
 from spotline.control.errors import BatchThrottled, LaunchFailed
 from spotline.control.ports import BatchJobRequest
 from spotline.control.settings import Settings, SettingsError, SpotlineConfig
+from spotline.local.moto_lambda_route import LambdaTaskDispatcher
+from spotline.local.provision import environment
 
 from .conftest import CONFIG, REGION, Deployment
 
