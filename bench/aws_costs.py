@@ -249,11 +249,11 @@ def metered(app: Any, meter: Meter) -> Any:
 
 def install_meter(meter: Meter) -> None:
     """Count every emulated request and every handler invocation of this process."""
-    from spotline.aws import emulation
+    from spotline.local import lambdas, moto_server
 
-    serialized = emulation._serialized
-    emulation._serialized = lambda app: serialized(metered(app, meter))  # type: ignore[assignment]
-    import_handler = emulation.import_handler
+    serialized = moto_server.serialized
+    moto_server.serialized = lambda app: serialized(metered(app, meter))
+    import_handler = lambdas.import_handler
 
     def counted_import(function: Any) -> Any:
         invoke = import_handler(function)
@@ -272,7 +272,7 @@ def install_meter(meter: Meter) -> None:
 
         return run
 
-    emulation.import_handler = counted_import  # type: ignore[assignment]
+    lambdas.import_handler = counted_import
 
     from botocore.client import BaseClient
 
@@ -564,7 +564,7 @@ def unit_costs(lifecycle: Meter, sizes: dict[str, float]) -> dict[str, float]:
 def invoke_scheduler_tick() -> None:
     """One scheduler invocation as the periodic rule makes it (a scheduled event)."""
     from spotline import resources as r
-    from spotline.aws import emulation
+    from spotline.local import lambdas
 
     scheduler = next(f for f in r.FUNCTIONS if f.name == "scheduler")
     event = {
@@ -574,7 +574,7 @@ def invoke_scheduler_tick() -> None:
         "source": "aws.events",
         "detail": {},
     }
-    emulation.import_handler(scheduler)(event, emulation.LambdaContextStub.for_function("spotline-scheduler"))
+    lambdas.import_handler(scheduler)(event, lambdas.LambdaContextStub.for_function("spotline-scheduler"))
 
 
 # An SQS event source mapping polls its queue with long polls (20 s) from at least 5 pollers, and

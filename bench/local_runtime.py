@@ -3,18 +3,15 @@ admissions per second from a backlog with free capacity.
 
     .venv/bin/python -m bench.local_runtime                       # 1,000 pending, 200 admitted
     .venv/bin/python -m bench.local_runtime --pending 10000 --admit 0
-    .venv/bin/python -m bench.local_runtime --moto-server         # moto's own threaded server
-    .venv/bin/python -m bench.local_runtime --sdk-over-http       # this process's SDK calls over HTTP
 
 Everything runs in this process (moto's server, the handlers, the fleet, the API), so the
 resident set size is the local runtime's memory. Submissions go through the HTTP API from
 `--clients` threads. Admissions: the scheduler is held while the backlog is submitted (its
 handler's invocation lock), then let go; the rate is the backlog over the time from the release
 until no job is PENDING (its class's queue index read every 0.2 s), and until the fleet has started
-every job.
-`--moto-server` serves moto with its own ThreadedMotoServer, unpatched, for the "before" figures
-(its SDK calls over HTTP); `--sdk-over-http` keeps the serialized server but sends this process's
-SDK calls over HTTP, as the local runtime did before `emulation.serve_in_process`.
+every job. moto serves every request, one at a time (`spotline.local.moto_server`), unpatched:
+its costs grow with the tables (a query reads every item of its table, a transaction copies the
+tables it names), which is what these figures show.
 """
 
 from __future__ import annotations
@@ -35,12 +32,9 @@ from typing import Any
 import httpx
 
 from spotline import resources
-from spotline.aws import emulation
 from spotline.aws.job_items import QUEUE_PK_PREFIX
-from spotline.local import emulator
+from spotline.local import lambdas
 from spotline.local.runtime import LocalConfig, LocalControlPlane, LocalPool
-
-SDK_OVER_HTTP = False  # --sdk-over-http / --moto-server
 
 
 def rss_mb() -> float:
@@ -74,30 +68,10 @@ def submit_all(
     return [job_id for _, job_id in results if job_id], Counter(status for status, _ in results), elapsed
 
 
-def use_moto_threaded_server() -> None:
-    """The "before": moto's ThreadedMotoServer, as the local runtime served it until now."""
-    from moto.server import ThreadedMotoServer
-
-    class Threaded:
-        def __init__(self, ip_address: str = "127.0.0.1", port: int = 0) -> None:
-            self._server = ThreadedMotoServer(ip_address=ip_address, port=port, verbose=False)
-
-        def start(self) -> None:
-            self._server.start()
-
-        def get_host_and_port(self) -> tuple[str, int]:
-            return self._server.get_host_and_port()
-
-        def stop(self) -> None:
-            self._server.stop()
-
-    emulator.emulation.SerializedMotoServer = Threaded  # type: ignore[misc,assignment]
-
-
 def pending(n: int, clients: int) -> dict[str, Any]:
     """`n` jobs pending on the default cluster (12 GPUs, 3 of these 4-GPU jobs running)."""
     state = Path(tempfile.mkdtemp(prefix="spotline-bench-"))
-    local = LocalControlPlane(LocalConfig(state_dir=state, sdk_over_http=SDK_OVER_HTTP))
+    local = LocalControlPlane(LocalConfig(state_dir=state))
     info = local.start()
     try:
         before = rss_mb()
@@ -129,11 +103,10 @@ def admissions(n: int, clients: int) -> dict[str, Any]:
         state_dir=Path(tempfile.mkdtemp(prefix="spotline-bench-")),
         pools=(LocalPool("bench", "a100", "on-demand", nodes=nodes, gpus_per_node=8),),
         team_nominal_gpus=n,
-        sdk_over_http=SDK_OVER_HTTP,
     )
     local = LocalControlPlane(config)
     info = local.start()
-    held = emulation._INVOCATION_LOCKS.setdefault("scheduler", threading.RLock())
+    held = lambdas.invocation_lock("scheduler")
     try:
         body = {"priority": "normal", "gpus": 1, "image": "x", "command": ["sleep", "600"]}
         with held:
@@ -199,23 +172,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pending", type=_count, default=1000, help="jobs submitted and left pending")
     parser.add_argument("--admit", type=_count, default=200, help="backlog admitted with free capacity")
     parser.add_argument("--clients", type=_count, default=16, help="concurrent API clients")
-    parser.add_argument("--moto-server", action="store_true", help="moto's own threaded server (before)")
-    parser.add_argument(
-        "--sdk-over-http", action="store_true", help="this process's SDK calls over HTTP (before)"
-    )
     parser.add_argument("--json", type=Path, help="also write the figures here")
     args = parser.parse_args(argv)
     if args.clients < 1:
         parser.error("argument --clients: at least 1 client submits")
     os.environ.setdefault("POWERTOOLS_LOG_LEVEL", "ERROR")
-    global SDK_OVER_HTTP
-    SDK_OVER_HTTP = args.sdk_over_http or args.moto_server
-    if args.moto_server:
-        use_moto_threaded_server()
-    figures: dict[str, Any] = {
-        "server": "moto ThreadedMotoServer" if args.moto_server else "SerializedMotoServer",
-        "sdk_calls": "over HTTP" if SDK_OVER_HTTP else "in-process (other processes over HTTP)",
-    }
+    figures: dict[str, Any] = {"server": "moto, one request at a time, over HTTP"}
     if args.pending:
         figures["pending"] = pending(args.pending, args.clients)
         print(json.dumps({"pending": figures["pending"]}), flush=True)

@@ -12,9 +12,10 @@ Two measures, each on fresh tables:
    the admissions per second of pass time, once with the pass window scaled by the free GPUs
    (`pass_window`) and once with a fixed window of 256 per class (before).
 
-The AWS calls are counted by hooking botocore (`BaseClient._make_request`). moto runs with the
-local runtime's patches (`spotline.aws.emulation`: item-level transactions, keyed queries), and
-its speed is not DynamoDB's: the times say how the pass scales here, not what it takes on AWS.
+The AWS calls are counted by hooking botocore (`BaseClient._make_request`). moto runs as it is
+(in-process, unpatched), and its speed is not DynamoDB's: a query reads every item of its table
+and a transaction copies the tables it names, so the times say how the pass scales on moto, not
+what it takes on AWS; the items read and the writes are what to compare.
 
     .venv/bin/python -m bench.pass_scale [--pending 100,1000,10000] [--backlog 1000]
 """
@@ -125,23 +126,10 @@ def control_plane(settings_config: dict[str, Any], now: float) -> Iterator[Any]:
     from moto import mock_aws
 
     from spotline.aws.clients import AwsClients
-    from spotline.aws.emulation import (
-        create_state_machines,
-        create_tables,
-        environment,
-        install_fast_attribute_values,
-        install_item_transactions,
-        install_keyed_queries,
-    )
     from spotline.aws.plane import build_control_plane
     from spotline.control.settings import Settings
+    from spotline.local.provision import create_state_machines, create_tables, environment
 
-    # As the local runtime runs moto: a transaction copies the items it touches, not its tables,
-    # a query reads its key's items, not the table (moto 5.2.5 does both per call), and item
-    # attributes are written to JSON directly, not through moto's generic shape walker.
-    install_item_transactions()
-    install_keyed_queries()
-    install_fast_attribute_values()
     with mock_aws(config={"stepfunctions": {"execute_state_machine": False}}):  # type: ignore[arg-type]
         clients = AwsClients(region=REGION)
         tables = create_tables(clients.client("dynamodb"), prefix="bench")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 from typing import Annotated, Any
 
 from aws_lambda_powertools.event_handler import APIGatewayRestResolver, Response, content_types
@@ -69,6 +70,8 @@ class ErrorBody(View):
 
 _ERROR_DESCRIPTIONS = {
     400: "The body is not JSON",
+    405: "The path has no such method: `Allow` lists those it has",
+    415: "The body is not `application/json`",
     402: "The team's hard budget for the month is spent",
     403: "The caller's identity belongs to no team (or its team has no quota here)",
     404: "No such job in the caller's team",
@@ -89,7 +92,7 @@ def _responses(ok: int, model: type[BaseModel] | None, *errors: int, **more_ok: 
     found: dict[int, Any] = {ok: {"description": "Created" if ok == 201 else "OK", "content": json_model}}
     for code, description in more_ok.items():
         found[int(code.lstrip("_"))] = {"description": description, "content": json_model}
-    for code in (*errors, 403, 422, 500, 503):
+    for code in (*errors, 403, 405, 415, 422, 500, 503):
         found[code] = {
             "description": _ERROR_DESCRIPTIONS[code],
             "content": {content_types.APPLICATION_JSON: {"model": ErrorBody}},
@@ -314,34 +317,93 @@ def _invalid_request(error: RequestValidationError) -> Response[Any]:
     return _error_response(status, message or "invalid request", errors)
 
 
-def _unparsable_body(event: dict[str, Any]) -> dict[str, Any] | None:
-    """A 400 for a body the resolver's JSON parsing would crash on rather than refuse: bytes that
-    are not UTF-8, an integer of more than 4300 digits, nesting deeper than the parser's stack.
-    (A body that is merely not JSON the resolver refuses itself, see `_invalid_request`.)"""
+def _refusal(status: int, message: str, loc: str, kind: str, **headers: str) -> dict[str, Any]:
+    """An API Gateway proxy response in the documented error shape (ErrorBody)."""
+    detail = [{"loc": [loc], "msg": message, "type": kind}]
+    return {
+        "statusCode": status,
+        "headers": {"Content-Type": content_types.APPLICATION_JSON, **headers},
+        "body": json.dumps({"statusCode": status, "message": message, "detail": detail}),
+        "isBase64Encoded": False,
+    }
+
+
+# The OpenAPI document's path templates as patterns, and each one's methods (built on first use).
+_ROUTE_METHODS: list[tuple[re.Pattern[str], frozenset[str]]] = []
+_METHODS = ("get", "put", "post", "delete", "options", "head", "patch", "trace")
+
+
+def _route_methods() -> list[tuple[re.Pattern[str], frozenset[str]]]:
+    if not _ROUTE_METHODS:
+        document = app.get_openapi_schema(title=API_TITLE, version=API_VERSION)
+        for template, item in (document.paths or {}).items():
+            pattern = re.sub(r"\\\{[^}]+\\\}", "[^/]+", re.escape(template))
+            methods = frozenset(m.upper() for m in _METHODS if getattr(item, m, None) is not None)
+            _ROUTE_METHODS.append((re.compile(f"^{pattern}/?$"), methods))
+    return _ROUTE_METHODS
+
+
+def _refused_request(event: dict[str, Any]) -> dict[str, Any] | None:
+    """What the resolver would get wrong, refused before it runs, each in the documented error
+    shape:
+
+    - 405 (with `Allow`) for a method a known path does not have (PUT /jobs, QUERY, TRACE...),
+      where the resolver would answer 404;
+    - 415 for a body that is not `application/json` (a form, multipart), which the resolver
+      would try to read as JSON or crash on;
+    - 422 for a JSON body that is not an object (an array, a number, a string): the resolver
+      would validate the array's first element and drop the rest, silently;
+    - 400 for a body its JSON parsing would crash on rather than refuse: bytes that are not
+      UTF-8, an integer of more than 4300 digits, nesting deeper than the parser's stack.
+      (A body that is merely not JSON the resolver refuses itself, see `_invalid_request`.)"""
+    method = str(event.get("httpMethod") or "").upper()
+    path = str(event.get("path") or "")
+    allowed = next((methods for pattern, methods in _route_methods() if pattern.match(path)), None)
+    if allowed is not None and method not in allowed:
+        listed = ", ".join(sorted(allowed))
+        return _refusal(
+            405,
+            f"method {method} not allowed on {path}; allowed: {listed}",
+            "method",
+            "method_not_allowed",
+            Allow=listed,
+        )
     body = event.get("body")
     if not body or not isinstance(body, str):
         return None
+    headers = {str(k).lower(): str(v) for k, v in (event.get("headers") or {}).items()}
+    media_type = headers.get("content-type", "").split(";", 1)[0].strip().lower()
+    if media_type and media_type != content_types.APPLICATION_JSON and not media_type.endswith("+json"):
+        return _refusal(
+            415,
+            f"Content-Type {media_type!r}: the body must be application/json",
+            "header",
+            "unsupported_media_type",
+        )
     try:
         text = base64.b64decode(body, validate=True).decode() if event.get("isBase64Encoded") else body
-        json.loads(text)
+        value = json.loads(text)
     except json.JSONDecodeError:
         return None  # the resolver answers 400 naming the position
     except (ValueError, RecursionError) as error:  # UnicodeDecodeError and binascii.Error included
-        message = f"body: not a JSON document this API can read ({type(error).__name__})"
-        detail = [{"loc": ["body"], "msg": message, "type": "json_invalid"}]
-        return {
-            "statusCode": 400,
-            "headers": {"Content-Type": content_types.APPLICATION_JSON},
-            "body": json.dumps({"statusCode": 400, "message": message, "detail": detail}),
-            "isBase64Encoded": False,
-        }
+        return _refusal(
+            400,
+            f"body: not a JSON document this API can read ({type(error).__name__})",
+            "body",
+            "json_invalid",
+        )
+    if not isinstance(value, dict):
+        kind = "array" if isinstance(value, list) else type(value).__name__
+        return _refusal(
+            422, f"body: expected a JSON object, got a JSON {kind}", "body", "model_attributes_type"
+        )
     return None
 
 
 @logger.inject_lambda_context(correlation_id_path=correlation_paths.API_GATEWAY_REST, clear_state=True)
 @tracer.capture_lambda_handler
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
-    return _unparsable_body(event) or app.resolve(event, context)
+    return _refused_request(event) or app.resolve(event, context)
 
 
 loaded()

@@ -24,8 +24,10 @@ from spotline.control.events import BatchJobChange, handle_batch_job_change
 def _handle(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     detail = parse(event=event, model=BatchJobStateChangeEvent).detail
     started = detail.startedAt or (detail.attempts[-1].startedAt if detail.attempts else None)
+    batch_job_id, node_index = detail.node()
     change = BatchJobChange(
-        batch_job_id=detail.jobId,
+        batch_job_id=batch_job_id,
+        node_index=node_index,
         job_name=detail.jobName,
         status=detail.status,
         status_reason=detail.reasons(),

@@ -10,6 +10,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from functions.runtime import (
     control_plane,
     count_agent_event,
+    count_agent_event_without_run,
     event_bridge_handler,
     idempotent_on_event_id,
     loaded,
@@ -26,6 +27,8 @@ def _handle(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     detail = parsed.detail
     logger.append_keys(job_id=detail.job_id)
     # The source names the sending team (its job role may put no other): only that team's jobs.
+    if detail.run_id is None:
+        count_agent_event_without_run()
     team = team_of_agent_source(parsed.source)
     if team is None:
         logger.warning("checkpoint dropped: source names no team", extra={"source": parsed.source})
@@ -40,6 +43,9 @@ def _handle(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
             progress=detail.progress,
             captured_at=detail.created_at,
             requested_at=detail.requested_at,
+            size_bytes=detail.size_bytes,
+            write_s=detail.write_s,
+            restore_s=detail.restore_s,
             team=team,
         )
     count_agent_event("Checkpoints", record is not None)

@@ -14,7 +14,15 @@ from aws_lambda_powertools.logging import correlation_paths
 from aws_lambda_powertools.utilities.parser import parse
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from functions.runtime import control_plane, count_agent_event, loaded, logger, metrics, tracer
+from functions.runtime import (
+    control_plane,
+    count_agent_event,
+    count_agent_event_without_run,
+    loaded,
+    logger,
+    metrics,
+    tracer,
+)
 from spotline.aws.event_models import HeartbeatEvent
 from spotline.control.events import record_heartbeat
 from spotline.resources import team_of_agent_source
@@ -28,6 +36,8 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     detail = parsed.detail
     logger.append_keys(job_id=detail.job_id)
     # The source names the sending team (its job role may put no other): only that team's jobs.
+    if detail.run_id is None:
+        count_agent_event_without_run()
     team = team_of_agent_source(parsed.source)
     if team is None:
         logger.warning("heartbeat dropped: source names no team", extra={"source": parsed.source})

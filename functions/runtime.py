@@ -166,3 +166,9 @@ def count_agent_event(kind: str, recorded: bool) -> None:
     metrics.add_metric(name=f"{kind}Recorded", unit=MetricUnit.Count, value=1 if recorded else 0)
     if not recorded:
         metrics.add_metric(name="AgentEventsDropped", unit=MetricUnit.Count, value=1)
+
+
+def count_agent_event_without_run() -> None:
+    """An agent event that names no run (its agent has no SPOTLINE_RUN_ID): counted on its own,
+    `AgentEventsWithoutRun`, besides AgentEventsDropped, so a misconfigured image shows."""
+    metrics.add_metric(name="AgentEventsWithoutRun", unit=MetricUnit.Count, value=1)

@@ -8,7 +8,9 @@ Spotline, from its checkpoint, in priority order).
 
 from __future__ import annotations
 
-from aws_cdk import Aws, RemovalPolicy, Size, Stack
+import re
+
+from aws_cdk import Aws, Duration, RemovalPolicy, Size, Stack, Token
 from aws_cdk import aws_batch as batch
 from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_ec2 as ec2
@@ -21,23 +23,47 @@ from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
 from spotline import resources as r
+from spotline.control.sizing import efa_interfaces
 from stacks.config import DeploymentConfig
 from stacks.nag import acknowledge, finding_resource
 from stacks.network import Network
 from stacks.observability import EncryptedLogs
 
+# How long an infrastructure update waits for running jobs (Batch's maximum, 360 minutes).
+JOB_EXECUTION_UPDATE_TIMEOUT = Duration.minutes(360)
 # Root volume of a GPU instance: container images for training are large.
 ROOT_VOLUME_GIB = 200
 # The tag of the stack's training repository that the job definition runs by default.
 TRAINING_IMAGE_TAG = "latest"
 # What a training container may publish on the project bus.
 AGENT_DETAIL_TYPES = (r.DETAIL_CHECKPOINT_COMPLETED, r.DETAIL_JOB_HEARTBEAT)
-# The EFA's device (the launch template attaches one EFA: uverbs0), and what the container's
-# libfabric and NCCL need to use it in EFA pools: the EFA provider (not TCP sockets), and
-# fork-safety for PyTorch's data loader workers. The image must carry libfabric with the EFA
-# provider and the aws-ofi-nccl plugin (README, "EFA").
-EFA_DEVICE = "/dev/infiniband/uverbs0"
+# The EFAs' devices (the launch template attaches every EFA interface the instance type has:
+# uverbs0 .. uverbs<n-1>), and what the container's libfabric and NCCL need to use them in EFA
+# pools: the EFA provider (not TCP sockets), and fork-safety for PyTorch's data loader workers.
+# The image must carry libfabric with the EFA provider and the aws-ofi-nccl plugin (README, "EFA");
+# without them NCCL runs over TCP sockets.
+EFA_DEVICE_PATTERN = "/dev/infiniband/uverbs{}"
 EFA_ENVIRONMENT = {"FI_PROVIDER": "efa", "FI_EFA_FORK_SAFE": "1"}
+# Instance metadata (IMDS) is closed to training containers (docs/security.md, "Host
+# isolation"): with its instance role a container could impersonate the ECS agent and take the
+# job-role credentials of every other container on the instance (AWS's ECS guidance, the 2025
+# "ECScape" research). Batch runs single-node jobs in host network mode, where the hop limit does
+# not apply, so an iptables rule drops IMDS traffic from every process in ECS's task cgroups
+# (ecstasks.slice, cgroup v2 on the AL2023 ECS AMI); the ECS agent and the OS keep IMDS. Gang
+# jobs run in awsvpc mode, which ECS_AWSVPC_BLOCK_IMDS closes; the hop limit of 1 closes bridge
+# mode. The agent learns of a Spot notice from the control plane instead (the EventBridge
+# warning asks the job for a checkpoint through its signal item), and its instance id from
+# Batch's events; the job's environment turns the SDK's IMDS lookups off.
+IMDS_HOP_LIMIT = 1
+IMDS_BLOCK_COMMANDS = (
+    "echo ECS_AWSVPC_BLOCK_IMDS=true >> /etc/ecs/ecs.config",
+    "iptables --insert OUTPUT 1 --destination 169.254.169.254/32 --match cgroup --path ecstasks.slice"
+    " --jump DROP",
+    "ip6tables --insert OUTPUT 1 --destination fd00:ec2::254/128 --match cgroup --path ecstasks.slice"
+    " --jump DROP",
+    "iptables --insert FORWARD 1 --in-interface docker+ --destination 169.254.169.254/32 --jump DROP",
+)
+CONTAINER_IMDS_ENVIRONMENT = {"AWS_EC2_METADATA_DISABLED": "true"}
 # A team's checkpoint key (checkpoint_kms_per_team): what the team's role does with it through
 # S3, and what the account may do (administration, no use).
 KEY_USE_ACTIONS = ("kms:Decrypt", "kms:GenerateDataKey")
@@ -58,6 +84,25 @@ KEY_ADMIN_ACTIONS = (
     "kms:CancelKeyDeletion",
 )
 
+_ECR_IMAGE = re.compile(
+    r"^(?P<account>[0-9]{12})\.dkr\.ecr\.(?P<region>[a-z0-9-]+)\.amazonaws\.com(?:\.cn)?/(?P<repo>[^:@]+)"
+)
+
+
+def team_repository_pattern(team: str) -> str:
+    """The ECR repositories of a team (names under `<team>/`): the only ones, besides the shared
+    training image's, that its execution role pulls from."""
+    return f"{team}/*"
+
+
+def ecr_repository_arn(image: str) -> str | None:
+    """The ARN of the ECR repository an image URI names (None: not an ECR image)."""
+    matched = _ECR_IMAGE.match(image)
+    if matched is None:
+        return None
+    partition = "aws-cn" if ".amazonaws.com.cn/" in image else "aws"
+    return f"arn:{partition}:ecr:{matched['region']}:{matched['account']}:repository/{matched['repo']}"
+
 
 class TrainingCompute(Construct):
     def __init__(
@@ -77,20 +122,34 @@ class TrainingCompute(Construct):
         # an instance that is about to be reclaimed (Batch needs MIME multi-part user data).
         user_data = ec2.MultipartUserData()
         ecs_config = ec2.UserData.for_linux()
-        ecs_config.add_commands("echo ECS_ENABLE_SPOT_INSTANCE_DRAINING=true >> /etc/ecs/ecs.config")
+        ecs_config.add_commands(
+            "echo ECS_ENABLE_SPOT_INSTANCE_DRAINING=true >> /etc/ecs/ecs.config", *IMDS_BLOCK_COMMANDS
+        )
         user_data.add_user_data_part(ecs_config, ec2.MultipartBody.SHELL_SCRIPT, True)
         self.launch_template = self._launch_template("LaunchTemplate", user_data)
         self.efa_launch_template: ec2.LaunchTemplate | None = None
         self.placement_groups: dict[str, ec2.PlacementGroup] = {}
         self.compute_environments: dict[str, batch.ManagedEc2EcsComputeEnvironment] = {}
         self.job_queues: dict[str, batch.JobQueue] = {}
+        self.pool_zones: dict[str, str] = {}
         for pool in config.pools:
+            gang_pool = pool.placement_group
+            subnets = network.subnets
+            if gang_pool:
+                # A cluster placement group lives in one AZ: the pool's instances launch in that
+                # AZ's subnet only (a CE spanning two AZs leaves gangs RUNNABLE for ever).
+                zone = self._gang_zone(pool.name, pool.availability_zone, network)
+                subnets = ec2.SubnetSelection(
+                    subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS, availability_zones=[zone]
+                )
             environment = batch.ManagedEc2EcsComputeEnvironment(
                 self,
                 f"{pool.name}-compute",
                 vpc=network.vpc,
-                vpc_subnets=network.subnets,
-                security_groups=[network.training_security_group],
+                vpc_subnets=subnets,
+                security_groups=[
+                    network.gang_security_group if gang_pool else network.training_security_group
+                ],
                 instance_types=[ec2.InstanceType(t) for t in pool.instance_types],
                 use_optimal_instance_classes=False,
                 images=[batch.EcsMachineImage(image_type=batch.EcsMachineImageType.ECS_AL2023_NVIDIA)],
@@ -103,16 +162,29 @@ class TrainingCompute(Construct):
                 minv_cpus=0,
                 maxv_cpus=pool.max_vcpus,
                 launch_template=(
-                    self._efa_launch_template(user_data, network) if pool.efa else self.launch_template
+                    self._efa_launch_template(user_data, network, efa_interfaces(pool.instance_types))
+                    if pool.efa
+                    else self.launch_template
                 ),
                 placement_group=self._placement_group(pool.name) if pool.placement_group else None,
                 update_to_latest_image_version=True,
+                # A deploy that changes the instances leaves running jobs alone for as long as
+                # Batch allows (6 hours), instead of terminating them after 30 minutes; a job
+                # still running then is stopped and requeued from its checkpoint (host lost).
+                terminate_on_update=False,
+                update_timeout=JOB_EXECUTION_UPDATE_TIMEOUT,
+            )
+            cfn_environment = environment.node.default_child
+            assert isinstance(cfn_environment, batch.CfnComputeEnvironment)
+            # The launch template's version as deployed, not $Default: a user-data change makes a
+            # new version, which updates the compute environment, so new instances get it.
+            template = self._efa_launch_template(user_data, network, 0) if pool.efa else self.launch_template
+            cfn_environment.add_property_override(
+                "ComputeResources.LaunchTemplate.Version", template.latest_version_number
             )
             if pool.efa:
                 # The launch template's EFA interface carries the security group; EC2 refuses
                 # security groups given both there and for the instance.
-                cfn_environment = environment.node.default_child
-                assert isinstance(cfn_environment, batch.CfnComputeEnvironment)
                 cfn_environment.add_property_deletion_override("ComputeResources.SecurityGroupIds")
             self.compute_environments[pool.name] = environment
             self.job_queues[pool.name] = batch.JobQueue(
@@ -143,8 +215,12 @@ class TrainingCompute(Construct):
         self.team_keys: dict[str, kms.Key] = {}
         self.job_definitions: dict[str, batch.EcsJobDefinition] = {}
         self.efa_job_definitions: dict[str, batch.EcsJobDefinition] = {}
-        execution_role: iam.IRole | None = None
+        # One execution role per team (image pull and log delivery, used by the ECS agent): a
+        # team pulls only its own repositories and the shared training image.
+        self.execution_roles: dict[str, iam.Role] = {}
         image = self._training_image(config)
+        efa_counts = {efa_interfaces(pool.instance_types) for pool in config.pools if pool.efa}
+        self.efa_interfaces = max(efa_counts, default=0)
         for team in config.team_names:
             role = self._team_role(team, checkpoints=checkpoints, jobs_table=jobs_table, bus=bus)
             key = self._team_key(team, role, checkpoints) if config.checkpoint_kms_per_team else None
@@ -156,14 +232,16 @@ class TrainingCompute(Construct):
                 r.AGENT_ENV_POLL_S: f"{config.agent_poll_s:g}",
                 r.AGENT_ENV_TEAM: team,
                 "AWS_DEFAULT_REGION": Aws.REGION,
+                **CONTAINER_IMDS_ENVIRONMENT,
             }
             if key is not None:
                 environment[r.AGENT_ENV_CHECKPOINT_KMS_KEY] = key.key_arn
             self.team_roles[team] = role
+            execution_role = self._execution_role(team, config)
+            self.execution_roles[team] = execution_role
             self.job_definitions[team] = self._job_definition(
                 team, config, image=image, role=role, execution_role=execution_role, environment=environment
             )
-            execution_role = execution_role or self.job_definitions[team].container.execution_role
             if any(pool.efa for pool in config.pools):
                 # EFA pools only: a container mapping a device its host lacks does not start.
                 self.efa_job_definitions[team] = self._job_definition(
@@ -175,13 +253,11 @@ class TrainingCompute(Construct):
                     environment={**environment, **EFA_ENVIRONMENT},
                     efa=True,
                 )
-        self.execution_role = execution_role
-        if execution_role is not None:
-            self._allow_image_pulls(execution_role)
         # The roles a job definition derived from these carries (the launcher passes them).
-        self.job_definition_roles: list[iam.IRole] = list(self.team_roles.values())
-        if execution_role is not None:
-            self.job_definition_roles.append(execution_role)
+        self.job_definition_roles: list[iam.IRole] = [
+            *self.team_roles.values(),
+            *self.execution_roles.values(),
+        ]
 
     def _job_definition(
         self,
@@ -190,15 +266,15 @@ class TrainingCompute(Construct):
         *,
         image: ecs.ContainerImage,
         role: iam.IRole,
-        execution_role: iam.IRole | None,
+        execution_role: iam.IRole,
         environment: dict[str, str],
         efa: bool = False,
     ) -> batch.EcsJobDefinition:
         """The team's training job definition (`<stage>-training-<team>`), or with `efa` its EFA
-        variant (`...-efa`), which maps the EFA's device into the container: libfabric (and NCCL's
-        aws-ofi-nccl plugin over it) reaches the adapter only through /dev/infiniband/uverbs0
-        (docs.aws.amazon.com/batch/latest/userguide/efa.html). The launch template attaches one
-        EFA, hence one device."""
+        variant (`...-efa`), which maps the EFAs' devices into the container: libfabric (and NCCL's
+        aws-ofi-nccl plugin over it) reaches an adapter only through its /dev/infiniband/uverbs<i>
+        (docs.aws.amazon.com/batch/latest/userguide/efa.html). The launch template attaches every
+        EFA interface of the pools' instance type, hence one device each."""
         suffix = "-efa" if efa else ""
         linux_parameters = batch.LinuxParameters(
             self,
@@ -209,14 +285,17 @@ class TrainingCompute(Construct):
         )
         if efa:
             linux_parameters.add_devices(
-                batch.Device(
-                    host_path=EFA_DEVICE,
-                    container_path=EFA_DEVICE,
-                    permissions=[
-                        batch.DevicePermission.READ,
-                        batch.DevicePermission.WRITE,
-                        batch.DevicePermission.MKNOD,
-                    ],
+                *(
+                    batch.Device(
+                        host_path=EFA_DEVICE_PATTERN.format(index),
+                        container_path=EFA_DEVICE_PATTERN.format(index),
+                        permissions=[
+                            batch.DevicePermission.READ,
+                            batch.DevicePermission.WRITE,
+                            batch.DevicePermission.MKNOD,
+                        ],
+                    )
+                    for index in range(self.efa_interfaces)
                 )
             )
         container = batch.EcsEc2ContainerDefinition(
@@ -229,7 +308,7 @@ class TrainingCompute(Construct):
             # overrides at SubmitJob; these are the smallest GPU job's defaults.
             gpu=1,
             job_role=role,
-            # One execution role (image pull, log delivery: the ECS agent's, not the job's).
+            # The team's execution role (image pull, log delivery: the ECS agent's, not the job's).
             execution_role=execution_role,
             environment=environment,
             logging=ecs.LogDriver.aws_logs(stream_prefix="training", log_group=self.log_group),
@@ -354,15 +433,15 @@ class TrainingCompute(Construct):
         return key
 
     def _launch_template(self, construct_id: str, user_data: ec2.UserData) -> ec2.LaunchTemplate:
-        # IMDSv2 only, with a hop limit of 2 so that the agent inside a (bridge-networked) container
-        # can still read the Spot instance-action notice and its instance id.
+        # IMDSv2 only, with a hop limit of 1: a token cannot leave the host's own network stack
+        # (containers are also cut off by the user data's rules: IMDS_BLOCK_COMMANDS).
         return ec2.LaunchTemplate(
             self,
             construct_id,
             user_data=user_data,
             http_endpoint=True,
             http_tokens=ec2.LaunchTemplateHttpTokens.REQUIRED,
-            http_put_response_hop_limit=2,
+            http_put_response_hop_limit=IMDS_HOP_LIMIT,
             block_devices=[
                 ec2.BlockDevice(
                     device_name="/dev/xvda",
@@ -373,8 +452,13 @@ class TrainingCompute(Construct):
             ],
         )
 
-    def _efa_launch_template(self, user_data: ec2.UserData, network: Network) -> ec2.LaunchTemplate:
-        """The launch template of EFA pools: the same, with an EFA as the primary interface."""
+    def _efa_launch_template(
+        self, user_data: ec2.UserData, network: Network, interfaces: int
+    ) -> ec2.LaunchTemplate:
+        """The launch template of EFA pools: the same, with one EFA interface on each network card
+        of the instance type (4 on a p4d, 32 on a p5; AWS's layout: the first the primary
+        interface, device index 0, the others device index 1 on their own card). One EFA would
+        leave the other cards' bandwidth unused."""
         if self.efa_launch_template is None:
             template = self._launch_template("EfaLaunchTemplate", user_data)
             cfn = template.node.default_child
@@ -383,16 +467,29 @@ class TrainingCompute(Construct):
                 "LaunchTemplateData.NetworkInterfaces",
                 [
                     {
-                        "DeviceIndex": 0,
-                        "NetworkCardIndex": 0,
+                        "DeviceIndex": 0 if card == 0 else 1,
+                        "NetworkCardIndex": card,
                         "InterfaceType": "efa",
-                        "Groups": [network.training_security_group.security_group_id],
+                        "Groups": [network.gang_security_group.security_group_id],
                         "DeleteOnTermination": True,
                     }
+                    for card in range(interfaces)
                 ],
             )
             self.efa_launch_template = template
         return self.efa_launch_template
+
+    def _gang_zone(self, pool_name: str, zone: str | None, network: Network) -> str:
+        """The one AZ of a pool with a placement group: its own, else the VPC's first."""
+        zones = network.vpc.availability_zones
+        if zone is None:
+            zone = zones[0]
+        elif not any(Token.is_unresolved(z) for z in zones) and zone not in zones:
+            raise ValueError(
+                f"pool '{pool_name}': availability_zone {zone!r} is not one of the VPC's {zones}"
+            )
+        self.pool_zones[pool_name] = zone
+        return zone
 
     def _placement_group(self, pool_name: str) -> ec2.PlacementGroup:
         # A gang job's nodes close together (one AZ, low latency); On-Demand pools only.
@@ -402,31 +499,43 @@ class TrainingCompute(Construct):
         self.placement_groups[pool_name] = group
         return group
 
-    def _allow_image_pulls(self, role: iam.IRole) -> None:
-        """With an execution role, ECS pulls the image with its credentials: without ECR read
-        access a private image (the normal case: every image carries the agent) fails with
-        CannotPullContainerError. Any repository of this account and region: each job names its
-        own image, unknown at deploy time."""
-        repositories = Stack.of(self).format_arn(service="ecr", resource="repository", resource_name="*")
-        role.add_to_principal_policy(
+    def _execution_role(self, team: str, config: DeploymentConfig) -> iam.Role:
+        """The team's execution role: with it ECS pulls the job's image and ships its logs. It
+        reads the team's own ECR repositories (`<team>/...`, `r.team_repository_pattern`) and the
+        shared training image's repository, nothing else: a job naming another team's private
+        image fails to pull (CannotPullContainerError, a clear final reason), never runs it."""
+        role = iam.Role(
+            self,
+            f"ExecutionRole-{team}",
+            assumed_by=iam.ServicePrincipal("ecs-tasks.amazonaws.com"),
+            description=f"Spotline training containers of team {team}: image pull and logs (the ECS agent's)",
+        )
+        repositories = [
+            Stack.of(self).format_arn(
+                service="ecr", resource="repository", resource_name=team_repository_pattern(team)
+            )
+        ]
+        if self.training_repository is not None:
+            repositories.append(self.training_repository.repository_arn)
+        elif (shared := ecr_repository_arn(config.training_image or "")) is not None:
+            repositories.append(shared)
+        role.add_to_policy(
             iam.PolicyStatement(
                 actions=[
                     "ecr:BatchGetImage",
                     "ecr:GetDownloadUrlForLayer",
                     "ecr:BatchCheckLayerAvailability",
                 ],
-                resources=[repositories],
+                resources=repositories,
             )
         )
         # GetAuthorizationToken has no resource: the token is for the registry as a whole.
-        role.add_to_principal_policy(
-            iam.PolicyStatement(actions=["ecr:GetAuthorizationToken"], resources=["*"])
-        )
+        role.add_to_policy(iam.PolicyStatement(actions=["ecr:GetAuthorizationToken"], resources=["*"]))
         acknowledge(
             role,
-            f"AwsSolutions-IAM5[Resource::{finding_resource(self, repositories)}]",
-            "Each job names its own training image (any private repository of this account and "
-            "region); the role may only read images, which ECS pulls with it at task start.",
+            f"AwsSolutions-IAM5[Resource::{finding_resource(self, repositories[0])}]",
+            f"Team {team}'s own image repositories (names under {team_repository_pattern(team)}), "
+            "unknown at deploy time; the role may only read images, which ECS pulls with it at task start.",
         )
         acknowledge(
             role,
@@ -434,6 +543,7 @@ class TrainingCompute(Construct):
             "ecr:GetAuthorizationToken supports no resource-level permission; ECS needs it to pull "
             "a private image.",
         )
+        return role
 
     def _training_image(self, config: DeploymentConfig) -> ecs.ContainerImage:
         """The configured image, else `latest` in the stack's own repository (created here and
@@ -442,10 +552,15 @@ class TrainingCompute(Construct):
             self.training_repository: ecr.IRepository | None = None
             self.training_image_uri = config.training_image
             return ecs.ContainerImage.from_registry(config.training_image)
+        name = f"spotline-{config.stage}-train"
+        if config.adopt_training_repository:
+            self.training_repository = ecr.Repository.from_repository_name(self, "TrainingImages", name)
+            self.training_image_uri = f"{self.training_repository.repository_uri}:{TRAINING_IMAGE_TAG}"
+            return ecs.ContainerImage.from_ecr_repository(self.training_repository, tag=TRAINING_IMAGE_TAG)
         self.training_repository = ecr.Repository(
             self,
             "TrainingImages",
-            repository_name=f"spotline-{config.stage}-train",
+            repository_name=name,
             image_scan_on_push=True,
             removal_policy=RemovalPolicy.RETAIN,
         )

@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from spotline.control.sizing import INSTANCE_SHAPES, supports_efa
+from spotline.control.sizing import INSTANCE_SHAPES, efa_interfaces, supports_efa
 from spotline.resources import TEAM_NAME_PATTERN
 
 # vCPUs and GPUs of one instance, for the GPU instance types a pool is likely to use (from the
@@ -38,6 +38,7 @@ _POOL_KEYS = {
     "interruption_rate_per_hour",
     "placement_group",
     "efa",
+    "availability_zone",
 }
 CONTEXT_KEYS = frozenset(
     {
@@ -68,6 +69,7 @@ CONTEXT_KEYS = frozenset(
         "checkpoint_kms_per_team",
         "availability_zones",
         "alarm_topic_arn",
+        "adopt_training_repository",
     }
 )
 
@@ -95,6 +97,10 @@ class PoolConfig:
     placement_group: bool = False
     # Launch the instances with an Elastic Fabric Adapter (every instance type must support it).
     efa: bool = False
+    # The one AZ of a pool with a placement group (a cluster placement group lives in one AZ, so
+    # its compute environment gets that AZ's subnet only). None: the VPC's first AZ.
+    # `spotline doctor` checks that the pool's instance types are offered there.
+    availability_zone: str | None = None
 
     @property
     def is_spot(self) -> bool:
@@ -144,12 +150,18 @@ class DeploymentConfig:
     checkpoint_noncurrent_version_days: int = 7
     access_log_expiration_days: int = 90
     agent_poll_s: float = 5.0
-    scheduler_reserved_concurrency: int | None = 1
+    # None: no reserved concurrency (the FIFO queue's one message group already serializes the
+    # passes); an account must keep 100 unreserved, so a limit of 10 refuses any reservation.
+    scheduler_reserved_concurrency: int | None = None
     # X-Ray tracing of the Lambda functions (the state machines always trace: cdk-nag SF2).
     tracing: bool = False
     # One KMS key per team for its checkpoints (key policy: that team's job role and the control
     # plane only); off: the bucket's SSE-S3 encryption for every team.
     checkpoint_kms_per_team: bool = False
+    # The stack's training repository (`spotline-<stage>-train`) survives a `cdk destroy` (it
+    # holds the teams' images); a later deploy adopts it by name instead of creating it anew,
+    # which would fail ("already exists"). docs/upgrade-and-teardown.md.
+    adopt_training_repository: bool = False
 
     @property
     def team_names(self) -> tuple[str, ...]:
@@ -217,10 +229,20 @@ def parse_pool(raw: Mapping[str, Any], index: int) -> PoolConfig:
         raise ConfigError(
             f"{where}: 'efa' needs instance types that support EFA; {list(instance_types)} do not all"
         )
+    if efa and efa_interfaces(instance_types) == 0:
+        raise ConfigError(
+            f"{where}: 'efa' needs instance types with the same number of EFA interfaces (one launch "
+            f"template attaches all of them); {list(instance_types)} differ"
+        )
     if efa and not placement_group:
         raise ConfigError(
             f"{where}: 'efa' needs the pool's cluster placement group (AWS Batch wants every instance "
             "with an EFA in one): an On-Demand pool with 'placement_group' true"
+        )
+    zone = raw.get("availability_zone")
+    if zone is not None and not placement_group:
+        raise ConfigError(
+            f"{where}: 'availability_zone' pins a pool with a placement group to one AZ; this pool has none"
         )
     return PoolConfig(
         name=name,
@@ -236,6 +258,7 @@ def parse_pool(raw: Mapping[str, Any], index: int) -> PoolConfig:
         ),
         placement_group=placement_group,
         efa=efa,
+        availability_zone=str(zone) if zone else None,
     )
 
 
@@ -262,6 +285,12 @@ def parse_context(context: Mapping[str, Any]) -> DeploymentConfig:
         raise ConfigError("context 'pools': at least one GPU pool is required")
     pools = tuple(parse_pool(p, i) for i, p in enumerate(pools_raw))
     names = [p.name for p in pools]
+    efa_counts = {p.name: efa_interfaces(p.instance_types) for p in pools if p.efa}
+    if len(set(efa_counts.values())) > 1:
+        raise ConfigError(
+            f"context 'pools': the EFA pools' instance types take different numbers of EFA interfaces "
+            f"{efa_counts}; each team's one EFA job definition maps a fixed set of devices"
+        )
     if len(set(names)) != len(names):
         raise ConfigError(f"context 'pools': duplicate pool names in {names}")
     stage = str(raw.get("stage") or "dev")
@@ -321,6 +350,9 @@ def parse_context(context: Mapping[str, Any]) -> DeploymentConfig:
         scheduler_reserved_concurrency=int(reserved) if reserved else None,
         tracing=_bool(raw.get("tracing", defaults.tracing), "context 'tracing'"),
         checkpoint_kms_per_team=kms_per_team,
+        adopt_training_repository=_bool(
+            raw.get("adopt_training_repository", False), "context 'adopt_training_repository'"
+        ),
     )
 
 

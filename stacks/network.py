@@ -83,18 +83,30 @@ class Network(Construct):
             destination=ec2.FlowLogDestination.to_cloud_watch_logs(flow_log_group),
             traffic_type=ec2.FlowLogTrafficType.ALL,
         )
+        # Single-node jobs (every Spot pool's, and the small jobs of On-Demand pools) talk to no
+        # other instance: their group lets nothing in. Only the pools that run gangs (a cluster
+        # placement group) get the gang group, whose members reach each other on every port
+        # (torch.distributed rendezvous and NCCL pick ports at run time; EFA needs all traffic
+        # from the group itself). A gang's nodes can therefore reach other gangs in those pools,
+        # never a Spot instance; per-gang or per-team groups are not possible with Batch, which
+        # gives every instance of a compute environment the same groups (docs/security.md).
         self.training_security_group = ec2.SecurityGroup(
             self,
             "TrainingInstances",
             vpc=self.vpc,
-            description="Spotline GPU training instances: inbound from each other only, all outbound",
+            description="Spotline single-node training instances: nothing inbound, all outbound",
             allow_all_outbound=True,
         )
-        # The nodes of a gang job (a Batch multi-node parallel job) rendezvous and run NCCL
-        # between each other on any port (EFA also needs all traffic from the group itself).
-        self.training_security_group.add_ingress_rule(
-            self.training_security_group,
+        self.gang_security_group = ec2.SecurityGroup(
+            self,
+            "GangInstances",
+            vpc=self.vpc,
+            description="Spotline gang training instances: inbound from the gang pools instances only",
+            allow_all_outbound=True,
+        )
+        self.gang_security_group.add_ingress_rule(
+            self.gang_security_group,
             ec2.Port.all_traffic(),
-            "gang nodes: torch.distributed rendezvous, NCCL and EFA between the group's instances",
+            "gang nodes: torch.distributed rendezvous, NCCL and EFA between the gang pools' instances",
         )
         self.subnets = ec2.SubnetSelection(subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS)

@@ -5,9 +5,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from aws_cdk import Aws, Duration, RemovalPolicy, Stack
+from aws_cdk import Aws, CfnCondition, CfnParameter, Duration, Fn, RemovalPolicy, Stack
+from aws_cdk import aws_apigateway as apigw
 from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_cloudwatch_actions as cloudwatch_actions
+from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
 from aws_cdk import aws_lambda as lambda_
@@ -280,11 +282,69 @@ def reconciler_alarms() -> list[AlarmSpec]:
     ]
 
 
+def throttle_alarms(
+    functions: Mapping[str, lambda_.IFunction], tables: Mapping[str, dynamodb.ITableV2]
+) -> list[AlarmSpec]:
+    """Lambda throttles (any function) and DynamoDB throttles (any table)."""
+    five = Duration.minutes(5)
+    lambda_metrics = {f"f{i}": fn.metric_throttles(period=five) for i, fn in enumerate(functions.values())}
+    table_metrics = {
+        f"t{i}": cloudwatch.Metric(
+            namespace="AWS/DynamoDB",
+            metric_name="ThrottledRequests",
+            dimensions_map={"TableName": table.table_name},
+            statistic="Sum",
+            period=five,
+        )
+        for i, table in enumerate(tables.values())
+    }
+    return [
+        AlarmSpec(
+            "LambdaThrottles",
+            sum_of("throttled invocations of the stack's functions", five, lambda_metrics),
+            threshold=1,
+            description="Lambda throttled a Spotline function: the account's concurrency is spent "
+            "(`spotline doctor` reads the limit). Events wait and retry; the API answers 429.",
+        ),
+        AlarmSpec(
+            "DynamoDbThrottles",
+            sum_of("throttled requests on the stack's tables", five, table_metrics),
+            threshold=1,
+            description="DynamoDB throttled a request on a Spotline table (a hot partition: see "
+            "docs/reliability.md, 'Scale'). Writes are retried; passes slow down.",
+        ),
+    ]
+
+
+def api_alarm(api: apigw.RestApi) -> AlarmSpec:
+    five = Duration.minutes(5)
+    return AlarmSpec(
+        "Api5xx",
+        api.metric_server_error(period=five, statistic="Sum"),
+        threshold=1,
+        description="The API answered 5xx: read the api function's logs (request id in the answer).",
+    )
+
+
+def agent_events_alarm() -> AlarmSpec:
+    fifteen = Duration.minutes(15)
+    return AlarmSpec(
+        "AgentEventsDropped",
+        spotline_metric("AgentEventsWithoutRun", fifteen),
+        threshold=1,
+        description="An agent sent events naming no run (SPOTLINE_RUN_ID missing in its container): "
+        "its job's heartbeats and checkpoints are dropped, and the job will be stopped as lost. "
+        "Check the image's entrypoint keeps the environment.",
+    )
+
+
 class Alarms(Construct):
     """What pages someone: dead letters, old messages on each queue, failed workflow executions,
-    scheduling passes that error, jobs stuck past a deadline (the reconciler moved them on), and
-    the reconciler's ledger repairs. With `topic_arn` (context `alarm_topic_arn`) each alarm
-    notifies that SNS topic; without, the alarms show on the console and the dashboard only.
+    scheduling passes that error, jobs stuck past a deadline (the reconciler moved them on), the
+    reconciler's ledger repairs, API 5xx, Lambda and DynamoDB throttles, and agents sending events
+    without a run. Each alarm notifies an SNS topic: `topic_arn` (context `alarm_topic_arn`), else
+    a topic of the stack's own, to which the deploy-time parameter `AlarmEmail` (optional)
+    subscribes an address.
 
     The alarms are data (`AlarmSpec`, from the functions above, one per kind of thing watched);
     `_alarm` is the one place that turns a spec into a CloudWatch alarm."""
@@ -298,19 +358,55 @@ class Alarms(Construct):
         dead_letter_queues: Mapping[str, sqs.IQueue],
         state_machines: Mapping[str, stepfunctions.IStateMachine],
         scheduler_function: lambda_.IFunction,
+        functions: Mapping[str, lambda_.IFunction],
+        tables: Mapping[str, dynamodb.ITableV2],
+        api: apigw.RestApi,
         topic_arn: str | None = None,
     ) -> None:
         super().__init__(scope, construct_id)
-        self.topic = sns.Topic.from_topic_arn(self, "Topic", topic_arn) if topic_arn else None
+        self.topic = sns.Topic.from_topic_arn(self, "Topic", topic_arn) if topic_arn else self._own_topic()
         self.alarms: dict[str, cloudwatch.Alarm] = {}
         specs = [
             *queue_alarms(scheduler_queue, dead_letter_queues),
             *(workflow_alarm(name, machine) for name, machine in state_machines.items()),
             pass_errors_alarm(scheduler_function),
             *reconciler_alarms(),
+            *throttle_alarms(functions, tables),
+            api_alarm(api),
+            agent_events_alarm(),
         ]
         for spec in specs:
             self._alarm(spec)
+
+    def _own_topic(self) -> sns.ITopic:
+        """The stack's alarm topic, encrypted, TLS only; `AlarmEmail` (a deploy parameter, empty
+        by default) subscribes an address (it must confirm the subscription)."""
+        # A key of its own: CloudWatch cannot publish to a topic under the AWS-managed SNS key,
+        # whose policy it may not change.
+        key = kms.Key(self, "AlarmTopicKey", description="Spotline alarm topic", enable_key_rotation=True)
+        key.grant(iam.ServicePrincipal("cloudwatch.amazonaws.com"), "kms:Decrypt", "kms:GenerateDataKey*")
+        topic = sns.Topic(
+            self, "AlarmTopic", display_name="Spotline alarms", master_key=key, enforce_ssl=True
+        )
+        email = CfnParameter(
+            Stack.of(self),
+            "AlarmEmail",
+            type="String",
+            default="",
+            description="An address the alarms email (optional; it must confirm the subscription)",
+        )
+        has_email = CfnCondition(
+            self, "HasAlarmEmail", expression=Fn.condition_not(Fn.condition_equals(email.value_as_string, ""))
+        )
+        subscription = sns.CfnSubscription(
+            self,
+            "AlarmEmailSubscription",
+            topic_arn=topic.topic_arn,
+            protocol="email",
+            endpoint=email.value_as_string,
+        )
+        subscription.cfn_options.condition = has_email
+        return topic
 
     def _alarm(self, spec: AlarmSpec) -> cloudwatch.Alarm:
         alarm = cloudwatch.Alarm(
@@ -323,7 +419,7 @@ class Alarms(Construct):
             treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
             alarm_description=spec.description,
         )
-        if self.topic is not None:
+        if self.topic is not None:  # always, since the stack has a topic of its own
             alarm.add_alarm_action(cloudwatch_actions.SnsAction(self.topic))
         self.alarms[spec.construct_id] = alarm
         return alarm

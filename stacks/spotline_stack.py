@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from aws_cdk import Annotations, ArnFormat, CfnOutput, Duration, Stack
+from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda_event_sources as sources
 from aws_cdk import aws_ssm as ssm
 from constructs import Construct
@@ -160,8 +161,11 @@ class SpotlineStack(Stack):
             tracing=config.tracing,
         )
         self.functions["scheduler"].add_event_source(
-            # One batch at a time comes from the FIFO queue's single message group; the function's
-            # reserved concurrency (context `scheduler_reserved_concurrency`, 1) is the hard cap.
+            # One batch at a time comes from the FIFO queue's single message group (Lambda never
+            # hands one group to two invocations at once), so passes never overlap without any
+            # reserved concurrency, which a new account (limit 10) cannot grant: AWS keeps 100
+            # unreserved. `scheduler_reserved_concurrency` adds a hard cap where the account allows
+            # it (`spotline doctor` checks).
             sources.SqsEventSource(
                 self.messaging.scheduler_queue, batch_size=10, report_batch_item_failures=True
             )
@@ -174,6 +178,7 @@ class SpotlineStack(Stack):
             names=self.state_machine_names,
             logs=self.logs,
         )
+        self._restrict_bus_publishers()
         self.routing = EventRouting(
             self,
             "Events",
@@ -212,6 +217,9 @@ class SpotlineStack(Stack):
             },
             state_machines=self.workflows.state_machines,
             scheduler_function=self.functions["scheduler"],
+            functions=self.functions.functions,
+            tables=self.tables.by_logical_id,
+            api=self.api.rest_api,
             topic_arn=config.alarm_topic_arn,
         )
         self.dashboard.show_alarms(list(self.alarms.alarms.values()))
@@ -239,6 +247,23 @@ class SpotlineStack(Stack):
                 self, "TrainingImageRepositoryUri", value=self.compute.training_repository.repository_uri
             )
 
+    def _restrict_bus_publishers(self) -> None:
+        """The project bus takes events only from the teams' job roles and the control plane's
+        function roles: any other principal of the account, even one with a broad
+        `events:PutEvents`, is denied by the bus's own policy, so it cannot forge a checkpoint or
+        a heartbeat. (Which source each of those roles may use is its identity policy's part.)"""
+        publishers = [*self.compute.team_roles.values(), *self.functions.roles.values()]
+        self.messaging.bus.add_to_resource_policy(
+            iam.PolicyStatement(
+                sid="OnlySpotlineRolesPublish",
+                effect=iam.Effect.DENY,
+                principals=[iam.AnyPrincipal()],
+                actions=["events:PutEvents"],
+                resources=[self.messaging.bus.event_bus_arn],
+                conditions={"ArnNotEquals": {"aws:PrincipalArn": [role.role_arn for role in publishers]}},
+            )
+        )
+
     def published_config(self) -> PublishedConfig:
         """What the stack publishes about itself (CloudFormation references where the values
         exist only once deployed)."""
@@ -257,6 +282,7 @@ class SpotlineStack(Stack):
                     max_vcpus=pool.max_vcpus,
                     job_queue=f"spotline-{config.stage}-{pool.name}",
                     efa=pool.efa,
+                    availability_zone=self.compute.pool_zones.get(pool.name),
                 )
                 for pool in config.pools
             ),
@@ -268,6 +294,7 @@ class SpotlineStack(Stack):
             training_image=self.compute.training_image_uri,
             availability_zones=tuple(self.network.vpc.availability_zones),
             alarm_topic_arn=config.alarm_topic_arn,
+            scheduler_reserved_concurrency=config.scheduler_reserved_concurrency,
         )
 
     def spotline_config(self) -> dict[str, Any]:

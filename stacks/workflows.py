@@ -20,7 +20,7 @@ from aws_cdk import aws_stepfunctions as sfn
 from constructs import Construct
 
 from spotline import resources as r
-from stacks.nag import acknowledge
+from stacks.nag import acknowledge, finding_resource
 from stacks.observability import EncryptedLogs
 
 _PLACEHOLDER = re.compile(r"\$\{([A-Za-z0-9_]+)\}")
@@ -69,13 +69,17 @@ class Workflows(Construct):
                 assumed_by=iam.ServicePrincipal("states.amazonaws.com"),
                 description=f"Spotline {machine.name} workflow: invokes only its task functions",
             )
-            # The unqualified ARNs only: the workflows invoke $LATEST, so no ":*" version wildcard.
-            role.add_to_policy(
-                iam.PolicyStatement(
-                    actions=["lambda:InvokeFunction"],
-                    resources=sorted({fn.function_arn for fn in invoked.values()}),
+            # The workflows invoke published versions (below), and an execution started before a
+            # deploy keeps invoking the versions it started with: any version of these functions.
+            versions = sorted({f"{fn.function_arn}:*" for fn in invoked.values()})
+            role.add_to_policy(iam.PolicyStatement(actions=["lambda:InvokeFunction"], resources=versions))
+            for resource in versions:
+                acknowledge(
+                    role,
+                    f"AwsSolutions-IAM5[Resource::{finding_resource(role, resource)}]",
+                    "Any published version of the workflow's own task functions: an execution that "
+                    "started before a deploy keeps invoking the versions it started with.",
                 )
-            )
             state_machine = sfn.StateMachine(
                 self,
                 machine.name,
@@ -86,7 +90,12 @@ class Workflows(Construct):
                     sfn.StateMachineType.EXPRESS if machine.express else sfn.StateMachineType.STANDARD
                 ),
                 definition_body=sfn.DefinitionBody.from_string(text),
-                definition_substitutions={name: fn.function_arn for name, fn in invoked.items()},
+                # Each task invokes the function version published by this deploy: Step Functions
+                # runs an execution on the definition it started with, so a workflow in flight
+                # keeps its code through a deploy (docs/upgrade-and-teardown.md).
+                definition_substitutions={
+                    name: _current_version(fn).function_arn for name, fn in invoked.items()
+                },
                 role=role,
                 logs=sfn.LogOptions(
                     destination=logs.log_group(self, f"{machine.name}-logs"),
@@ -105,3 +114,10 @@ class Workflows(Construct):
 
     def __getitem__(self, name: str) -> sfn.StateMachine:
         return self.state_machines[name]
+
+
+def _current_version(function: lambda_.IFunction) -> lambda_.IVersion:
+    """The version this deploy publishes of `function` (kept after later deploys)."""
+    if not isinstance(function, lambda_.Function):
+        raise TypeError(f"{function} is not a Function of this stack: no version to publish")
+    return function.current_version

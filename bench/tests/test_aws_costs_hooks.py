@@ -2,8 +2,8 @@
 runtime and botocore. If one of them is renamed or no longer on the path the runtime takes, the
 bench would count nothing there and report a cost that is too low: this fails loudly instead.
 
-Hooks: `spotline.aws.emulation._serialized` (the emulated AWS's WSGI app: every request),
-`spotline.aws.emulation.import_handler` (every handler invocation, with its CPU time),
+Hooks: `spotline.local.moto_server.serialized` (the emulated AWS's WSGI app: every request),
+`spotline.local.lambdas.import_handler` (every handler invocation, with its CPU time),
 `botocore.client.BaseClient._make_request` (tags a handler's calls with its function), and
 `spotline.local.router.Router._deliver` (messages that reach the scheduler's queue)."""
 
@@ -19,8 +19,7 @@ from botocore.client import BaseClient
 
 from bench import aws_costs
 from spotline import resources as r
-from spotline.aws import emulation
-from spotline.local import router
+from spotline.local import lambdas, moto_server, router
 
 
 def keep_hooks(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -28,8 +27,8 @@ def keep_hooks(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
     monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
-    monkeypatch.setattr(emulation, "_serialized", emulation._serialized)
-    monkeypatch.setattr(emulation, "import_handler", emulation.import_handler)
+    monkeypatch.setattr(moto_server, "serialized", moto_server.serialized)
+    monkeypatch.setattr(lambdas, "import_handler", lambdas.import_handler)
     monkeypatch.setattr(BaseClient, "_make_request", getattr(BaseClient, "_make_request"))  # noqa: B009
     monkeypatch.setattr(router.Router, "_deliver", router.Router._deliver)
 
@@ -44,18 +43,18 @@ def meter(monkeypatch: pytest.MonkeyPatch) -> Iterator[aws_costs.Meter]:
 
 
 def test_the_hooks_exist_where_the_runtime_calls_them() -> None:
-    assert callable(emulation._serialized) and callable(emulation.import_handler)
+    assert callable(moto_server.serialized) and callable(lambdas.import_handler)
     assert callable(getattr(BaseClient, "_make_request", None))
     assert callable(getattr(router.Router, "_deliver", None))
     # The runtime reaches them through the names the bench patches (module attribute lookups at
     # call time), not through a reference taken at import.
-    assert "_serialized(app)" in inspect.getsource(emulation.SerializedMotoServer.start)
-    assert "emulation.import_handler(" in inspect.getsource(router)
+    assert "app = serialized(" in inspect.getsource(moto_server.SerializedMotoServer.start)
+    assert "lambdas.import_handler(" in inspect.getsource(router)
     assert "self._deliver(" in inspect.getsource(router.Router)
 
 
 def test_every_request_to_the_emulation_is_counted_by_caller(meter: aws_costs.Meter) -> None:
-    server = emulation.SerializedMotoServer()
+    server = moto_server.SerializedMotoServer()
     server.start()
     try:
         host, port = server.get_host_and_port()
@@ -75,7 +74,7 @@ def test_every_request_to_the_emulation_is_counted_by_caller(meter: aws_costs.Me
 def test_every_handler_invocation_is_counted(meter: aws_costs.Meter) -> None:
     heartbeat = next(f for f in r.FUNCTIONS if f.name == "heartbeat")
     with pytest.raises(Exception):  # noqa: B017 (a bad event: the count is what matters)
-        emulation.import_handler(heartbeat)({"not": "an event"}, emulation.LambdaContextStub())
+        lambdas.import_handler(heartbeat)({"not": "an event"}, lambdas.LambdaContextStub())
     assert meter.invocations["heartbeat"] == 1
     assert meter.invocation_s["heartbeat"] > 0
 

@@ -14,6 +14,7 @@ agent environment (`resources.AGENT_ENV_*`).
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import threading
 from collections.abc import Mapping, Sequence
@@ -29,6 +30,26 @@ if TYPE_CHECKING:
     from mypy_boto3_batch import BatchClient
 
 logger = logging.getLogger(__name__)
+
+# AWS Batch refuses container overrides (command, environment, resource requirements) over this.
+CONTAINER_OVERRIDES_LIMIT_BYTES = 8 * 1024
+
+
+def _definition_gone(error: ClientError) -> bool:
+    """SubmitJob refused a job definition that no longer exists or is no longer active."""
+    message = str(error.response.get("Error", {}).get("Message", "")).lower()
+    return (
+        error_code(error) == "ClientException"
+        and "definition" in message
+        and ("inactive" in message or "not found" in message or "does not exist" in message)
+    )
+
+
+def _launch_error(error: ClientError) -> BatchThrottled | LaunchFailed:
+    if is_throttling(error) or error_code(error) == "TooManyRequestsException":
+        return BatchThrottled(str(error))
+    return LaunchFailed(str(error))
+
 
 # Container properties of a Fargate job that a multi-node (EC2-only) definition may not carry.
 _FARGATE_ONLY = frozenset({"networkConfiguration", "fargatePlatformConfiguration", "runtimePlatform"})
@@ -138,22 +159,46 @@ class AwsBatchLauncher:
         if request.timeout_s is not None:
             kwargs["timeout"] = {"attemptDurationSeconds": max(60, request.timeout_s)}
         try:
-            kwargs["jobDefinition"] = self._definition_for(
-                base, request.image, multinode=gang, shared_memory_mib=request.shared_memory_mib
-            )
-            if gang:
-                kwargs["nodeOverrides"] = {
-                    "numNodes": request.nodes,
-                    "nodePropertyOverrides": [{"targetNodes": "0:", "containerOverrides": container}],
-                }
-            else:
-                kwargs["containerOverrides"] = container
-            response = self.client.submit_job(**kwargs)
+            return self._submit(request, base, gang, container, kwargs)
         except ClientError as error:
-            if is_throttling(error) or error_code(error) == "TooManyRequestsException":
-                raise BatchThrottled(str(error)) from error
-            raise LaunchFailed(str(error)) from error
-        return response["jobId"]
+            if not _definition_gone(error):
+                raise _launch_error(error) from error
+            # A deploy replaced (deregistered) the definition this warm Lambda cached: resolve
+            # it again by name and submit once more.
+            logger.warning("cached job definition gone; resolving again", extra={"error": str(error)})
+            with self._lock:
+                self._definitions.clear()
+            try:
+                return self._submit(request, base, gang, container, kwargs)
+            except ClientError as again:
+                raise _launch_error(again) from again
+
+    def _submit(
+        self,
+        request: BatchJobRequest,
+        base: str,
+        gang: bool,
+        container: dict[str, Any],
+        kwargs: dict[str, Any],
+    ) -> str:
+        kwargs["jobDefinition"] = self._definition_for(
+            base, request.image, multinode=gang, shared_memory_mib=request.shared_memory_mib
+        )
+        overrides = len(json.dumps(container).encode())
+        if overrides > CONTAINER_OVERRIDES_LIMIT_BYTES:
+            raise LaunchFailed(
+                f"container overrides of {overrides} bytes (command and environment), over AWS Batch's "
+                f"{CONTAINER_OVERRIDES_LIMIT_BYTES}"
+            )
+        if gang:
+            kwargs["nodeOverrides"] = {
+                "numNodes": request.nodes,
+                "nodePropertyOverrides": [{"targetNodes": "0:", "containerOverrides": container}],
+            }
+        else:
+            kwargs["containerOverrides"] = container
+        response = self.client.submit_job(**kwargs)
+        return str(response["jobId"])
 
     def find_live(self, job_queue: str, job_name: str) -> list[str]:
         """ListJobs with a JOB_NAME filter (which lists every status; the ended ones are left
@@ -259,7 +304,18 @@ class AwsBatchLauncher:
         """The ARN of `described` with `image` (as a multi-node definition when `multinode`, with
         /dev/shm of `shared_memory_mib` when given), registered under a name derived from them
         if no active revision has it yet."""
-        variant = image if shared_memory_mib is None else f"{image}#shm={shared_memory_mib}"
+        # Named by everything the derived definition carries: the base's own properties (its
+        # roles, environment, devices: a deploy that changes them makes a new base revision, so a
+        # new derived name, never a stale copy reused), the image and /dev/shm.
+        carried = {
+            k: described.get(k)
+            for k in ("type", "containerProperties", "nodeProperties", "retryStrategy", "timeout")
+        }
+        variant = json.dumps(
+            {"base": carried, "image": image, "shm": shared_memory_mib, "multinode": multinode},
+            sort_keys=True,
+            default=str,
+        )
         digest = hashlib.sha256(variant.encode()).hexdigest()[:12]
         name = f"{described['jobDefinitionName']}-{'mnp-' if multinode else ''}{digest}"
         derived = self._latest(name)

@@ -12,7 +12,11 @@ read-only:
 - **layer**: the Powertools layer version exists in the region;
 - **image**: the training image exists in ECR, and the job definition's execution role may pull it;
 - **azs**: the AZs offer each pool's instance types;
-- **identities**: each IAM role or user in `identities` exists (this account's).
+- **identities**: each IAM role or user in `identities` exists (this account's);
+- **lambda**: the account's Lambda concurrency (new accounts often have 10, which cannot run
+  the stack's functions side by side, and leaves nothing to reserve: AWS keeps 100 unreserved);
+- **roles**: the service-linked roles Batch, ECS and EC2 Spot need exist (a fresh account may
+  lack them, and the first compute environment then goes INVALID).
 
 Each finding says what is wrong and how to fix it. A call the endpoint does not implement (an
 emulator such as moto) or refuses is reported as skipped, with the reason.
@@ -55,6 +59,8 @@ class DoctorPool:
     purchase: str  # "spot" | "on-demand"
     instance_types: tuple[str, ...]
     max_vcpus: int
+    # A pool with a cluster placement group lives in this one AZ (stacks.config, availability_zone).
+    availability_zone: str | None = None
 
 
 @dataclass(frozen=True)
@@ -72,6 +78,8 @@ class DoctorTarget:
     # As deployed (a published configuration); empty: the names the stack gives them.
     job_queues: Mapping[str, str] = field(default_factory=dict)
     job_definitions: Mapping[str, str] = field(default_factory=dict)
+    # The scheduler function's reserved concurrency (None: none reserved).
+    scheduler_reserved_concurrency: int | None = None
 
     @property
     def job_definition_name(self) -> str:
@@ -94,7 +102,10 @@ def target_from_published(config: PublishedConfig, region: str | None = None) ->
     return DoctorTarget(
         region=region or config.region,
         stage=config.stage,
-        pools=tuple(DoctorPool(p.name, p.purchase, p.instance_types, p.max_vcpus) for p in config.pools),
+        pools=tuple(
+            DoctorPool(p.name, p.purchase, p.instance_types, p.max_vcpus, p.availability_zone)
+            for p in config.pools
+        ),
         identities=dict(config.identities),
         powertools_layer_version=config.powertools_layer_version,
         training_image=config.training_image,
@@ -102,6 +113,7 @@ def target_from_published(config: PublishedConfig, region: str | None = None) ->
         teams=config.teams,
         job_queues={p.name: p.job_queue for p in config.pools},
         job_definitions=dict(config.job_definitions),
+        scheduler_reserved_concurrency=config.scheduler_reserved_concurrency,
     )
 
 
@@ -373,17 +385,20 @@ def check_azs(target: DoctorTarget, client: Clients) -> Iterator[Finding]:
     for offering in offerings:
         offered.setdefault(offering["InstanceType"], set()).add(offering["Location"])
     for pool in target.pools:
+        # A pool pinned to one AZ (its cluster placement group) needs its types offered there.
+        pool_azs = [pool.availability_zone] if pool.availability_zone else azs
         for instance_type in pool.instance_types:
             where = offered.get(instance_type, set())
-            inside = sorted(where & set(azs))
-            subject = f"{instance_type} ({pool.name}) in {', '.join(azs)}"
+            inside = sorted(where & set(pool_azs))
+            subject = f"{instance_type} ({pool.name}) in {', '.join(pool_azs)}"
             fix = (
-                f"set `availability_zones` (or an imported VPC's subnets) in cdk.json to AZs offering "
-                f"{instance_type}: {', '.join(sorted(where)) or 'none in this region'}"
-            )
+                "set the pool's `availability_zone` in cdk.json to an AZ of the VPC offering "
+                if pool.availability_zone
+                else "set `availability_zones` (or an imported VPC's subnets) in cdk.json to AZs offering "
+            ) + f"{instance_type}: {', '.join(sorted(where)) or 'none in this region'}"
             if not inside:
                 yield Finding("azs", subject, Status.FAIL, "offered in none of them", fix)
-            elif len(inside) < len(azs):
+            elif len(inside) < len(pool_azs):
                 yield Finding("azs", subject, Status.WARN, f"offered only in {', '.join(inside)}", fix)
             else:
                 yield Finding("azs", subject, Status.OK, "offered in every one")
@@ -423,7 +438,86 @@ def check_identities(target: DoctorTarget, client: Clients, account: str | None)
         yield Finding("identities", arn, Status.OK, f"{parts['kind']} exists (team {team})")
 
 
-CHECKS: Sequence[str] = ("quotas", "batch", "layer", "image", "azs", "identities")
+# AWS keeps this much of an account's Lambda concurrency unreserved: reserving more is refused.
+UNRESERVED_MINIMUM = 100
+# Below this, the stack's functions (API, handlers, scheduler, workflow tasks) throttle each other.
+LAMBDA_CONCURRENCY_WANTED = 100
+
+
+def check_lambda(target: DoctorTarget, client: Clients) -> Iterator[Finding]:
+    subject = "Lambda concurrent executions"
+    fix = (
+        "aws service-quotas request-service-quota-increase --service-code lambda --quota-code L-B99A9384 "
+        f"--desired-value 1000 --region {target.region}"
+    )
+    try:
+        limit = int(client("lambda").get_account_settings()["AccountLimit"]["ConcurrentExecutions"])
+    except _SKIPPABLE as error:
+        yield Finding("lambda", subject, Status.SKIP, f"account settings not readable: {_why(error)}", fix)
+        return
+    reserved = target.scheduler_reserved_concurrency
+    if reserved and limit - reserved < UNRESERVED_MINIMUM:
+        yield Finding(
+            "lambda",
+            subject,
+            Status.FAIL,
+            f"{limit}: reserving {reserved} for the scheduler would leave {limit - reserved} unreserved, "
+            f"under AWS's minimum of {UNRESERVED_MINIMUM}; CloudFormation refuses the stack",
+            f"{fix}; or deploy without `scheduler_reserved_concurrency` (the default: the scheduler's "
+            "FIFO queue already runs one pass at a time)",
+        )
+    elif limit < LAMBDA_CONCURRENCY_WANTED:
+        yield Finding(
+            "lambda",
+            subject,
+            Status.WARN,
+            f"{limit}: the stack deploys, but its functions share {limit} concurrent executions and "
+            "throttle each other under load (API 429s, delayed events)",
+            fix,
+        )
+    else:
+        yield Finding(
+            "lambda", subject, Status.OK, f"{limit}" + (f", {reserved} reserved" if reserved else "")
+        )
+
+
+# The service-linked roles the stack's services need (a fresh account may lack them).
+SERVICE_LINKED_ROLES: Mapping[str, str] = {
+    "AWSServiceRoleForBatch": "batch.amazonaws.com",
+    "AWSServiceRoleForECS": "ecs.amazonaws.com",
+    "AWSServiceRoleForEC2Spot": "spot.amazonaws.com",
+}
+
+
+def check_service_linked_roles(target: DoctorTarget, client: Clients) -> Iterator[Finding]:
+    iam = client("iam")
+    spot = any(p.purchase == "spot" for p in target.pools)
+    for name, service in SERVICE_LINKED_ROLES.items():
+        if service == "spot.amazonaws.com" and not spot:
+            continue
+        fix = f"aws iam create-service-linked-role --aws-service-name {service}"
+        try:
+            iam.get_role(RoleName=name)
+        except ClientError as error:
+            if error.response.get("Error", {}).get("Code") != "NoSuchEntity":
+                yield Finding("roles", name, Status.SKIP, _why(error), fix)
+                continue
+            yield Finding(
+                "roles",
+                name,
+                Status.WARN,
+                f"missing: created on first use only if the deployer may iam:CreateServiceLinkedRole; "
+                f"otherwise {service} fails (a compute environment INVALID, Spot requests refused)",
+                fix,
+            )
+            continue
+        except (BotoCoreError, NotImplementedError) as error:
+            yield Finding("roles", name, Status.SKIP, _why(error), fix)
+            continue
+        yield Finding("roles", name, Status.OK, "exists")
+
+
+CHECKS: Sequence[str] = ("quotas", "batch", "layer", "image", "azs", "identities", "lambda", "roles")
 
 
 def run_checks(target: DoctorTarget, client: Clients, only: Sequence[str] = CHECKS) -> list[Finding]:
@@ -439,6 +533,8 @@ def run_checks(target: DoctorTarget, client: Clients, only: Sequence[str] = CHEC
         "image": lambda: check_image(target, client, account),
         "azs": lambda: check_azs(target, client),
         "identities": lambda: check_identities(target, client, account),
+        "lambda": lambda: check_lambda(target, client),
+        "roles": lambda: check_service_linked_roles(target, client),
     }
     findings: list[Finding] = []
     for name in CHECKS:

@@ -14,6 +14,8 @@ from __future__ import annotations
 from aws_lambda_powertools.utilities.parser.models import EventBridgeModel
 from pydantic import BaseModel, ConfigDict, Field
 
+from spotline.control.records import split_node_id
+
 
 class _Detail(BaseModel):
     # Every number finite: a JSON number too large for a float parses as inf, and NaN passes
@@ -62,6 +64,11 @@ class CheckpointCompletedDetail(_Detail):
     # When the agent captured the state (epoch s), and the request it answers, if any.
     created_at: float | None = None
     requested_at: float | None = None
+    # What the agent measured (optional): the checkpoint's size, its write (capture to durable
+    # manifest) and the run's restore, in seconds. They size the job's grace period.
+    size_bytes: int | None = Field(default=None, ge=0)
+    write_s: float | None = Field(default=None, ge=0)
+    restore_s: float | None = Field(default=None, ge=0)
 
 
 class CheckpointCompletedEvent(_Event):
@@ -98,6 +105,11 @@ class BatchAttempt(_Detail):
     statusReason: str | None = None
 
 
+class BatchNodeDetails(_Detail):
+    nodeIndex: int | None = None
+    isMainNode: bool | None = None
+
+
 class BatchJobStateDetail(_Detail):
     jobName: str
     jobId: str
@@ -108,6 +120,15 @@ class BatchJobStateDetail(_Detail):
     startedAt: int | None = None
     stoppedAt: int | None = None
     container: BatchContainer | None = None
+    # A node of a multi-node job (its jobId is `<parent>#<n>`).
+    nodeDetails: BatchNodeDetails | None = None
+
+    def node(self) -> tuple[str, int | None]:
+        """(parent job id, node index) for a node of a multi-node job, else (jobId, None)."""
+        parent, index = split_node_id(self.jobId)
+        if index is None and self.nodeDetails is not None and self.nodeDetails.nodeIndex is not None:
+            return self.jobId, self.nodeDetails.nodeIndex
+        return parent, index
 
     def reasons(self) -> str:
         """Every reason Batch gave, most general first (job, last attempt, container)."""

@@ -40,6 +40,8 @@ class PublishedPool(BaseModel):
     max_vcpus: int
     job_queue: str
     efa: bool = False
+    # The one AZ of a pool with a cluster placement group.
+    availability_zone: str | None = None
 
 
 class PublishedConfig(BaseModel):
@@ -65,6 +67,9 @@ class PublishedConfig(BaseModel):
     # The AZs the training instances launch in.
     availability_zones: tuple[str, ...] = ()
     alarm_topic_arn: str | None = None
+    # The scheduler function's reserved concurrency (None: none; `spotline doctor` checks it
+    # against the account's Lambda limit).
+    scheduler_reserved_concurrency: int | None = None
 
 
 class PublishedConfigError(LookupError):

@@ -18,6 +18,7 @@ from spotline.control.records import TimelineEntry
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
 
+
 def encode_token(key: dict[str, Any] | None) -> str | None:
     """An opaque pagination token from a LastEvaluatedKey."""
     if key is None:

@@ -50,15 +50,27 @@ def target_from_context(path: Path, region: str | None = None) -> DoctorTarget:
     chosen = region or config.region
     if not chosen:
         raise typer.BadParameter("no region: pass --region or set `region` in cdk.json")
+    zones = config.availability_zones or config.vpc_availability_zones
     return DoctorTarget(
         region=chosen,
         stage=config.stage,
-        pools=tuple(DoctorPool(p.name, p.purchase, p.instance_types, p.max_vcpus) for p in config.pools),
+        pools=tuple(
+            DoctorPool(
+                p.name,
+                p.purchase,
+                p.instance_types,
+                p.max_vcpus,
+                # A placement-group pool's one AZ: its own, else the VPC's first (stacks.batch).
+                (p.availability_zone or next(iter(zones), None)) if p.placement_group else None,
+            )
+            for p in config.pools
+        ),
         identities={str(k): str(v) for k, v in config.identities.items()},
         powertools_layer_version=config.powertools_layer_version,
         training_image=config.training_image,
         availability_zones=config.availability_zones or config.vpc_availability_zones,
         teams=tuple(config.team_names),
+        scheduler_reserved_concurrency=config.scheduler_reserved_concurrency,
     )
 
 

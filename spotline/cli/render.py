@@ -183,6 +183,17 @@ def explain_view(data: dict[str, Any]) -> Group:
         if data.get(key):
             text = data[key] if isinstance(data[key], str) else json.dumps(data[key])
             parts.append(f"{key.replace('_', ' ')}: {text}")
+    checkpoint = data.get("checkpoint")
+    if checkpoint:
+        size = checkpoint.get("size_bytes")
+        fits = checkpoint.get("fits_spot_notice")
+        parts.append(
+            f"checkpoint: {'?' if size is None else f'{size / 1e9:.2f} GB'},"
+            f" write {_num(checkpoint.get('write_s'))} s, restore {_num(checkpoint.get('restore_s'))} s;"
+            f" grace period {_num(checkpoint.get('grace_period_s'))} s;"
+            f" {'unknown whether it fits' if fits is None else 'fits' if fits else 'does not fit'}"
+            " the 2-minute Spot notice"
+        )
     forecast = data.get("estimated_start")
     if forecast:
         if forecast.get("at"):

@@ -1,11 +1,15 @@
 """Why a Batch job failed, from the reasons and the exit code Batch reports (not a substring).
 
-A failed run is requeued from its checkpoint only when its host went away under it. Batch (and
-ECS under it) say so in a fixed form, `Host EC2 (instance i-0123abcd) terminated.` (or
-`stopped.`), which covers Spot reclaims, scale-in and hardware failures. Everything else is the
-job's or its configuration's fault, and running it again would fail again: an image that cannot
-be pulled, a container that cannot be created, a timeout, an exit code. Those end the job FAILED
-with the reason, so a bad image named `spotline-train` on a Spot pool is not requeued forever.
+A failed run is requeued from its checkpoint when its host went away under it (Batch, and ECS
+under it, say so in a fixed form, `Host EC2 (instance i-0123abcd) terminated.` or `stopped.`:
+Spot reclaims, scale-in, hardware failures), and when its container could not start for a
+reason that passes (a registry timeout or throttle, a daemon error while creating or starting the
+container: `TRANSIENT`). Each requeue counts in the job's `interruptions`, so retries are bounded
+by `max_interruptions` and the last one ends the job FAILED with the cause as its reason.
+Everything else is the job's or its configuration's fault, and running it again would fail
+again: an image that does not exist or may not be pulled, a misconfiguration, a timeout, an exit
+code. Those end the job FAILED at once with the reason, so a bad image named `spotline-train` on
+a Spot pool is not requeued at all.
 
 The reasons come joined by "; " (job, last attempt, container; `BatchJobStateDetail.reasons`).
 ECS's task error names: docs.aws.amazon.com/AmazonECS/latest/developerguide/stopped-task-error-codes.html
@@ -22,6 +26,7 @@ class FailureKind(StrEnum):
     HOST_LOST = "host lost"
     IMAGE = "image could not be pulled"
     CONFIGURATION = "container could not be created or started"
+    TRANSIENT = "container did not start (transient)"
     TIMEOUT = "attempt timed out"
     APPLICATION = "the job failed"
 
@@ -34,8 +39,9 @@ class FailureCause:
 
     @property
     def requeue(self) -> bool:
-        """Worth running again from the checkpoint (only when the host went away)."""
-        return self.kind is FailureKind.HOST_LOST
+        """Worth running again from the checkpoint: the host went away, or the container did not
+        start for a reason that passes (bounded by max_interruptions)."""
+        return self.kind in (FailureKind.HOST_LOST, FailureKind.TRANSIENT)
 
     def describe(self) -> str:
         return f"{self.kind.value}: {self.evidence}" if self.evidence else self.kind.value
@@ -48,6 +54,20 @@ _CONFIGURATION = re.compile(
     r"ResourceInitializationError|ContainerRuntimeError|ContainerRuntimeTimeoutError|"
     r"InternalError|MISCONFIGURATION)\b"
 )
+# Of those, what passes: the registry or the network timing out or throttling, the container
+# runtime timing out or failing inside (the same request succeeds a minute later). An image that
+# is not found or not allowed, or a device, secret or requirement that is wrong, does not pass.
+_PERMANENT = re.compile(
+    r"not found|manifest unknown|access denied|accessdenied|unauthorized|forbidden|denied|"
+    r"no such|invalid|MISCONFIGURATION|devices? not found|unable to pull secrets",
+    re.IGNORECASE,
+)
+_TRANSIENT = re.compile(
+    r"timeout|timed out|deadline exceeded|i/o timeout|connection reset|connection refused|"
+    r"toomanyrequests|too many requests|rate exceeded|throttl|503|service unavailable|"
+    r"ContainerRuntimeTimeoutError|InternalError|temporar",
+    re.IGNORECASE,
+)
 _TIMEOUT = re.compile(r"^Job attempt duration exceeded timeout$")
 
 
@@ -59,6 +79,8 @@ def classify_failure(reasons: str) -> FailureCause:
     for pattern, kind in ((_IMAGE, FailureKind.IMAGE), (_CONFIGURATION, FailureKind.CONFIGURATION)):
         for part in parts:
             if pattern.match(part):
+                if _TRANSIENT.search(part) and not _PERMANENT.search(part):
+                    return FailureCause(FailureKind.TRANSIENT, part)
                 return FailureCause(kind, part)
     for part in parts:
         if _HOST_LOST.match(part):

@@ -99,7 +99,18 @@ def _jobs_on(cp: ControlPlane, instance_id: str) -> list[JobRecord]:
 def _current_run(cp: ControlPlane, job_id: str, run_id: str | None, kind: str) -> int | None:
     """The run an agent event names, if it names this job's (RUN_IDENTITY); None otherwise.
     Whether it is still the record's current run is the write's condition."""
-    parsed = None if run_id is None else parse_run_id(run_id)
+    if run_id is None:
+        # Never silent: an agent started without SPOTLINE_RUN_ID (a container not launched by
+        # Spotline's launcher, or an image that drops the environment) has every event dropped,
+        # and its job is then stopped as lost; the warning and AgentEventsWithoutRun say why.
+        logger.warning(
+            "%s dropped: the event names no run (SPOTLINE_RUN_ID is not set in the agent's "
+            "environment); this job's heartbeats and checkpoints are not recorded",
+            kind,
+            extra={"job_id": job_id, "why": "no run id"},
+        )
+        return None
+    parsed = parse_run_id(run_id)
     if parsed is None or parsed[0] != job_id:
         logger.info(f"{kind} dropped: no run id of this job", extra={"job_id": job_id, "run_id": run_id})
         return None
@@ -116,6 +127,9 @@ def record_checkpoint(
     progress: float | None = None,
     captured_at: float | None = None,
     requested_at: float | None = None,
+    size_bytes: int | None = None,
+    write_s: float | None = None,
+    restore_s: float | None = None,
     team: str | None = None,
 ) -> JobRecord | None:
     """A durable checkpoint: remember where to resume from, and release the preempt workflow
@@ -129,7 +143,8 @@ def record_checkpoint(
     `captured_at` is when the agent captured the state (its clock; never later than now): work
     after it is lost if the job stops. `requested_at` is the request the agent says it
     answered. A checkpoint satisfies the pending request if it answers it or was captured
-    after it.
+    after it. `size_bytes`, `write_s` and `restore_s` are what the agent measured; the last
+    ones reported are kept (spotline.domain.checkpoint_cost sizes the job's grace period).
     """
     run = _current_run(cp, job_id, run_id, "checkpoint")
     if run is None:
@@ -144,6 +159,13 @@ def record_checkpoint(
     }
     if progress is not None:
         fields["progress"] = progress
+    for name, value in (
+        ("checkpoint_bytes", size_bytes),
+        ("checkpoint_write_s", write_s),
+        ("checkpoint_restore_s", restore_s),
+    ):
+        if value is not None:
+            fields[name] = value
     try:
         record = cp.jobs.update_fields(
             job_id,
@@ -246,6 +268,9 @@ class BatchJobChange:
     container_instances: Sequence[str] = field(default_factory=tuple)
     exit_code: int | None = None
     job_queue: str | None = None
+    # A node of a gang (multi-node job): `batch_job_id` is then the parent's id, and this the
+    # node's index (its own id is `<parent>#<node_index>`).
+    node_index: int | None = None
 
 
 def handle_batch_job_change(cp: ControlPlane, change: BatchJobChange) -> str:
@@ -265,6 +290,8 @@ def handle_batch_job_change(cp: ControlPlane, change: BatchJobChange) -> str:
     if record is None:
         # Not ours to stop: the name alone does not prove it is this deployment's.
         return "unknown job: ignored"
+    if change.node_index is not None:
+        return _on_node_event(cp, record, run, change)
     ended = change.status in TERMINAL_BATCH_STATUSES
     confirmed = ""
     if ended and change.batch_job_id in record.terminating_batch_job_ids:
@@ -301,6 +328,36 @@ def handle_batch_job_change(cp: ControlPlane, change: BatchJobChange) -> str:
     except (StaleJobError, InvalidTransition) as error:
         return f"job changed concurrently: {error}"
     return f"{confirmed}{change.status}: nothing to do"
+
+
+def _on_node_event(cp: ControlPlane, record: JobRecord, run: int, change: BatchJobChange) -> str:
+    """A gang node's own event. It never becomes the run, is never stopped as an orphan (a
+    node cannot be stopped alone; the parent's own event decides, and stopping the parent stops
+    its nodes), and never moves the job: the parent's events do. A running node of the run the
+    record owns adds its instance to the job, so a warning or a lost host on any node finds it."""
+    node = f"node {change.node_index} of Batch job {change.batch_job_id}"
+    if record.batch_job_id is None:
+        # Its parent may be a second Batch job of this run: only the launch workflow, or the
+        # parent's own event, records which one is the run.
+        return f"{node}: its run is not recorded yet: ignored"
+    foreign = _not_owned(cp, record, run, change)
+    if foreign is not None:
+        return f"{node}: not the job's run ({foreign}): ignored"
+    if change.status != "RUNNING":
+        return f"{node} is {change.status}: the parent's events decide"
+    instance_ids = cp.instance_resolver.resolve(list(change.container_instances))
+    if instance_ids and not set(instance_ids) <= set(record.instance_ids):
+        try:
+            cp.jobs.update_fields(
+                record.id,
+                states=ACTIVE_STATES,
+                conditions=[("run", "=", run), ("batch_job_id", "=", change.batch_job_id)],
+                add_to_set={"instance_ids": instance_ids},
+            )
+        except StaleJobError:
+            return f"{node} running: the job is no longer active"
+        cp.instances.add_job(instance_ids, record.id, cp.clock())
+    return f"{node} running" + (f" on {', '.join(instance_ids)}" if instance_ids else "")
 
 
 def _not_owned(cp: ControlPlane, record: JobRecord, run: int, change: BatchJobChange) -> str | None:

@@ -18,6 +18,7 @@ from spotline.control.plane import ControlPlane
 from spotline.control.records import JobRecord, TimelineEntry
 from spotline.control.scheduling import build_snapshot
 from spotline.domain import JobState
+from spotline.domain.checkpoint_cost import describe as describe_checkpoint
 from spotline.domain.deadline import explain_deadline
 from spotline.domain.explain import explain_pools, position, priority_terms, scores
 from spotline.domain.forecast import forecast_start
@@ -64,6 +65,10 @@ def explain_job(cp: ControlPlane, team: str, job_id: str) -> dict[str, Any]:
     guard = explain_deadline(job, now, snapshot)  # a deadline job: Spot or On-Demand, and its line
     if guard is not None:
         out["deadline_guard"] = guard
+    checkpoint = describe_checkpoint(job, float(cp.config.grace_period_s))
+    if checkpoint is not None:
+        # What the agent measured of its last checkpoint, and what the planning makes of it.
+        out["checkpoint"] = checkpoint
     timeline = _timeline(cp, job.id)
     if job.state is JobState.PENDING:
         out.update(_pending(cp, record, snapshot, now))

@@ -8,6 +8,7 @@ not found, so job ids cannot be probed across teams.
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -221,6 +222,7 @@ def validate_spec(cp: ControlPlane, team: str, body: Mapping[str, Any], now: flo
     except ValidationError as error:
         raise InvalidRequest(_validation_errors(error)) from error
     check_policy(cp, team, spec)
+    check_command_size(spec.command)
     probe = Job(id="probe", team=team, spec=spec, submitted_at=now, enqueued_at=now)
     if not any(pool.can_host(probe) for pool in cp.config.pools):
         shapes = ", ".join(
@@ -231,6 +233,28 @@ def validate_spec(cp: ControlPlane, team: str, body: Mapping[str, Any], now: flo
             "gpus", f"no pool can host {spec.gpus} GPUs on {spec.nodes} node(s) of this type ({shapes}{gang})"
         )
     return spec
+
+
+# AWS Batch's limits: a SubmitJob request body of 30 KiB, and 8 KiB for a container's overrides,
+# which carry the command, the agent's environment and the resource requirements
+# (spotline.aws.batch). The environment (run id, job id, checkpoint prefix, ...) and the
+# requirements take at most ENVIRONMENT_RESERVE_BYTES; the command gets the rest.
+CONTAINER_OVERRIDES_LIMIT_BYTES = 8 * 1024
+ENVIRONMENT_RESERVE_BYTES = 2 * 1024
+COMMAND_LIMIT_BYTES = CONTAINER_OVERRIDES_LIMIT_BYTES - ENVIRONMENT_RESERVE_BYTES
+
+
+def check_command_size(command: Sequence[str]) -> None:
+    """Refuse at submission (422 naming `command`) a command AWS Batch would refuse at launch:
+    its JSON must leave room for the agent's environment in the 8 KiB of container overrides."""
+    size = len(json.dumps(list(command)).encode())
+    if size > COMMAND_LIMIT_BYTES:
+        raise InvalidRequest.field(
+            "command",
+            f"{size} bytes as JSON, over the {COMMAND_LIMIT_BYTES} AWS Batch leaves a command (8 KiB of "
+            "container overrides, less the agent's environment); put long arguments in a file in the "
+            "image or in S3, and pass its path",
+        )
 
 
 def check_policy(cp: ControlPlane, team: str, spec: JobSpec) -> None:
@@ -258,13 +282,18 @@ def submit_job(
     already used is refused (as payment APIs do) rather than answered with the first job."""
     now = cp.clock()
     spec = validate_spec(cp, team, body, now)
-    check_budget(cp, team, spec.priority)
     digest = request_digest(spec)
     if idempotency_key:
         key_digest = hashlib.sha256(f"{team}\0{idempotency_key}".encode()).hexdigest()[:16]
         job_id = f"job-{key_digest}"
+        # A retry of an accepted request gets its job back before anything else is judged: the
+        # budget may have run out since, and the job is already accepted.
+        existing = cp.jobs.find(job_id)
+        if existing is not None and existing.team == team:
+            return _same_request(existing, job_id, spec, digest), False
     else:
         job_id = cp.new_job_id()
+    check_budget(cp, team, spec.priority)
     job = Job(id=job_id, team=team, spec=spec, submitted_at=now, enqueued_at=now)
     try:
         record = cp.jobs.create(
@@ -276,21 +305,7 @@ def submit_job(
     except JobAlreadyExists:
         if not idempotency_key:
             raise
-        first = get_job(cp, team, job_id)
-        # A job stored before digests were kept is compared by its spec.
-        same = first.request_digest == digest if first.request_digest else first.job.spec == spec
-        if not same:
-            raise InvalidRequest(
-                [
-                    {
-                        "loc": ["header", "Idempotency-Key"],
-                        "msg": f"already used for another request (job {job_id}); use a new key"
-                        " for a different job",
-                        "type": "idempotency_key_reused",
-                    }
-                ]
-            ) from None
-        return first, False
+        return _same_request(get_job(cp, team, job_id), job_id, spec, digest), False
     try:
         cp.publisher.job_submitted(record)
     except PublishFailed:
@@ -298,6 +313,25 @@ def submit_job(
         # scheduler's periodic tick finds it without the event.
         logger.exception("Job Submitted not published", extra={"job_id": record.id})
     return record, True
+
+
+def _same_request(first: JobRecord, job_id: str, spec: JobSpec, digest: str) -> JobRecord:
+    """The job an Idempotency-Key made, if this request is the one that made it; refused if the
+    key was used for another request."""
+    # A job stored before digests were kept is compared by its spec.
+    same = first.request_digest == digest if first.request_digest else first.job.spec == spec
+    if not same:
+        raise InvalidRequest(
+            [
+                {
+                    "loc": ["header", "Idempotency-Key"],
+                    "msg": f"already used for another request (job {job_id}); use a new key"
+                    " for a different job",
+                    "type": "idempotency_key_reused",
+                }
+            ]
+        )
+    return first
 
 
 def get_job(cp: ControlPlane, team: str, job_id: str) -> JobRecord:

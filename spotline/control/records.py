@@ -48,6 +48,16 @@ def parse_run_id(name: str) -> tuple[str, int] | None:
     return matched.group("job"), int(matched.group("run"))
 
 
+def split_node_id(batch_job_id: str) -> tuple[str, int | None]:
+    """(parent job id, node index) of a multi-node job's node id `<parent>#<n>`; (the id, None)
+    for any other Batch job id. A gang's nodes have events and DescribeJobs entries of their
+    own; Spotline records and stops only the parent."""
+    parent, separator, index = batch_job_id.rpartition("#")
+    if separator and parent and index.isdigit():
+        return parent, int(index)
+    return batch_job_id, None
+
+
 # --- job records --------------------------------------------------------------------------
 
 # States in which a job holds GPUs in a pool (and is in the `active` index).

@@ -41,6 +41,7 @@ from spotline.domain import (
     Wait,
     plan_with_stats,
 )
+from spotline.domain.checkpoint_cost import grace_period_s
 from spotline.domain.preemption import estimated_remaining_s, lost_work_gpu_s
 from spotline.domain.priority import wait_s
 from spotline.domain.usage import decayed_usage_gpu_s
@@ -445,11 +446,12 @@ def preempt(
     time to checkpoint: the workflow stops them after its shortest wait (1 s) and they resume
     from their latest durable checkpoint."""
     started: list[str] = []
-    deadline = now + cp.config.grace_period_s if decision.checkpoint else now
     for victim_id in decision.victims:
         victim = active.get(victim_id)
         if victim is None:
             continue
+        # Each victim's own grace: longer for a checkpoint whose measured write needs it.
+        deadline = now + grace_period_s(victim.job, cp.config.grace_period_s) if decision.checkpoint else now
         reason = f"preempted for {preemptor.id} ({preemptor.job.priority.value}): {decision.reason}"
         reason += _victim_criterion(cp, victim, now)
         try:
@@ -492,7 +494,7 @@ def move(cp: ControlPlane, record: JobRecord, decision: Move, *, now: float) -> 
             record,
             Disruption.PREEMPT,
             now=now,
-            deadline_at=now + cp.config.grace_period_s,
+            deadline_at=now + grace_period_s(record.job, cp.config.grace_period_s),
             draining_for=decision.draining_for,
             reason=reason,
         )

@@ -12,7 +12,8 @@ A pool may list several instance types (Spot wants diversity); a container is si
 vCPUs and memory per GPU among them, so it fits on whichever one Batch launches.
 
 Figures are AWS's published instance specifications (checked 2026-11); `efa` says whether the
-type supports an Elastic Fabric Adapter. `spotline doctor` compares them with the account's
+type supports an Elastic Fabric Adapter and `efa_interfaces` how many it takes (one per network
+card: 4 on a p4d, 32 on a p5). `spotline doctor` compares them with the account's
 DescribeInstanceTypes.
 """
 
@@ -29,21 +30,23 @@ class InstanceShape:
     vcpus: int
     memory_gib: int
     efa: bool = False
+    # EFA interfaces the type takes (its network cards); 0 without EFA.
+    efa_interfaces: int = 0
 
 
 INSTANCE_SHAPES: Mapping[str, InstanceShape] = {
-    "p5.48xlarge": InstanceShape(8, 192, 2048, efa=True),
-    "p5e.48xlarge": InstanceShape(8, 192, 2048, efa=True),
-    "p5en.48xlarge": InstanceShape(8, 192, 2048, efa=True),
-    "p4d.24xlarge": InstanceShape(8, 96, 1152, efa=True),
-    "p4de.24xlarge": InstanceShape(8, 96, 1152, efa=True),
+    "p5.48xlarge": InstanceShape(8, 192, 2048, efa=True, efa_interfaces=32),
+    "p5e.48xlarge": InstanceShape(8, 192, 2048, efa=True, efa_interfaces=32),
+    "p5en.48xlarge": InstanceShape(8, 192, 2048, efa=True, efa_interfaces=16),
+    "p4d.24xlarge": InstanceShape(8, 96, 1152, efa=True, efa_interfaces=4),
+    "p4de.24xlarge": InstanceShape(8, 96, 1152, efa=True, efa_interfaces=4),
     "p3.2xlarge": InstanceShape(1, 8, 61),
     "p3.8xlarge": InstanceShape(4, 32, 244),
     "p3.16xlarge": InstanceShape(8, 64, 488),
-    "p3dn.24xlarge": InstanceShape(8, 96, 768, efa=True),
+    "p3dn.24xlarge": InstanceShape(8, 96, 768, efa=True, efa_interfaces=1),
     "g6e.xlarge": InstanceShape(1, 4, 32),
-    "g6e.12xlarge": InstanceShape(4, 48, 384, efa=True),
-    "g6e.48xlarge": InstanceShape(8, 192, 1536, efa=True),
+    "g6e.12xlarge": InstanceShape(4, 48, 384, efa=True, efa_interfaces=1),
+    "g6e.48xlarge": InstanceShape(8, 192, 1536, efa=True, efa_interfaces=4),
     "g6.xlarge": InstanceShape(1, 4, 16),
     "g6.12xlarge": InstanceShape(4, 48, 192),
     "g6.48xlarge": InstanceShape(8, 192, 768),
@@ -51,10 +54,10 @@ INSTANCE_SHAPES: Mapping[str, InstanceShape] = {
     "g5.2xlarge": InstanceShape(1, 8, 32),
     "g5.12xlarge": InstanceShape(4, 48, 192),
     "g5.24xlarge": InstanceShape(4, 96, 384),
-    "g5.48xlarge": InstanceShape(8, 192, 768, efa=True),
+    "g5.48xlarge": InstanceShape(8, 192, 768, efa=True, efa_interfaces=1),
     "g4dn.xlarge": InstanceShape(1, 4, 16),
-    "g4dn.12xlarge": InstanceShape(4, 48, 192, efa=True),
-    "g4dn.metal": InstanceShape(8, 96, 384, efa=True),
+    "g4dn.12xlarge": InstanceShape(4, 48, 192, efa=True, efa_interfaces=1),
+    "g4dn.metal": InstanceShape(8, 96, 384, efa=True, efa_interfaces=1),
 }
 
 # Kept back on every node for the ECS agent, Docker and the OS.
@@ -144,6 +147,13 @@ def supports_efa(instance_types: Iterable[str]) -> bool:
     """Every one of the types supports EFA (per the table)."""
     types = list(instance_types)
     return bool(types) and all(t in INSTANCE_SHAPES and INSTANCE_SHAPES[t].efa for t in types)
+
+
+def efa_interfaces(instance_types: Iterable[str]) -> int:
+    """The EFA interfaces every one of the types takes (one launch template serves them all),
+    0 if they do not all support EFA or do not agree."""
+    counts = {INSTANCE_SHAPES[t].efa_interfaces for t in instance_types if t in INSTANCE_SHAPES}
+    return counts.pop() if supports_efa(instance_types) and len(counts) == 1 else 0
 
 
 def sized_container(

@@ -255,6 +255,10 @@ class Job(BaseModel):
     last_checkpoint_at: float | None = None
     last_checkpoint_step: int | None = None
     last_checkpoint_uri: str | None = None
+    # What the agent measured of its last checkpoint (spotline.domain.checkpoint_cost uses them).
+    checkpoint_bytes: int | None = Field(default=None, ge=0)
+    checkpoint_write_s: float | None = Field(default=None, ge=0)
+    checkpoint_restore_s: float | None = Field(default=None, ge=0)
     progress: float | None = Field(default=None, ge=0.0, le=1.0)
     utilization: float | None = Field(default=None, ge=0.0, le=1.0)
     preemptions: int = 0

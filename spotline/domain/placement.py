@@ -4,15 +4,16 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from spotline.domain.checkpoint_cost import interruption_lost_s
 from spotline.domain.config import SchedulerConfig
 from spotline.domain.models import Job, Pool, SpotPreference
 
 
 def interruption_cost_s(job: Job, config: SchedulerConfig) -> float:
     """What one interruption costs the job in time: a restart, plus the checkpoint write inside
-    the notice (`checkpoint_on_notice`) or else half a checkpoint interval of lost work."""
-    lost = config.checkpoint_write_s if config.checkpoint_on_notice else job.spec.checkpoint_interval_s / 2.0
-    return lost + config.restart_cost_s
+    the notice (`checkpoint_on_notice`, and a measured write that fits it) or else half a
+    checkpoint interval of lost work, plus a measured restore (`checkpoint_cost`)."""
+    return interruption_lost_s(job, config) + config.restart_cost_s
 
 
 def expected_interruption_delay_s(job: Job, pool: Pool, remaining_s: float, config: SchedulerConfig) -> float:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import random
 from collections.abc import Callable, Mapping, Sequence
 
+from spotline.domain.checkpoint_cost import restore_s
 from spotline.domain.config import ReclaimPolicy, SchedulerConfig, VictimStrategy
 from spotline.domain.models import Allocation, Job, Pool, Priority
 from spotline.domain.quota import Ledger, borrowed_gpus
@@ -79,8 +80,8 @@ def estimated_remaining_s(job: Job, now: float, config: SchedulerConfig) -> floa
 
 def lost_work_gpu_s(job: Job, gpus: int, now: float, config: SchedulerConfig) -> float:
     """GPU-seconds a preemption of `job` now would waste: work since its last durable
-    checkpoint, plus the restart cost, on all of its GPUs."""
-    return gpus * (job.unsaved_work_s(now) + config.restart_cost_s)
+    checkpoint, plus the restart cost and its measured restore, on all of its GPUs."""
+    return gpus * (job.unsaved_work_s(now) + config.restart_cost_s + restore_s(job))
 
 
 def eligibility(

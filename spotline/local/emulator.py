@@ -15,10 +15,20 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import boto3
-from moto.core.config import default_user_config
 
 from spotline import resources as r
-from spotline.aws import emulation
+from spotline.local import provision
+from spotline.local.moto_lambda_route import require_moto_version
+from spotline.local.moto_server import SerializedMotoServer
+
+# moto's configuration (its public `/moto-api/config`): Step Functions executes ASL; Lambda and
+# Batch never need Docker here, because the local runtime dispatches Lambda tasks to the handlers
+# (`moto_lambda_route`) and runs the fleet itself.
+MOTO_CONFIG = {
+    "stepfunctions": {"execute_state_machine": True},
+    "lambda": {"use_docker": False},
+    "batch": {"use_docker": False},
+}
 
 
 @dataclass
@@ -33,34 +43,25 @@ class LocalResources:
 
 
 class LocalAws:
-    """moto's server on 127.0.0.1 (one request at a time: `emulation.SerializedMotoServer`),
-    configured to execute state machines.
+    """moto's server on 127.0.0.1, one request at a time (`moto_server.SerializedMotoServer`),
+    configured to execute state machines. Every SDK call, this process's (the handlers, the
+    workflows' tasks, the router, the fleet) and other processes' (the agents, the CLI), goes to
+    it over HTTP."""
 
-    `sdk_over_http=False` (the default): this process's own SDK calls (the handlers, the
-    workflows' tasks, the router, the fleet) are handed to the server's app in the calling thread
-    (`emulation.serve_in_process`), the same requests and responses without the socket; other
-    processes (the agents, the CLI) call it over HTTP."""
-
-    def __init__(self, region: str = "us-east-1", port: int = 0, *, sdk_over_http: bool = False) -> None:
+    def __init__(self, region: str = "us-east-1", port: int = 0) -> None:
         self.region = region
-        self.sdk_over_http = sdk_over_http
-        self._server = emulation.SerializedMotoServer(ip_address="127.0.0.1", port=port)
+        self._server = SerializedMotoServer(ip_address="127.0.0.1", port=port)
         self.endpoint_url = ""
 
     def start(self) -> None:
-        # Step Functions executes ASL only when asked; Lambda and Batch never need Docker here
-        # because the local runtime dispatches Lambda tasks and runs the fleet itself.
-        emulation.enable_state_machine_execution()
+        require_moto_version()
         logging.getLogger("werkzeug").setLevel(logging.ERROR)
-        default_user_config["lambda"]["use_docker"] = False
-        default_user_config["batch"]["use_docker"] = False
         self._server.start()
         host, port = self._server.get_host_and_port()
         self.endpoint_url = f"http://{host}:{port}"
-        if not self.sdk_over_http:
-            self._server.serve_in_process()
         # moto's backends are process-wide: start from an empty account, as a fresh deployment.
-        urllib.request.urlopen(urllib.request.Request(f"{self.endpoint_url}/moto-api/reset", method="POST"))
+        _post(f"{self.endpoint_url}/moto-api/reset", b"")
+        _post(f"{self.endpoint_url}/moto-api/config", json.dumps(MOTO_CONFIG).encode())
         # Every SDK client in this process (handlers, agent, router) talks to the emulator.
         os.environ["AWS_ENDPOINT_URL"] = self.endpoint_url
         os.environ.setdefault("AWS_ACCESS_KEY_ID", "testing")
@@ -77,7 +78,7 @@ class LocalAws:
     def create_resources(self, prefix: str = "spotline-local") -> LocalResources:
         """Tables, the project bus, a queue per rule and the scheduler's FIFO queue."""
         made = LocalResources(prefix=prefix)
-        made.tables = emulation.create_tables(self.client("dynamodb"), prefix)
+        made.tables = provision.create_tables(self.client("dynamodb"), prefix)
         events = self.client("events")
         sqs = self.client("sqs")
         made.project_bus = f"{prefix}-bus"
@@ -107,3 +108,11 @@ class LocalAws:
             )
             made.rule_queues[rule.name] = url
         return made
+
+
+def _post(url: str, body: bytes) -> None:
+    request = urllib.request.Request(
+        url, data=body, method="POST", headers={"Content-Type": "application/json"}
+    )
+    with urllib.request.urlopen(request) as response:
+        response.read()

@@ -42,8 +42,10 @@ def proxy_event(
 ) -> dict[str, Any]:
     """An API Gateway REST (v1) proxy event for one request."""
     split = urlsplit(raw_path)
-    query = {k: v[-1] for k, v in parse_qs(split.query).items()}
-    multi = {k: v for k, v in parse_qs(split.query).items()}
+    # Blank values kept, as API Gateway keeps them: `?state=` is an empty state, refused (422).
+    parsed = parse_qs(split.query, keep_blank_values=True)
+    query = {k: v[-1] for k, v in parsed.items()}
+    multi = {k: list(v) for k, v in parsed.items()}
     return {
         "resource": "/{proxy+}",
         "path": split.path,
@@ -72,6 +74,16 @@ def proxy_event(
         "body": body,
         "isBase64Encoded": False,
     }
+
+
+def _error_body(status: int, message: str) -> str:
+    """The API's documented error shape (functions.api.ErrorBody), for the answers the server
+    gives itself."""
+    return json.dumps({"statusCode": status, "message": message})
+
+
+# Whoever sends a method the API has no route for: the handler refuses it before any team lookup.
+ANONYMOUS = LocalIdentity(team="", access_key="", user_arn="arn:aws:iam::000000000000:user/anonymous")
 
 
 class _Server(ThreadingHTTPServer):
@@ -119,6 +131,11 @@ class LocalApiServer:
             def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
                 """http.server's own errors (a malformed request line, an unknown method, headers
                 too long) in JSON, as every other answer, instead of its HTML page."""
+                if code == HTTPStatus.NOT_IMPLEMENTED:
+                    # A method http.server has no do_<METHOD> for (QUERY, PROPFIND...): like any
+                    # other method the API has no route for.
+                    self._not_allowed()
+                    return
                 try:
                     phrase = HTTPStatus(code).phrase
                 except ValueError:
@@ -129,7 +146,7 @@ class LocalApiServer:
                 self._reply(
                     code,
                     {"content-type": "application/json", "connection": "close"},
-                    json.dumps({"message": message or phrase}),
+                    _error_body(code, message or phrase),
                 )
 
             def _refuse(self, status: int, message: str, **headers: str) -> None:
@@ -137,7 +154,7 @@ class LocalApiServer:
                 self._reply(
                     status,
                     {"content-type": "application/json", "connection": "close", **headers},
-                    json.dumps({"message": message}),
+                    _error_body(status, message),
                 )
 
             def _body(self) -> str | None:
@@ -179,17 +196,19 @@ class LocalApiServer:
                     self._reply(
                         403,
                         {"content-type": "application/json"},
-                        json.dumps({"message": "Missing or unknown access key"}),
+                        _error_body(403, "Missing or unknown access key"),
                     )
                     return
-                event = proxy_event(self.command, self.path, headers, body, identity)
+                self._respond(proxy_event(self.command, self.path, headers, body, identity))
+
+            def _respond(self, event: dict[str, Any]) -> None:
                 try:
                     response = server._handler(event, server._context)
                 except Exception as error:  # the handler maps its own errors; this is a crash
                     self._reply(
                         502,
                         {"content-type": "application/json"},
-                        json.dumps({"message": f"handler failed: {error}"}),
+                        _error_body(502, f"handler failed: {error}"),
                     )
                     return
                 out_headers = dict(response.get("headers") or {})
@@ -209,13 +228,15 @@ class LocalApiServer:
                     self.wfile.write(data)
 
             def _not_allowed(self) -> None:
-                if self._body() is None:  # read (and so skip) any body, to answer on a clean connection
+                """A method the server has no route for (HEAD, OPTIONS, TRACE, QUERY...): the
+                handler answers it, 405 with the path's own `Allow` (404 for an unknown path),
+                before it asks who the caller is."""
+                body = self._body()  # read (and so skip) any body, to answer on a clean connection
+                if body is None:
                     return
-                self._reply(
-                    405,
-                    {"content-type": "application/json", "allow": ALLOWED_METHODS},
-                    json.dumps({"message": f"method {self.command} not allowed; allowed: {ALLOWED_METHODS}"}),
-                )
+                identity = server._identities.get(self.headers.get(ACCESS_KEY_HEADER, ""), ANONYMOUS)
+                headers = {k: v for k, v in self.headers.items()}
+                self._respond(proxy_event(self.command, self.path, headers, None, identity))
 
             do_GET = do_POST = do_PATCH = do_DELETE = do_PUT = _serve
             do_HEAD = do_OPTIONS = do_TRACE = do_CONNECT = _not_allowed

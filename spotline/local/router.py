@@ -21,7 +21,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from spotline import resources as r
-from spotline.aws import emulation
+from spotline.local import lambdas
 
 log = logging.getLogger("spotline.local.router")
 
@@ -29,8 +29,8 @@ log = logging.getLogger("spotline.local.router")
 def invoke(module: str, event: dict[str, Any]) -> Any:
     """Call one function's handler with a fresh context, as one Lambda invocation."""
     function = next(f for f in r.FUNCTIONS if f.module == module)
-    context = emulation.LambdaContextStub.for_function(f"spotline-{function.name}")
-    return emulation.import_handler(function)(event, context)
+    context = lambdas.LambdaContextStub.for_function(f"spotline-{function.name}")
+    return lambdas.import_handler(function)(event, context)
 
 
 class Router:
@@ -147,5 +147,5 @@ def _sqs_record(message: dict[str, Any], url: str) -> dict[str, Any]:
 def _as_delivered_by_aws(event: dict[str, Any]) -> dict[str, Any]:
     """moto's EventBridge leaves `account` out of the events it delivers; AWS always sets it
     (and Powertools' EventBridge model requires it)."""
-    event.setdefault("account", emulation.ACCOUNT_ID)
+    event.setdefault("account", lambdas.ACCOUNT_ID)
     return event

@@ -21,15 +21,16 @@ from pathlib import Path
 from typing import Any
 
 from spotline import resources as r
-from spotline.aws import emulation
 from spotline.aws.clients import AwsClients, reset_default_clients
 from spotline.aws.plane import build_control_plane
 from spotline.control.logs import FileRunLogs
 from spotline.control.ports import TERMINAL_BATCH_STATUSES, BatchJobRequest
 from spotline.control.settings import Settings, get_settings
+from spotline.local import lambdas, provision
 from spotline.local.emulator import LocalAws
 from spotline.local.fleet import LocalFleet, PoolSpec
 from spotline.local.http_api import ACCESS_KEY_HEADER, LocalApiServer, LocalIdentity
+from spotline.local.moto_lambda_route import LambdaTaskDispatcher
 from spotline.local.router import Router
 
 log = logging.getLogger("spotline.local")
@@ -80,9 +81,6 @@ class LocalConfig:
     state_dir: Path = Path(".spotline")
     region: str = "us-east-1"
     seed: int = 1
-    # This process's SDK calls go over HTTP to the emulator, as other processes' do (else they
-    # are handed to it in-process: `LocalAws`).
-    sdk_over_http: bool = False
 
     def spotline_config(self, identities: dict[str, str]) -> dict[str, Any]:
         """The SPOTLINE_CONFIG JSON the functions read (on AWS the stack writes it)."""
@@ -200,7 +198,7 @@ class LocalControlPlane:
     job_credentials: dict[str, TeamCredentials] = field(default_factory=dict)
     _stop: threading.Event = field(default_factory=threading.Event)
     _threads: list[threading.Thread] = field(default_factory=list)
-    _dispatcher: emulation.LambdaTaskDispatcher | None = None
+    _dispatcher: LambdaTaskDispatcher | None = None
     _saved_env: dict[str, str | None] = field(default_factory=dict)
 
     def start(self) -> dict[str, Any]:
@@ -225,23 +223,23 @@ class LocalControlPlane:
     def _start(self) -> dict[str, Any]:
         cfg = self.config
         self._save_env()
-        self.aws = LocalAws(region=cfg.region, sdk_over_http=cfg.sdk_over_http)
+        self.aws = LocalAws(region=cfg.region)
         self.aws.start()
         made = self.aws.create_resources()
         s3 = self.aws.client("s3")
         bucket = "spotline-local-checkpoints"
         s3.create_bucket(Bucket=bucket)
         stepfunctions = self.aws.client("stepfunctions")
-        machines = emulation.create_state_machines(stepfunctions, prefix="spotline-local")
+        machines = provision.create_state_machines(stepfunctions, prefix="spotline-local")
 
         for team in cfg.teams:
             key = "SLK" + secrets.token_hex(8).upper()
             self.teams[team] = LocalIdentity(
-                team=team, access_key=key, user_arn=f"arn:aws:iam::{emulation.ACCOUNT_ID}:user/{team}"
+                team=team, access_key=key, user_arn=f"arn:aws:iam::{lambdas.ACCOUNT_ID}:user/{team}"
             )
             self.job_credentials[team] = TeamCredentials.new(team)
         identities = {identity.user_arn: team for team, identity in self.teams.items()}
-        env = emulation.environment(
+        env = provision.environment(
             made.tables,
             event_bus=made.project_bus,
             state_machines=machines,
@@ -288,8 +286,8 @@ class LocalControlPlane:
         from functions.runtime import use_control_plane
 
         use_control_plane(plane)
-        self._dispatcher = emulation.LambdaTaskDispatcher(
-            {f.name: emulation.import_handler(f) for f in r.FUNCTIONS}
+        self._dispatcher = LambdaTaskDispatcher(
+            {f.name: lambdas.import_handler(f) for f in r.FUNCTIONS}
         ).install()
         self.router = Router(
             self.aws.client("sqs"),
@@ -301,11 +299,11 @@ class LocalControlPlane:
         self._every(cfg.tick_s, self._tick, "scheduler-tick")
         self._every(cfg.reconcile_s, self._reconcile, "reconciler")
 
-        api_handler = emulation.import_handler(next(f for f in r.FUNCTIONS if f.name == "api"))
+        api_handler = lambdas.import_handler(next(f for f in r.FUNCTIONS if f.name == "api"))
         self.api = LocalApiServer(
             api_handler,
             {i.access_key: i for i in self.teams.values()},
-            emulation.LambdaContextStub.for_function("spotline-api"),
+            lambdas.LambdaContextStub.for_function("spotline-api"),
         )
         self.api.start()
         self._sqs = self.aws.client("sqs")
@@ -371,15 +369,15 @@ class LocalControlPlane:
             "id": secrets.token_hex(8),
             "detail-type": "Scheduled Event",
             "source": "aws.events",
-            "account": emulation.ACCOUNT_ID,
+            "account": lambdas.ACCOUNT_ID,
             "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "region": self.config.region,
             "resources": [],
             "detail": {},
         }
         reconciler = next(f for f in r.FUNCTIONS if f.name == "reconciler")
-        emulation.import_handler(reconciler)(
-            event, emulation.LambdaContextStub.for_function("spotline-reconciler")
+        lambdas.import_handler(reconciler)(
+            event, lambdas.LambdaContextStub.for_function("spotline-reconciler")
         )
 
     def _every(self, period_s: float, action: Any, name: str) -> None:

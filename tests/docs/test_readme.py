@@ -20,4 +20,3 @@ def test_every_relative_link_in_the_readme_exists() -> None:
     assert len(targets) >= 10
     missing = [t for t in targets if not (ROOT / t).exists()]
     assert not missing, f"README.md links to missing {missing}"
-

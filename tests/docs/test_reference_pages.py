@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
+import typer.core
 
 from scripts import mkdocs_hooks as hooks
 from spotline.cli import app
@@ -37,18 +38,22 @@ def test_a_schema_type_reads_as_a_type() -> None:
     assert hooks.schema_type({"enum": ["low", "high"]}) == "`low` | `high`"
 
 
-def _commands(command: typer.main.TyperGroup, prefix: str) -> list[str]:
+def _commands(command: typer.core.TyperGroup, ctx: typer.Context, prefix: str) -> list[str]:
+    # Through list_commands / get_command: the top-level group loads its commands lazily.
     names = []
-    for name, sub in command.commands.items():
+    for name in command.list_commands(ctx):
+        sub = command.get_command(ctx, name)
         names.append(f"{prefix} {name}")
-        if hasattr(sub, "commands"):
-            names += _commands(sub, f"{prefix} {name}")
+        if isinstance(sub, typer.core.TyperGroup):
+            names += _commands(sub, ctx, f"{prefix} {name}")
     return names
 
 
 def test_the_cli_page_has_every_command_with_its_options() -> None:
     page = hooks.render_cli()
-    names = _commands(typer.main.get_command(app), "spotline")
+    group = typer.main.get_command(app)
+    assert isinstance(group, typer.core.TyperGroup)
+    names = _commands(group, typer.Context(group), "spotline")
     assert "spotline submit" in names and "spotline local up" in names
     for name in names:
         assert f"## `{name}`" in page

@@ -241,6 +241,10 @@ def test_imported_vpc_gets_flow_logs_and_hosts_the_pools(
         "vpc_subnet_ids": ["subnet-0123456789abcdef0", "subnet-0fedcba9876543210"],
         "vpc_availability_zones": ["us-east-1a", "us-east-1b"],
     }
+    raw["pools"] = [
+        {**pool, "availability_zone": "us-east-1b"} if pool["purchase"] == "on-demand" else pool
+        for pool in raw["pools"]
+    ]
     stack = SpotlineStack(
         App(context=raw),
         "Imported",
@@ -257,11 +261,20 @@ def test_imported_vpc_gets_flow_logs_and_hosts_the_pools(
     template.has_resource_properties(
         "AWS::EC2::FlowLog", {"ResourceId": "vpc-0123456789abcdef0", "ResourceType": "VPC"}
     )
-    for environment in template.find_resources("AWS::Batch::ComputeEnvironment").values():
-        assert environment["Properties"]["ComputeResources"]["Subnets"] == [
-            "subnet-0123456789abcdef0",
-            "subnet-0fedcba9876543210",
-        ]
+    subnets = {
+        stack.get_logical_id(stack.compute.compute_environments[pool.name].node.default_child): pool
+        for pool in stack.config.pools
+    }
+    for logical_id, environment in template.find_resources("AWS::Batch::ComputeEnvironment").items():
+        pool = subnets[logical_id]
+        # The Spot pool spans both AZs; the On-Demand pool's cluster placement group pins it to
+        # the AZ it names (us-east-1b: the second subnet).
+        expected = (
+            ["subnet-0fedcba9876543210"]
+            if pool.placement_group
+            else ["subnet-0123456789abcdef0", "subnet-0fedcba9876543210"]
+        )
+        assert environment["Properties"]["ComputeResources"]["Subnets"] == expected
 
 
 def test_an_environment_too_large_for_lambda_fails_the_synth(tmp_path: Path) -> None:

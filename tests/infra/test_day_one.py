@@ -27,48 +27,53 @@ def _properties(syn: Synthesized, construct: Any) -> dict[str, Any]:
 # --- finding 1: private images -----------------------------------------------------------------
 
 
-def test_the_execution_role_can_pull_private_ecr_images(synthesized: Synthesized) -> None:
+def test_each_teams_execution_role_pulls_its_own_repositories_and_the_shared_image(
+    synthesized: Synthesized,
+) -> None:
     stack = synthesized.stack
-    role = stack.compute.execution_role
-    assert role is not None
-    # Every team's definition pulls with the one execution role.
-    for definition in stack.compute.job_definitions.values():
-        container = _properties(synthesized, definition)["ContainerProperties"]
-        assert container["ExecutionRoleArn"] == getatt_arn(synthesized, role)
-    statements = statements_of_role(synthesized, synthesized.logical_id(role))
-    assert {"ecr:BatchGetImage", "ecr:GetDownloadUrlForLayer", "ecr:GetAuthorizationToken"} <= actions_of(
-        statements
-    )
-    pulls = [s for s in statements if "ecr:BatchGetImage" in as_list(s["Action"])]
-    resources = {flatten(r) for s in pulls for r in as_list(s["Resource"])}
-    # Repositories of this account and region only (the stack's own, the default image, among them).
     repository = stack.compute.training_repository
     assert repository is not None
     own = flatten(stack.resolve(repository.repository_arn))
-    assert resources == {"arn:aws:ecr:us-east-1:123456789012:repository/*", own}
+    roles = {synthesized.logical_id(role) for role in stack.compute.execution_roles.values()}
+    assert len(roles) == len(stack.config.team_names) >= 2  # one per team, none shared
+    for team, definition in stack.compute.job_definitions.items():
+        role = stack.compute.execution_roles[team]
+        container = _properties(synthesized, definition)["ContainerProperties"]
+        assert container["ExecutionRoleArn"] == getatt_arn(synthesized, role)
+        statements = statements_of_role(synthesized, synthesized.logical_id(role))
+        assert {"ecr:BatchGetImage", "ecr:GetDownloadUrlForLayer", "ecr:GetAuthorizationToken"} <= actions_of(
+            statements
+        )
+        pulls = [s for s in statements if "ecr:BatchGetImage" in as_list(s["Action"])]
+        resources = {flatten(r) for s in pulls for r in as_list(s["Resource"])}
+        # The team's namespace and the stack's training repository; never every repository.
+        assert resources == {f"arn:aws:ecr:us-east-1:123456789012:repository/{team}/*", own}
 
 
 # --- finding 3: gang jobs ----------------------------------------------------------------------
 
 
-def test_gang_nodes_reach_each_other_on_every_port(synthesized: Synthesized) -> None:
+def test_only_gang_pools_instances_reach_each_other(synthesized: Synthesized) -> None:
     stack = synthesized.stack
-    group = stack.network.training_security_group
-    group_id = synthesized.logical_id(group)
-    rules = [
-        rule
-        for rule in synthesized.resources("AWS::EC2::SecurityGroupIngress").values()
-        if rule["Properties"]["GroupId"] == {"Fn::GetAtt": [group_id, "GroupId"]}
+    gang = synthesized.logical_id(stack.network.gang_security_group)
+    single = synthesized.logical_id(stack.network.training_security_group)
+    ingress = [r["Properties"] for r in synthesized.resources("AWS::EC2::SecurityGroupIngress").values()]
+    # The gang group lets in its own members on every port (rendezvous, NCCL, EFA); nothing else.
+    assert [(r["GroupId"], r["IpProtocol"], r["SourceSecurityGroupId"]) for r in ingress] == [
+        ({"Fn::GetAtt": [gang, "GroupId"]}, "-1", {"Fn::GetAtt": [gang, "GroupId"]})
     ]
-    assert [r["Properties"]["IpProtocol"] for r in rules] == ["-1"]
-    assert rules[0]["Properties"]["SourceSecurityGroupId"] == {"Fn::GetAtt": [group_id, "GroupId"]}
-    # Nothing else may come in.
-    assert "SecurityGroupIngress" not in _properties(synthesized, group)
-    # Every pool's instances are in that group.
-    for environment in stack.compute.compute_environments.values():
+    for group in (stack.network.gang_security_group, stack.network.training_security_group):
+        assert "SecurityGroupIngress" not in _properties(synthesized, group)
+    # Gang pools (a placement group) are in the gang group; every other pool (Spot: single-node
+    # jobs only) in the group that lets nothing in.
+    for pool in stack.config.pools:
+        environment = stack.compute.compute_environments[pool.name]
+        expected = gang if pool.placement_group else single
         assert _properties(synthesized, environment)["ComputeResources"]["SecurityGroupIds"] == [
-            {"Fn::GetAtt": [group_id, "GroupId"]}
+            {"Fn::GetAtt": [expected, "GroupId"]}
         ]
+    assert any(p.placement_group for p in stack.config.pools)
+    assert any(not p.placement_group for p in stack.config.pools)
 
 
 def test_on_demand_pools_get_a_cluster_placement_group_and_spot_pools_none(synthesized: Synthesized) -> None:
@@ -127,6 +132,10 @@ def test_alarms_cover_queues_workflows_passes_stuck_jobs_and_repairs(synthesized
         "SchedulingPassErrors",
         "JobsStuckPastDeadline",
         "ReconcilerRepairs",
+        "LambdaThrottles",
+        "DynamoDbThrottles",
+        "Api5xx",
+        "AgentEventsDropped",
     }
     text = json.dumps({name: _properties(synthesized, alarm) for name, alarm in alarms.items()})
     for metric in ("PassErrors", "ReconcilerRequeued", "LedgerRepaired", "ExecutionsFailed"):
@@ -135,7 +144,8 @@ def test_alarms_cover_queues_workflows_passes_stuck_jobs_and_repairs(synthesized
         props = _properties(synthesized, alarm)
         assert props["TreatMissingData"] == "notBreaching"
         assert props["AlarmDescription"]
-        assert "AlarmActions" not in props  # no topic in cdk.json
+        # No topic in cdk.json: the stack's own topic (issue 31, finding 18)
+        assert props["AlarmActions"] == [{"Ref": synthesized.logical_id(stack.alarms.topic)}]
 
 
 # --- a variant: EFA, chosen AZs, an alarm topic ------------------------------------------------
@@ -170,7 +180,7 @@ def test_the_created_vpc_uses_the_configured_azs(variant: tuple[SpotlineStack, T
     assert {s["Properties"]["AvailabilityZone"] for s in subnets.values()} == {"us-east-1b", "us-east-1d"}
 
 
-def test_an_efa_pool_launches_with_an_efa_in_the_training_group(
+def test_an_efa_pool_launches_with_every_efa_of_its_type_in_the_gang_group(
     variant: tuple[SpotlineStack, Template],
 ) -> None:
     stack, template = variant
@@ -178,10 +188,13 @@ def test_an_efa_pool_launches_with_an_efa_in_the_training_group(
     efa = stack.compute.efa_launch_template
     assert efa is not None
     data = resolved[stack.get_logical_id(efa.node.default_child)]["Properties"]["LaunchTemplateData"]
-    [interface] = data["NetworkInterfaces"]
-    assert interface["InterfaceType"] == "efa" and interface["DeviceIndex"] == 0
-    group_id = stack.get_logical_id(stack.network.training_security_group.node.default_child)
-    assert interface["Groups"] == [{"Fn::GetAtt": [group_id, "GroupId"]}]
+    interfaces = data["NetworkInterfaces"]
+    # p4d.24xlarge: four network cards, one EFA on each (p5: 32); the first is the primary.
+    assert [(i["NetworkCardIndex"], i["DeviceIndex"]) for i in interfaces] == [(0, 0), (1, 1), (2, 1), (3, 1)]
+    group_id = stack.get_logical_id(stack.network.gang_security_group.node.default_child)
+    for interface in interfaces:
+        assert interface["InterfaceType"] == "efa"
+        assert interface["Groups"] == [{"Fn::GetAtt": [group_id, "GroupId"]}]
     assert data["MetadataOptions"]["HttpTokens"] == "required"
     on_demand = stack.compute.compute_environments[stack.config.pools[1].name]
     resources = resolved[stack.get_logical_id(on_demand.node.default_child)]["Properties"]["ComputeResources"]
@@ -212,10 +225,13 @@ def test_an_efa_pool_runs_under_definitions_that_map_the_efa_device(
         # EFA provider; it keeps the team's role and the agent's environment.
         efa = definitions[f"spotline-dev-training-{team}-efa"]
         plain = definitions[f"spotline-dev-training-{team}"]
-        [device] = efa["LinuxParameters"]["Devices"]
-        assert device["HostPath"] == device["ContainerPath"] == "/dev/infiniband/uverbs0"
-        # CDK writes them lower-case; CloudFormation's schema takes them in any case.
-        assert sorted(p.upper() for p in device["Permissions"]) == ["MKNOD", "READ", "WRITE"]
+        devices = efa["LinuxParameters"]["Devices"]
+        # One device per EFA interface of the pool's p4d.24xlarge.
+        assert [d["HostPath"] for d in devices] == [f"/dev/infiniband/uverbs{i}" for i in range(4)]
+        for device in devices:
+            assert device["HostPath"] == device["ContainerPath"]
+            # CDK writes them lower-case; CloudFormation's schema takes them in any case.
+            assert sorted(p.upper() for p in device["Permissions"]) == ["MKNOD", "READ", "WRITE"]
         environment = {e["Name"]: e["Value"] for e in efa["Environment"]}
         assert environment["FI_PROVIDER"] == "efa" and environment["FI_EFA_FORK_SAFE"] == "1"
         assert {e["Name"]: e["Value"] for e in plain["Environment"]}.items() <= environment.items()
@@ -243,7 +259,7 @@ def test_without_an_efa_pool_there_is_no_efa_definition(synthesized: Synthesized
 def test_every_alarm_notifies_the_configured_topic(variant: tuple[SpotlineStack, Template]) -> None:
     _, template = variant
     alarms = template.find_resources("AWS::CloudWatch::Alarm")
-    assert len(alarms) == 10
+    assert len(alarms) == 14
     assert all(a["Properties"]["AlarmActions"] == [TOPIC] for a in alarms.values())
 
 
@@ -255,6 +271,8 @@ def test_every_alarm_notifies_the_configured_topic(variant: tuple[SpotlineStack,
         ({"efa": True, "purchase": "spot"}, "cluster placement group"),
         ({"placement_group": True, "purchase": "spot"}, "no placement group"),
         ({"placement_group": "yes"}, "must be true or false"),
+        ({"efa": True, "instance_types": ["p4d.24xlarge", "p5.48xlarge"]}, "same number of EFA interfaces"),
+        ({"availability_zone": "us-east-1a", "purchase": "spot", "placement_group": False}, "one AZ"),
     ],
 )
 def test_impossible_pool_networking_is_refused(change: dict[str, Any], message: str) -> None:

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from spotline.aws.emulation import SerializedMotoServer
+from spotline.local.moto_server import SerializedMotoServer
 
 from .helpers import REGION, Deployment, make_deployment, started_moto_server
 

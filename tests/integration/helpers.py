@@ -26,20 +26,16 @@ from moto import mock_aws
 
 from functions.runtime import use_control_plane
 from spotline.aws.clients import AwsClients
-from spotline.aws.emulation import (
-    LambdaContextStub,
-    LambdaTaskDispatcher,
-    SerializedMotoServer,
-    create_state_machines,
-    create_tables,
-    environment,
-)
 from spotline.aws.plane import build_control_plane
 from spotline.aws.workflows import StepFunctionsStarter
 from spotline.control.plane import ControlPlane
 from spotline.control.ports import BatchJobRequest
 from spotline.control.records import JobRecord, run_id_for
 from spotline.control.settings import Settings
+from spotline.local.lambdas import LambdaContextStub
+from spotline.local.moto_lambda_route import LambdaTaskDispatcher
+from spotline.local.moto_server import SerializedMotoServer
+from spotline.local.provision import create_state_machines, create_tables, environment
 
 REGION = "us-east-1"
 ACCOUNT = "123456789012"

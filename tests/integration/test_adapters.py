@@ -4,7 +4,6 @@ moto, settings and clients from the environment, and cheap imports of the functi
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import subprocess
@@ -14,16 +13,17 @@ from typing import Any
 
 import boto3
 import pytest
-from botocore.stub import Stubber
+from botocore.stub import ANY, Stubber
 
 from spotline import resources
 from spotline.aws.batch import AwsBatchLauncher, EcsInstanceResolver
 from spotline.aws.clients import AwsClients
-from spotline.aws.emulation import LambdaTaskDispatcher, environment
 from spotline.aws.workflows import SqsPassTrigger, StepFunctionsStarter
 from spotline.control.errors import BatchThrottled, LaunchFailed
 from spotline.control.ports import BatchJobRequest
 from spotline.control.settings import Settings, SettingsError, SpotlineConfig
+from spotline.local.moto_lambda_route import LambdaTaskDispatcher
+from spotline.local.provision import environment
 
 from .helpers import CONFIG, REGION, Deployment
 
@@ -125,7 +125,7 @@ def test_batch_throttling_and_refusals_map_to_named_errors() -> None:
 def test_a_gang_job_runs_under_a_multi_node_definition_derived_from_the_base() -> None:
     batch = boto3.client("batch", region_name=REGION)
     launcher = AwsBatchLauncher(batch, DEFINITION)
-    name = f"spotline-training-mnp-{hashlib.sha256(IMAGE.encode()).hexdigest()[:12]}"
+    name = ANY  # spotline-training-mnp-<digest of all it carries>: tested below
     container = {
         "command": ["python", "train.py"],
         "environment": [
@@ -159,7 +159,7 @@ def test_a_gang_job_runs_under_a_multi_node_definition_derived_from_the_base() -
         )
         stub.add_response(
             "register_job_definition",
-            {"jobDefinitionName": name, "jobDefinitionArn": "arn:mnp", "revision": 1},
+            {"jobDefinitionName": "spotline-training-mnp", "jobDefinitionArn": "arn:mnp", "revision": 1},
             {
                 "jobDefinitionName": name,
                 "type": "multinode",
@@ -178,6 +178,74 @@ def test_a_gang_job_runs_under_a_multi_node_definition_derived_from_the_base() -
         assert launcher.submit(request(nodes=2)) == "b-4"
         assert launcher.submit(request(nodes=4)) == "b-5"
         stub.assert_no_pending_responses()
+
+
+def test_a_derived_definition_is_named_by_everything_it_carries() -> None:
+    # Issue 31, finding 11: a deploy that changes the base definition's role or environment
+    # (say, a per-team KMS key) must not reuse a derived copy of the old one.
+    names: list[str] = []
+
+    def derive(base: dict[str, Any]) -> None:
+        batch = boto3.client("batch", region_name=REGION)
+        launcher = AwsBatchLauncher(batch, DEFINITION)
+
+        def remember(params: dict[str, Any], **_: Any) -> None:
+            names.append(params["jobDefinitionName"])
+
+        batch.meta.events.register("provide-client-params.batch.RegisterJobDefinition", remember)
+        with Stubber(batch) as stub:
+            stub.add_response("describe_job_definitions", {"jobDefinitions": [base]})
+            stub.add_response("describe_job_definitions", {"jobDefinitions": []})
+            stub.add_response(
+                "register_job_definition",
+                {"jobDefinitionName": "d", "jobDefinitionArn": "arn:d", "revision": 1},
+            )
+            stub.add_response("submit_job", {"jobName": "spotline-job-1-r2", "jobId": "b"})
+            launcher.submit(request(image="pytorch/pytorch:2.5"))
+
+    old = described()["jobDefinitions"][0]
+    derive(old)
+    derive(old)
+    new_role = {
+        **old,
+        "revision": 4,
+        "containerProperties": {**old["containerProperties"], "jobRoleArn": "arn:r2"},
+    }
+    derive(new_role)
+    new_environment = {
+        **old,
+        "containerProperties": {**old["containerProperties"], "environment": [{"name": "K", "value": "v"}]},
+    }
+    derive(new_environment)
+    assert names[0] == names[1] and names[0].startswith("spotline-training-")
+    assert len({names[0], names[2], names[3]}) == 3
+
+
+def test_a_job_definition_a_deploy_deregistered_is_resolved_again() -> None:
+    # Issue 31, finding 12: a warm launcher cached the definition's ARN; a deploy replaced it.
+    batch = boto3.client("batch", region_name=REGION)
+    launcher = AwsBatchLauncher(batch, DEFINITION)
+    with Stubber(batch) as stub:
+        stub.add_response("describe_job_definitions", described())
+        stub.add_response("submit_job", {"jobName": "spotline-job-1-r2", "jobId": "b-1"})
+        assert launcher.submit(request()) == "b-1"
+        # The cached revision is gone: SubmitJob refuses it, the launcher resolves the name again
+        stub.add_client_error(
+            "submit_job",
+            "ClientException",
+            f"Job definition {DEFINITION} is INACTIVE",
+            http_status_code=400,
+        )
+        fresh = described()
+        fresh["jobDefinitions"][0]["revision"] = 4
+        stub.add_response("describe_job_definitions", fresh)
+        stub.add_response("submit_job", {"jobName": "spotline-job-1-r2", "jobId": "b-2"})
+        assert launcher.submit(request()) == "b-2"
+        stub.assert_no_pending_responses()
+        # A refusal for another reason is not retried
+        stub.add_client_error("submit_job", "ClientException", "job queue not found", http_status_code=400)
+        with pytest.raises(LaunchFailed, match="job queue not found"):
+            launcher.submit(request())
 
 
 def test_a_base_definition_that_is_not_a_container_one_cannot_start_a_gang() -> None:

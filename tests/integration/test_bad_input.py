@@ -133,14 +133,16 @@ def test_invalid_json_gets_400(deployment: Deployment) -> None:
     assert len(stored_jobs(deployment)) == 1
 
 
-def test_a_job_larger_than_an_item_is_refused_with_413_before_any_write(deployment: Deployment) -> None:
-    command = ["python", *["x" * 4000] * 110]  # about 440 KB of arguments: valid, but too large
-
-    status, error = post_job(command=command)
-
-    assert status == 413 and "command" in error["message"]
+def test_a_command_aws_batch_cannot_carry_is_refused_before_any_write(deployment: Deployment) -> None:
+    # Issue 31, finding 15: AWS Batch takes 8 KiB of container overrides (the command and the
+    # agent's environment), so a command the schema allows (256 x 4,096 characters) could be
+    # stored and then fail at every launch. It is refused at submission, naming the limit.
+    for command in (["python", *["x" * 4000] * 110], ["python", "x" * 4000, "y" * 2200]):
+        status, error = post_job(command=command)
+        assert status == 422 and "command" in json.dumps(error["detail"]), len(command)
+        assert "8 KiB" in error["message"]
     assert stored_jobs(deployment) == []
-    assert post_job(command=["python", *["x" * 4000] * 80])[0] == 201  # about 320 KB fits
+    assert post_job(command=["python", "x" * 4000, "y" * 2000])[0] == 201  # 6 KB of arguments fits
 
 
 # --- Idempotency-Key ----------------------------------------------------------------------
@@ -353,7 +355,7 @@ def test_the_openapi_document_lists_every_status_of_each_route() -> None:
         for path, methods in document["paths"].items()
         for method, operation in methods.items()
     }
-    common = {403, 422, 500, 503}
+    common = {403, 405, 415, 422, 500, 503}
     assert listed[("POST", "/jobs")] == {200, 201, 400, 402, 413} | common
     assert listed[("GET", "/jobs")] == {200} | common
     assert listed[("GET", "/jobs/{job_id}")] == {200, 404} | common

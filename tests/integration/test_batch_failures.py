@@ -163,3 +163,35 @@ def test_a_heartbeat_lost_after_the_cap_was_reached_by_batch_fails_the_job(deplo
     failed = plane.jobs.get(record.id)
     assert failed.state is JobState.FAILED and failed.job.interruptions == 1
     assert "max_interruptions 1" in failed.state_reason
+
+
+TRANSIENT_PULL = "CannotPullContainerError: failed to do request: dial tcp 52.0.0.1:443: i/o timeout"
+
+
+def test_a_transient_pull_failure_is_retried_then_failed_with_the_reason(deployment: Deployment) -> None:
+    # Issue 31, finding 14. Given a cap of two requeues
+    plane = deployment.plane
+    plane.settings = plane.settings.model_copy(
+        update={"config": plane.config.model_copy(update={"max_interruptions": 2})}
+    )
+    record = submit(deployment)
+    outcomes = []
+    for _ in range(3):
+        running = start(
+            deployment, plane.jobs.get(record.id), pool="a100-spot", instance_id=f"i-0{len(outcomes):016x}"
+        )
+        assert running.batch_job_id is not None
+        # When the registry times out
+        result = functions.batch_state_change.handler(
+            batch_event(running.id, running.batch_job_id, "FAILED", reason=TRANSIENT_PULL, run=running.run),
+            context(),
+        )
+        outcomes.append(result["outcome"])
+        if result["outcome"] == "failed":
+            break
+    # Then it is retried twice from its checkpoint, and the third failure ends it with the cause
+    assert outcomes == ["interrupted: requeued", "interrupted: requeued", "failed"]
+    failed = deployment.plane.jobs.get(record.id)
+    assert failed.state is JobState.FAILED
+    assert "container did not start (transient)" in failed.state_reason
+    assert "i/o timeout" in failed.state_reason and "max_interruptions 2" in failed.state_reason

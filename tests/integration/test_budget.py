@@ -126,3 +126,28 @@ def test_soft_then_hard_threshold(budgeted: tuple[Deployment, RecordingSink]) ->
     assert dep.plane.jobs.get(keeps.id).state.value == "RUNNING"
     status, usage = call("GET", "/usage")
     assert usage["budget"]["level"] == "hard" and usage["dollars"] == pytest.approx(11.2, abs=0.01)
+
+
+def test_a_retry_of_an_accepted_job_gets_its_job_back_after_the_budget_ran_out(
+    budgeted: tuple[Deployment, RecordingSink],
+) -> None:
+    # Issue 31, finding 22: the budget was checked before the idempotency key, so a client that
+    # retried an accepted submission (its first answer lost) got 402 for a job it already had.
+    dep, sink = budgeted
+    dep.clock.freeze()
+    key = {"Idempotency-Key": "retry-after-402"}
+    status, first = call("POST", "/jobs", body=SPEC, headers=key)
+    assert status == 201
+    # The hard budget is crossed afterwards.
+    run_for(dep, 2.0)
+    start(dep, submit(dep, "vision"), pool="a100-spot", instance_id="i-0keeps")
+    dep.clock.advance(2 * 3600)
+    scheduling_pass(dep.plane)
+    assert "hard" in [e["level"] for e in sink.budget()]
+    assert call("POST", "/jobs", body=SPEC)[0] == 402  # a new job is refused
+    # The retry gets its job back (200), not 402
+    status, again = call("POST", "/jobs", body=SPEC, headers=key)
+    assert (status, again["id"]) == (200, first["id"])
+    # A new request under a used key is still refused as such, not as a budget matter
+    status, error = call("POST", "/jobs", body={**SPEC, "name": "other"}, headers=key)
+    assert status == 422 and "Idempotency-Key" in json.dumps(error)

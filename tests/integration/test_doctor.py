@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import boto3
 import pytest
+from botocore.stub import Stubber
 from moto import mock_aws
 from typer.testing import CliRunner
 
@@ -112,7 +114,16 @@ def _by(findings: list[Finding], check: str) -> dict[str, Finding]:
 
 def test_each_check_reports_with_a_fix(account: None) -> None:
     findings = run_checks(TARGET, _client)
-    assert {f.check for f in findings} == {"quotas", "batch", "layer", "image", "azs", "identities"}
+    assert {f.check for f in findings} == {
+        "quotas",
+        "batch",
+        "layer",
+        "image",
+        "azs",
+        "identities",
+        "lambda",
+        "roles",
+    }
     for finding in findings:
         assert finding.detail
         if finding.status in (Status.FAIL, Status.WARN):
@@ -180,7 +191,7 @@ def test_the_command_reads_cdk_json_prints_every_check_and_fails_on_a_failure(
     (tmp_path / "cdk.json").write_text(json.dumps({"context": context}))
     result = CliRunner().invoke(app, ["doctor", "--context", str(tmp_path / "cdk.json")])
     assert result.exit_code == 1, result.output
-    for check in ("quotas", "batch", "layer", "image", "azs", "identities"):
+    for check in ("quotas", "batch", "layer", "image", "azs", "identities", "lambda", "roles"):
         assert check in result.output
     assert "spotline-nobody" in result.output and "fail" in result.output
 
@@ -235,7 +246,7 @@ def test_doctor_checks_a_deployed_stack_from_the_configuration_it_published(
     # Then it checked what was deployed: the published pool, queue, AZ and caller, not cdk.json's
     assert result.exit_code == 0, result.output
     assert "checking stack Spotline as deployed (/spotline/Spotline/config, us-east-1)" in result.output
-    for check in ("quotas", "batch", "layer", "image", "azs", "identities"):
+    for check in ("quotas", "batch", "layer", "image", "azs", "identities", "lambda", "roles"):
         assert check in result.output
     assert "spotline-dev-a100-spot" in result.output and "AWSReservedSSO_ML_1" in result.output
     assert "spotline-nobody" not in result.output and "a100-ondemand" not in result.output
@@ -272,3 +283,73 @@ def test_doctor_refuses_a_configuration_it_cannot_read(account: None) -> None:
     )
     result = CliRunner().invoke(app, ["doctor", "--stack", "Spotline", "--region", REGION])
     assert result.exit_code == 2 and "configuration version 9" in _said(result.output)
+
+
+# --- issue 31, findings 1, 2 and 4: the AZ of a placement group, Lambda's limit, linked roles ----
+
+
+def test_a_pool_pinned_to_one_az_needs_its_types_offered_there(account: None) -> None:
+    # moto offers p4d.24xlarge in us-east-1a, not in us-east-1e
+    pinned = replace(
+        TARGET,
+        pools=(
+            DoctorPool("a100-ondemand", "on-demand", ("p4d.24xlarge",), 384, availability_zone="us-east-1e"),
+            DoctorPool(
+                "a100-ondemand-a", "on-demand", ("p4d.24xlarge",), 384, availability_zone="us-east-1a"
+            ),
+        ),
+    )
+    azs = _by(run_checks(pinned, _client, only=["azs"]), "azs")
+    assert azs["p4d.24xlarge (a100-ondemand) in us-east-1e"].status is Status.FAIL
+    assert "availability_zone" in azs["p4d.24xlarge (a100-ondemand) in us-east-1e"].fix
+    assert azs["p4d.24xlarge (a100-ondemand-a) in us-east-1a"].status is Status.OK
+
+
+def _lambda_limit(limit: int) -> Any:
+    """A Lambda client whose GetAccountSettings answers `limit` (botocore's Stubber)."""
+    client = boto3.client("lambda", region_name=REGION)
+    stubber = Stubber(client)
+    stubber.add_response(
+        "get_account_settings",
+        {"AccountLimit": {"ConcurrentExecutions": limit, "UnreservedConcurrentExecutions": limit}},
+    )
+    stubber.activate()
+    return client
+
+
+@pytest.mark.parametrize(
+    ("limit", "reserved", "status", "words"),
+    [
+        (10, 1, Status.FAIL, "CloudFormation refuses the stack"),
+        (10, None, Status.WARN, "throttle each other"),
+        (1000, 1, Status.OK, "1000, 1 reserved"),
+        (1000, None, Status.OK, "1000"),
+    ],
+)
+def test_the_lambda_concurrency_limit_is_checked_against_the_reservation(
+    limit: int, reserved: int | None, status: Status, words: str
+) -> None:
+    target = replace(TARGET, scheduler_reserved_concurrency=reserved)
+    client = _lambda_limit(limit)
+    [finding] = run_checks(target, lambda service: client, only=["lambda"])
+    assert finding.status is status and words in finding.detail
+    if status is not Status.OK:
+        assert "L-B99A9384" in finding.fix
+
+
+def test_missing_service_linked_roles_are_reported_with_the_command_that_makes_them(account: None) -> None:
+    roles = _by(run_checks(TARGET, _client, only=["roles"]), "roles")
+    assert set(roles) == {"AWSServiceRoleForBatch", "AWSServiceRoleForECS", "AWSServiceRoleForEC2Spot"}
+    assert all(r.status is Status.WARN for r in roles.values())
+    assert "--aws-service-name batch.amazonaws.com" in roles["AWSServiceRoleForBatch"].fix
+    # Once created, it passes
+    _client("iam").create_role(
+        RoleName="AWSServiceRoleForBatch",
+        Path="/aws-service-role/batch.amazonaws.com/",
+        AssumeRolePolicyDocument=json.dumps({"Version": "2012-10-17", "Statement": []}),
+    )
+    roles = _by(run_checks(TARGET, _client, only=["roles"]), "roles")
+    assert roles["AWSServiceRoleForBatch"].status is Status.OK
+    # Without a Spot pool, EC2 Spot's role is not needed
+    on_demand = replace(TARGET, pools=TARGET.pools[1:])
+    assert "AWSServiceRoleForEC2Spot" not in _by(run_checks(on_demand, _client, only=["roles"]), "roles")

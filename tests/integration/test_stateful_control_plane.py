@@ -53,7 +53,6 @@ from moto import mock_aws
 from spotline import resources
 from spotline.aws import batch as batch_module
 from spotline.aws.clients import AwsClients
-from spotline.aws.emulation import create_tables, environment
 from spotline.aws.job_items import item_to_record
 from spotline.aws.plane import build_control_plane
 from spotline.control import events as control_events
@@ -86,6 +85,7 @@ from spotline.control.workflow_tasks import (
 from spotline.domain import JobState, Priority
 from spotline.domain.models import TERMINAL_STATES, can_transition
 from spotline.domain.quota import quota_shortfall
+from spotline.local.provision import create_tables, environment
 
 from .helpers import ACCOUNT, REGION
 

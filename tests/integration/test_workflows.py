@@ -1,5 +1,5 @@
 """Both ASL files executed by moto's Step Functions engine, with Lambda tasks dispatched to
-functions.workflow_tasks.handler (spotline.aws.emulation)."""
+functions.workflow_tasks.handler (spotline.local.moto_lambda_route)."""
 
 from __future__ import annotations
 

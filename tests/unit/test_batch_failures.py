@@ -34,6 +34,28 @@ CASES = {
     "task resources": ("ResourceInitializationError: unable to pull secrets", FailureKind.CONFIGURATION),
     "Batch misconfiguration": ("MISCONFIGURATION:JOB_RESOURCE_REQUIREMENT", FailureKind.CONFIGURATION),
     "timeout": ("Job attempt duration exceeded timeout", FailureKind.TIMEOUT),
+    # Issue 31, finding 14: what passes is retried (bounded by max_interruptions)
+    "registry timeout": (
+        "CannotPullContainerError: failed to copy: httpReadSeeker: failed open: failed to do request: "
+        "Get https://prod-us-east-1-starport-layer-bucket.s3.amazonaws.com/...: dial tcp: i/o timeout",
+        FailureKind.TRANSIENT,
+    ),
+    "registry throttled": (
+        "CannotPullContainerError: toomanyrequests: Rate exceeded",
+        FailureKind.TRANSIENT,
+    ),
+    "daemon timed out starting": (
+        "CannotStartContainerError: Error response from daemon: context deadline exceeded",
+        FailureKind.TRANSIENT,
+    ),
+    "runtime timeout": (
+        "ContainerRuntimeTimeoutError: Could not transition to running",
+        FailureKind.TRANSIENT,
+    ),
+    "a timeout on an image that does not exist is not transient": (
+        "CannotPullContainerError: pull image manifest has been retried 5 time(s): not found (timeout)",
+        FailureKind.IMAGE,
+    ),
     "the job's own failure": ("Essential container in task exited", FailureKind.APPLICATION),
     "a job that printed about spot": ("spot reclaim simulation failed; host lost", FailureKind.APPLICATION),
     "no reason": ("", FailureKind.APPLICATION),
@@ -44,6 +66,6 @@ CASES = {
 def test_classify_failure(reasons: str, kind: FailureKind) -> None:
     cause = classify_failure(reasons)
     assert cause.kind is kind
-    assert cause.requeue is (kind is FailureKind.HOST_LOST)
+    assert cause.requeue is (kind in (FailureKind.HOST_LOST, FailureKind.TRANSIENT))
     if kind is not FailureKind.APPLICATION:
         assert cause.evidence and cause.evidence in reasons

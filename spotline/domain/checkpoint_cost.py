@@ -1,0 +1,73 @@
+"""What a job's checkpoint costs, from what its agent measured (size, write time, restore time).
+
+The agent reports each checkpoint's size and how long its write (capture to durable manifest) and
+the run's restore took (`Checkpoint Completed`); the control plane keeps the last figures on the
+job. A job without figures (no checkpoint yet, an older agent) is planned with the global
+defaults, as before.
+
+- **Grace period**: how long a preemption waits for the victim's checkpoint. The global
+  `grace_period_s` covers the poll interval and the rest of a step for a small checkpoint; a job
+  whose measured write needs longer gets `GRACE_FACTOR` times its write plus `GRACE_MARGIN_S`,
+  so a 100 GB checkpoint is not cut off and silently replaced by the last periodic one.
+- **Lost work**: a preemption or an interruption also costs the restore of the next run.
+- **Spot notice**: a checkpoint that cannot be written within the 2-minute notice (less the time
+  to notice it) does not save the work: an interruption then loses half a checkpoint interval.
+"""
+
+from __future__ import annotations
+
+from spotline.domain.config import SchedulerConfig
+from spotline.domain.models import Job
+
+# AWS's Spot instance-action notice, and the agent's worst delay in seeing it (it polls every 5 s).
+SPOT_NOTICE_S = 120.0
+NOTICE_DETECT_S = 5.0
+# A measured write's grace: this many times the write (a slower write than the last one), plus
+# the poll interval and the rest of a step.
+GRACE_FACTOR = 1.5
+GRACE_MARGIN_S = 30.0
+
+
+def grace_period_s(job: Job, default_s: float) -> float:
+    """Seconds a preemption waits for `job`'s checkpoint: the global default, or longer when the
+    job's measured write needs it."""
+    if job.checkpoint_write_s is None:
+        return default_s
+    return max(default_s, GRACE_FACTOR * job.checkpoint_write_s + GRACE_MARGIN_S)
+
+
+def restore_s(job: Job) -> float:
+    """The measured restore time of the job's checkpoint (0 when none was measured)."""
+    return job.checkpoint_restore_s or 0.0
+
+
+def fits_spot_notice(job: Job) -> bool | None:
+    """Whether the job's checkpoint can be written inside the Spot notice (None: not measured)."""
+    if job.checkpoint_write_s is None:
+        return None
+    return job.checkpoint_write_s + NOTICE_DETECT_S <= SPOT_NOTICE_S
+
+
+def interruption_lost_s(job: Job, config: SchedulerConfig) -> float:
+    """Work one Spot interruption loses, besides the restart: the checkpoint write inside the
+    notice when the agent checkpoints on notice and the write fits (the measured write, else
+    `checkpoint_write_s`), otherwise half a checkpoint interval; plus the measured restore."""
+    fits = fits_spot_notice(job)
+    if config.checkpoint_on_notice and fits is not False:
+        lost = config.checkpoint_write_s if job.checkpoint_write_s is None else job.checkpoint_write_s
+    else:
+        lost = job.spec.checkpoint_interval_s / 2.0
+    return lost + restore_s(job)
+
+
+def describe(job: Job, default_grace_s: float) -> dict[str, object] | None:
+    """The figures `explain` shows (None when the job has none)."""
+    if job.checkpoint_write_s is None and job.checkpoint_bytes is None and job.checkpoint_restore_s is None:
+        return None
+    return {
+        "size_bytes": job.checkpoint_bytes,
+        "write_s": job.checkpoint_write_s,
+        "restore_s": job.checkpoint_restore_s,
+        "grace_period_s": round(grace_period_s(job, default_grace_s), 1),
+        "fits_spot_notice": fits_spot_notice(job),
+    }

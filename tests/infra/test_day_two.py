@@ -1,0 +1,106 @@
+"""Issue 31, day one and day two on the synthesized template: Lambda concurrency, deploys that
+keep training alive, alarms that reach someone, and a deploy after a destroy."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from aws_cdk import App, Environment
+from aws_cdk.assertions import Template
+
+from stacks.config import parse_context
+from stacks.spotline_stack import SpotlineStack
+from tests.infra.support import Synthesized, cdk_context, source_dirs
+
+
+def _properties(syn: Synthesized, construct: Any) -> dict[str, Any]:
+    props: dict[str, Any] = syn.json["Resources"][syn.logical_id(construct)]["Properties"]
+    return props
+
+
+def test_no_function_reserves_concurrency_by_default(synthesized: Synthesized) -> None:
+    # Finding 2: an account limited to 10 cannot reserve any (AWS keeps 100 unreserved)
+    for function in synthesized.resources("AWS::Lambda::Function").values():
+        assert "ReservedConcurrentExecutions" not in function["Properties"]
+    assert synthesized.stack.config.scheduler_reserved_concurrency is None
+    # The scheduler's passes stay serial: one FIFO message group
+    [mapping] = [
+        m["Properties"]
+        for m in synthesized.resources("AWS::Lambda::EventSourceMapping").values()
+        if "EventSourceArn" in m["Properties"]
+    ]
+    queue = synthesized.stack.messaging.scheduler_queue
+    assert mapping["EventSourceArn"] == {"Fn::GetAtt": [synthesized.logical_id(queue), "Arn"]}
+    assert _properties(synthesized, queue)["FifoQueue"] is True
+
+
+def test_a_deploy_leaves_running_jobs_alone_and_new_instances_get_the_new_template(
+    synthesized: Synthesized,
+) -> None:
+    # Finding 13
+    compute = synthesized.stack.compute
+    for pool, environment in compute.compute_environments.items():
+        props = _properties(synthesized, environment)
+        assert props["UpdatePolicy"] == {"TerminateJobsOnUpdate": False, "JobExecutionTimeoutMinutes": 360}, (
+            pool
+        )
+        template = compute.launch_template
+        assert props["ComputeResources"]["LaunchTemplate"] == {
+            "LaunchTemplateId": {"Ref": synthesized.logical_id(template)},
+            "Version": {"Fn::GetAtt": [synthesized.logical_id(template), "LatestVersionNumber"]},
+        }
+
+
+def test_workflows_invoke_the_function_versions_of_their_deploy(synthesized: Synthesized) -> None:
+    # Finding 13: an execution keeps its definition, so it keeps the versions it names
+    versions = synthesized.resources("AWS::Lambda::Version")
+    assert versions
+    for machine in synthesized.resources("AWS::StepFunctions::StateMachine").values():
+        substitutions = machine["Properties"]["DefinitionSubstitutions"]
+        assert substitutions
+        for value in substitutions.values():
+            assert value["Ref"] in versions
+
+
+def test_every_alarm_notifies_the_stacks_topic_which_an_optional_email_subscribes(
+    synthesized: Synthesized,
+) -> None:
+    # Finding 18
+    template = synthesized.json
+    topic_id = synthesized.logical_id(synthesized.stack.alarms.topic)
+    assert template["Resources"][topic_id]["Type"] == "AWS::SNS::Topic"
+    assert "KmsMasterKeyId" in template["Resources"][topic_id]["Properties"]
+    assert template["Parameters"]["AlarmEmail"]["Default"] == ""
+    [subscription] = [r for r in template["Resources"].values() if r["Type"] == "AWS::SNS::Subscription"]
+    assert subscription["Properties"]["Protocol"] == "email"
+    assert subscription["Properties"]["Endpoint"] == {"Ref": "AlarmEmail"}
+    assert subscription["Condition"] in template["Conditions"]
+    alarms = synthesized.resources("AWS::CloudWatch::Alarm")
+    assert {a["Properties"]["AlarmActions"][0]["Ref"] for a in alarms.values()} == {topic_id}
+    text = str({k: a["Properties"] for k, a in alarms.items()})
+    for metric in ("Throttles", "ThrottledRequests", "5XXError", "AgentEventsWithoutRun"):
+        assert metric in text, metric
+
+
+def test_a_deploy_after_a_destroy_adopts_the_retained_training_repository(tmp_path: Path) -> None:
+    # Finding 19: the repository outlives `cdk destroy` under its fixed name; creating it again
+    # would fail, so the redeploy adopts it
+    functions_dir, statemachines_dir, _ = source_dirs(tmp_path / "sources")
+    raw = {**cdk_context(), "adopt_training_repository": True}
+    stack = SpotlineStack(
+        App(context=raw),
+        "Redeploy",
+        config=parse_context(raw),
+        env=Environment(account="123456789012", region="us-east-1"),
+        functions_dir=functions_dir,
+        statemachines_dir=statemachines_dir,
+        build_dir=tmp_path / "build",
+    )
+    template = Template.from_stack(stack)
+    template.resource_count_is("AWS::ECR::Repository", 0)
+    definitions = template.find_resources("AWS::Batch::JobDefinition")
+    assert definitions
+    for definition in definitions.values():
+        image = str(definition["Properties"]["ContainerProperties"]["Image"])
+        assert "spotline-dev-train" in image
