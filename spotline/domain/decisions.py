@@ -74,7 +74,15 @@ class NoVictim:
     pools: tuple[str, ...]
 
 
-WaitReason = Draining | NoGpuType | NoPool | SpareClaimed | BudgetSpent | PreemptionDelay | NoVictim
+@dataclass(frozen=True, slots=True)
+class ArrayCap:
+    """`max_running` elements of its array hold GPUs already (Slurm's `%N`)."""
+
+    array_id: str
+    max_running: int
+
+
+WaitReason = ArrayCap | Draining | NoGpuType | NoPool | SpareClaimed | BudgetSpent | PreemptionDelay | NoVictim
 
 
 # --- the decisions ------------------------------------------------------------------------

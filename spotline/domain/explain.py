@@ -11,6 +11,7 @@ from typing import Any
 
 from spotline.domain.config import PriorityWeights, SchedulerConfig
 from spotline.domain.decisions import (
+    ArrayCap,
     BudgetSpent,
     Draining,
     NoGpuType,
@@ -50,6 +51,8 @@ def wait_text(why: WaitReason) -> str:
     A reason names no time that passes (how long the job has waited is the job's own, computed
     when read), so a job waiting for the same reason keeps the same words pass after pass."""
     match why:
+        case ArrayCap(array_id, max_running):
+            return f"waiting: array {array_id} has max_running={max_running} elements running"
         case Draining(count):
             return f"waiting for {count} preempted job(s) to checkpoint and leave"
         case NoGpuType(gpu_type):

@@ -24,6 +24,15 @@ from pydantic import (
     model_validator,
 )
 
+from spotline.domain.arrays import (
+    MAX_ARRAY_ELEMENTS,
+    MAX_DEPENDENCIES,
+    Dependency,
+    check_sweep,
+    parse_array_range,
+    sweep_elements,
+)
+
 
 class Priority(StrEnum):
     """Priority classes, highest first."""
@@ -126,6 +135,14 @@ def _rfc3339(value: Any) -> Any:
     return value
 
 
+# A sweep's values: what a YAML or JSON list of scalars holds (strict: no coercion).
+SweepValue = (
+    Annotated[bool, Field(strict=True)]
+    | Annotated[int, Field(strict=True)]
+    | Annotated[float, Field(strict=True, allow_inf_nan=False)]
+    | Annotated[str, Field(max_length=256, strict=True)]
+)
+
 # A deadline as the API takes it: an ISO-8601 string (or a datetime from Python code), nothing else.
 DateTime = Annotated[datetime, BeforeValidator(_rfc3339)]
 
@@ -188,6 +205,36 @@ class JobSpec(BaseModel):
     checkpoint_interval_s: float = Field(default=1800.0, gt=0, le=1e9, strict=True)
     expected_runtime_s: float | None = Field(default=None, gt=0, le=1e9, strict=True)
     max_runtime_s: float | None = Field(default=None, gt=0, le=1e9, strict=True)
+    # An array (spotline.domain.arrays): indexes "0-15", or a sweep matrix; and its cap.
+    array: str | None = Field(default=None, min_length=1, max_length=256, strict=True)
+    sweep: dict[str, list[SweepValue]] | None = Field(default=None, max_length=16)
+    max_running: int | None = Field(default=None, gt=0, le=MAX_ARRAY_ELEMENTS, strict=True)
+    # Dependencies (Slurm's --dependency): job or array ids of the same team; afterok by default.
+    after: list[Annotated[str, Field(min_length=1, max_length=64, strict=True)]] | None = Field(
+        default=None, min_length=1, max_length=MAX_DEPENDENCIES
+    )
+    dependency: Dependency | None = None
+
+    @field_validator("array")
+    @classmethod
+    def _array_range(cls, value: str | None) -> str | None:
+        if value is not None:
+            parse_array_range(value)
+        return value
+
+    @field_validator("sweep")
+    @classmethod
+    def _sweep_matrix(cls, value: dict[str, list[SweepValue]] | None) -> dict[str, list[SweepValue]] | None:
+        if value is not None:
+            check_sweep(value)
+        return value
+
+    @field_validator("after")
+    @classmethod
+    def _after_once(cls, value: list[str] | None) -> list[str] | None:
+        if value is not None and len(set(value)) != len(value):
+            raise ValueError("names a job twice")
+        return value
 
     @field_validator("deadline")
     @classmethod
@@ -224,7 +271,31 @@ class JobSpec(BaseModel):
             and self.expected_runtime_s > self.max_runtime_s
         ):
             raise ValueError("expected_runtime_s: larger than max_runtime_s")
+        if self.array is not None and self.sweep is not None:
+            raise ValueError("array: give array or sweep, not both")
+        if self.max_running is not None and self.array is None and self.sweep is None:
+            raise ValueError("max_running: applies to an array; give array or sweep")
+        if self.dependency is not None and self.after is None:
+            raise ValueError("dependency: applies to jobs named in after; give after")
         return self
+
+    @property
+    def is_array(self) -> bool:
+        return self.array is not None or self.sweep is not None
+
+    def elements(self) -> list[tuple[int, dict[str, str]]]:
+        """The (index, parameters) of each element of an array spec (one element, index 0 and
+        no parameters, for a plain job)."""
+        if self.array is not None:
+            return [(i, {}) for i in parse_array_range(self.array)]
+        if self.sweep is not None:
+            return list(enumerate(sweep_elements(self.sweep)))
+        return [(0, {})]
+
+    def element_spec(self) -> JobSpec:
+        """The spec each element stores: the array's fields left out (the element's own index,
+        parameters and cap are on its `Job`)."""
+        return self.model_copy(update={"array": None, "sweep": None, "max_running": None})
 
     @property
     def gpus_per_node(self) -> int:
@@ -265,6 +336,11 @@ class Job(BaseModel):
     interruptions: int = 0
     lost_work_s: float = 0.0
     pool: str | None = None
+    # An array's element: the array's id, its index and parameters, and the array's cap.
+    array_id: str | None = None
+    array_index: int | None = None
+    array_params: dict[str, str] | None = None
+    max_running: int | None = None
 
     # Conveniences that read like the domain.
     @property

@@ -24,6 +24,7 @@ from spotline.domain.config import SchedulerConfig
 from spotline.domain.decisions import (
     MOVE_TO,
     Admit,
+    ArrayCap,
     BudgetSpent,
     Decision,
     Draining,
@@ -133,6 +134,7 @@ def plan_with_stats(
     state = _Pass(
         snapshot, RunningJobs(snapshot, indexed, score, now, config), score, now, config, rng, explain
     )
+    state.indexed = indexed
     state.reserve_for_draining(window)
     decisions: list[Decision] = []
     for job, priority in ranked(window, parts, score):
@@ -210,8 +212,13 @@ class _Pass:
         # Decisions so far that changed the ledger, the taken victims or the spare GPUs.
         self.changes = 0
         self.decided = 0  # jobs decided so far (`nothing_left_to_decide`)
+        # Elements of each array holding (or about to hold) GPUs, counted when first needed.
+        self.array_held: dict[str, int] | None = None
+        self.window: list[Job] = []
+        self.indexed = RunningIndex()
         self.checks: tuple[Callable[[_Turn], Decision | None], ...] = (
             self._draining,
+            self._array_cap,
             self._waits_alike,
             self._no_pool,
             self._admit,
@@ -228,6 +235,7 @@ class _Pass:
         (victims of a preemptor the pass did not read stay charged to the pool, spare included).
         A job moving to Spot (`Move`) keeps the GPUs it goes to until it has checkpointed, left
         and been requeued."""
+        self.window = window
         pools, ledger = self.snapshot.pools, self.ledger
         for target, leaving in self.draining.items():
             if target.startswith(MOVE_TO) and target[len(MOVE_TO) :] in pools:
@@ -258,6 +266,9 @@ class _Pass:
         for check in self.checks:
             decision = check(turn)
             if decision is not None:
+                if job.array_id is not None and isinstance(decision, (Admit, Preempt)):
+                    held = self._array_held()
+                    held[job.array_id] = held.get(job.array_id, 0) + 1
                 return decision
         raise AssertionError("the last check always decides")
 
@@ -268,6 +279,29 @@ class _Pass:
         if not self.draining or turn.job.id not in self.draining:
             return None
         return self._wait(turn, Draining(len(self.draining[turn.job.id])))
+
+    def _array_cap(self, turn: _Turn) -> Decision | None:
+        """Its array has `max_running` elements holding GPUs (or preempting for them): it waits."""
+        job = turn.job
+        if job.array_id is None or job.max_running is None:
+            return None
+        if self._array_held().get(job.array_id, 0) < job.max_running:
+            return None
+        return self._wait(turn, ArrayCap(job.array_id, job.max_running))
+
+    def _array_held(self) -> dict[str, int]:
+        """Elements per array that hold GPUs, or wait for victims chosen for them to leave."""
+        if self.array_held is None:
+            held: dict[str, int] = {}
+            for allocation in self.indexed.allocations():
+                array_id = allocation.job.array_id
+                if array_id is not None:
+                    held[array_id] = held.get(array_id, 0) + 1
+            for job in self.window:
+                if job.array_id is not None and job.id in self.draining:
+                    held[job.array_id] = held.get(job.array_id, 0) + 1
+            self.array_held = held
+        return self.array_held
 
     def _waits_alike(self, turn: _Turn) -> Decision | None:
         """A job alike ranked before it waits for a reason that holds for it too."""
