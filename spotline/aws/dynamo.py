@@ -172,6 +172,24 @@ class DynamoTable:
         with transaction_errors(roles):
             self.client.transact_write_items(TransactItems=cast("Any", list(items)))
 
+    def batch_get(self, keys: Sequence[Mapping[str, Any]]) -> list[Item]:
+        """BatchGetItem (consistent) in chunks of 100 keys, asking again for unprocessed keys;
+        the items found, in no particular order."""
+        found: list[Item] = []
+        for start in range(0, len(keys), 100):
+            pending: Any = {
+                self.name: {
+                    "Keys": [serialize_item(k) for k in keys[start : start + 100]],
+                    "ConsistentRead": True,
+                }
+            }
+            while pending:
+                with storage_errors():
+                    response = self.client.batch_get_item(RequestItems=pending)
+                found += [deserialize_item(raw) for raw in response.get("Responses", {}).get(self.name, [])]
+                pending = response.get("UnprocessedKeys") or None
+        return found
+
     def batch_put(self, items: Sequence[Mapping[str, Any]]) -> None:
         """BatchWriteItem in chunks of 25, resending unprocessed items (bulk loads and tests)."""
         for start in range(0, len(items), 25):

@@ -18,12 +18,15 @@ from pydantic import BaseModel, ValidationError
 
 from spotline.aws.dynamo import Item
 from spotline.control.errors import UnreadableRecord
-from spotline.control.records import ACTIVE_STATES, JobRecord
+from spotline.control.records import ACTIVE_STATES, ArrayRecord, JobRecord
 from spotline.domain import Job, JobSpec, JobState, Priority
 
 QUEUE_PK_PREFIX = "Q#"
 DEADLINE_PK = "D"
 ACTIVE_PK = "A"
+# The `queue` index's partition of the jobs held for their dependencies (not a priority class:
+# the pass reads it apart, `JobRepository.held_head`).
+HELD_QUEUE_PK = QUEUE_PK_PREFIX + "held"
 
 
 # --- the item layout ----------------------------------------------------------------------
@@ -45,6 +48,10 @@ _JOB_FIELDS = (
     "interruptions",
     "lost_work_s",
     "pool",
+    "array_id",
+    "array_index",
+    "array_params",
+    "max_running",
 )
 _RECORD_FIELDS = (
     "updated_at",
@@ -68,6 +75,9 @@ _RECORD_FIELDS = (
     "last_checkpoint_run",
     "finished_at",
     "request_digest",
+    "deps_met_at",
+    "gpu_s_by_pool",
+    "lost_gpu_s",
 )
 
 
@@ -100,7 +110,10 @@ def record_to_item(record: JobRecord) -> Item:
         elif isinstance(value, StrEnum):
             value = value.value
         item[name] = value
-    if job.state is JobState.PENDING:
+    if record.held_for_dependencies:
+        item["queue_pk"] = HELD_QUEUE_PK
+        item["queue_sk"] = order_key(job.submitted_at, job.id)
+    elif job.state is JobState.PENDING:
         item["queue_pk"] = QUEUE_PK_PREFIX + job.priority.value
         item["queue_sk"] = order_key(job.submitted_at, job.id)
         deadline = job.spec.deadline_at
@@ -110,6 +123,24 @@ def record_to_item(record: JobRecord) -> Item:
     if job.state in ACTIVE_STATES or record.terminating_batch_job_ids:
         item["active_pk"] = ACTIVE_PK
     return {k: v for k, v in item.items() if v is not None}
+
+
+# An array's own item in the Jobs table (`kind` = ARRAY_KIND): no state and none of the index
+# attributes, so no index and no read of jobs ever meets it.
+ARRAY_KIND = "array"
+
+
+def array_to_item(array: ArrayRecord) -> Item:
+    item: Item = {"kind": ARRAY_KIND, **array.model_dump(exclude_none=True)}
+    item["job_id"] = item.pop("id")
+    item["element_ids"] = list(array.element_ids)
+    item["indexes"] = list(array.indexes)
+    return item
+
+
+def item_to_array(item: Mapping[str, Any]) -> ArrayRecord:
+    data = {k: v for k, v in item.items() if k not in ("kind", "job_id")}
+    return ArrayRecord.model_validate({**data, "id": item["job_id"]})
 
 
 def item_to_record(item: Mapping[str, Any]) -> JobRecord:

@@ -29,8 +29,12 @@ from spotline.aws.dynamo import (
 )
 from spotline.aws.job_items import (
     ACTIVE_PK,
+    ARRAY_KIND,
     DEADLINE_PK,
+    HELD_QUEUE_PK,
     QUEUE_PK_PREFIX,
+    array_to_item,
+    item_to_array,
     item_to_record,
     item_to_record_lenient,
     record_to_item,
@@ -46,7 +50,14 @@ from spotline.control.errors import (
     UnreadableRecord,
 )
 from spotline.control.ports import CommitListener, PreparedTransition, Quarantined
-from spotline.control.records import ACTIVE_STATES, NO_STATE, JobRecord, TimelineEntry
+from spotline.control.records import (
+    ACTIVE_STATES,
+    NO_STATE,
+    ArrayRecord,
+    JobRecord,
+    TimelineEntry,
+    charge_run,
+)
 from spotline.domain import Job, JobSpec, JobState, Priority, can_transition
 
 if TYPE_CHECKING:
@@ -84,29 +95,58 @@ class JobRepository:
         """Store a new PENDING job (fails with JobAlreadyExists if the id is taken, ItemTooLarge
         if it would not fit in an item). `request_digest` identifies the request that created it
         (an idempotent retry must carry the same one)."""
-        if job.state is not JobState.PENDING:
-            raise InvalidTransition(f"a new job starts PENDING, not {job.state}")
-        record = JobRecord(job=job, updated_at=now, state_reason=reason, request_digest=request_digest)
-        entry = TimelineEntry(job.id, job.version, now, NO_STATE, JobState.PENDING.value, reason)
-        item = serialize_item(record_to_item(record))
-        size = item_size_bytes(item)
-        if size > MAX_ITEM_BYTES - ITEM_HEADROOM_BYTES:
-            raise ItemTooLarge(
-                f"the job takes {size} bytes stored; at most {MAX_ITEM_BYTES - ITEM_HEADROOM_BYTES} fit"
-                " (shorten the command: its arguments make most of it)"
+        return self.create_many([job], now=now, reasons=[reason], request_digest=request_digest)[0]
+
+    def create_many(
+        self,
+        jobs: Sequence[Job],
+        *,
+        now: float,
+        reasons: Sequence[str],
+        request_digest: str | None = None,
+        array: ArrayRecord | None = None,
+    ) -> list[JobRecord]:
+        """Store new PENDING jobs (an array's elements, with the array's own item) in one
+        transaction: all of them or none (JobAlreadyExists if any id is taken). At most 49
+        elements (two items each, and the array's)."""
+        puts: list[TransactItem] = []
+        roles: list[tuple[str, str]] = []
+        if array is not None:
+            condition = "attribute_not_exists(job_id)"
+            puts.append(
+                {
+                    "Put": {
+                        "TableName": self.table.name,
+                        "Item": serialize_item(array_to_item(array)),
+                        "ConditionExpression": condition,
+                    }
+                }
             )
-        put = {
-            "Put": {
-                "TableName": self.table.name,
-                "Item": item,
-                "ConditionExpression": "attribute_not_exists(job_id)",
-            }
-        }
-        self.table.transact(
-            [put, self.timeline.append_item(entry)], [("new-job", job.id), ("timeline", job.id)]
-        )
-        self._notify(record, [entry])
-        return record
+            roles.append(("new-job", array.id))
+        created: list[tuple[JobRecord, TimelineEntry]] = []
+        for job, reason in zip(jobs, reasons, strict=True):
+            if job.state is not JobState.PENDING:
+                raise InvalidTransition(f"a new job starts PENDING, not {job.state}")
+            record = JobRecord(job=job, updated_at=now, state_reason=reason, request_digest=request_digest)
+            entry = TimelineEntry(job.id, job.version, now, NO_STATE, JobState.PENDING.value, reason)
+            item = serialize_item(record_to_item(record))
+            size = item_size_bytes(item)
+            if size > MAX_ITEM_BYTES - ITEM_HEADROOM_BYTES:
+                raise ItemTooLarge(
+                    f"the job takes {size} bytes stored; at most {MAX_ITEM_BYTES - ITEM_HEADROOM_BYTES} fit"
+                    " (shorten the command: its arguments make most of it)"
+                )
+            condition = "attribute_not_exists(job_id)"
+            puts += [
+                {"Put": {"TableName": self.table.name, "Item": item, "ConditionExpression": condition}},
+                self.timeline.append_item(entry),
+            ]
+            roles += [("new-job", job.id), ("timeline", job.id)]
+            created.append((record, entry))
+        self.table.transact(puts, roles)
+        for record, entry in created:
+            self._notify(record, [entry])
+        return [record for record, _ in created]
 
     def transition(
         self,
@@ -171,6 +211,9 @@ class JobRepository:
         releasing = record.state in ACTIVE_STATES and target not in ACTIVE_STATES and record.gpus_held > 0
         if releasing:
             record_changes.setdefault("gpus_held", 0)
+        if releasing and record.job.pool is not None:
+            lost_after = float((job or {}).get("lost_work_s", record.job.lost_work_s))
+            record_changes.update(charge_run(record, now, lost_after - record.job.lost_work_s))
         new = record.with_changes(
             job={**(job or {}), "state": target, "version": record.version + len(steps)},
             updated_at=now,
@@ -218,10 +261,21 @@ class JobRepository:
         items, item_roles = self._items(record, new, entries, extra, roles)
         return PreparedTransition(record, new, tuple(entries), items, item_roles)
 
-    def update_spec(self, record: JobRecord, spec: JobSpec, reason: str, *, now: float) -> JobRecord:
-        """Change a job's spec (priority, deadline) with a version bump and a timeline entry whose
-        from and to are the same state."""
-        new = record.with_changes(job={"spec": spec, "version": record.version + 1}, updated_at=now)
+    def update_spec(
+        self,
+        record: JobRecord,
+        spec: JobSpec,
+        reason: str,
+        *,
+        now: float,
+        changes: Mapping[str, Any] | None = None,
+    ) -> JobRecord:
+        """Change a job's spec (priority, deadline), and record fields in `changes` (a held job let
+        into the queue), with a version bump and a timeline entry whose from and to are the same
+        state."""
+        new = record.with_changes(
+            job={"spec": spec, "version": record.version + 1}, updated_at=now, **dict(changes or {})
+        )
         entry = TimelineEntry(record.id, new.version, now, record.state.value, record.state.value, reason)
         items, roles = self._items(record, new, [entry], [], [])
         self.commit_together([PreparedTransition(record, new, (entry,), items, roles)])
@@ -429,7 +483,9 @@ class JobRepository:
         """The job (an unreadable item read as its closest valid record: see
         `item_to_record_lenient`; the scheduling pass never admits such a job)."""
         item = self.table.get({"job_id": job_id}, consistent=True, job_id=job_id)
-        return None if item is None else item_to_record_lenient(item)[0]
+        if item is None or item.get("kind") == ARRAY_KIND:  # an array's id names no job
+            return None
+        return item_to_record_lenient(item)[0]
 
     def get(self, job_id: str) -> JobRecord:
         record = self.find(job_id)
@@ -444,6 +500,24 @@ class JobRepository:
         `queue` index with Limit, so the read is bounded whatever the queue's length.
         Unreadable items are quarantined and left out (appended to `skipped`)."""
         return self._index_head("queue", "queue_pk", QUEUE_PK_PREFIX + priority.value, limit, skipped)
+
+    def held_head(self, limit: int, *, skipped: Quarantined | None = None) -> list[JobRecord]:
+        """The `limit` oldest jobs held for their dependencies (the `queue` index's held part)."""
+        return self._index_head("queue", "queue_pk", HELD_QUEUE_PK, limit, skipped)
+
+    def find_many(self, job_ids: Iterable[str]) -> dict[str, JobRecord]:
+        """The jobs of `job_ids` that exist (BatchGetItem, 100 keys a call, consistent)."""
+        found: dict[str, JobRecord] = {}
+        for item in self.table.batch_get([{"job_id": j} for j in dict.fromkeys(job_ids)]):
+            if item.get("kind") != ARRAY_KIND:
+                record = item_to_record_lenient(item)[0]
+                found[record.id] = record
+        return found
+
+    def find_array(self, array_id: str) -> ArrayRecord | None:
+        """The array `array_id` (None if there is none: a job's id is not an array's)."""
+        item = self.table.get({"job_id": array_id}, consistent=True, job_id=array_id)
+        return None if item is None or item.get("kind") != ARRAY_KIND else item_to_array(item)
 
     def deadline_head(self, limit: int, *, skipped: Quarantined | None = None) -> list[JobRecord]:
         """The `limit` pending jobs with the nearest deadlines (the `deadline` index)."""

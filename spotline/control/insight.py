@@ -11,6 +11,7 @@ from __future__ import annotations
 import random
 from typing import Any
 
+from spotline.control.arrays import array_summary, dependency_explanation, get_array
 from spotline.control.jobs import get_job
 from spotline.control.lifecycle import iso
 from spotline.control.pending import StorePendingQueue
@@ -37,6 +38,19 @@ def _timeline(cp: ControlPlane, job_id: str) -> list[TimelineEntry]:
         entries.extend(page)
         if not token:
             return entries
+
+
+def explain_array(cp: ControlPlane, team: str, array_id: str) -> dict[str, Any]:
+    """`explain` of an array: its counts by state, and the explanation of its first element that
+    waits (or else of its first element)."""
+    array, records = get_array(cp, team, array_id)
+    waiting = [r for r in records if r.state is JobState.PENDING] or list(records)
+    out: dict[str, Any] = {**array_summary(array, records), "at": iso(cp.clock())}
+    if waiting:
+        first = explain_job(cp, team, waiting[0].id)
+        out["summary"] = f"{first.get('summary', '')} (element {waiting[0].id})"
+        out["element"] = first
+    return out
 
 
 def explain_job(cp: ControlPlane, team: str, job_id: str) -> dict[str, Any]:
@@ -70,7 +84,9 @@ def explain_job(cp: ControlPlane, team: str, job_id: str) -> dict[str, Any]:
         # What the agent measured of its last checkpoint, and what the planning makes of it.
         out["checkpoint"] = checkpoint
     timeline = _timeline(cp, job.id)
-    if job.state is JobState.PENDING:
+    if record.held_for_dependencies:
+        out.update(dependency_explanation(cp, record))
+    elif job.state is JobState.PENDING:
         out.update(_pending(cp, record, snapshot, now))
         preempted = _last_preemption(timeline)
         if preempted is not None:

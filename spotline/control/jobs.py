@@ -15,6 +15,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from spotline.control.arrays import with_dependencies
 from spotline.control.errors import (
     Conflict,
     InvalidPageToken,
@@ -25,6 +26,7 @@ from spotline.control.errors import (
     StaleJobError,
     Unauthorized,
 )
+from spotline.control.job_cost import job_cost
 from spotline.control.lifecycle import iso, stop_runs
 from spotline.control.plane import ControlPlane
 from spotline.control.records import ACTIVE_STATES, JobRecord, TimelineEntry
@@ -127,6 +129,12 @@ class JobView(BaseModel):
     spec: dict[str, Any]
     # The times above as ISO-8601 UTC ("Z"): submitted, enqueued, started, finished, checkpoint.
     times: dict[str, str | None] = {}
+    # Its array (an element's id is `<array_id>-<index>`), index and sweep parameters.
+    array_id: str | None = None
+    array_index: int | None = None
+    array_params: dict[str, str] | None = None
+    # What it has cost so far, across requeues (spotline.control.job_cost).
+    cost: dict[str, Any] | None = None
 
 
 def job_view(
@@ -192,6 +200,10 @@ def job_view(
         times=_iso_times(
             job.submitted_at, job.enqueued_at, job.started_at, record.finished_at, job.last_checkpoint_at
         ),
+        array_id=job.array_id,
+        array_index=job.array_index,
+        array_params=job.array_params,
+        cost=job_cost(cp, record, now),
     )
 
 
@@ -282,6 +294,8 @@ def submit_job(
     already used is refused (as payment APIs do) rather than answered with the first job."""
     now = cp.clock()
     spec = validate_spec(cp, team, body, now)
+    if spec.is_array:
+        raise InvalidRequest.field("array", "an array is submitted with submit_array (POST /jobs routes it)")
     digest = request_digest(spec)
     if idempotency_key:
         key_digest = hashlib.sha256(f"{team}\0{idempotency_key}".encode()).hexdigest()[:16]
@@ -294,6 +308,7 @@ def submit_job(
     else:
         job_id = cp.new_job_id()
     check_budget(cp, team, spec.priority)
+    spec = with_dependencies(cp, team, spec, {job_id})
     job = Job(id=job_id, team=team, spec=spec, submitted_at=now, enqueued_at=now)
     try:
         record = cp.jobs.create(

@@ -20,6 +20,7 @@ from spotline.control.plane import ControlPlane
 from spotline.control.ports import BatchJobRequest, execution_name
 from spotline.control.records import Disruption, JobRecord
 from spotline.domain import JobState
+from spotline.domain.arrays import element_environment
 
 logger = logging.getLogger(__name__)
 
@@ -319,6 +320,8 @@ def launch_request(cp: ControlPlane, record: JobRecord) -> BatchJobRequest:
         resources.AGENT_ENV_CHECKPOINT_INTERVAL_S: f"{job.spec.checkpoint_interval_s:g}",
         resources.AGENT_ENV_POLL_S: f"{cp.config.agent_poll_s:g}",
     }
+    if job.array_id is not None and job.array_index is not None:
+        environment.update(element_environment(job.array_id, job.array_index, job.array_params or {}))
     uri = cp.settings.checkpoint_uri(job.team, job.id)
     if uri is not None:
         environment[resources.AGENT_ENV_CHECKPOINT_URI] = uri

@@ -18,7 +18,14 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from spotline.control.months import MonthUsage
-from spotline.control.records import Counter, JobRecord, TimelineEntry, batch_job_name, run_id_for
+from spotline.control.records import (
+    ArrayRecord,
+    Counter,
+    JobRecord,
+    TimelineEntry,
+    batch_job_name,
+    run_id_for,
+)
 from spotline.domain import Job, JobSpec, JobState, Priority, TeamQuota
 
 # One write of a store transaction, as the store builds it (opaque to the services).
@@ -184,6 +191,28 @@ class JobStore(Protocol):
         self, job: Job, *, now: float, reason: str, request_digest: str | None = None
     ) -> JobRecord: ...
 
+    def create_many(
+        self,
+        jobs: Sequence[Job],
+        *,
+        now: float,
+        reasons: Sequence[str],
+        request_digest: str | None = None,
+        array: ArrayRecord | None = None,
+    ) -> list[JobRecord]:
+        """New PENDING jobs (and their array's record) in one transaction: all or none."""
+        ...
+
+    def find_array(self, array_id: str) -> ArrayRecord | None: ...
+
+    def find_many(self, job_ids: Iterable[str]) -> dict[str, JobRecord]:
+        """The jobs of `job_ids` that exist, by id (one batched read)."""
+        ...
+
+    def held_head(self, limit: int, *, skipped: Quarantined | None = None) -> list[JobRecord]:
+        """The `limit` oldest jobs held for their dependencies."""
+        ...
+
     def transition(
         self,
         record: JobRecord,
@@ -217,7 +246,15 @@ class JobStore(Protocol):
         extra_roles: Sequence[tuple[str, str]] = (),
     ) -> None: ...
 
-    def update_spec(self, record: JobRecord, spec: JobSpec, reason: str, *, now: float) -> JobRecord: ...
+    def update_spec(
+        self,
+        record: JobRecord,
+        spec: JobSpec,
+        reason: str,
+        *,
+        now: float,
+        changes: Mapping[str, Any] | None = None,
+    ) -> JobRecord: ...
 
     def update_fields(
         self,

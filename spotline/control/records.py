@@ -118,6 +118,12 @@ class JobRecord(BaseModel):
     finished_at: float | None = None
     # A digest of the submission that created the job (Idempotency-Key reuse is checked on it).
     request_digest: str | None = None
+    # When a job with dependencies (`spec.after`) was let into the queue (None: still held).
+    deps_met_at: float | None = None
+    # What its ended runs held, GPU-seconds per pool, and the GPU-seconds of work they lost
+    # (`charge_run`, written with each release): a job's cost follows it across requeues.
+    gpu_s_by_pool: dict[str, float] | None = None
+    lost_gpu_s: float = 0.0
 
     @property
     def id(self) -> str:
@@ -136,6 +142,11 @@ class JobRecord(BaseModel):
         return self.job.team
 
     @property
+    def held_for_dependencies(self) -> bool:
+        """PENDING with dependencies not yet met: kept out of the queue the pass reads."""
+        return self.job.state is JobState.PENDING and bool(self.job.spec.after) and self.deps_met_at is None
+
+    @property
     def run_id(self) -> str | None:
         """The current run's id (None before the first admission)."""
         return run_id_for(self.id, self.run) if self.run > 0 else None
@@ -145,6 +156,38 @@ class JobRecord(BaseModel):
         if job:
             changes["job"] = self.job.with_changes(**job)
         return self.model_copy(update=changes)
+
+
+def charge_run(record: JobRecord, now: float, lost_s: float) -> dict[str, Any]:
+    """The record changes that add the run ending now (it held `gpus_held` in its pool since
+    its admission, and lost `lost_s` of work) to the job's own cost."""
+    pool, since = record.job.pool, record.admitted_at
+    if pool is None or since is None or record.gpus_held <= 0:
+        return {}
+    held = dict(record.gpu_s_by_pool or {})
+    held[pool] = round(held.get(pool, 0.0) + record.gpus_held * max(0.0, now - since), 3)
+    return {
+        "gpu_s_by_pool": held,
+        "lost_gpu_s": round(record.lost_gpu_s + max(0.0, lost_s) * record.gpus_held, 3),
+    }
+
+
+class ArrayRecord(BaseModel):
+    """An array as stored (beside its elements, in the same transaction): what `GET /arrays/{id}`,
+    `after: [array id]` and cancelling some elements need to find them."""
+
+    model_config = ConfigDict(defer_build=True, frozen=True)
+
+    id: str
+    team: str
+    name: str
+    element_ids: tuple[str, ...]
+    indexes: tuple[int, ...]
+    max_running: int | None = None
+    submitted_at: float
+    # The spec as submitted (its array or sweep included), JSON.
+    spec: str
+    request_digest: str | None = None
 
 
 # --- timeline entries ---------------------------------------------------------------------

@@ -16,6 +16,7 @@ import re
 import time
 from dataclasses import dataclass, field
 
+from spotline.control.arrays import HeldResult, release_held
 from spotline.control.errors import (
     CapacityExhausted,
     ConditionFailed,
@@ -57,6 +58,8 @@ class PassResult:
     admitted: list[tuple[str, str]] = field(default_factory=list)  # (job id, pool)
     preempted: list[tuple[str, tuple[str, ...]]] = field(default_factory=list)  # (preemptor, victims)
     moved: list[tuple[str, str]] = field(default_factory=list)  # (job id, Spot pool it moves to)
+    # Held jobs let into the queue, or cancelled by a broken dependency, before planning.
+    held: HeldResult = field(default_factory=HeldResult)
     waiting: int = 0
     wait_reasons_written: int = 0
     skipped: list[tuple[str, str]] = field(default_factory=list)  # (job id, why)
@@ -158,6 +161,8 @@ def scheduling_pass(cp: ControlPlane, *, act_until: float | None = None) -> Pass
     a large window ends before its function's timeout."""
     now = cp.clock()
     result = PassResult(now=now)
+    # Jobs whose dependencies ended join the queue before it is read (spotline.control.arrays).
+    result.held = release_held(cp, now)
     queue = StorePendingQueue(cp.jobs)
     active = cp.jobs.active(skipped=result.quarantined)
     result.active_items_read = len(active)

@@ -82,7 +82,9 @@ class ArrayCap:
     max_running: int
 
 
-WaitReason = ArrayCap | Draining | NoGpuType | NoPool | SpareClaimed | BudgetSpent | PreemptionDelay | NoVictim
+WaitReason = (
+    ArrayCap | Draining | NoGpuType | NoPool | SpareClaimed | BudgetSpent | PreemptionDelay | NoVictim
+)
 
 
 # --- the decisions ------------------------------------------------------------------------

@@ -27,7 +27,7 @@ def test_array_ranges(text: str, want: list[int]) -> None:
     [
         ({"array": "5-2"}, "runs backwards"),
         ({"array": "a-b"}, "not an index or a range"),
-        ({"array": "0-50"}, "more than 50"),
+        ({"array": "0-49"}, "more than 49"),
         ({"array": "0-3", "sweep": {"lr": [1]}}, "not both"),
         ({"max_running": 2}, "applies to an array"),
         ({"sweep": {"lr": []}}, "has no value"),
