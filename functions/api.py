@@ -11,7 +11,7 @@ from __future__ import annotations
 import base64
 import json
 import re
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from aws_lambda_powertools.event_handler import APIGatewayRestResolver, Response, content_types
 from aws_lambda_powertools.event_handler.openapi.exceptions import RequestValidationError
@@ -21,6 +21,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from pydantic import BaseModel, ConfigDict
 
 from functions.runtime import control_plane, loaded, logger, tracer
+from spotline.control import arrays, job_cost
 from spotline.control import jobs as service
 from spotline.control import logs as logs_service
 from spotline.control import usage as usage_service
@@ -121,26 +122,89 @@ def _view(record: Any) -> JobView:
     return service.job_view(plane, record, plane.clock())
 
 
+class ArrayView(View):
+    """An array (a spec with `array` or `sweep`): its counts by state and its elements."""
+
+    id: str
+    name: str
+    team: str
+    size: int
+    max_running: int | None
+    holding_gpus: int
+    finished: int
+    counts: dict[str, int]
+    submitted_at: float
+    jobs: list[JobView]
+
+
+def _array_view(array: Any, records: list[Any]) -> ArrayView:
+    plane = control_plane()
+    now = plane.clock()
+    usage = plane.ledger.fairshare_usage()
+    return ArrayView(
+        **arrays.array_summary(array, records), jobs=[service.job_view(plane, r, now, usage) for r in records]
+    )
+
+
 @app.post(
     "/jobs",
-    summary="Submit a job",
+    summary="Submit a job, or an array of jobs (a spec with `array` or `sweep`)",
     responses=_responses(201, JobView, 400, 402, 413, _200="The job an earlier request with this key made"),
 )
 def submit(
     spec: Annotated[JobSpec, Body(description="The job spec")],
     idempotency_key: Annotated[str | None, Header(alias="Idempotency-Key", max_length=128)] = None,
-) -> Response[JobView]:
+) -> Response[JobView | ArrayView]:
     # The resolver checked the body's shape; the service checks it against the clock and the
     # deployment (deadline, GPU type, priority allowed, a pool that can host it).
-    record, created = service.submit_job(
-        control_plane(),
-        _team(),
-        spec.model_dump(mode="json", exclude_unset=True),
-        idempotency_key=idempotency_key,
-    )
+    body = spec.model_dump(mode="json", exclude_unset=True)
+    if spec.is_array:
+        array, records, created = service.submit_array_request(
+            control_plane(), _team(), body, idempotency_key=idempotency_key
+        )
+        return Response(
+            status_code=201 if created else 200,
+            content_type=content_types.APPLICATION_JSON,
+            body=_array_view(array, records),
+        )
+    record, created = service.submit_job(control_plane(), _team(), body, idempotency_key=idempotency_key)
     return Response(
         status_code=201 if created else 200, content_type=content_types.APPLICATION_JSON, body=_view(record)
     )
+
+
+@app.get(
+    "/arrays/<array_id>",
+    summary="An array: counts by state, and its elements",
+    responses=_responses(200, ArrayView, 404),
+)
+def get_array(array_id: Annotated[str, Path(max_length=64)]) -> ArrayView:
+    return _array_view(*arrays.get_array(control_plane(), _team(), array_id))
+
+
+@app.delete(
+    "/arrays/<array_id>",
+    summary="Cancel an array's unfinished elements (all, or those `elements` names)",
+    responses=_responses(200, ArrayView, 404),
+)
+def cancel_array(
+    array_id: Annotated[str, Path(max_length=64)],
+    elements: Annotated[
+        str | None, Query(max_length=256, description="Array indexes, e.g. 3,5-7 (default: all)")
+    ] = None,
+) -> ArrayView:
+    return _array_view(*arrays.cancel_array(control_plane(), _team(), array_id, elements))
+
+
+@app.get(
+    "/arrays/<array_id>/explain",
+    summary="Why an array's elements wait: counts by state, and its first waiting element explained",
+    responses=_responses(200, None, 404),
+)
+def explain_array(array_id: Annotated[str, Path(max_length=64)]) -> dict[str, Any]:
+    from spotline.control import insight
+
+    return insight.explain_array(control_plane(), _team(), array_id)
 
 
 @app.get("/jobs", summary="List the team's jobs", responses=_responses(200, JobList))
@@ -258,8 +322,21 @@ def explain_job(job_id: Annotated[str, Path(max_length=64)]) -> dict[str, Any]:
 def usage(
     month: Annotated[str | None, Query(description="YYYY-MM (default: this month)", max_length=7)] = None,
     team: Annotated[str | None, Query(description="The caller's team (the only one it may read)")] = None,
+    by: Annotated[
+        Literal["job"] | None, Query(description="job: each job's cost since submission, newest first")
+    ] = None,
+    next_token: Annotated[str | None, Query(max_length=2048)] = None,
+    limit: Annotated[int, Query(ge=1, le=100)] = 50,
 ) -> dict[str, Any]:
-    return usage_service.team_usage(control_plane(), _team(), team=team, month=month)
+    plane = control_plane()
+    if by == "job":
+        caller = _team()
+        if team is not None and team != caller:
+            raise Unauthorized(f"team {caller} may read only its own usage")
+        records, token = service.list_jobs(plane, caller, limit=limit, next_token=next_token)
+        rows = job_cost.jobs_usage(plane, records, plane.clock())
+        return {"team": caller, "by": "job", "jobs": rows, "next_token": token}
+    return usage_service.team_usage(plane, _team(), team=team, month=month)
 
 
 @app.get("/openapi.json", summary="This API's OpenAPI document", include_in_schema=False)

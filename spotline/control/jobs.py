@@ -15,7 +15,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from spotline.control.arrays import with_dependencies
+from spotline.control.arrays import submit_array, with_dependencies
 from spotline.control.errors import (
     Conflict,
     InvalidPageToken,
@@ -29,7 +29,7 @@ from spotline.control.errors import (
 from spotline.control.job_cost import job_cost
 from spotline.control.lifecycle import iso, stop_runs
 from spotline.control.plane import ControlPlane
-from spotline.control.records import ACTIVE_STATES, JobRecord, TimelineEntry
+from spotline.control.records import ACTIVE_STATES, ArrayRecord, JobRecord, TimelineEntry
 from spotline.control.settings import principal_key
 from spotline.control.usage import check_budget
 from spotline.domain import TERMINAL_STATES, Job, JobSpec, JobState, Priority, effective_priority
@@ -328,6 +328,19 @@ def submit_job(
         # scheduler's periodic tick finds it without the event.
         logger.exception("Job Submitted not published", extra={"job_id": record.id})
     return record, True
+
+
+def submit_array_request(
+    cp: ControlPlane, team: str, body: Mapping[str, Any], *, idempotency_key: str | None = None
+) -> tuple[ArrayRecord, list[JobRecord], bool]:
+    """Validate an array's spec (each element is the spec without its array fields) and store
+    the array and its elements (`arrays.submit_array`); the budget applies to the submission."""
+    now = cp.clock()
+    spec = validate_spec(cp, team, body, now)
+    if not spec.is_array:
+        raise InvalidRequest.field("array", "give array or sweep")
+    check_budget(cp, team, spec.priority)
+    return submit_array(cp, team, spec, request_digest(spec), idempotency_key=idempotency_key)
 
 
 def _same_request(first: JobRecord, job_id: str, spec: JobSpec, digest: str) -> JobRecord:
