@@ -18,6 +18,7 @@ from typing import Annotated, Any
 
 import typer
 
+from spotline.cli import render_arrays
 from spotline.cli.common import ProfileOpt, Session, client_command, reported
 from spotline.cli.http import EXIT_FAILED, EXIT_USAGE, ClientError, Endpoint, write_config
 from spotline.cli.render import (
@@ -57,6 +58,16 @@ def _job_path(job_id: str) -> str:
     return f"/jobs/{job_id}"
 
 
+def _is_array(some_id: str) -> bool:
+    return some_id.startswith("arr-")
+
+
+def _array_path(array_id: str) -> str:
+    if "/" in array_id or len(array_id) > 64:
+        raise ClientError(f"ID: {array_id!r} is not an array id", EXIT_USAGE)
+    return f"/arrays/{array_id}"
+
+
 def _with_timeline(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [{**e, "at": iso(e.get("t"))} for e in events]
 
@@ -91,15 +102,19 @@ def submit(
                 parts.append(f"{spec.where(loc)}: {name}: {item.get('msg', '')}")
             raise ClientError("spec refused: " + "; ".join(parts), EXIT_FAILED, 422) from None
         raise
-    session.emit(job, job_table)
+    session.emit(job, render_arrays.array_view if "jobs" in job else job_table)
 
 
 def status(
     session: Session,
     job_id: Annotated[str, typer.Argument(metavar="ID", show_default=False)],
 ) -> None:
-    """A job's state, priority, pool, instance, last checkpoint and wait reason."""
+    """A job's state, priority, pool, instance, last checkpoint, wait reason and cost so far; for an
+    array (arr-...), its counts by state and its elements."""
     api = session.api
+    if _is_array(job_id):
+        session.emit(api.request("GET", _array_path(job_id)), render_arrays.array_view)
+        return
     session.emit(api.request("GET", _job_path(job_id)), job_table)
 
 
@@ -109,11 +124,19 @@ def list_(
         str | None, typer.Option("--state", help="Only jobs in this state (e.g. PENDING).")
     ] = None,
     all_: Annotated[bool, typer.Option("--all", help="Include finished jobs.")] = False,
+    array: Annotated[
+        str | None, typer.Option("--array", metavar="ID", help="Only the elements of this array.")
+    ] = None,
 ) -> None:
     """The team's jobs: unfinished ones, or all with --all (every page is read)."""
     api = session.api
     params = {"state": state.upper()} if state else {}
-    jobs = list(pages(api, "/jobs", "jobs", params))
+    if array is not None:
+        jobs = api.request("GET", _array_path(array))["jobs"]
+        if state:
+            jobs = [j for j in jobs if j["state"] == state.upper()]
+    else:
+        jobs = list(pages(api, "/jobs", "jobs", params))
     if not all_ and not state:
         jobs = [j for j in jobs if j["state"] not in FINAL_STATES]
     session.emit(jobs, jobs_table)
@@ -136,8 +159,12 @@ def explain(
     session: Session,
     job_id: Annotated[str, typer.Argument(metavar="ID", show_default=False)],
 ) -> None:
-    """Why the job waits, where and why it runs, or who preempted it; and its estimated start."""
+    """Why the job waits (for a dependency, a cap, capacity), where and why it runs, or who
+    preempted it; and its estimated start. For an array, its first waiting element."""
     api = session.api
+    if _is_array(job_id):
+        session.emit(api.request("GET", _array_path(job_id) + "/explain"), render_arrays.array_explain_view)
+        return
     session.emit(api.request("GET", _job_path(job_id) + "/explain"), explain_view)
 
 
@@ -174,13 +201,23 @@ def deadline(
 def cancel(
     session: Session,
     job_ids: Annotated[list[str], typer.Argument(metavar="ID...", show_default=False)],
+    elements: Annotated[
+        str | None,
+        typer.Option("--elements", help="For an array ID: only these indexes, e.g. 3,5-7 (default: all)."),
+    ] = None,
 ) -> None:
-    """Cancel jobs (each is tried; the exit code is 1 if any could not be cancelled)."""
+    """Cancel jobs, or arrays (each is tried; the exit code is 1 if any could not be cancelled)."""
     api = session.api
+    if elements is not None and not all(_is_array(j) for j in job_ids):
+        raise ClientError("--elements: applies to array ids (arr-...) only", EXIT_USAGE)
     done: list[dict[str, Any]] = []
     failed: list[str] = []
     for job_id in job_ids:
         try:
+            if _is_array(job_id):
+                params = {"elements": elements} if elements is not None else None
+                done += api.request("DELETE", _array_path(job_id), params=params)["jobs"]
+                continue
             done.append(api.request("DELETE", _job_path(job_id)))
         except ClientError as error:
             if error.status is None:
@@ -295,8 +332,14 @@ def usage(
     session: Session,
     team_name: Annotated[str | None, typer.Option("--team", help="The team (default: the caller's).")] = None,
     month: Annotated[str | None, typer.Option("--month", help="YYYY-MM (default: this month).")] = None,
+    by: Annotated[
+        str | None, typer.Option("--by", help="job: each job's cost since submission (newest first).")
+    ] = None,
 ) -> None:
-    """GPU-hours, dollars, Spot share, lost work and budget state of a team for a month."""
+    """GPU-hours, dollars, Spot share, lost work and budget state of a team for a month; with
+    --by job, each job's GPU-hours on Spot and On-Demand, dollars and GPU-hours lost."""
+    if by is not None and by != "job":
+        raise ClientError(f"--by: {by!r} is not one of: job", EXIT_USAGE)
     if month is not None:
         try:
             datetime.strptime(month, "%Y-%m")
@@ -307,6 +350,14 @@ def usage(
     params = {"month": month}
     if team_name and api.kind != "local":
         params["team"] = team_name
+    if by == "job":
+        rows = list(
+            pages(
+                api, "/usage", "jobs", {"by": "job", **({"team": params["team"]} if "team" in params else {})}
+            )
+        )
+        session.emit({"team": session.team or "", "by": "job", "jobs": rows}, render_arrays.job_costs_table)
+        return
     session.emit(api.request("GET", "/usage", params=params), usage_table)
 
 

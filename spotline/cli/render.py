@@ -94,6 +94,21 @@ def _job_rows(job: dict[str, Any]) -> list[tuple[str, str]]:
             f" {float(job.get('lost_work_s') or 0):.0f} s of work lost",
         )
     )
+    if job.get("cost"):
+        from spotline.cli.render_arrays import cost_text
+
+        rows.append(("cost", cost_text(job["cost"])))
+    if job.get("array_id"):
+        params = ", ".join(f"{k}={v}" for k, v in (job.get("array_params") or {}).items())
+        rows.append(
+            (
+                "array",
+                f"{job['array_id']} element {job.get('array_index')}" + (f" ({params})" if params else ""),
+            )
+        )
+    if (job.get("spec") or {}).get("after"):
+        spec = job["spec"]
+        rows.append(("after", f"{spec.get('dependency') or 'afterok'}: {', '.join(spec['after'])}"))
     if job.get("wait_reason"):
         rows.append(("wait reason", str(job["wait_reason"])))
     return rows
