@@ -165,7 +165,9 @@ def test_a_pipeline_of_three_steps_runs_in_order(deployment: Deployment) -> None
     )
 
     # When the first step succeeds, the second is let in and admitted; the third still waits
-    plane.jobs.transition(plane.jobs.get(prep["id"]), JobState.PENDING, "requeued by the test", now=plane.clock())
+    plane.jobs.transition(
+        plane.jobs.get(prep["id"]), JobState.PENDING, "requeued by the test", now=plane.clock()
+    )
     # (a requeued dependency is not done: the second step stays held)
     assert release_held(plane, plane.clock()).released == []
     assert state(deployment, train["id"]) is JobState.PENDING

@@ -62,7 +62,11 @@ def test_sweep_makes_the_cartesian_product_first_parameter_slowest() -> None:
 
 
 def _element(index: int, *, max_running: int = 4, array: str = "arr-1") -> object:
-    return job(f"{array}-{index}").submitted(index)._with(array_id=array, array_index=index, max_running=max_running)
+    return (
+        job(f"{array}-{index}")
+        .submitted(index)
+        ._with(array_id=array, array_index=index, max_running=max_running)
+    )
 
 
 def test_max_running_caps_the_elements_admitted_and_says_why() -> None:
