@@ -193,7 +193,7 @@ def cancel_array(
         str | None, Query(max_length=256, description="Array indexes, e.g. 3,5-7 (default: all)")
     ] = None,
 ) -> ArrayView:
-    return _array_view(*arrays.cancel_array(control_plane(), _team(), array_id, elements))
+    return _array_view(*service.cancel_array(control_plane(), _team(), array_id, elements))
 
 
 @app.get(

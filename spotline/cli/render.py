@@ -95,8 +95,6 @@ def _job_rows(job: dict[str, Any]) -> list[tuple[str, str]]:
         )
     )
     if job.get("cost"):
-        from spotline.cli.render_arrays import cost_text
-
         rows.append(("cost", cost_text(job["cost"])))
     if job.get("array_id"):
         params = ", ".join(f"{k}={v}" for k, v in (job.get("array_params") or {}).items())
@@ -112,6 +110,15 @@ def _job_rows(job: dict[str, Any]) -> list[tuple[str, str]]:
     if job.get("wait_reason"):
         rows.append(("wait reason", str(job["wait_reason"])))
     return rows
+
+
+def cost_text(cost: dict[str, Any]) -> str:
+    """A job's cost so far, on one line (status)."""
+    return (
+        f"${float(cost.get('dollars') or 0):,.2f}: {float(cost.get('spot_gpu_hours') or 0):.2f} GPU-h Spot,"
+        f" {float(cost.get('on_demand_gpu_hours') or 0):.2f} GPU-h On-Demand,"
+        f" {float(cost.get('lost_gpu_hours') or 0):.2f} GPU-h lost to preemption and interruption"
+    )
 
 
 def _num(value: Any) -> str:

@@ -11,17 +11,6 @@ from rich.table import Table
 from spotline.cli.render import explain_view, jobs_table
 
 
-def cost_text(cost: dict[str, Any] | None) -> str:
-    """A job's cost so far, on one line (status)."""
-    if not cost:
-        return "-"
-    return (
-        f"${float(cost.get('dollars') or 0):,.2f}: {float(cost.get('spot_gpu_hours') or 0):.2f} GPU-h Spot,"
-        f" {float(cost.get('on_demand_gpu_hours') or 0):.2f} GPU-h On-Demand,"
-        f" {float(cost.get('lost_gpu_hours') or 0):.2f} GPU-h lost to preemption and interruption"
-    )
-
-
 def counts_text(counts: dict[str, int]) -> str:
     return ", ".join(f"{n} {state}" for state, n in counts.items()) or "none"
 

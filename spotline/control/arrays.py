@@ -26,7 +26,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from spotline.control.errors import (
-    Conflict,
     InvalidRequest,
     JobAlreadyExists,
     JobNotFound,
@@ -217,22 +216,6 @@ def select_elements(array: ArrayRecord, elements: str | None) -> list[str]:
             ]
         )
     return [by_index[i] for i in wanted]
-
-
-def cancel_array(
-    cp: ControlPlane, team: str, array_id: str, elements: str | None = None
-) -> tuple[ArrayRecord, list[JobRecord]]:
-    """Cancel the array's unfinished elements (or those `elements` names); the others are left
-    as they are. Returns the array and all its elements after."""
-    from spotline.control.jobs import cancel_job  # (jobs imports this module)
-
-    array, _ = get_array(cp, team, array_id)
-    for job_id in select_elements(array, elements):
-        try:
-            cancel_job(cp, team, job_id)
-        except Conflict:
-            continue  # already ended: nothing to cancel
-    return array, elements_of(cp, array)
 
 
 # --- the pass's held step ---------------------------------------------------------------------

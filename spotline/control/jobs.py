@@ -15,7 +15,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from spotline.control.arrays import submit_array, with_dependencies
+from spotline.control.arrays import elements_of, get_array, select_elements, submit_array, with_dependencies
 from spotline.control.errors import (
     Conflict,
     InvalidPageToken,
@@ -435,6 +435,20 @@ def cancel_job(cp: ControlPlane, team: str, job_id: str) -> JobRecord:
             cp.instances.remove_job(record.instance_ids, job_id)
         return cancelled
     raise Conflict(f"job {job_id} keeps changing; try again")
+
+
+def cancel_array(
+    cp: ControlPlane, team: str, array_id: str, elements: str | None = None
+) -> tuple[ArrayRecord, list[JobRecord]]:
+    """Cancel the array's unfinished elements (or those `elements` names, "3,5-7"); the others are
+    left as they are. Returns the array and all its elements after."""
+    array, _ = get_array(cp, team, array_id)
+    for job_id in select_elements(array, elements):
+        try:
+            cancel_job(cp, team, job_id)
+        except Conflict:
+            continue  # already ended: nothing to cancel
+    return array, elements_of(cp, array)
 
 
 class JobChanges(BaseModel):
