@@ -151,3 +151,17 @@ def test_a_failed_dependency_cancels_the_chain(env: Path) -> None:
     refused = cli("submit", str(spec(env, "mine", after=[theirs["id"]])))
     assert refused.exit_code == 1 and "after" in refused.stderr and "Traceback" not in refused.output
     assert os.environ["SPOTLINE_STATE_DIR"]
+
+
+def test_the_example_sweep_and_pipeline_step(env: Path) -> None:
+    examples = Path(__file__).resolve().parents[2] / "examples"
+    array = ok("submit", str(examples / "sweep.yaml"))
+    assert array["size"] == 4 and array["max_running"] == 2
+    assert array["jobs"][3]["array_params"] == {"lr": "0.003"}
+    step = ok("submit", str(examples / "pipeline.yaml"), "--set", f"after=[{array['id']}]")
+    assert step["spec"]["after"] == [j["id"] for j in array["jobs"]]  # the array: all its elements
+    assert ok("explain", step["id"])["waiting_for"]["job_id"] == f"{array['id']}-0"
+    # Cancelling the sweep breaks the pipeline: its step ends CANCELLED, saying why
+    ok("cancel", array["id"])
+    assert wait_until(lambda: ok("status", step["id"])["state"] == "CANCELLED", 60)
+    assert "ended CANCELLED" in ok("status", step["id"])["state_reason"]
