@@ -83,6 +83,10 @@ class Table:
 #   deadline_pk = "D"             while PENDING with one   deadline_sk = "<deadline:017.3f>#<job_id>"
 #   active_pk   = "A"             while holding GPUs (ADMITTED, RUNNING, CHECKPOINTING)
 #   team, team_sk = "<submitted_at:017.3f>#<job_id>"      always
+#   (a job held for its dependencies is PENDING under queue_pk = "Q#held" instead, with no
+#   deadline attributes, until they end: spotline.control.arrays)
+# An array's own item (`kind` = "array", key = the array id) has none of the index attributes
+# (`team` without `team_sk` puts it in no index): its elements are jobs like any other.
 # Besides the jobs, the table holds one *signal item* per job, key `signal#<team>#<job_id>`
 # (SIGNAL_FIELDS only, no index attribute): the control plane writes it in the same transaction as
 # the job's item whenever one of those fields changes, and the agent reads only that item (its
