@@ -16,8 +16,8 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from spotline.aws.dynamo import Item
-from spotline.control.errors import UnreadableRecord
+from spotline.aws.dynamo import MAX_ITEM_BYTES, Item, item_size_bytes, serialize_item
+from spotline.control.errors import ItemTooLarge, UnreadableRecord
 from spotline.control.records import ACTIVE_STATES, ArrayRecord, JobRecord
 from spotline.domain import Job, JobSpec, JobState, Priority
 
@@ -123,6 +123,30 @@ def record_to_item(record: JobRecord) -> Item:
     if job.state in ACTIVE_STATES or record.terminating_batch_job_ids:
         item["active_pk"] = ACTIVE_PK
     return {k: v for k, v in item.items() if v is not None}
+
+
+# Room a new job's item keeps for what its life adds (reasons, run and instance ids, checkpoint
+# URIs, task tokens): a submission larger than MAX_ITEM_BYTES minus this is refused before any write.
+ITEM_HEADROOM_BYTES = 32 * 1024
+
+
+def new_item_put(table_name: str, item: Item) -> dict[str, Any]:
+    """The transaction's Put of a new item (a job's, or an array's): conditional on its key being
+    free; ItemTooLarge if it would leave less than ITEM_HEADROOM_BYTES of the item limit."""
+    serialized = serialize_item(item)
+    size = item_size_bytes(serialized)
+    if size > MAX_ITEM_BYTES - ITEM_HEADROOM_BYTES:
+        raise ItemTooLarge(
+            f"the job takes {size} bytes stored; at most {MAX_ITEM_BYTES - ITEM_HEADROOM_BYTES} fit"
+            " (shorten the command: its arguments make most of it)"
+        )
+    return {
+        "Put": {
+            "TableName": table_name,
+            "Item": serialized,
+            "ConditionExpression": "attribute_not_exists(job_id)",
+        }
+    }
 
 
 # An array's own item in the Jobs table (`kind` = ARRAY_KIND): no state and none of the index

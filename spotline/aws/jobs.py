@@ -19,12 +19,10 @@ from typing import TYPE_CHECKING, Any
 from spotline import resources
 from spotline.aws import costs
 from spotline.aws.dynamo import (
-    MAX_ITEM_BYTES,
     DynamoTable,
     Expression,
     Item,
     TransactItem,
-    item_size_bytes,
     serialize_item,
 )
 from spotline.aws.job_items import (
@@ -37,6 +35,7 @@ from spotline.aws.job_items import (
     item_to_array,
     item_to_record,
     item_to_record_lenient,
+    new_item_put,
     record_to_item,
 )
 from spotline.aws.ledger import LedgerRepository
@@ -44,7 +43,6 @@ from spotline.aws.timeline import TimelineRepository, decode_token, encode_token
 from spotline.control.errors import (
     ConditionFailed,
     InvalidTransition,
-    ItemTooLarge,
     JobNotFound,
     StaleJobError,
     UnreadableRecord,
@@ -65,9 +63,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-# Room a new job's item keeps for what its life adds (reasons, run and instance ids, checkpoint
-# URIs, task tokens): a submission larger than MAX_ITEM_BYTES minus this is refused before any write.
-ITEM_HEADROOM_BYTES = 32 * 1024
 # String sets written as ADD / DELETE deltas by transitions (others add to them concurrently).
 _DELTA_SETS = ("terminating_batch_job_ids",)
 
@@ -112,16 +107,7 @@ class JobRepository:
         puts: list[TransactItem] = []
         roles: list[tuple[str, str]] = []
         if array is not None:
-            condition = "attribute_not_exists(job_id)"
-            puts.append(
-                {
-                    "Put": {
-                        "TableName": self.table.name,
-                        "Item": serialize_item(array_to_item(array)),
-                        "ConditionExpression": condition,
-                    }
-                }
-            )
+            puts.append(new_item_put(self.table.name, array_to_item(array)))
             roles.append(("new-job", array.id))
         created: list[tuple[JobRecord, TimelineEntry]] = []
         for job, reason in zip(jobs, reasons, strict=True):
@@ -129,18 +115,7 @@ class JobRepository:
                 raise InvalidTransition(f"a new job starts PENDING, not {job.state}")
             record = JobRecord(job=job, updated_at=now, state_reason=reason, request_digest=request_digest)
             entry = TimelineEntry(job.id, job.version, now, NO_STATE, JobState.PENDING.value, reason)
-            item = serialize_item(record_to_item(record))
-            size = item_size_bytes(item)
-            if size > MAX_ITEM_BYTES - ITEM_HEADROOM_BYTES:
-                raise ItemTooLarge(
-                    f"the job takes {size} bytes stored; at most {MAX_ITEM_BYTES - ITEM_HEADROOM_BYTES} fit"
-                    " (shorten the command: its arguments make most of it)"
-                )
-            condition = "attribute_not_exists(job_id)"
-            puts += [
-                {"Put": {"TableName": self.table.name, "Item": item, "ConditionExpression": condition}},
-                self.timeline.append_item(entry),
-            ]
+            puts += [new_item_put(self.table.name, record_to_item(record)), self.timeline.append_item(entry)]
             roles += [("new-job", job.id), ("timeline", job.id)]
             created.append((record, entry))
         self.table.transact(puts, roles)
