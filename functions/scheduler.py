@@ -76,6 +76,8 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         "preempted": [[job, list(victims)] for job, victims in result.preempted],
         "moved": [list(move) for move in result.moved],
         "waiting": result.waiting,
+        "released": result.held.released,
+        "cancelled_by_dependency": [job for job, _ in result.held.cancelled],
         "skipped": len(result.skipped),
         "quarantined": [job for job, _ in result.quarantined],
         "items_read": result.queue_items_read + result.active_items_read,
@@ -91,6 +93,8 @@ def _report(result: PassResult, triggers: int, elapsed_ms: float) -> None:
     metrics.add_metric(name="Preemptions", unit=MetricUnit.Count, value=len(result.preempted))
     metrics.add_metric(name="MovesToSpot", unit=MetricUnit.Count, value=len(result.moved))
     metrics.add_metric(name="Waiting", unit=MetricUnit.Count, value=result.waiting)
+    metrics.add_metric(name="HeldJobs", unit=MetricUnit.Count, value=result.held.waiting)
+    metrics.add_metric(name="DependenciesMet", unit=MetricUnit.Count, value=len(result.held.released))
     metrics.add_metric(name="PassContinued", unit=MetricUnit.Count, value=int(result.more_work))
     metrics.add_metric(name="DecisionsSkipped", unit=MetricUnit.Count, value=len(result.skipped))
     # Unreadable job records left out of the pass (each also logged by the repository).

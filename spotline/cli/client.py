@@ -351,12 +351,12 @@ def usage(
     if team_name and api.kind != "local":
         params["team"] = team_name
     if by == "job":
-        rows = list(
-            pages(
-                api, "/usage", "jobs", {"by": "job", **({"team": params["team"]} if "team" in params else {})}
-            )
-        )
-        session.emit({"team": session.team or "", "by": "job", "jobs": rows}, render_arrays.job_costs_table)
+        query = {"by": "job", **({"team": params["team"]} if "team" in params else {})}
+        first = api.request("GET", "/usage", params=query)
+        rows = list(first.get("jobs") or [])
+        if first.get("next_token"):
+            rows += pages(api, "/usage", "jobs", {**query, "next_token": first["next_token"]})
+        session.emit({"team": first.get("team"), "by": "job", "jobs": rows}, render_arrays.job_costs_table)
         return
     session.emit(api.request("GET", "/usage", params=params), usage_table)
 

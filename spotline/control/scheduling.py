@@ -218,7 +218,10 @@ def scheduling_pass(cp: ControlPlane, *, act_until: float | None = None) -> Pass
             act(cp, subject, decision, active_by_id, team_held, result, now=now)
         batch.flush()
     full = any(n >= window for n in result.window_by_class.values())
-    result.more_work = progressed or (bool(result.admitted) and full)
+    # Jobs let in (or a chain cancelled) by this pass: the queue index may show them only to the
+    # next read (GSI reads are eventually consistent), and a long chain ends a few rounds a pass.
+    changed_held = bool(result.held.released or result.held.cancelled)
+    result.more_work = progressed or (bool(result.admitted) and full) or changed_held
     return result
 
 
