@@ -109,8 +109,8 @@ def status(
     session: Session,
     job_id: Annotated[str, typer.Argument(metavar="ID", show_default=False)],
 ) -> None:
-    """A job's state, priority, pool, instance, last checkpoint, wait reason and cost so far; for an
-    array (arr-...), its counts by state and its elements."""
+    """A job's state, priority, pool, instance, last checkpoint and wait reason. Also its cost so
+    far; for an array (arr-...), its counts by state and its elements."""
     api = session.api
     if _is_array(job_id):
         session.emit(api.request("GET", _array_path(job_id)), render_arrays.array_view)
@@ -159,8 +159,9 @@ def explain(
     session: Session,
     job_id: Annotated[str, typer.Argument(metavar="ID", show_default=False)],
 ) -> None:
-    """Why the job waits (for a dependency, a cap, capacity), where and why it runs, or who
-    preempted it; and its estimated start. For an array, its first waiting element."""
+    """Why the job waits, where and why it runs, or who preempted it; and its estimated start.
+    For a job held by its dependencies, the job it waits for; for an array, its first waiting
+    element."""
     api = session.api
     if _is_array(job_id):
         session.emit(api.request("GET", _array_path(job_id) + "/explain"), render_arrays.array_explain_view)
@@ -206,7 +207,8 @@ def cancel(
         typer.Option("--elements", help="For an array ID: only these indexes, e.g. 3,5-7 (default: all)."),
     ] = None,
 ) -> None:
-    """Cancel jobs, or arrays (each is tried; the exit code is 1 if any could not be cancelled)."""
+    """Cancel jobs (each is tried; the exit code is 1 if any could not be cancelled). An array
+    id (arr-...) cancels its unfinished elements, or those --elements names."""
     api = session.api
     if elements is not None and not all(_is_array(j) for j in job_ids):
         raise ClientError("--elements: applies to array ids (arr-...) only", EXIT_USAGE)
@@ -336,7 +338,7 @@ def usage(
         str | None, typer.Option("--by", help="job: each job's cost since submission (newest first).")
     ] = None,
 ) -> None:
-    """GPU-hours, dollars, Spot share, lost work and budget state of a team for a month; with
+    """GPU-hours, dollars, Spot share, lost work and budget state of a team for a month. With
     --by job, each job's GPU-hours on Spot and On-Demand, dollars and GPU-hours lost."""
     if by is not None and by != "job":
         raise ClientError(f"--by: {by!r} is not one of: job", EXIT_USAGE)
