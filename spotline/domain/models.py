@@ -215,6 +215,19 @@ class JobSpec(BaseModel):
     )
     dependency: Dependency | None = None
 
+    @model_validator(mode="before")
+    @classmethod
+    def _array_cap_suffix(cls, data: Any) -> Any:
+        """Slurm's spelling of the cap, `array: "0-15%4"`, is `max_running: 4`."""
+        if isinstance(data, dict) and isinstance(data.get("array"), str) and "%" in data["array"]:
+            indexes, _, cap = data["array"].partition("%")
+            if not cap.strip().isdigit():
+                raise ValueError(f"array: {cap!r} after % is not a number of elements")
+            if data.get("max_running") is not None:
+                raise ValueError("array: give the cap as %N or as max_running, not both")
+            data = {**data, "array": indexes.strip(), "max_running": int(cap)}
+        return data
+
     @field_validator("array")
     @classmethod
     def _array_range(cls, value: str | None) -> str | None:

@@ -45,6 +45,14 @@ def test_bad_array_and_dependency_fields_are_named(body: dict[str, object], faul
     assert fault in str(error.value)
 
 
+def test_slurms_percent_cap_is_max_running() -> None:
+    spec = JobSpec.model_validate({**BASE, "array": "0-15%4"})
+    assert (spec.array, spec.max_running, len(spec.elements())) == ("0-15", 4, 16)
+    for bad, fault in (({"array": "0-3%x"}, "after %"), ({"array": "0-3%2", "max_running": 2}, "not both")):
+        with pytest.raises(ValidationError, match=fault):
+            JobSpec.model_validate({**BASE, **bad})
+
+
 def test_sweep_makes_the_cartesian_product_first_parameter_slowest() -> None:
     spec = JobSpec.model_validate({**BASE, "sweep": {"lr": [0.1, 0.01], "seed": [1, 2], "warm": [True]}})
     assert spec.elements() == [
