@@ -98,6 +98,14 @@ def test_a_sweep_matrix_puts_its_parameters_in_the_environment(deployment: Deplo
     assert env["SPOTLINE_PARAM_LR"] == "0.001" and env["SPOTLINE_PARAM_SEED"] == "2"
 
 
+def test_the_largest_array_fits_one_transaction(deployment: Deployment) -> None:
+    # 49 elements: the array's item and 2 items per element, 99 of TransactWriteItems' 100
+    status, array = post(name="big", array="0-48", max_running=16)
+    assert status == 201 and array["size"] == 49 and array["counts"] == {"PENDING": 49}
+    assert len(deployment.plane.jobs.list_team("vision", limit=100)[0]) == 49
+    assert len(scheduling_pass(deployment.plane).admitted) == 16
+
+
 def test_an_idempotent_retry_returns_the_same_array(deployment: Deployment) -> None:
     headers = {"Idempotency-Key": "sweep-1"}
     first = call("POST", "/jobs", body={**ONE_GPU, "array": "0-3"}, headers=headers)
