@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import json
 import re
+from types import UnionType
 from typing import Annotated, Any, Literal
 
 from aws_lambda_powertools.event_handler import APIGatewayRestResolver, Response, content_types
@@ -21,7 +22,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from pydantic import BaseModel, ConfigDict
 
 from functions.runtime import control_plane, loaded, logger, tracer
-from spotline.control import arrays, job_cost
+from spotline.control import arrays
 from spotline.control import jobs as service
 from spotline.control import logs as logs_service
 from spotline.control import usage as usage_service
@@ -84,7 +85,9 @@ _ERROR_DESCRIPTIONS = {
 }
 
 
-def _responses(ok: int, model: type[BaseModel] | None, *errors: int, **more_ok: str) -> dict[int, Any]:
+def _responses(
+    ok: int, model: type[BaseModel] | UnionType | None, *errors: int, **more_ok: str
+) -> dict[int, Any]:
     """The OpenAPI responses of a route: its success(es) and every error status it can return
     (`model` None: a JSON object)."""
     json_model: dict[str, Any] = {
@@ -149,7 +152,14 @@ def _array_view(array: Any, records: list[Any]) -> ArrayView:
 @app.post(
     "/jobs",
     summary="Submit a job, or an array of jobs (a spec with `array` or `sweep`)",
-    responses=_responses(201, JobView, 400, 402, 413, _200="The job an earlier request with this key made"),
+    responses=_responses(
+        201,
+        JobView | ArrayView,
+        400,
+        402,
+        413,
+        _200="The job (or array) an earlier request with this key made",
+    ),
 )
 def submit(
     spec: Annotated[JobSpec, Body(description="The job spec")],
@@ -328,15 +338,9 @@ def usage(
     next_token: Annotated[str | None, Query(max_length=2048)] = None,
     limit: Annotated[int, Query(ge=1, le=100)] = 50,
 ) -> dict[str, Any]:
-    plane = control_plane()
     if by == "job":
-        caller = _team()
-        if team is not None and team != caller:
-            raise Unauthorized(f"team {caller} may read only its own usage")
-        records, token = service.list_jobs(plane, caller, limit=limit, next_token=next_token)
-        rows = job_cost.jobs_usage(plane, records, plane.clock())
-        return {"team": caller, "by": "job", "jobs": rows, "next_token": token}
-    return usage_service.team_usage(plane, _team(), team=team, month=month)
+        return service.jobs_usage(control_plane(), _team(), team=team, limit=limit, next_token=next_token)
+    return usage_service.team_usage(control_plane(), _team(), team=team, month=month)
 
 
 @app.get("/openapi.json", summary="This API's OpenAPI document", include_in_schema=False)

@@ -27,6 +27,7 @@ from spotline.control.errors import (
     Unauthorized,
 )
 from spotline.control.job_cost import job_cost
+from spotline.control.job_cost import jobs_usage as jobs_cost_rows
 from spotline.control.lifecycle import iso, stop_runs
 from spotline.control.plane import ControlPlane
 from spotline.control.records import ACTIVE_STATES, ArrayRecord, JobRecord, TimelineEntry
@@ -385,6 +386,17 @@ def list_jobs(
     position = _open_token(cp, next_token, binding, now)
     records, following = cp.jobs.list_team(team, state=state, limit=limit, next_token=position)
     return records, cp.pages.seal(following, binding, now=now)
+
+
+def jobs_usage(
+    cp: ControlPlane, caller: str, *, team: str | None, limit: int = 50, next_token: str | None = None
+) -> dict[str, Any]:
+    """`GET /usage?by=job`: one page of the team's jobs (newest first) with each one's cost."""
+    if team is not None and team != caller:
+        raise Unauthorized(f"team {caller} may read only its own usage")
+    records, token = list_jobs(cp, caller, limit=limit, next_token=next_token)
+    rows = jobs_cost_rows(cp, records, cp.clock())
+    return {"team": caller, "by": "job", "jobs": rows, "next_token": token}
 
 
 def _open_token(cp: ControlPlane, token: str | None, binding: Mapping[str, Any], now: float) -> str | None:
