@@ -71,3 +71,37 @@ def test_a_damaged_state_file_is_refused_naming_it(tmp_path: Path) -> None:
     (tmp_path / "state" / "state.json").write_text("{not json")
     with pytest.raises(StateError, match=r"state\.json: cannot read the saved local state"):
         StateStore(tmp_path).load()
+
+
+def test_local_up_says_its_state_is_ephemeral_without_a_state_dir(tmp_path: Path) -> None:
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2]), "COLUMNS": "200"}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "spotline.cli", "local", "up"],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        lines: list[str] = []
+        deadline = time.time() + 60
+        assert process.stdout is not None
+        while time.time() < deadline:
+            line = process.stdout.readline()
+            lines.append(line)
+            if "wrote" in line or not line:
+                break
+        output = "".join(lines)
+        assert "state is ephemeral" in output and "--state-dir" in output, output
+        assert "{" not in output.split("wrote")[0]  # no raw JSON log lines before local.json
+    finally:
+        process.send_signal(signal.SIGINT)
+        process.wait(timeout=30)
+    assert not (tmp_path / ".spotline" / "state").exists()
