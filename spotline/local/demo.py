@@ -171,12 +171,16 @@ def _play(
     pending = sorted(scenario.jobs, key=lambda j: j.submit_at_s)
     # Entries are shown in time order: each poll reads the jobs one after another, so an entry is
     # held back for HOLD_BACK_S, in which an earlier one of another job would have been read.
-    held: list[tuple[TimelineEntry, str]] = []
+    # Sorted by (t, and never before the job's previous entry): a pass may read its clock just
+    # before the submission it admits was written, so a job's ADMITTED can carry a t a few
+    # milliseconds before its PENDING; each job's own order is its timeline's.
+    held: list[tuple[float, TimelineEntry, str]] = []
+    last_t: dict[str, float] = {}
 
     def show(until: float) -> None:
-        held.sort(key=lambda item: item[0].t)
-        while held and held[0][0].t <= until:
-            entry, name = held.pop(0)
+        held.sort(key=lambda item: item[0])
+        while held and held[0][0] <= until:
+            _, entry, name = held.pop(0)
             if on_transition is not None:
                 on_transition(entry, name)
 
@@ -201,7 +205,8 @@ def _play(
             for event in events[seen.get(job_id, 0) :]:
                 entry = TimelineEntry(event["t"] - start, job_id, event["from"], event["to"], event["reason"])
                 result.timeline.append(entry)
-                held.append((entry, names[job_id]))
+                last_t[job_id] = max(entry.t, last_t.get(job_id, entry.t))
+                held.append((last_t[job_id], entry, names[job_id]))
             seen[job_id] = len(events)
             states[job_id] = events[-1]["to"] if events else "PENDING"
         show(time.time() - start - HOLD_BACK_S)
