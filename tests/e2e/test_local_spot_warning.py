@@ -36,10 +36,14 @@ def test_spot_warning_reclaims_the_instance_and_the_job_resumes_elsewhere(
         while not api.get(f"/jobs/{job_id}", headers=nlp).json().get("last_checkpoint"):
             assert time.time() < deadline, "no checkpoint"
             time.sleep(0.3)
-        # When the CLI sends the warning for the job (its instance found through the API)
-        sent = runner.invoke(app, ["local", "spot-warning", "--job", job_id])
+        # When the CLI sends the warning without naming an instance (the first running job's
+        # Spot instance: the job's), then again naming it (EC2 may deliver a warning twice; the
+        # node keeps its first deadline)
+        sent = runner.invoke(app, ["local", "spot-warning"])
         assert sent.exit_code == 0, sent.output
-        assert warned in sent.stdout and f"{info['spot_notice_s']} s" in sent.stdout
+        assert f"{warned} (job {job_id})" in sent.stdout and f"{info['spot_notice_s']} s" in sent.stdout
+        again = runner.invoke(app, ["local", "spot-warning", "--instance", warned])
+        assert again.exit_code == 0 and warned in again.stdout, again.output
         # Then the job is interrupted, requeued and resumes on another instance from its checkpoint
         moved = wait_for(api, job_id, nlp, {"RUNNING"}, timeout_s=60)
         deadline = time.time() + 60
@@ -63,6 +67,11 @@ def test_spot_warning_reclaims_the_instance_and_the_job_resumes_elsewhere(
         assert final["state"] == "SUCCEEDED"
         logs = sorted((tmp_path / "logs").glob(f"spotline-{job_id}-*.log"), key=lambda p: p.stat().st_mtime)
         assert json.loads(logs[-1].read_text().strip().splitlines()[-1])["resumed_from_step"] > 0
+        # And --job finds a job of any local team, and refuses one that runs nowhere
+        ended = runner.invoke(app, ["local", "spot-warning", "--job", job_id])
+        assert ended.exit_code == 1 and "is SUCCEEDED: it runs on no instance now" in ended.stderr
+        unknown = runner.invoke(app, ["local", "spot-warning", "--job", "job-unknown"])
+        assert unknown.exit_code == 1 and "no local team has it" in unknown.stderr
 
 
 def test_spot_warning_refuses_bad_options(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
