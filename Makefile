@@ -3,6 +3,9 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
+# `make demo` installs only what the demo uses (the control plane and moto); `make test` and the
+# other targets install everything (dev tools, CDK, frameworks): its stamp is the full one.
+DEMO_STAMP := $(VENV)/.installed-demo
 
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
@@ -15,6 +18,12 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -e '.[dev]'
 	touch $(STAMP)
+
+$(DEMO_STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[control,local]'
+	touch $(DEMO_STAMP)
 
 lint: venv
 	$(BIN)/ruff check spotline tests bench functions stacks scripts app.py conftest.py
@@ -30,7 +39,8 @@ test: lint
 test-fast: venv
 	bash scripts/pytest.sh tests/unit -m "not slow" --hypothesis-profile=fast -q
 
-demo: venv
+# A full install, where there is one, serves the demo too.
+demo: $(if $(wildcard $(STAMP)),$(STAMP),$(DEMO_STAMP))
 	$(BIN)/spotline demo
 
 synth: venv

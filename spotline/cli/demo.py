@@ -63,30 +63,41 @@ def demo(
 
 
 def _summary(console: Console, result: DemoResult, wall_s: float) -> None:
-    table = Table(title="Jobs")
-    for column in (
-        "job",
-        "team",
-        "priority",
-        "final state",
-        "preemptions",
-        "interruptions",
-        "resumed from checkpoint",
-        "lost GPU-s",
-    ):
-        table.add_column(column)
-    for job in result.jobs:
-        table.add_row(
-            job["name"],
-            job["team"],
-            job["priority"],
-            job["final_state"],
-            str(job["preemptions"]),
-            str(job["interruptions"]),
-            "yes" if job["resumed_from_checkpoint"] else "no",
-            f"{job['lost_gpu_seconds']:.1f}",
-        )
-    console.print(table)
+    if console.width >= 100:
+        table = Table(title="Jobs")
+        for column in (
+            "job",
+            "team",
+            "priority",
+            "final state",
+            "preemptions",
+            "interruptions",
+            "resumed from checkpoint",
+            "lost GPU-s",
+        ):
+            table.add_column(column, overflow="fold")
+        for job in result.jobs:
+            table.add_row(
+                job["name"],
+                job["team"],
+                job["priority"],
+                job["final_state"],
+                str(job["preemptions"]),
+                str(job["interruptions"]),
+                "yes" if job["resumed_from_checkpoint"] else "no",
+                f"{job['lost_gpu_seconds']:.1f}",
+            )
+        console.print(table)
+    else:  # a narrow terminal: one line a job, which wraps, rather than a table cut to "…"
+        console.print("[bold]Jobs[/]")
+        for job in result.jobs:
+            console.print(
+                f"  {job['name']} ({job['team']}, {job['priority']}): {job['final_state']};"
+                f" {job['preemptions']} preemption(s), {job['interruptions']} interruption(s);"
+                f" {'resumed from a checkpoint' if job['resumed_from_checkpoint'] else 'never resumed'};"
+                f" {job['lost_gpu_seconds']:.1f} GPU-s lost",
+                highlight=False,
+            )
     peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     peak_child_mb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
     latency = result.spot_warning_to_checkpoint_request_s

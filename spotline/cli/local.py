@@ -1,4 +1,5 @@
-"""`spotline local up`: run the control plane locally until stopped."""
+"""`spotline local up` (the control plane locally, until stopped) and `spotline local
+spot-warning` (EC2's Spot warning on the local bus)."""
 
 from __future__ import annotations
 
@@ -7,12 +8,15 @@ import logging
 import signal
 import threading
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
 
+from spotline.cli.common import reported
+from spotline.cli.http import EXIT_FAILED, EXIT_USAGE, ClientError, Endpoint, state_dir
 from spotline.local.runtime import LocalConfig, LocalControlPlane
+from spotline.local.state import StateError
 
 local_app = typer.Typer(
     help="The local control plane (moto, the real handlers, a local fleet).", no_args_is_help=True
@@ -25,9 +29,16 @@ def register(app: typer.Typer) -> None:
 
 @local_app.command("up")
 def up(
-    state_dir: Annotated[Path, typer.Option(help="Where local.json and the job logs go.")] = Path(
-        ".spotline"
-    ),
+    state_dir_: Annotated[
+        Path | None,
+        typer.Option(
+            "--state-dir",
+            help="Keep jobs, usage, checkpoints, team keys and ports here across restarts (also"
+            " local.json and the job logs). Without it the state is ephemeral, and local.json and"
+            " the logs go to .spotline/.",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Start the control plane and keep it running until Ctrl-C (SIGINT) or SIGTERM.
     Writes STATE_DIR/local.json once ready."""
@@ -36,13 +47,131 @@ def up(
     stop = threading.Event()
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    plane = LocalControlPlane(LocalConfig(state_dir=state_dir))
-    info = plane.start()
+    persistent = state_dir_ is not None
+    directory = state_dir_ if state_dir_ is not None else Path(".spotline")
+    plane = LocalControlPlane(LocalConfig(state_dir=directory, persistent=persistent))
+    try:
+        info = plane.start()
+    except StateError as error:
+        console.print(f"error: {error}", markup=False, highlight=False, soft_wrap=True)
+        raise typer.Exit(EXIT_FAILED) from None
     console.print(f"Spotline is up: API {info['api_url']}, AWS endpoint {info['aws_endpoint_url']}")
-    console.print(f"wrote {state_dir / 'local.json'}:")
+    if persistent:
+        console.print(
+            f"state is kept in {directory / 'state'} (saved every {plane.config.snapshot_s:.0f} s and on"
+            f" Ctrl-C); restored {plane.restored_items} item(s),"
+            f" {len(plane.lost_runs)} run(s) lost with the last stop requeued from their checkpoints",
+            highlight=False,
+        )
+    else:
+        console.print(
+            "state is ephemeral: jobs, usage, checkpoints and team keys end when this stops"
+            " (keep them with --state-dir DIR)",
+            highlight=False,
+        )
+    if directory != Path(".spotline"):
+        console.print(f"clients: export SPOTLINE_STATE_DIR={directory}", highlight=False)
+    console.print(f"handlers' logs: {directory / 'control-plane.log'}", highlight=False)
+    console.print(f"wrote {directory / 'local.json'}:")
     console.print_json(json.dumps(info))
     try:
         stop.wait()
     finally:
         console.print("stopping ...")
         plane.stop()
+
+
+@local_app.command("spot-warning")
+@reported
+def spot_warning(
+    instance: Annotated[
+        str | None, typer.Option("--instance", help="The instance to warn (i-...).", show_default=False)
+    ] = None,
+    job: Annotated[
+        str | None,
+        typer.Option("--job", help="Warn the Spot instance this job runs on.", show_default=False),
+    ] = None,
+) -> None:
+    """Put EC2's Spot Instance Interruption Warning (AWS's shape) on the local default bus, for
+    --instance, or the instance --job runs on, or (neither given) the first running job's Spot
+    instance. The local fleet reclaims the instance when the notice ends (`spot_notice_s` in
+    local.json; 12 s locally, 2 minutes on AWS), and a replacement node joins the pool a few
+    seconds later; the control plane checkpoints and requeues its jobs."""
+    if instance is not None and job is not None:
+        raise ClientError("give --instance or --job, not both", EXIT_USAGE)
+    info = _local_info()
+    if instance is None:
+        instance, job_id = _instance_of(info, job)
+    else:
+        job_id = None
+    import boto3
+
+    events = boto3.client(
+        "events",
+        endpoint_url=info["aws_endpoint_url"],
+        region_name=info["region"],
+        aws_access_key_id="local",
+        aws_secret_access_key="local",
+    )
+    answer = events.put_events(
+        Entries=[
+            {
+                "Source": "aws.ec2",
+                "DetailType": "EC2 Spot Instance Interruption Warning",
+                "Detail": json.dumps({"instance-id": instance, "instance-action": "terminate"}),
+                "Resources": [f"arn:aws:ec2:{info['region']}a:instance/{instance}"],
+            }
+        ]
+    )
+    if answer.get("FailedEntryCount"):
+        raise ClientError(f"the local bus refused the warning: {answer.get('Entries')}")
+    notice = info.get("spot_notice_s")
+    on = f" (job {job_id})" if job_id else ""
+    typer.echo(
+        f"sent EC2 Spot Instance Interruption Warning for {instance}{on}; the local fleet reclaims it"
+        f" in {notice if notice is not None else '?'} s (the local notice) and its jobs resume elsewhere"
+        " from their checkpoints"
+    )
+
+
+def _local_info() -> dict[str, Any]:
+    path = state_dir() / "local.json"
+    try:
+        info: dict[str, Any] = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise ClientError(
+            f"{path} not found: start `spotline local up` first (or set SPOTLINE_STATE_DIR)"
+        ) from None
+    except ValueError as error:
+        raise ClientError(f"{path}: not valid JSON ({error})") from None
+    return info
+
+
+def _instance_of(info: dict[str, Any], job_id: str | None) -> tuple[str, str]:
+    """The Spot instance a job runs on (any local team's job), or the first running job's."""
+    for team, spec in (info.get("teams") or {}).items():
+        api = Endpoint(info["api_url"], "local", team=team, headers=dict(spec.get("headers") or {}))
+        if job_id is not None:
+            try:
+                views = [api.request("GET", f"/jobs/{job_id}")]
+            except ClientError as error:
+                if error.status == 404:
+                    continue
+                raise
+        else:
+            views = api.request("GET", "/jobs", params={"state": "RUNNING"}).get("jobs") or []
+        for view in views:
+            if view.get("state") not in ("RUNNING", "CHECKPOINTING") or not view.get("instance_ids"):
+                if job_id is not None:
+                    raise ClientError(f"job {job_id} is {view.get('state')}: it runs on no instance now")
+                continue
+            if not str(view.get("pool") or "").endswith("-spot"):  # the local pools' names
+                if job_id is not None:
+                    raise ClientError(
+                        f"job {job_id} runs On-Demand in {view.get('pool')}: EC2 sends no Spot warning there"
+                    )
+                continue
+            return str(view["instance_ids"][0]), str(view["id"])
+    if job_id is not None:
+        raise ClientError(f"job {job_id}: no local team has it", EXIT_FAILED, 404)
+    raise ClientError("no job runs on a Spot instance now: give --instance or --job")

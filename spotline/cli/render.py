@@ -79,12 +79,14 @@ def _job_rows(job: dict[str, Any]) -> list[tuple[str, str]]:
     if job.get("deadline"):
         rows.append(("deadline", str(job["deadline"])))
     if job.get("progress") is not None:
-        rows.append(("progress", f"{100 * float(job['progress']):.0f}% (step {job.get('step')})"))
+        step = "" if job.get("step") is None else f" (step {job['step']})"
+        rows.append(("progress", f"{100 * float(job['progress']):.0f}%{step}"))
     if checkpoint:
         rows.append(
             (
                 "last checkpoint",
-                f"step {checkpoint.get('step')} {age(checkpoint.get('at'))}: {checkpoint.get('uri')}",
+                ("" if checkpoint.get("step") is None else f"step {checkpoint['step']} ")
+                + f"{age(checkpoint.get('at'))}: {checkpoint.get('uri')}",
             )
         )
     rows.append(
@@ -201,10 +203,22 @@ def explain_view(data: dict[str, Any]) -> Group:
     if guard:
         advice, placed = guard.get("advice"), guard.get("now")
         parts.append(f"deadline guard: {advice} (now {placed}): {guard.get('summary')}")
-    for key in ("placement", "preempted_by"):
-        if data.get(key):
-            text = data[key] if isinstance(data[key], str) else json.dumps(data[key])
-            parts.append(f"{key.replace('_', ' ')}: {text}")
+    placement = data.get("placement")
+    if isinstance(placement, dict):
+        parts.append(
+            f"placement: {placement.get('pool')} ({placement.get('purchase')}):"
+            f" {placement.get('why_this_pool') or '-'}"
+            + (f"; admitted: {placement['reason']}" if placement.get("reason") else "")
+        )
+    elif placement:
+        parts.append(f"placement: {placement}")
+    preempted = data.get("preempted_by")
+    if isinstance(preempted, dict):
+        parts.append(
+            f"preempted by: {preempted.get('by')} at {preempted.get('at')} ({preempted.get('reason')})"
+        )
+    elif preempted:
+        parts.append(f"preempted by: {preempted}")
     checkpoint = data.get("checkpoint")
     if checkpoint:
         size = checkpoint.get("size_bytes")
@@ -218,7 +232,9 @@ def explain_view(data: dict[str, Any]) -> Group:
         )
     forecast = data.get("estimated_start")
     if forecast:
-        if forecast.get("at"):
+        if forecast.get("reason") == "started" and forecast.get("at"):
+            parts.append(f"started: {forecast['at']} ({age(forecast.get('at_s'))})")
+        elif forecast.get("at"):
             parts.append(
                 f"estimated start: {forecast['at']} ({age(forecast.get('at_s'))}),"
                 f" between {forecast.get('earliest')} and {forecast.get('latest')}"

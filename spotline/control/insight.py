@@ -102,7 +102,11 @@ def explain_job(cp: ControlPlane, team: str, job_id: str) -> dict[str, Any]:
             "reason": admitted.reason if admitted else None,
             "why_this_pool": _why_pool(job.spec.spot.value, job.priority.value, kind, config),
         }
-        out["estimated_start"] = {"at": iso(job.started_at) if job.started_at else None, "reason": "started"}
+        if job.started_at:
+            out["estimated_start"] = {"at": iso(job.started_at), "at_s": job.started_at, "reason": "started"}
+        else:  # admitted: its Batch job waits for an instance of the pool
+            waiting = f"admitted; waiting for an instance in {job.pool}"
+            out["estimated_start"] = {"at": None, "reason": waiting}
         if job.state is JobState.CHECKPOINTING:
             preempted = _last_preemption(timeline)
             if preempted is not None:

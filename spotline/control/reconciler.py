@@ -67,7 +67,10 @@ def reconcile(cp: ControlPlane) -> ReconcileResult:
     # Compare before acting: a requeue below changes the ledger but not this snapshot.
     result.drift, counters = ledger_drift(cp, active)
     if result.drift:
-        logger.warning("ledger drift", extra={"drift": result.drift, "pools": [p.name for p in config.pools]})
+        # Seen once it may be a race (the two reads are not one snapshot): repair_drift warns
+        # when a drift is real (seen again, with no change to the counter in between).
+        pools = [p.name for p in config.pools]
+        logger.info("ledger drift seen", extra={"drift": result.drift, "pools": pools})
     result.repaired = repair_drift(cp, result.drift, counters)
     for record in active:
         try:

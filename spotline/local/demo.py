@@ -25,6 +25,8 @@ from spotline.control.records import parse_run_id
 from spotline.domain import TERMINAL_STATES, JobState
 from spotline.local.runtime import LocalConfig, LocalControlPlane
 
+HOLD_BACK_S = 1.5
+
 
 @dataclass(frozen=True)
 class DemoJob:
@@ -167,6 +169,21 @@ def _play(
     names: dict[str, str] = {}
     reclaimed = False
     pending = sorted(scenario.jobs, key=lambda j: j.submit_at_s)
+    # Entries are shown in time order: each poll reads the jobs one after another, so an entry is
+    # held back for HOLD_BACK_S, in which an earlier one of another job would have been read.
+    # Sorted by (t, and never before the job's previous entry): a pass may read its clock just
+    # before the submission it admits was written, so a job's ADMITTED can carry a t a few
+    # milliseconds before its PENDING; each job's own order is its timeline's.
+    held: list[tuple[float, TimelineEntry, str]] = []
+    last_t: dict[str, float] = {}
+
+    def show(until: float) -> None:
+        held.sort(key=lambda item: item[0])
+        while held and held[0][0] <= until:
+            _, entry, name = held.pop(0)
+            if on_transition is not None:
+                on_transition(entry, name)
+
     while True:
         now = time.time() - start
         while pending and pending[0].submit_at_s <= now:
@@ -188,14 +205,16 @@ def _play(
             for event in events[seen.get(job_id, 0) :]:
                 entry = TimelineEntry(event["t"] - start, job_id, event["from"], event["to"], event["reason"])
                 result.timeline.append(entry)
-                if on_transition is not None:
-                    on_transition(entry, names[job_id])
+                last_t[job_id] = max(entry.t, last_t.get(job_id, entry.t))
+                held.append((last_t[job_id], entry, names[job_id]))
             seen[job_id] = len(events)
             states[job_id] = events[-1]["to"] if events else "PENDING"
+        show(time.time() - start - HOLD_BACK_S)
         done = not pending and reclaimed and all(JobState(s) in TERMINAL_STATES for s in states.values())
         if done or now > scenario.timeout_s:
             break
         time.sleep(0.5)
+    show(float("inf"))
     result.wall_s = time.time() - start
     for key, job_id in ids.items():
         view = api.get(f"/jobs/{job_id}", headers=headers[team_of[job_id]]).json()
@@ -258,7 +277,8 @@ def _reclaim(
             }
         ]
     )
-    plane.fleet.reclaim_after(instance, plane.config.spot_notice_s)
+    # The fleet reclaims the instance when the notice ends: the runtime sees the warning on the
+    # bus, whoever sent it (as `spotline local spot-warning` sends it).
     for _ in range(100):
         view = api.get(f"/jobs/{job_id}", headers=headers[team]).json()
         requested = view.get("checkpoint_requested_at")

@@ -42,6 +42,8 @@ class Node:
     used: int = 0
     alive: bool = True
     draining: bool = False
+    # Set once the node's end is scheduled (a Spot notice running): a second warning changes nothing.
+    reclaim_scheduled: bool = False
 
 
 @dataclass
@@ -99,6 +101,7 @@ class LocalFleet:
         base_env: Mapping[str, str] | None = None,
         start_delay_s: float = 0.3,
         stop_grace_s: float = 10.0,
+        capacity_return_s: float = 5.0,
     ) -> None:
         self._pools = {p.name: p for p in pools}
         self._queue_pool = {p.job_queue: p.name for p in pools}
@@ -107,6 +110,8 @@ class LocalFleet:
         self._base_env = interpreter_first_on_path(base_env or os.environ)
         self._start_delay_s = start_delay_s
         self._stop_grace_s = stop_grace_s
+        # A lost node's replacement joins its pool this long after it died (Batch launching one).
+        self._capacity_return_s = capacity_return_s
         self._lock = threading.RLock()
         self.nodes: list[Node] = [
             Node(_instance_id(), p.name, p.gpus_per_node) for p in pools for _ in range(p.nodes)
@@ -227,27 +232,75 @@ class LocalFleet:
             node.draining = True
             return True
 
-    def reclaim_after(self, instance_id: str, notice_s: float) -> None:
-        """The node drains now and dies `notice_s` seconds from now (the end of a Spot notice)."""
+    def is_spot(self, instance_id: str) -> bool:
+        """Whether the instance is one of this fleet's Spot nodes (EC2 warns only those)."""
         with self._lock:
-            self._node(instance_id).draining = True
+            node = next((n for n in self.nodes if n.instance_id == instance_id), None)
+            return node is not None and self._pools[node.pool].spot
+
+    def reclaim_after(self, instance_id: str, notice_s: float) -> bool:
+        """The node drains now and dies `notice_s` seconds from now (the end of a Spot notice);
+        its replacement joins the pool `capacity_return_s` later. Once per node: a repeated
+        warning (EventBridge delivers at least once) keeps the first deadline. False when the
+        node's end was already scheduled or it is gone."""
+        with self._lock:
+            node = self._node(instance_id)
+            if node.reclaim_scheduled or not node.alive:
+                return False
+            node.draining = True
+            node.reclaim_scheduled = True
         timer = threading.Timer(notice_s, self.fail_node, args=(instance_id,))
         timer.daemon = True
         timer.start()
+        return True
 
     def fail_node(self, instance_id: str) -> None:
         """The node dies: its processes are killed, its jobs fail with Batch's host-loss reason,
-        and a replacement node joins the pool (as Batch replaces lost capacity)."""
+        and a replacement node joins the pool `capacity_return_s` later (as Batch replaces lost
+        capacity with a new instance)."""
         with self._lock:
             node = self._node(instance_id)
             if not node.alive:
                 return
             node.alive = False
-            self.nodes.append(Node(_instance_id(), node.pool, node.gpus))
             victims = [j for j in self.jobs.values() if instance_id in j.instances and j.status == "RUNNING"]
         for job in victims:
             job.status_reason = HOST_TERMINATED.format(instance=instance_id)
             self._stop_process(job, signal.SIGKILL)
+        if self._capacity_return_s <= 0:
+            self._replace(node)
+        else:
+            timer = threading.Timer(self._capacity_return_s, self._replace, args=(node,))
+            timer.daemon = True
+            timer.start()
+
+    def _replace(self, lost: Node) -> None:
+        with self._lock:
+            if not self._closed.is_set():
+                self.nodes.append(Node(_instance_id(), lost.pool, lost.gpus))
+
+    def lost_run(self, batch_job_id: str, job_name: str, job_queue: str, instance_ids: Sequence[str]) -> None:
+        """A run the fleet of an earlier local runtime ran, lost with it (its process and node
+        died when that runtime stopped): published as Batch publishes a job whose host was
+        lost, so the control plane requeues it from its checkpoint, as on AWS."""
+        pool = self._queue_pool.get(job_queue) or job_queue
+        job = LocalBatchJob(
+            job_id=batch_job_id,
+            name=job_name,
+            queue=job_queue,
+            pool=pool,
+            command=[],
+            environment={},
+            gpus=0,
+            nodes=1,
+            status="FAILED",
+            status_reason=HOST_TERMINATED.format(instance=(list(instance_ids) or ["i-0"])[0]),
+            instances=list(instance_ids),
+        )
+        job.stopped_at = int(time.time() * 1000)
+        with self._lock:
+            self.jobs.setdefault(batch_job_id, job)
+        self._emit(job)
 
     def close(self) -> None:
         self._closed.set()

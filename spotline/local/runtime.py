@@ -26,12 +26,14 @@ from spotline.aws.plane import build_control_plane
 from spotline.control.logs import FileRunLogs
 from spotline.control.ports import TERMINAL_BATCH_STATUSES, BatchJobRequest
 from spotline.control.settings import Settings, get_settings
+from spotline.domain import JobState
 from spotline.local import lambdas, provision
 from spotline.local.emulator import LocalAws
 from spotline.local.fleet import LocalFleet, PoolSpec
 from spotline.local.http_api import ACCESS_KEY_HEADER, LocalApiServer, LocalIdentity
 from spotline.local.moto_lambda_route import LambdaTaskDispatcher
 from spotline.local.router import Router
+from spotline.local.state import SavedState, StateStore
 
 log = logging.getLogger("spotline.local")
 
@@ -79,6 +81,12 @@ class LocalConfig:
     agent_poll_s: float = 0.5
     heartbeat_timeout_s: float = 60.0
     state_dir: Path = Path(".spotline")
+    # Keep jobs, usage, checkpoints, team keys and ports in STATE_DIR/state/ across restarts
+    # (`spotline local up --state-dir DIR`); otherwise all of it ends with the process.
+    persistent: bool = False
+    snapshot_s: float = 30.0  # how often the state is saved while running (and on a clean stop)
+    # A reclaimed node's replacement joins its pool this long after the node died.
+    capacity_return_s: float = 5.0
     region: str = "us-east-1"
     seed: int = 1
 
@@ -175,6 +183,16 @@ class LocalInstanceResolver:
         return sorted({arn.rsplit("/", 1)[-1] for arn in container_instances if arn})
 
 
+CHECKPOINT_BUCKET = "spotline-local-checkpoints"
+LOG_FILE = "control-plane.log"  # in the state dir: the handlers' logs (CloudWatch Logs on AWS)
+# The states in which a job holds a run on the fleet.
+_HOLDING = frozenset({JobState.ADMITTED, JobState.RUNNING, JobState.CHECKPOINTING})
+
+
+def _port(url: str) -> int:
+    return int(url.rsplit(":", 1)[-1])
+
+
 # moto's backends, the handlers' environment and the control plane the handlers use are all
 # process-wide: a second plane started beside a running one would share (and reset) its tables
 # and queues, and the first plane's router would take the second one's events.
@@ -200,6 +218,17 @@ class LocalControlPlane:
     _threads: list[threading.Thread] = field(default_factory=list)
     _dispatcher: LambdaTaskDispatcher | None = None
     _saved_env: dict[str, str | None] = field(default_factory=dict)
+    _plane: Any = None
+    # The handlers' log streams while their output goes to STATE_DIR/control-plane.log.
+    _log_streams: list[tuple[logging.StreamHandler[Any], Any]] = field(default_factory=list)
+    _log_file: Any = None
+    _store: StateStore | None = None
+    _saved: SavedState = field(default_factory=SavedState)
+    _tables: dict[str, str] = field(default_factory=dict)
+    # What start() found in the state dir: saved items written back, and runs lost with the
+    # previous process (requeued from their checkpoints).
+    restored_items: int = 0
+    lost_runs: list[str] = field(default_factory=list)
 
     def start(self) -> dict[str, Any]:
         """Start everything; returns (and writes) the contents of `.spotline/local.json`."""
@@ -222,22 +251,37 @@ class LocalControlPlane:
 
     def _start(self) -> dict[str, Any]:
         cfg = self.config
+        if cfg.persistent:
+            self._store = StateStore(cfg.state_dir)
+            self._saved = self._store.load()  # before anything starts: a bad file stops here
+        saved = self._saved
         self._save_env()
-        self.aws = LocalAws(region=cfg.region)
+        self.aws = LocalAws(region=cfg.region, port=saved.ports.get("aws", 0))
         self.aws.start()
         made = self.aws.create_resources()
+        self._tables = made.tables
         s3 = self.aws.client("s3")
-        bucket = "spotline-local-checkpoints"
+        bucket = CHECKPOINT_BUCKET
         s3.create_bucket(Bucket=bucket)
         stepfunctions = self.aws.client("stepfunctions")
         machines = provision.create_state_machines(stepfunctions, prefix="spotline-local")
+        if self._store is not None and not saved.empty:
+            self.restored_items = self._store.restore(
+                self.aws.client("dynamodb"), s3, made.tables, bucket, saved
+            )
 
         for team in cfg.teams:
-            key = "SLK" + secrets.token_hex(8).upper()
+            kept = saved.teams.get(team) or {}
+            key = kept.get("access_key") or "SLK" + secrets.token_hex(8).upper()
             self.teams[team] = LocalIdentity(
                 team=team, access_key=key, user_arn=f"arn:aws:iam::{lambdas.ACCOUNT_ID}:user/{team}"
             )
-            self.job_credentials[team] = TeamCredentials.new(team)
+            if kept.get("job_access_key_id") and kept.get("job_secret_access_key"):
+                self.job_credentials[team] = TeamCredentials(
+                    kept["job_access_key_id"], kept["job_secret_access_key"]
+                )
+            else:
+                self.job_credentials[team] = TeamCredentials.new(team)
         identities = {identity.user_arn: team for team, identity in self.teams.items()}
         env = provision.environment(
             made.tables,
@@ -274,6 +318,7 @@ class LocalControlPlane:
             ],
             publish,
             log_dir=cfg.state_dir / "logs",
+            capacity_return_s=cfg.capacity_return_s,
         )
         clients = AwsClients(region=cfg.region, endpoint_url=self.aws.endpoint_url)
         plane = build_control_plane(
@@ -286,6 +331,7 @@ class LocalControlPlane:
         from functions.runtime import use_control_plane
 
         use_control_plane(plane)
+        self._plane = plane
         self._dispatcher = LambdaTaskDispatcher(
             {f.name: lambdas.import_handler(f) for f in r.FUNCTIONS}
         ).install()
@@ -304,8 +350,10 @@ class LocalControlPlane:
             api_handler,
             {i.access_key: i for i in self.teams.values()},
             lambdas.LambdaContextStub.for_function("spotline-api"),
+            port=saved.ports.get("api", 0),
         )
         self.api.start()
+        self._route_logs(cfg.state_dir / LOG_FILE)
         self._sqs = self.aws.client("sqs")
         self._scheduler_queue_url = made.scheduler_queue_url
         info = {
@@ -313,16 +361,80 @@ class LocalControlPlane:
             "aws_endpoint_url": self.aws.endpoint_url,
             "region": cfg.region,
             "event_bus": made.project_bus,
+            "spot_notice_s": cfg.spot_notice_s,
             "teams": {team: {"headers": {ACCESS_KEY_HEADER: i.access_key}} for team, i in self.teams.items()},
         }
         (cfg.state_dir / "local.json").write_text(json.dumps(info, indent=2))
+        if self._store is not None:
+            self._saved = SavedState(
+                ports={"api": _port(self.api.url), "aws": _port(self.aws.endpoint_url)},
+                teams={
+                    team: {
+                        "access_key": identity.access_key,
+                        "job_access_key_id": self.job_credentials[team].access_key_id,
+                        "job_secret_access_key": self.job_credentials[team].secret_access_key,
+                    }
+                    for team, identity in self.teams.items()
+                },
+            )
+            self.lost_runs = self._requeue_lost_runs()
+            self.snapshot()
+            self._every(cfg.snapshot_s, self.snapshot, "state-snapshot")
         return info
+
+    def _route_logs(self, path: Path) -> None:
+        """The handlers' structured (JSON) logs go to `path`, as they go to CloudWatch on AWS,
+        not into the terminal of whoever runs the local runtime or the demo."""
+        self._log_file = path.open("a", encoding="utf-8")
+        for handler in logging.getLogger("spotline").handlers:
+            if isinstance(handler, logging.StreamHandler) and not isinstance(handler, logging.FileHandler):
+                self._log_streams.append((handler, handler.setStream(self._log_file)))
+
+    def _unroute_logs(self) -> None:
+        for handler, stream in self._log_streams:
+            handler.setStream(stream)
+        self._log_streams.clear()
+        if self._log_file is not None:
+            self._log_file.close()
+            self._log_file = None
+
+    def snapshot(self) -> None:
+        """Save jobs, usage, checkpoints, team keys and ports to STATE_DIR/state/ (persistent
+        mode only; also every `snapshot_s` and on a clean stop)."""
+        if self._store is None or self.aws is None:
+            return
+        self._store.snapshot(
+            self.aws.client("dynamodb"), self.aws.client("s3"), self._tables, CHECKPOINT_BUCKET, self._saved
+        )
+
+    def _requeue_lost_runs(self) -> list[str]:
+        """Jobs the saved state shows holding GPUs ran on the previous process's fleet, which
+        died with it: each run is reported FAILED with Batch's host-loss reason, so the control
+        plane requeues the job from its last checkpoint (as it does for a lost EC2 host). A job
+        admitted without a Batch job is left to the reconciler's launch timeout."""
+        from spotline.control.lifecycle import launch_request
+
+        if self.fleet is None:
+            return []
+        lost = []
+        for record in self._plane.jobs.active():
+            if record.batch_job_id is None or record.state not in _HOLDING:
+                continue
+            request = launch_request(self._plane, record)
+            self.fleet.lost_run(record.batch_job_id, request.job_name, request.job_queue, record.instance_ids)
+            lost.append(record.id)
+        return lost
 
     def stop(self) -> None:
         global _running
         self._stop.set()
         for thread in self._threads:
             thread.join(timeout=5)
+        if self._store is not None and self.api is not None:  # started: save where it stands
+            try:
+                self.snapshot()
+            except Exception:
+                log.exception("saving the local state on stop failed; the last periodic save stands")
         if self.router is not None:
             self.router.stop()
         if self.fleet is not None:
@@ -336,6 +448,7 @@ class LocalControlPlane:
         use_control_plane(None)
         if self.aws is not None:
             self.aws.stop()
+        self._unroute_logs()
         with_file = self.config.state_dir / "local.json"
         with_file.unlink(missing_ok=True)
         self._restore_env()
@@ -350,11 +463,18 @@ class LocalControlPlane:
         self._tick()
 
     def _drain_warned_node(self, event: dict[str, Any]) -> None:
-        """A Spot warning on the default bus, from EC2 or any client: the fleet drains the node
-        (ECS drains on AWS), so no requeued job is placed back on it."""
+        """A Spot warning on the default bus, from EC2 or any client (`spotline local
+        spot-warning`): the local fleet does what EC2 does. The node drains now (ECS drains on
+        AWS), so no requeued job is placed back on it; it is reclaimed when the notice ends
+        (`spot_notice_s`), and a replacement joins the pool later. A node that merely drained
+        and stayed would hold its GPUs out of the pool while the ledger still counted them."""
         instance = (event.get("detail") or {}).get("instance-id")
-        if self.fleet is not None and isinstance(instance, str):
-            self.fleet.drain(instance)
+        if self.fleet is None or not isinstance(instance, str):
+            return
+        if self.fleet.is_spot(instance):
+            self.fleet.reclaim_after(instance, self.config.spot_notice_s)
+        else:
+            log.info("Spot warning for %s, not a local Spot instance: the fleet ignores it", instance)
 
     def _tick(self) -> None:
         self._sqs.send_message(

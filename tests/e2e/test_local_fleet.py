@@ -111,3 +111,42 @@ def test_a_drained_node_gets_no_new_job(tmp_path: Path) -> None:
         assert local.jobs[job].status == "RUNNABLE" and node.used == 0
     finally:
         local.close()
+
+
+def test_a_reclaimed_node_dies_after_the_notice_and_capacity_comes_back(tmp_path: Path) -> None:
+    # Given a Spot node running a job
+    events = Events()
+    local = LocalFleet(
+        [PoolSpec("spot", "q-spot", nodes=1, gpus_per_node=4, spot=True)],
+        events,
+        log_dir=tmp_path,
+        base_env={"PATH": "/usr/bin:/bin"},
+        start_delay_s=0.0,
+        capacity_return_s=0.5,
+    )
+    try:
+        (node,) = local.nodes
+        assert local.is_spot(node.instance_id) and not local.is_spot("i-unknown")
+        job = local.submit_job(
+            job_name="spotline-long", job_queue="q-spot", command=["sleep", "30"], environment={}, gpus=4
+        )
+        deadline = time.time() + 5
+        while local.jobs[job].status != "RUNNING" and time.time() < deadline:
+            time.sleep(0.05)
+        # When the notice starts (twice: a warning may be delivered more than once)
+        assert local.reclaim_after(node.instance_id, 0.3)
+        assert not local.reclaim_after(node.instance_id, 0.3)
+        # Then the job fails with Batch's host-loss reason when it ends
+        detail = events.final(job)
+        assert detail["statusReason"] == f"Host EC2 (instance {node.instance_id}) terminated."
+        assert not node.alive
+        # And a replacement node joins the pool later, on which a new job runs
+        after = local.submit_job(
+            job_name="spotline-after", job_queue="q-spot", command=["true"], environment={}, gpus=4
+        )
+        assert events.final(after)["status"] == "SUCCEEDED"
+        (replacement,) = [n for n in local.nodes if n.alive]
+        assert replacement.instance_id != node.instance_id
+        assert local.jobs[after].instances == [replacement.instance_id]
+    finally:
+        local.close()

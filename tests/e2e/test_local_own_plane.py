@@ -26,8 +26,25 @@ pytestmark = pytest.mark.slow
 
 
 def test_short_demo_preempts_with_checkpoint_and_recovers_a_spot_interruption(tmp_path: Path) -> None:
-    result = run_demo(SHORT_SCENARIO, LocalConfig(state_dir=tmp_path))
+    shown: list[tuple[float, str, str]] = []
+    result = run_demo(
+        SHORT_SCENARIO,
+        LocalConfig(state_dir=tmp_path),
+        on_transition=lambda entry, name: shown.append((entry.t, entry.job_id, entry.target)),
+    )
     jobs = {j["name"]: j for j in result.jobs}
+    # What the demo prints: every entry once, in time order (within a job's own order, a pass's
+    # clock may read a few ms before the submission it admits)
+    assert len(shown) == len(result.timeline)
+    latest: dict[str, float] = {}
+    order = []
+    for t, job_id, _ in shown:
+        latest[job_id] = max(t, latest.get(job_id, t))
+        assert latest[job_id] - t < 1.0, shown
+        order.append(latest[job_id])
+    assert order == sorted(order), shown
+    for job_id in latest:
+        assert next(target for _, job, target in shown if job == job_id) == "PENDING"
     assert result.all_succeeded, result.jobs
     assert jobs["low-1"]["preemptions"] >= 1 and jobs["low-1"]["resumed_from_checkpoint"]
     assert jobs["normal-1"]["interruptions"] >= 1 and jobs["normal-1"]["resumed_from_checkpoint"]
