@@ -319,11 +319,14 @@ FUNCTION_ACTIONS: dict[str, dict[str, str]] = {
         "batch:TerminateJob": "Spotline's Batch jobs",
     },
     # Pending terminations: DescribeJobs until Batch confirms, TerminateJob again meanwhile; a
-    # launch that timed out has its run's Batch job found by name (ListJobs) and stopped.
+    # launch that timed out has its run's Batch job found by name (ListJobs) and stopped. The
+    # pools' compute environments are read for the INVALID alarm (queue -> environments).
     "reconciler": {
         "batch:TerminateJob": "Spotline's Batch jobs",
         "batch:DescribeJobs": "*",
         "batch:ListJobs": "*",
+        "batch:DescribeJobQueues": "*",
+        "batch:DescribeComputeEnvironments": "*",
         "sqs:SendMessage": "the scheduler queue",
     },
     "workflow_tasks": {

@@ -9,6 +9,7 @@ hand did) is read leniently (`item_to_record_lenient`) so it can be quarantined.
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Mapping
 from enum import StrEnum
@@ -18,7 +19,12 @@ from pydantic import BaseModel, ValidationError
 
 from spotline.aws.dynamo import Item
 from spotline.control.errors import UnreadableRecord
-from spotline.control.records import ACTIVE_STATES, JobRecord
+from spotline.control.records import (
+    ACTIVE_STATES,
+    NODE_HEARTBEAT_PREFIX,
+    JobRecord,
+    node_heartbeat_field,
+)
 from spotline.domain import Job, JobSpec, JobState, Priority
 
 QUEUE_PK_PREFIX = "Q#"
@@ -100,6 +106,8 @@ def record_to_item(record: JobRecord) -> Item:
         elif isinstance(value, StrEnum):
             value = value.value
         item[name] = value
+    for node, heard in record.node_heartbeats.items():
+        item[node_heartbeat_field(node)] = heard
     if job.state is JobState.PENDING:
         item["queue_pk"] = QUEUE_PK_PREFIX + job.priority.value
         item["queue_sk"] = order_key(job.submitted_at, job.id)
@@ -134,7 +142,16 @@ def _item_to_record(item: Mapping[str, Any]) -> JobRecord:
     for name in ("retired_batch_job_ids", "terminating_batch_job_ids", "instance_ids"):
         if name in fields:
             fields[name] = tuple(sorted(fields[name]))
-    return JobRecord(job=job, **fields)
+    return JobRecord(job=job, node_heartbeats=_node_heartbeats(item), **fields)
+
+
+def _node_heartbeats(item: Mapping[str, Any]) -> dict[int, float]:
+    """{node index: last heartbeat} from the item's per-node attributes."""
+    heard: dict[int, float] = {}
+    for name, value in item.items():
+        if name.startswith(NODE_HEARTBEAT_PREFIX) and name[len(NODE_HEARTBEAT_PREFIX) :].isdigit():
+            heard[int(name[len(NODE_HEARTBEAT_PREFIX) :])] = value
+    return heard
 
 
 def _why(error: Exception) -> str:
@@ -182,6 +199,8 @@ def item_to_record_lenient(item: Mapping[str, Any]) -> tuple[JobRecord, str | No
         if isinstance(fields.get(name), (set, list, tuple)):
             fields[name] = tuple(sorted(fields[name]))
     fields.update(job=job, updated_at=item.get("updated_at", 0.0))
+    with contextlib.suppress(TypeError, ValueError):
+        fields["node_heartbeats"] = _node_heartbeats(item)
     return _closest(JobRecord, fields, {"updated_at": 0.0}), why
 
 
