@@ -167,10 +167,13 @@ def silent_gang_node(record: JobRecord, now: float, timeout_s: float) -> tuple[i
     """The first node of a running gang not heard from for over `timeout_s` (its index, and the
     seconds since it was last heard, or since the run started for a node never heard), or None.
     A node is heard by its own heartbeats; a time before the run started (an earlier run's)
-    does not count."""
+    does not count. A run none of whose heartbeats named a node (an agent older than per-node
+    heartbeats, still running after a deploy) is judged by the job's heartbeat alone."""
     if record.job.nodes <= 1:
         return None
     started = record.job.started_at if record.job.started_at is not None else record.updated_at
+    if not any(heard >= started for heard in record.node_heartbeats.values()):
+        return None
     for node in range(record.job.nodes):
         heard = max(record.node_heartbeats.get(node, started), started)
         if now - heard > timeout_s:

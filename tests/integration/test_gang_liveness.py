@@ -153,6 +153,9 @@ def test_a_nodes_heartbeat_of_an_earlier_run_does_not_count_for_the_current_one(
     # It is judged from the run's start, not from the earlier run's heartbeat
     assert silent_gang_node(earlier, started + timeout, timeout) is None
     assert silent_gang_node(earlier, started + timeout + 1, timeout) == (1, pytest.approx(timeout + 1))
+    # A run whose heartbeats never named a node (an older agent) is judged by the job's alone
+    older_agent = running.model_copy(update={"node_heartbeats": {1: started - 10}})
+    assert silent_gang_node(older_agent, started + 10 * timeout, timeout) is None
     # A single-node job is never judged by nodes
     assert silent_gang_node(start(dep, submit(dep), pool="a100-spot"), now + 10 * timeout, timeout) is None
 
