@@ -81,7 +81,8 @@ class Table:
 # Jobs: one item per job. Index attributes are written only while they apply (sparse indexes):
 #   queue_pk    = "Q#<priority>"  while PENDING            queue_sk    = "<submitted_at:017.3f>#<job_id>"
 #   deadline_pk = "D"             while PENDING with one   deadline_sk = "<deadline:017.3f>#<job_id>"
-#   active_pk   = "A"             while holding GPUs (ADMITTED, RUNNING, CHECKPOINTING)
+#   active_pk   = "A#<shard>"     while holding GPUs (ADMITTED, RUNNING, CHECKPOINTING), or while a
+#                                 termination is pending; shard = crc32(job_id) % 8 (aws.job_items)
 #   team, team_sk = "<submitted_at:017.3f>#<job_id>"      always
 # Besides the jobs, the table holds one *signal item* per job, key `signal#<team>#<job_id>`
 # (SIGNAL_FIELDS only, no index attribute): the control plane writes it in the same transaction as

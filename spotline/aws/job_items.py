@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import zlib
 from collections.abc import Mapping
 from enum import StrEnum
 from typing import Any, TypeVar
@@ -29,7 +30,23 @@ from spotline.domain import Job, JobSpec, JobState, Priority
 
 QUEUE_PK_PREFIX = "Q#"
 DEADLINE_PK = "D"
+# The `active` index (jobs holding GPUs) is written on every heartbeat of a running job: its
+# partition key is spread over ACTIVE_SHARDS values `A#<n>`, n from the job id (issue 31,
+# finding 17), and a reader queries every shard and merges. Items an older version wrote keep
+# the unsharded `A` until they leave the index, so readers query it too.
 ACTIVE_PK = "A"
+ACTIVE_SHARDS = 8
+
+
+def active_pk_for(job_id: str) -> str:
+    """The `active` index partition of a job: one of ACTIVE_SHARDS, fixed by its id."""
+    return f"{ACTIVE_PK}#{zlib.crc32(job_id.encode()) % ACTIVE_SHARDS}"
+
+
+def active_partitions() -> list[str]:
+    """Every partition key of the `active` index a reader queries: each shard, and the
+    unsharded key of items written before the shards."""
+    return [*(f"{ACTIVE_PK}#{shard}" for shard in range(ACTIVE_SHARDS)), ACTIVE_PK]
 
 
 # --- the item layout ----------------------------------------------------------------------
@@ -116,7 +133,7 @@ def record_to_item(record: JobRecord) -> Item:
             item["deadline_pk"] = DEADLINE_PK
             item["deadline_sk"] = order_key(deadline, job.id)
     if job.state in ACTIVE_STATES or record.terminating_batch_job_ids:
-        item["active_pk"] = ACTIVE_PK
+        item["active_pk"] = active_pk_for(job.id)
     return {k: v for k, v in item.items() if v is not None}
 
 
