@@ -52,6 +52,7 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         progress=detail.progress,
         utilization=detail.utilization,
         team=team,
+        node_index=detail.node_index,
     )
     count_agent_event("Heartbeats", record is not None)
     return {"job_id": detail.job_id, "recorded": record is not None}

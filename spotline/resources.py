@@ -81,7 +81,8 @@ class Table:
 # Jobs: one item per job. Index attributes are written only while they apply (sparse indexes):
 #   queue_pk    = "Q#<priority>"  while PENDING            queue_sk    = "<submitted_at:017.3f>#<job_id>"
 #   deadline_pk = "D"             while PENDING with one   deadline_sk = "<deadline:017.3f>#<job_id>"
-#   active_pk   = "A"             while holding GPUs (ADMITTED, RUNNING, CHECKPOINTING)
+#   active_pk   = "A#<shard>"     while holding GPUs (ADMITTED, RUNNING, CHECKPOINTING), or while a
+#                                 termination is pending; shard = crc32(job_id) % 8 (aws.job_items)
 #   team, team_sk = "<submitted_at:017.3f>#<job_id>"      always
 #   (a job held for its dependencies is PENDING under queue_pk = "Q#held" instead, with no
 #   deadline attributes, until they end: spotline.control.arrays)
@@ -323,11 +324,14 @@ FUNCTION_ACTIONS: dict[str, dict[str, str]] = {
         "batch:TerminateJob": "Spotline's Batch jobs",
     },
     # Pending terminations: DescribeJobs until Batch confirms, TerminateJob again meanwhile; a
-    # launch that timed out has its run's Batch job found by name (ListJobs) and stopped.
+    # launch that timed out has its run's Batch job found by name (ListJobs) and stopped. The
+    # pools' compute environments are read for the INVALID alarm (queue -> environments).
     "reconciler": {
         "batch:TerminateJob": "Spotline's Batch jobs",
         "batch:DescribeJobs": "*",
         "batch:ListJobs": "*",
+        "batch:DescribeJobQueues": "*",
+        "batch:DescribeComputeEnvironments": "*",
         "sqs:SendMessage": "the scheduler queue",
     },
     "workflow_tasks": {

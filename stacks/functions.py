@@ -110,7 +110,13 @@ class ActionScopes:
             resources = [any_job]
             conditions = {"StringEquals": {"batch:CreateAction": "SubmitJob"}}
             self.wildcard_reasons[any_job] = job_reason
-        elif action in ("batch:DescribeJobDefinitions", "batch:ListJobs", "batch:DescribeJobs"):
+        elif action in (
+            "batch:DescribeJobDefinitions",
+            "batch:ListJobs",
+            "batch:DescribeJobs",
+            "batch:DescribeJobQueues",
+            "batch:DescribeComputeEnvironments",
+        ):
             resources = ["*"]
         elif action == "logs:GetLogEvents" and self.training_log_group_arn is not None:
             resources = [self.training_log_group_arn]

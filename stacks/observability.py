@@ -158,9 +158,18 @@ SCHEDULER_QUEUE_MAX_AGE = Duration.minutes(5)
 DEAD_LETTER_MAX_AGE = Duration.days(1)
 
 
-def spotline_metric(name: str, period: Duration) -> cloudwatch.Metric:
+# A Spot pool's oldest job waiting to start alarms past this (or half the reconciler's start
+# timeout, which requeues it, if that is shorter).
+SPOT_CAPACITY_MAX_WAIT = Duration.minutes(15)
+
+
+def spotline_metric(name: str, period: Duration, statistic: str = "Sum") -> cloudwatch.Metric:
     return cloudwatch.Metric(
-        namespace=METRICS_NAMESPACE, metric_name=name, dimensions_map=_SERVICE, statistic="Sum", period=period
+        namespace=METRICS_NAMESPACE,
+        metric_name=name,
+        dimensions_map=_SERVICE,
+        statistic=statistic,
+        period=period,
     )
 
 
@@ -282,6 +291,53 @@ def reconciler_alarms() -> list[AlarmSpec]:
     ]
 
 
+def capacity_alarms(spot_pools: list[str], start_timeout_s: float) -> list[AlarmSpec]:
+    """What the reconciler measures about capacity every run (`functions/reconciler.py`): a
+    compute environment INVALID, a Spot pool whose jobs wait to start (no Spot capacity), and
+    gangs stopped because a node went silent."""
+    five, fifteen = Duration.minutes(5), Duration.minutes(15)
+    wait_s = min(SPOT_CAPACITY_MAX_WAIT.to_seconds(), start_timeout_s / 2)
+    specs = [
+        AlarmSpec(
+            "ComputeEnvironmentsInvalid",
+            spotline_metric("ComputeEnvironmentsInvalid", five, statistic="Maximum"),
+            threshold=1,
+            description="A compute environment behind a Spotline job queue is INVALID: its jobs "
+            "stay RUNNABLE. The reconciler's log names it and Batch's reason; `spotline doctor "
+            "--check batch` says how to fix it.",
+        ),
+        AlarmSpec(
+            "StalledGangs",
+            spotline_metric("StalledGangs", fifteen),
+            threshold=1,
+            description="The reconciler stopped a gang (multi-node job) because one of its nodes "
+            "sent no heartbeat for the heartbeat timeout (hung or lost while the others wait). "
+            "It is requeued from its checkpoint; the job's timeline names the node. Repeated: "
+            "look at that node's log (`spotline logs ID`) and the pool's network.",
+        ),
+    ]
+    for pool in spot_pools:
+        specs.append(
+            AlarmSpec(
+                f"SpotCapacity-{pool}",
+                cloudwatch.Metric(
+                    namespace=METRICS_NAMESPACE,
+                    metric_name="OldestUnstartedAge",
+                    dimensions_map={"Pool": pool},
+                    statistic="Maximum",
+                    period=five,
+                ),
+                threshold=wait_s,
+                periods=2,
+                description=f"A job submitted to the Spot pool {pool} has waited over "
+                f"{wait_s / 60:.0f} minutes to start: no Spot capacity for its instance types in its "
+                "AZs. The reconciler requeues it at the start timeout (a `spot: auto` job may then "
+                "go On-Demand); widen the pool's instance types or AZs if it lasts.",
+            )
+        )
+    return specs
+
+
 def throttle_alarms(
     functions: Mapping[str, lambda_.IFunction], tables: Mapping[str, dynamodb.ITableV2]
 ) -> list[AlarmSpec]:
@@ -341,8 +397,9 @@ def agent_events_alarm() -> AlarmSpec:
 class Alarms(Construct):
     """What pages someone: dead letters, old messages on each queue, failed workflow executions,
     scheduling passes that error, jobs stuck past a deadline (the reconciler moved them on), the
-    reconciler's ledger repairs, API 5xx, Lambda and DynamoDB throttles, and agents sending events
-    without a run. Each alarm notifies an SNS topic: `topic_arn` (context `alarm_topic_arn`), else
+    reconciler's ledger repairs, compute environments INVALID, Spot pools without capacity (jobs
+    waiting to start), stalled gangs, API 5xx, Lambda and DynamoDB throttles, and agents sending
+    events without a run. Each alarm notifies an SNS topic: `topic_arn` (context `alarm_topic_arn`), else
     a topic of the stack's own, to which the deploy-time parameter `AlarmEmail` (optional)
     subscribes an address.
 
@@ -361,6 +418,8 @@ class Alarms(Construct):
         functions: Mapping[str, lambda_.IFunction],
         tables: Mapping[str, dynamodb.ITableV2],
         api: apigw.RestApi,
+        spot_pools: list[str] | None = None,
+        start_timeout_s: float = 1800.0,
         topic_arn: str | None = None,
     ) -> None:
         super().__init__(scope, construct_id)
@@ -371,6 +430,7 @@ class Alarms(Construct):
             *(workflow_alarm(name, machine) for name, machine in state_machines.items()),
             pass_errors_alarm(scheduler_function),
             *reconciler_alarms(),
+            *capacity_alarms(spot_pools or [], start_timeout_s),
             *throttle_alarms(functions, tables),
             api_alarm(api),
             agent_events_alarm(),

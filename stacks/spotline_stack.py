@@ -220,6 +220,8 @@ class SpotlineStack(Stack):
             functions=self.functions.functions,
             tables=self.tables.by_logical_id,
             api=self.api.rest_api,
+            spot_pools=[pool.name for pool in config.pools if pool.is_spot],
+            start_timeout_s=SpotlineConfig.model_validate(self.spotline_config()).start_timeout_s,
             topic_arn=config.alarm_topic_arn,
         )
         self.dashboard.show_alarms(list(self.alarms.alarms.values()))

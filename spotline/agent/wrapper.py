@@ -151,6 +151,9 @@ class CommandWrapper:
             detail["job_id"] = self.settings.job_id
             detail["run_id"] = self.settings.run_id
             detail["instance_id"] = detail.get("instance_id") or self.instance_id
+        if self.settings.node_index is not None:
+            # The control plane judges each node of a gang by its own heartbeats.
+            detail["node_index"] = self.settings.node_index
         self.publisher.publish(DETAIL_JOB_HEARTBEAT, detail)
         self.heartbeats_sent += 1
 

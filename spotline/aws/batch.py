@@ -25,6 +25,7 @@ from botocore.exceptions import ClientError
 from spotline.aws.errors import error_code, is_throttling
 from spotline.control.errors import BatchThrottled, LaunchFailed
 from spotline.control.ports import TERMINAL_BATCH_STATUSES, BatchJobRequest
+from spotline.control.records import GANG_MAIN_NODE
 
 if TYPE_CHECKING:
     from mypy_boto3_batch import BatchClient
@@ -344,7 +345,7 @@ class AwsBatchLauncher:
                 "type": "multinode",
                 "nodeProperties": {
                     "numNodes": 2,  # a placeholder: each SubmitJob sets the gang size
-                    "mainNode": 0,
+                    "mainNode": GANG_MAIN_NODE,
                     "nodeRangeProperties": [{"targetNodes": "0:", "container": sized(container)}],
                 },
             }

@@ -82,6 +82,8 @@ class HeartbeatDetail(_Detail):
     instance_id: str | None = None
     progress: float | None = Field(default=None, ge=0.0, le=1.0)
     utilization: float | None = Field(default=None, ge=0.0, le=1.0)
+    # The sending node of a gang (Batch multi-node job; every node heartbeats): None elsewhere.
+    node_index: int | None = Field(default=None, ge=0, le=511)
 
 
 class HeartbeatEvent(_Event):

@@ -9,7 +9,9 @@ hand did) is read leniently (`item_to_record_lenient`) so it can be quarantined.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import zlib
 from collections.abc import Mapping
 from enum import StrEnum
 from typing import Any, TypeVar
@@ -18,15 +20,37 @@ from pydantic import BaseModel, ValidationError
 
 from spotline.aws.dynamo import MAX_ITEM_BYTES, Item, item_size_bytes, serialize_item
 from spotline.control.errors import ItemTooLarge, UnreadableRecord
-from spotline.control.records import ACTIVE_STATES, ArrayRecord, JobRecord
+from spotline.control.records import (
+    ACTIVE_STATES,
+    NODE_HEARTBEAT_PREFIX,
+    ArrayRecord,
+    JobRecord,
+    node_heartbeat_field,
+)
 from spotline.domain import Job, JobSpec, JobState, Priority
 
 QUEUE_PK_PREFIX = "Q#"
 DEADLINE_PK = "D"
+# The `active` index (jobs holding GPUs) is written on every heartbeat of a running job: its
+# partition key is spread over ACTIVE_SHARDS values `A#<n>`, n from the job id (issue 31,
+# finding 17), and a reader queries every shard and merges. Items an older version wrote keep
+# the unsharded `A` until they leave the index, so readers query it too.
 ACTIVE_PK = "A"
 # The `queue` index's partition of the jobs held for their dependencies (not a priority class:
 # the pass reads it apart, `JobRepository.held_head`).
 HELD_QUEUE_PK = QUEUE_PK_PREFIX + "held"
+ACTIVE_SHARDS = 8
+
+
+def active_pk_for(job_id: str) -> str:
+    """The `active` index partition of a job: one of ACTIVE_SHARDS, fixed by its id."""
+    return f"{ACTIVE_PK}#{zlib.crc32(job_id.encode()) % ACTIVE_SHARDS}"
+
+
+def active_partitions() -> list[str]:
+    """Every partition key of the `active` index a reader queries: each shard, and the
+    unsharded key of items written before the shards."""
+    return [*(f"{ACTIVE_PK}#{shard}" for shard in range(ACTIVE_SHARDS)), ACTIVE_PK]
 
 
 # --- the item layout ----------------------------------------------------------------------
@@ -110,6 +134,8 @@ def record_to_item(record: JobRecord) -> Item:
         elif isinstance(value, StrEnum):
             value = value.value
         item[name] = value
+    for node, heard in record.node_heartbeats.items():
+        item[node_heartbeat_field(node)] = heard
     if record.held_for_dependencies:
         item["queue_pk"] = HELD_QUEUE_PK
         item["queue_sk"] = order_key(job.submitted_at, job.id)
@@ -121,7 +147,7 @@ def record_to_item(record: JobRecord) -> Item:
             item["deadline_pk"] = DEADLINE_PK
             item["deadline_sk"] = order_key(deadline, job.id)
     if job.state in ACTIVE_STATES or record.terminating_batch_job_ids:
-        item["active_pk"] = ACTIVE_PK
+        item["active_pk"] = active_pk_for(job.id)
     return {k: v for k, v in item.items() if v is not None}
 
 
@@ -189,7 +215,16 @@ def _item_to_record(item: Mapping[str, Any]) -> JobRecord:
     for name in ("retired_batch_job_ids", "terminating_batch_job_ids", "instance_ids"):
         if name in fields:
             fields[name] = tuple(sorted(fields[name]))
-    return JobRecord(job=job, **fields)
+    return JobRecord(job=job, node_heartbeats=_node_heartbeats(item), **fields)
+
+
+def _node_heartbeats(item: Mapping[str, Any]) -> dict[int, float]:
+    """{node index: last heartbeat} from the item's per-node attributes."""
+    heard: dict[int, float] = {}
+    for name, value in item.items():
+        if name.startswith(NODE_HEARTBEAT_PREFIX) and name[len(NODE_HEARTBEAT_PREFIX) :].isdigit():
+            heard[int(name[len(NODE_HEARTBEAT_PREFIX) :])] = value
+    return heard
 
 
 def _why(error: Exception) -> str:
@@ -237,6 +272,8 @@ def item_to_record_lenient(item: Mapping[str, Any]) -> tuple[JobRecord, str | No
         if isinstance(fields.get(name), (set, list, tuple)):
             fields[name] = tuple(sorted(fields[name]))
     fields.update(job=job, updated_at=item.get("updated_at", 0.0))
+    with contextlib.suppress(TypeError, ValueError):
+        fields["node_heartbeats"] = _node_heartbeats(item)
     return _closest(JobRecord, fields, {"updated_at": 0.0}), why
 
 

@@ -26,11 +26,12 @@ from spotline.aws.dynamo import (
     serialize_item,
 )
 from spotline.aws.job_items import (
-    ACTIVE_PK,
     ARRAY_KIND,
     DEADLINE_PK,
     HELD_QUEUE_PK,
     QUEUE_PK_PREFIX,
+    active_partitions,
+    active_pk_for,
     array_to_item,
     item_to_array,
     item_to_record,
@@ -423,7 +424,7 @@ class JobRepository:
             return self.update_fields(
                 job_id,
                 states=list(JobState),
-                set_fields={"active_pk": ACTIVE_PK},
+                set_fields={"active_pk": active_pk_for(job_id)},
                 add_to_set={"terminating_batch_job_ids": ids},
             )
         except StaleJobError:
@@ -583,22 +584,28 @@ class JobRepository:
         return [r for r in self._active_index(skipped) if r.terminating_batch_job_ids]
 
     def _active_index(self, skipped: Quarantined | None) -> list[JobRecord]:
+        """Every item of the `active` index: each shard's, merged in job id order (one shard's
+        order before the shards)."""
         records: list[JobRecord] = []
-        start: dict[str, Any] | None = None
-        while True:
-            expr = Expression()
-            request = expr.attach(
-                {
-                    "IndexName": "active",
-                    "KeyConditionExpression": f"{expr.name('active_pk')} = {expr.value(ACTIVE_PK)}",
-                }
-            )
-            if start is not None:
-                request["ExclusiveStartKey"] = start
-            items, start = self.table.query(request)
-            records += self._readable(items, skipped)
-            if start is None:
-                return records
+        for partition in active_partitions():
+            start: dict[str, Any] | None = None
+            while True:
+                expr = Expression()
+                request = expr.attach(
+                    {
+                        "IndexName": "active",
+                        "KeyConditionExpression": f"{expr.name('active_pk')} = {expr.value(partition)}",
+                    }
+                )
+                if start is not None:
+                    request["ExclusiveStartKey"] = start
+                items, start = self.table.query(request)
+                records += self._readable(items, skipped)
+                if start is None:
+                    break
+        # An item that moved from the unsharded key to its shard between two queries is read
+        # twice: keep one.
+        return sorted({record.id: record for record in records}.values(), key=lambda record: record.id)
 
     def list_team(
         self,

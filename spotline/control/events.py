@@ -24,7 +24,14 @@ from spotline.control.lifecycle import (
 )
 from spotline.control.plane import ControlPlane
 from spotline.control.ports import TERMINAL_BATCH_STATUSES
-from spotline.control.records import ACTIVE_STATES, Disruption, JobRecord, parse_run_id
+from spotline.control.records import (
+    ACTIVE_STATES,
+    GANG_MAIN_NODE,
+    Disruption,
+    JobRecord,
+    node_heartbeat_field,
+    parse_run_id,
+)
 from spotline.domain import TERMINAL_STATES, JobState
 
 logger = logging.getLogger(__name__)
@@ -195,27 +202,39 @@ def record_heartbeat(
     progress: float | None = None,
     utilization: float | None = None,
     team: str | None = None,
+    node_index: int | None = None,
 ) -> JobRecord | None:
     """Progress, utilization and the instance the job runs on (the agent reads it from instance
     metadata, which is where a Spot warning's instance id comes from). Dropped (None, with a log
     line) unless `run_id` is the job's current run, the job is active, and `team` (the team named
     by the event's source) owns the job; the step only moves forward within a run (each
-    admission resets it)."""
+    admission resets it).
+
+    In a gang every node heartbeats (`node_index`): each records when its node was last heard
+    (the reconciler stops a gang with a silent node). The main node's also carries the gang's
+    step and progress; another node's records only that it is alive (its step is the gang's,
+    and may trail the main node's by a heartbeat)."""
     run = _current_run(cp, job_id, run_id, "heartbeat")
     if run is None:
         return None
     now = cp.clock()
     fields: dict[str, object] = {"last_heartbeat_at": now, "step": step}
+    conditions: list[tuple[str, str, object]] = [("run", "=", run), ("step", "<=?", step), *_owned_by(team)]
     if progress is not None:
         fields["progress"] = progress
     if utilization is not None:
         fields["utilization"] = utilization
+    if node_index is not None:
+        fields[node_heartbeat_field(node_index)] = now
+        if node_index != GANG_MAIN_NODE:
+            fields = {node_heartbeat_field(node_index): now}
+            conditions = [("run", "=", run), *_owned_by(team)]
     try:
         record = cp.jobs.update_fields(
             job_id,
             states=ACTIVE_STATES,
             set_fields=fields,
-            conditions=[("run", "=", run), ("step", "<=?", step), *_owned_by(team)],
+            conditions=conditions,
             add_to_set={"instance_ids": [instance_id]} if instance_id else None,
         )
     except StaleJobError:

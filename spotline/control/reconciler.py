@@ -11,6 +11,9 @@ It reads only the `active` index (jobs holding GPUs: bounded by the cluster, nev
 4. RUNNING without a heartbeat of its current run for `heartbeat_timeout_s`: the host is
    presumed lost; stop it and requeue it as INTERRUPTED, or end it FAILED once it has been
    interrupted `max_interruptions` times (the cap Batch's host-loss failures count against too).
+   A gang (multi-node job) is judged by each node's own heartbeats: a node silent for
+   `heartbeat_timeout_s` (a hung or lost child that NCCL waits on, which Batch does not see) stops
+   and requeues the whole gang the same way, to resume from its checkpoint on other nodes.
 5. A Batch job a record gave up (requeued, cancelled, orphaned) that Batch has not confirmed
    stopped: ask DescribeJobs, and TerminateJob again until it has (`finish_terminations`).
 
@@ -38,10 +41,20 @@ from spotline.control.lifecycle import (
     stop_runs,
 )
 from spotline.control.plane import ControlPlane
-from spotline.control.records import Counter, Disruption, JobRecord, pool_key, team_key
+from spotline.control.records import (
+    Counter,
+    Disruption,
+    JobRecord,
+    pool_key,
+    silent_gang_node,
+    team_key,
+)
 from spotline.domain import JobState
 
 logger = logging.getLogger(__name__)
+
+# How the reconciler names the requeue of a gang with a silent node (followed by its index).
+GANG_NODE_SILENT = "gang node silent"
 
 
 @dataclass
@@ -56,6 +69,11 @@ class ReconcileResult:
     # Pending terminations that Batch confirmed, and those asked again (Batch job ids).
     terminations_confirmed: list[str] = field(default_factory=list)
     terminations_retried: list[str] = field(default_factory=list)
+    # Gangs stopped and requeued because one of their nodes went silent (job ids).
+    stalled_gangs: list[str] = field(default_factory=list)
+    # Per pool, how long the oldest job submitted to Batch has waited to start (0 when none
+    # waits): in a Spot pool a growing age means no Spot capacity.
+    oldest_unstarted_s: dict[str, float] = field(default_factory=dict)
 
 
 def reconcile(cp: ControlPlane) -> ReconcileResult:
@@ -72,6 +90,7 @@ def reconcile(cp: ControlPlane) -> ReconcileResult:
         pools = [p.name for p in config.pools]
         logger.info("ledger drift seen", extra={"drift": result.drift, "pools": pools})
     result.repaired = repair_drift(cp, result.drift, counters)
+    result.oldest_unstarted_s = oldest_unstarted(cp, active, now)
     for record in active:
         try:
             why = _stuck(cp, record, now)
@@ -80,10 +99,24 @@ def reconcile(cp: ControlPlane) -> ReconcileResult:
             continue
         if why is not None:
             result.requeued.append((record.id, why))
+            if why.startswith(GANG_NODE_SILENT):
+                result.stalled_gangs.append(record.id)
     if result.requeued:
         cp.trigger.request("reconciler freed capacity", f"reconciler-{int(now)}")
     result.terminations_confirmed, result.terminations_retried = finish_terminations(cp)
     return result
+
+
+def oldest_unstarted(cp: ControlPlane, active: list[JobRecord], now: float) -> dict[str, float]:
+    """For every configured pool, the age of its oldest admitted job whose Batch job was
+    submitted but has not started (RUNNABLE in Batch: the pool has no instance for it), 0 if
+    none: the Spot capacity alarm's metric."""
+    ages = {pool.name: 0.0 for pool in cp.config.pools}
+    for record in active:
+        if record.state is JobState.ADMITTED and record.batch_job_id is not None and record.job.pool:
+            waited = max(0.0, now - (record.admitted_at or record.updated_at))
+            ages[record.job.pool] = max(ages.get(record.job.pool, 0.0), waited)
+    return ages
 
 
 def finish_terminations(cp: ControlPlane) -> tuple[list[str], list[str]]:
@@ -164,7 +197,7 @@ def _stuck(cp: ControlPlane, record: JobRecord, now: float) -> str | None:
     if record.state is JobState.RUNNING:
         last = record.last_heartbeat_at or record.job.started_at or record.updated_at
         if now - last <= config.heartbeat_timeout_s:
-            return None
+            return _silent_node(cp, record, now)
         moved = requeue_interrupted(
             cp, record, now=now, reason=f"no heartbeat for {now - last:.0f}s: host presumed lost"
         )
@@ -174,6 +207,25 @@ def _stuck(cp: ControlPlane, record: JobRecord, now: float) -> str | None:
         stop_runs(cp, record.id, moved.terminating_batch_job_ids, "Spotline: no heartbeat; requeued")
         return "heartbeat lost"
     return None
+
+
+def _silent_node(cp: ControlPlane, record: JobRecord, now: float) -> str | None:
+    """A running gang with a node silent past the heartbeat timeout: the same path as a lost
+    host (stopped, requeued from its checkpoint as INTERRUPTED, or FAILED past the cap)."""
+    silent = silent_gang_node(record, now, cp.config.heartbeat_timeout_s)
+    if silent is None:
+        return None
+    node, quiet_s = silent
+    moved = requeue_interrupted(
+        cp,
+        record,
+        now=now,
+        reason=f"node {node} of the gang sent no heartbeat for {quiet_s:.0f}s: presumed hung or lost",
+    )
+    stop_runs(cp, record.id, moved.terminating_batch_job_ids, f"Spotline: gang node {node} silent")
+    if moved.state is JobState.FAILED:
+        return f"{GANG_NODE_SILENT} {node}: failed after max_interruptions"
+    return f"{GANG_NODE_SILENT} {node}"
 
 
 def ledger_drift(

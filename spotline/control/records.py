@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from spotline.domain import Job, JobState
 
@@ -113,6 +113,11 @@ class JobRecord(BaseModel):
     # Progress of the current run (reset by each admission): heartbeats only move it forward.
     last_heartbeat_at: float | None = None
     step: int | None = None
+    # A gang's nodes, each heard from by its own heartbeats ({node index: when}; issue 31,
+    # finding 16). Entries of earlier runs stay: a node counts as heard only after the current
+    # run started (`silent_gang_node`). Stored as one attribute per node (`node_heartbeat_field`),
+    # so a heartbeat writes its node's entry without reading the others.
+    node_heartbeats: dict[int, float] = Field(default_factory=dict)
     # The run that wrote the last recorded checkpoint (its step is compared only within a run).
     last_checkpoint_run: int | None = None
     finished_at: float | None = None
@@ -188,6 +193,35 @@ class ArrayRecord(BaseModel):
     # The spec as submitted (its array or sweep included), JSON.
     spec: str
     request_digest: str | None = None
+
+
+# The node of a multi-node job that Spotline's gang job definitions name as the main node: its
+# heartbeats carry the gang's step and progress; every other node's only say it is alive.
+GANG_MAIN_NODE = 0
+NODE_HEARTBEAT_PREFIX = "node_heartbeat_"
+
+
+def node_heartbeat_field(node_index: int) -> str:
+    """The job item's attribute that holds when node `node_index` of its gang last heartbeat."""
+    return f"{NODE_HEARTBEAT_PREFIX}{node_index}"
+
+
+def silent_gang_node(record: JobRecord, now: float, timeout_s: float) -> tuple[int, float] | None:
+    """The first node of a running gang not heard from for over `timeout_s` (its index, and the
+    seconds since it was last heard, or since the run started for a node never heard), or None.
+    A node is heard by its own heartbeats; a time before the run started (an earlier run's)
+    does not count. A run none of whose heartbeats named a node (an agent older than per-node
+    heartbeats, still running after a deploy) is judged by the job's heartbeat alone."""
+    if record.job.nodes <= 1:
+        return None
+    started = record.job.started_at if record.job.started_at is not None else record.updated_at
+    if not any(heard >= started for heard in record.node_heartbeats.values()):
+        return None
+    for node in range(record.job.nodes):
+        heard = max(record.node_heartbeats.get(node, started), started)
+        if now - heard > timeout_s:
+            return node, now - heard
+    return None
 
 
 # --- timeline entries ---------------------------------------------------------------------

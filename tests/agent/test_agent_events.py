@@ -132,3 +132,5 @@ def test_under_the_wrapper_every_node_of_a_gang_sends_heartbeats(node_index: int
     beats = [detail for kind, detail in publisher.events if kind == DETAIL_JOB_HEARTBEAT]
     assert (len(beats) > 0) is sends and wrapper.heartbeats_sent == len(beats)
     assert all(beat["run_id"] == "spotline-job-g-r1" for beat in beats)
+    # Each names its node: the reconciler judges every node of a gang by its own heartbeats
+    assert all(beat["node_index"] == node_index for beat in beats)

@@ -136,6 +136,9 @@ def test_alarms_cover_queues_workflows_passes_stuck_jobs_and_repairs(synthesized
         "DynamoDbThrottles",
         "Api5xx",
         "AgentEventsDropped",
+        "ComputeEnvironmentsInvalid",
+        "StalledGangs",
+        "SpotCapacity-a100-spot",
     }
     text = json.dumps({name: _properties(synthesized, alarm) for name, alarm in alarms.items()})
     for metric in ("PassErrors", "ReconcilerRequeued", "LedgerRepaired", "ExecutionsFailed"):
@@ -259,7 +262,7 @@ def test_without_an_efa_pool_there_is_no_efa_definition(synthesized: Synthesized
 def test_every_alarm_notifies_the_configured_topic(variant: tuple[SpotlineStack, Template]) -> None:
     _, template = variant
     alarms = template.find_resources("AWS::CloudWatch::Alarm")
-    assert len(alarms) == 14
+    assert len(alarms) == 17  # the default 14, and ComputeEnvironmentsInvalid, StalledGangs, one Spot pool
     assert all(a["Properties"]["AlarmActions"] == [TOPIC] for a in alarms.values())
 
 

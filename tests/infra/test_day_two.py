@@ -12,6 +12,7 @@ from aws_cdk.assertions import Template
 from stacks.config import parse_context
 from stacks.spotline_stack import SpotlineStack
 from tests.infra.support import Synthesized, cdk_context, source_dirs
+from tests.infra.test_stack import function_role_id, statements_of_role
 
 
 def _properties(syn: Synthesized, construct: Any) -> dict[str, Any]:
@@ -104,3 +105,45 @@ def test_a_deploy_after_a_destroy_adopts_the_retained_training_repository(tmp_pa
     for definition in definitions.values():
         image = str(definition["Properties"]["ContainerProperties"]["Image"])
         assert "spotline-dev-train" in image
+
+
+def test_capacity_alarms_watch_invalid_environments_spot_waits_and_stalled_gangs(
+    synthesized: Synthesized,
+) -> None:
+    # Finding 18: each alarm watches a metric the reconciler emits with exactly these dimensions
+    # (tests/integration/test_gang_liveness.py checks the emitted EMF documents)
+    stack = synthesized.stack
+    alarms = {name: _properties(synthesized, alarm) for name, alarm in stack.alarms.alarms.items()}
+    spot_pools = [p.name for p in stack.config.pools if p.is_spot]
+    assert spot_pools and {n for n in alarms if n.startswith("SpotCapacity-")} == {
+        f"SpotCapacity-{p}" for p in spot_pools
+    }
+    for pool in spot_pools:
+        spot = alarms[f"SpotCapacity-{pool}"]
+        assert (spot["Namespace"], spot["MetricName"], spot["Statistic"]) == (
+            "Spotline",
+            "OldestUnstartedAge",
+            "Maximum",
+        )
+        assert spot["Dimensions"] == [{"Name": "Pool", "Value": pool}]
+        # Below the reconciler's start timeout (default 30 minutes), which requeues the job
+        assert spot["Threshold"] == 900 and spot["EvaluationPeriods"] == 2
+    for name, metric in (
+        ("ComputeEnvironmentsInvalid", "ComputeEnvironmentsInvalid"),
+        ("StalledGangs", "StalledGangs"),
+    ):
+        props = alarms[name]
+        assert (props["Namespace"], props["MetricName"]) == ("Spotline", metric)
+        assert props["Dimensions"] == [{"Name": "service", "Value": "spotline"}]
+        assert props["Threshold"] == 1
+        assert props["ComparisonOperator"] == "GreaterThanOrEqualToThreshold"
+    # The reconciler may read the compute environments behind its queues, and nothing more of Batch
+    statements = statements_of_role(synthesized, function_role_id(synthesized, "reconciler"))
+    actions = {a for statement in statements for a in statement["Action"] if a.startswith("batch:")}
+    assert actions == {
+        "batch:DescribeJobQueues",
+        "batch:DescribeComputeEnvironments",
+        "batch:DescribeJobs",
+        "batch:ListJobs",
+        "batch:TerminateJob",
+    }

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from spotline.aws.job_items import active_pk_for
 from spotline.control.errors import CapacityExhausted, InvalidTransition, StaleJobError
 from spotline.control.lifecycle import requeue_after_disruption
 from spotline.control.records import Disruption
@@ -54,7 +55,7 @@ def test_admission_moves_the_index_keys_and_reserves_capacity_in_one_write(deplo
     item = raw_item(deployment, record.id)
     assert admitted.state is JobState.ADMITTED and item["state"] == "ADMITTED"
     assert "queue_pk" not in item and "deadline_pk" not in item
-    assert item["active_pk"] == "A"
+    assert item["active_pk"] == active_pk_for(record.id)
     assert pool_used(deployment, "a100-spot") == 8
     assert deployment.plane.ledger.usage([], ["vision"])[1] == {"vision": 8}
     assert timeline(deployment, record.id) == [("-", "PENDING"), ("PENDING", "ADMITTED")]
