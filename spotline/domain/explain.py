@@ -33,7 +33,7 @@ def priority_terms(
     """The terms of `effective_priority` (they add up to it; tested)."""
     disruptions = job.preemptions + job.interruptions
     return {
-        "class": weights.class_step * job.priority.rank,
+        "class": weights.class_term(job.priority),
         "age": weights.age * min(1.0, wait_s(job, now) / weights.max_age_s),
         "urgency": weights.deadline * deadline_urgency(job, now, weights, remaining_s),
         "size": weights.size * min(1.0, job.gpus / weights.size_norm_gpus),

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from spotline.domain.config import SchedulerConfig
@@ -72,6 +72,7 @@ __all__ = [
     "plan_with_stats",
     "queue_key",
     "read_window",
+    "stops_at_once",
 ]
 
 
@@ -361,16 +362,11 @@ class _Pass:
         self._changed_ledger()
         config, now = self.config, self.now
         ids = tuple(v.job_id for v in victims)
-        checkpoint = job.priority not in config.stop_at_once_for
         reason = f"preempting {len(ids)} job(s) in {pool.name} by {config.strategy.value}: {shortfall}"
-        if not checkpoint:
-            reason += f"; stopped at once for a {job.priority.value} job"
-        elif config.fresh_checkpoint_s > 0 and all(
-            v.job.unsaved_work_s(now) <= config.fresh_checkpoint_s for v in victims
-        ):
-            checkpoint = False
-            reason += f"; stopped at once: each checkpointed in the last {config.fresh_checkpoint_s:.0f} s"
-        return Preempt(job, pool.name, ids, priority, reason, checkpoint=checkpoint)
+        at_once = stops_at_once(job, [v.job for v in victims], now, config)
+        if at_once is not None:
+            reason += f"; {at_once}"
+        return Preempt(job, pool.name, ids, priority, reason, checkpoint=at_once is None)
 
     # --- helpers ------------------------------------------------------------------------------
 
@@ -394,6 +390,31 @@ class _Pass:
     def _changed_ledger(self) -> None:
         self.waits.clear()
         self.changes += 1
+
+
+def stops_at_once(preemptor: Job, victims: Sequence[Job], now: float, config: SchedulerConfig) -> str | None:
+    """Why `preemptor` stops `victims` at once instead of letting them checkpoint, or None.
+
+    1. Its class is in `stop_at_once_for`, and, with `stop_at_once_within_write`, each victim's
+       unsaved work is no more than its checkpoint write (a write would cost what it saves).
+    2. Each victim checkpointed in the last `fresh_checkpoint_s` (when that is on).
+    """
+    if preemptor.priority in config.stop_at_once_for:
+        if not config.stop_at_once_within_write:
+            return f"stopped at once for a {preemptor.priority.value} job"
+        if all(v.unsaved_work_s(now) <= _write_s(v, config) for v in victims):
+            return (
+                f"stopped at once for a {preemptor.priority.value} job: each has no more unsaved work"
+                " than its checkpoint write"
+            )
+    fresh = config.fresh_checkpoint_s
+    if fresh > 0 and all(v.unsaved_work_s(now) <= fresh for v in victims):
+        return f"stopped at once: each checkpointed in the last {fresh:.0f} s"
+    return None
+
+
+def _write_s(job: Job, config: SchedulerConfig) -> float:
+    return config.checkpoint_write_s if job.checkpoint_write_s is None else job.checkpoint_write_s
 
 
 def _alike(job: Job) -> tuple[object, ...] | None:

@@ -186,6 +186,17 @@ def order_least_lost_work(candidates: Sequence[Candidate], rng: random.Random) -
     return sorted(candidates, key=lambda c: (c.lost_work_gpu_s, c.effective_priority, c.job_id))
 
 
+def order_lowest_class_least_lost_work(candidates: Sequence[Candidate], rng: random.Random) -> list[Candidate]:
+    """1. Lowest priority class (what Slurm and Kueue stop first).
+    2. Least lost work, as `order_least_lost_work`.
+    3. Lower effective priority.
+    4. Job id (deterministic tie-break).
+    """
+    return sorted(
+        candidates, key=lambda c: (c.job.priority.rank, c.lost_work_gpu_s, c.effective_priority, c.job_id)
+    )
+
+
 def order_least_remaining_time(candidates: Sequence[Candidate], rng: random.Random) -> list[Candidate]:
     """1. Least estimated remaining run time.
     2. Lower effective priority.
@@ -217,6 +228,7 @@ def order_random(candidates: Sequence[Candidate], rng: random.Random) -> list[Ca
 
 ORDERINGS: Mapping[VictimStrategy, Callable[[Sequence[Candidate], random.Random], list[Candidate]]] = {
     VictimStrategy.LEAST_LOST_WORK: order_least_lost_work,
+    VictimStrategy.LOWEST_CLASS_LEAST_LOST_WORK: order_lowest_class_least_lost_work,
     VictimStrategy.LEAST_REMAINING_TIME: order_least_remaining_time,
     VictimStrategy.LOWEST_UTILIZATION: order_lowest_utilization,
     VictimStrategy.RANDOM: order_random,
