@@ -106,8 +106,8 @@ class PriorityWeights(BaseModel):
     def within_class_span(self) -> float:
         """The most by which the within-class terms can separate two jobs of one class: each
         term's weight (a negative weight counts by its size)."""
-        terms = (self.age, self.deadline, self.size, self.fairshare, self.history, self.attained, self.shortest)
-        return sum(abs(t) for t in terms)
+        terms = (self.age, self.deadline, self.size, self.fairshare, self.history, self.attained)
+        return sum(abs(t) for t in terms) + abs(self.shortest)
 
     @property
     def effective_class_step(self) -> float:

@@ -186,7 +186,9 @@ def order_least_lost_work(candidates: Sequence[Candidate], rng: random.Random) -
     return sorted(candidates, key=lambda c: (c.lost_work_gpu_s, c.effective_priority, c.job_id))
 
 
-def order_lowest_class_least_lost_work(candidates: Sequence[Candidate], rng: random.Random) -> list[Candidate]:
+def order_lowest_class_least_lost_work(
+    candidates: Sequence[Candidate], rng: random.Random
+) -> list[Candidate]:
     """1. Lowest priority class (what Slurm and Kueue stop first).
     2. Least lost work, as `order_least_lost_work`.
     3. Lower effective priority.

@@ -55,7 +55,9 @@ def test_one_victim_beyond_its_write_makes_the_whole_preemption_checkpoint() -> 
     policy = config(stop_at_once_for=CRITICAL_AT_ONCE, stop_at_once_within_write=True)
     fresh = job("f").low().gpus(8).team("b").running_since(NOW - DAY).checkpointed(NOW - 10).on("od")
     stale = job("s").low().gpus(8).team("b").running_since(NOW - DAY).checkpointed(NOW - 900).on("od")
-    [decision] = run_plan(cluster([OD16], [fresh, stale]), [job("c").critical().gpus(16).nodes(2).build()], policy)
+    [decision] = run_plan(
+        cluster([OD16], [fresh, stale]), [job("c").critical().gpus(16).nodes(2).build()], policy
+    )
     assert summary([decision]) == [("preempt", "c", "od", "f", "s")]
     assert decision.checkpoint is True  # type: ignore[union-attr]
     [alone] = run_plan(cluster([OD16], [fresh, stale]), [job("c").critical().gpus(8).build()], policy)
@@ -65,7 +67,9 @@ def test_one_victim_beyond_its_write_makes_the_whole_preemption_checkpoint() -> 
 
 
 def test_a_critical_preemptor_whose_victims_checkpoint_does_not_wait_the_delay() -> None:
-    policy = config(preemption_delay_s=180.0, stop_at_once_for=CRITICAL_AT_ONCE, stop_at_once_within_write=True)
+    policy = config(
+        preemption_delay_s=180.0, stop_at_once_for=CRITICAL_AT_ONCE, stop_at_once_within_write=True
+    )
     stale = job("s").low().gpus(8).team("b").running_since(NOW - DAY).checkpointed(NOW - 900).on("od")
     other = job("o").low().gpus(8).team("b").running_since(NOW - DAY).checkpointed(NOW - 900).on("od")
     [decision] = run_plan(cluster([OD16], [stale, other]), [job("c").critical().gpus(8).build()], policy)
@@ -137,7 +141,11 @@ def test_victims_of_the_lowest_class_first(strategy: VictimStrategy, order: list
         built = job(job_id).priority(cls).gpus(gpus).running_since(NOW - DAY).checkpointed(NOW - unsaved_s)
         return candidate(built.on("p"), priority=Priority(cls).rank * 1000.0)
 
-    candidates = [running("n", "normal", 2, 100.0), running("l2", "low", 8, 900.0), running("l1", "low", 4, 900.0)]
+    candidates = [
+        running("n", "normal", 2, 100.0),
+        running("l2", "low", 8, 900.0),
+        running("l1", "low", 4, 900.0),
+    ]
     ordered = ORDERINGS[strategy](candidates, random.Random(0))  # type: ignore[arg-type]
     assert [c.job_id for c in ordered] == order
 
@@ -152,4 +160,3 @@ def test_the_planner_preempts_the_low_job_with_lowest_class_first() -> None:
     )
     assert summary(by_work) == [("preempt", "c", "od", "n")]
     assert summary(by_class) == [("preempt", "c", "od", "l")]
-
