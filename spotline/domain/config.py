@@ -21,6 +21,9 @@ class VictimStrategy(StrEnum):
     LEAST_LOST_WORK = "least-lost-work"
     # Lowest class first, then least lost work (Slurm and Kueue stop the lowest class first).
     LOWEST_CLASS_LEAST_LOST_WORK = "lowest-class-least-lost-work"
+    # Lowest class first, then the least work a checkpointed preemption wastes (its GPUs x the
+    # write, or the unsaved work when less, plus the restart and restore): the victim's size.
+    LOWEST_CLASS_LEAST_COST = "lowest-class-least-cost"
 
 
 class ReclaimPolicy(StrEnum):

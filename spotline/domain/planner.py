@@ -20,6 +20,7 @@ import random
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from spotline.domain.checkpoint_cost import write_s
 from spotline.domain.config import SchedulerConfig
 from spotline.domain.decisions import (
     MOVE_TO,
@@ -402,7 +403,7 @@ def stops_at_once(preemptor: Job, victims: Sequence[Job], now: float, config: Sc
     if preemptor.priority in config.stop_at_once_for:
         if not config.stop_at_once_within_write:
             return f"stopped at once for a {preemptor.priority.value} job"
-        if all(v.unsaved_work_s(now) <= _write_s(v, config) for v in victims):
+        if all(v.unsaved_work_s(now) <= write_s(v, config) for v in victims):
             return (
                 f"stopped at once for a {preemptor.priority.value} job: each has no more unsaved work"
                 " than its checkpoint write"
@@ -411,10 +412,6 @@ def stops_at_once(preemptor: Job, victims: Sequence[Job], now: float, config: Sc
     if fresh > 0 and all(v.unsaved_work_s(now) <= fresh for v in victims):
         return f"stopped at once: each checkpointed in the last {fresh:.0f} s"
     return None
-
-
-def _write_s(job: Job, config: SchedulerConfig) -> float:
-    return config.checkpoint_write_s if job.checkpoint_write_s is None else job.checkpoint_write_s
 
 
 def _alike(job: Job) -> tuple[object, ...] | None:

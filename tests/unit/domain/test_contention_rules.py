@@ -160,3 +160,25 @@ def test_the_planner_preempts_the_low_job_with_lowest_class_first() -> None:
     )
     assert summary(by_work) == [("preempt", "c", "od", "n")]
     assert summary(by_class) == [("preempt", "c", "od", "l")]
+
+
+@pytest.mark.parametrize(
+    ("strategy", "victim"),
+    [
+        # A 1-GPU critical job: least lost work stops the 8-GPU job that checkpointed a minute ago
+        # (8 x 180 s, against 1 x 3,720 s)...
+        (VictimStrategy.LOWEST_CLASS_LEAST_LOST_WORK, "big"),
+        # ... though both checkpoint, and then the big one wastes 8 x (60 s write + 120 s restart)
+        # against the small one's 1 x 180 s: least cost stops the small one.
+        (VictimStrategy.LOWEST_CLASS_LEAST_COST, "small"),
+    ],
+)
+def test_least_cost_stops_a_victim_no_larger_than_needed(strategy: VictimStrategy, victim: str) -> None:
+    big = job("big").low().gpus(8).team("b").running_since(NOW - DAY).checkpointed(NOW - 60).on("od")
+    small = job("small").low().gpus(1).team("b").running_since(NOW - DAY).checkpointed(NOW - HOUR).on("od")
+    filler = job("f").low().gpus(7).team("b").running_since(NOW - HOUR).checkpointed(NOW - 1800).on("od")
+    policy = config(strategy=strategy, stop_at_once_within_write=True)
+    [decision] = run_plan(
+        cluster([OD16], [big, small, filler]), [job("c").critical().gpus(1).build()], policy
+    )
+    assert summary([decision]) == [("preempt", "c", "od", victim)]
