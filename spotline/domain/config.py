@@ -103,7 +103,7 @@ class PriorityWeights(BaseModel):
     # so aging, deadlines, fair-share and the rest order a class's jobs but never rank a job above
     # one of the class over it, for admission or preemption. Issue 29: without it, aged low jobs
     # took the GPUs that fresh high jobs waited for, and preempted their own class.
-    strict_class_order: bool = False
+    strict_class_order: bool = True
 
     @property
     def within_class_span(self) -> float:
@@ -144,8 +144,10 @@ class SchedulerConfig(BaseModel):
     # Tuned among the strategies the simulator evaluates as production runs them (least-lost-work
     # and random): `lowest-utilization` and `least-remaining-time` read what the agents report
     # (utilization, progress), which simulated jobs do not, so the tuning leaves them out
-    # (bench/tune.py, `SIM_FAITHFUL_STRATEGIES`).
-    strategy: VictimStrategy = VictimStrategy.LEAST_LOST_WORK
+    # (bench/tune.py, `SIM_FAITHFUL_STRATEGIES`). Issue 29 chose the lowest class first on the
+    # contended tuning counterparts (`python -m bench.contention --tuning --steps`): with it, lost
+    # GPU-hours fell on 3 of 4 samples against least-lost-work alone (docs/contention.md).
+    strategy: VictimStrategy = VictimStrategy.LOWEST_CLASS_LEAST_LOST_WORK
     # A job cannot be preempted within this many seconds of its last start.
     protection_period_s: float = Field(default=600.0, ge=0)
     # A job preempted this many times is not preempted again: a guard against thrash (the
@@ -194,7 +196,12 @@ class SchedulerConfig(BaseModel):
     # stopping it then loses no more than the write would cost; otherwise the victims checkpoint
     # (without the preemption delay: `waives_preemption_delay`). Issue 29: stopping victims at
     # once was most of Spotline's excess lost work on the contended samples (docs/contention.md).
-    stop_at_once_within_write: bool = False
+    stop_at_once_within_write: bool = True
+    # Once a job finds no victim in a pass, jobs of lower classes do not preempt in that pass: the
+    # GPUs that free up next go to the class above first (Slurm's main scheduler stops at the first
+    # job that can neither start nor preempt; here per class). Issue 29: Spotline's normal jobs
+    # preempted low ones far more often than Slurm's (docs/contention.md).
+    preempt_below_blocked_class: bool = False
     # Classes that preempt without waiting `preemption_delay_s`, besides `stop_at_once_for`'s: a
     # critical preemptor whose victims checkpoint (`stop_at_once_for` without it) need not also
     # wait the delay (issue 29: on the contended samples, the delay was 63-76% of the critical
@@ -206,7 +213,7 @@ class SchedulerConfig(BaseModel):
     # and a class's jobs but never let a job preempt one of its own class or a class above. Off:
     # the margin alone decides, and the age (900) and deadline (1,500) terms exceed it (500): on
     # the contended samples, jobs preempted their own class and the class above (docs/contention.md).
-    preempt_lower_class_only: bool = False
+    preempt_lower_class_only: bool = True
     # Preempting at checkpoint boundaries: when every victim of a preemption made a durable
     # checkpoint at most this many seconds ago, they are stopped at once (they lose at most that
     # much work) instead of writing another checkpoint while the preemptor waits for it. With

@@ -74,7 +74,25 @@ class NoVictim:
     pools: tuple[str, ...]
 
 
-WaitReason = Draining | NoGpuType | NoPool | SpareClaimed | BudgetSpent | PreemptionDelay | NoVictim
+@dataclass(frozen=True, slots=True)
+class ClassAboveBlocked:
+    """It does not fit (`shortfall`), and a job of a class above it (`blocked`) found no victim in
+    this pass (`SchedulerConfig.preempt_below_blocked_class`)."""
+
+    shortfall: str
+    blocked: Priority
+
+
+WaitReason = (
+    Draining
+    | NoGpuType
+    | NoPool
+    | SpareClaimed
+    | BudgetSpent
+    | PreemptionDelay
+    | NoVictim
+    | ClassAboveBlocked
+)
 
 
 # --- the decisions ------------------------------------------------------------------------

@@ -12,6 +12,7 @@ from typing import Any
 from spotline.domain.config import PriorityWeights, SchedulerConfig
 from spotline.domain.decisions import (
     BudgetSpent,
+    ClassAboveBlocked,
     Draining,
     NoGpuType,
     NoPool,
@@ -67,6 +68,11 @@ def wait_text(why: WaitReason) -> str:
             return f"waiting: {shortfall}; it may preempt after waiting {delay_s:.0f} s in the queue"
         case NoVictim(shortfall, pools):
             return f"waiting: {shortfall}, and nothing lower-priority to preempt in pool {', '.join(pools)}"
+        case ClassAboveBlocked(shortfall, blocked):
+            return (
+                f"waiting: {shortfall}; a {blocked.value} job found nothing to preempt in this pass,"
+                " so lower classes do not preempt"
+            )
 
 
 @dataclass

@@ -26,6 +26,7 @@ from spotline.domain.decisions import (
     MOVE_TO,
     Admit,
     BudgetSpent,
+    ClassAboveBlocked,
     Decision,
     Draining,
     Move,
@@ -201,6 +202,8 @@ class _Pass:
         self.draining = running.draining
         self.taken: set[str] = set()
         self.preemptions_left = config.max_preemptions_per_pass
+        # The highest class of a job that found no victim in this pass (`_class_above_blocked`).
+        self.blocked = Priority.LOW
         # GPUs that leaving victims free beyond their preemptors' needs, per pool.
         self.surplus: dict[str, int] = {}
         # Jobs that wait for the same reason as a job alike ranked before them (see `_alike`), as
@@ -219,6 +222,7 @@ class _Pass:
             self._admit,
             self._claim_spare,
             self._budget_spent,
+            self._class_above_blocked,
             self._preemption_delay,
             self._preempt,
         )
@@ -324,6 +328,13 @@ class _Pass:
             return None
         return self._wait(turn, BudgetSpent(self._shortfall(turn)), holds_for=math.inf)
 
+    def _class_above_blocked(self, turn: _Turn) -> Decision | None:
+        """A job of a class above its own found no victim in this pass: it does not preempt
+        (with `preempt_below_blocked_class`)."""
+        if turn.job.priority.rank >= self.blocked.rank:
+            return None
+        return self._wait(turn, ClassAboveBlocked(self._shortfall(turn), self.blocked))
+
     def _preemption_delay(self, turn: _Turn) -> Decision | None:
         """It has not waited `preemption_delay_s` yet (unless its class stops victims at once).
         How long it has waited is the job's own, not part of the reason: a reason that changed
@@ -352,6 +363,8 @@ class _Pass:
             # An alike job ranked lower waits too: a lower priority only narrows who is lower by
             # the margin, so it finds no victim, or no set that frees enough.
             names = tuple(p.name for p in turn.pools)
+            if self.config.preempt_below_blocked_class and job.priority.rank > self.blocked.rank:
+                self.blocked = job.priority
             return self._wait(turn, NoVictim(self._shortfall(turn), names), holds_for=priority)
         shortfall = self._shortfall(turn, needed=True)
         pool, victims = best

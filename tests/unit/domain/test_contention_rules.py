@@ -86,7 +86,8 @@ def test_the_class_step_covers_every_within_class_term_with_strict_order() -> No
     span += weights.attained + weights.shortest
     assert weights.within_class_span == span
     assert weights.class_term(Priority.HIGH) == 2 * (weights.class_step + span)
-    assert PriorityWeights().class_term(Priority.HIGH) == 2 * PriorityWeights().class_step
+    loose = PriorityWeights(strict_class_order=False)
+    assert loose.class_term(Priority.HIGH) == 2 * loose.class_step
 
 
 AGED_LOW = job("aged").low().gpus(8).submitted(NOW - DAY)
@@ -182,3 +183,34 @@ def test_least_cost_stops_a_victim_no_larger_than_needed(strategy: VictimStrateg
         cluster([OD16], [big, small, filler]), [job("c").critical().gpus(1).build()], policy
     )
     assert summary([decision]) == [("preempt", "c", "od", victim)]
+
+
+# --- lower classes do not preempt below a blocked class -------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("rule", "decisions"),
+    [
+        # Without it, the high gang finds no victim (the low jobs are in their protection period)
+        # and the normal job behind it preempts the one old low job anyway.
+        (False, [("wait", "gang"), ("preempt", "n", "od", "old")]),
+        # With it, the normal job waits: the next GPUs to free go to the high class first.
+        (True, [("wait", "gang"), ("wait", "n")]),
+    ],
+)
+def test_lower_classes_do_not_preempt_below_a_blocked_class(
+    rule: bool, decisions: list[tuple[str, ...]]
+) -> None:
+    policy = config(
+        protection_period_s=600.0, preempt_below_blocked_class=rule, preempt_lower_class_only=True
+    )
+    fresh = [job(f"f{i}").low().gpus(4).team("b").running_since(NOW - 60).on("od") for i in range(3)]
+    old = job("old").low().gpus(4).team("b").running_since(NOW - DAY).on("od")
+    gang = job("gang").high().gpus(16).nodes(2).submitted(NOW - 10).build()
+    normal = job("n").gpus(4).submitted(NOW - 5).build()
+    got = run_plan(cluster([OD16], [*fresh, old]), [gang, normal], policy)
+    assert summary(got) == decisions
+    if rule:
+        assert got[1].reason.endswith(
+            "a high job found nothing to preempt in this pass, so lower classes do not preempt"
+        )
