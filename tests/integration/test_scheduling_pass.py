@@ -299,7 +299,7 @@ def test_fair_share_puts_the_team_that_used_fewer_gpus_first(deployment: Deploym
     view = job_view(plane, plane.jobs.get(first.id), deployment.clock())
     weights = plane.config.scheduler.weights
     assert view.effective_priority is not None
-    fixed = weights.class_step + weights.size * 8 / weights.size_norm_gpus + weights.fairshare / 4
+    fixed = weights.effective_class_step + weights.size * 8 / weights.size_norm_gpus + weights.fairshare / 4
     assert view.effective_priority == pytest.approx(fixed, abs=weights.age * 120 / weights.max_age_s + 0.01)
 
 
