@@ -200,7 +200,9 @@ class SchedulerConfig(BaseModel):
     # Once a job finds no victim in a pass, jobs of lower classes do not preempt in that pass: the
     # GPUs that free up next go to the class above first (Slurm's main scheduler stops at the first
     # job that can neither start nor preempt; here per class). Issue 29: Spotline's normal jobs
-    # preempted low ones far more often than Slurm's (docs/contention.md).
+    # preempted low ones far more often than Slurm's. Off: on the contended tuning set it lost
+    # 3-13% less work but lengthened the high class's p99 wait on three of four samples
+    # (docs/contention.md).
     preempt_below_blocked_class: bool = False
     # Classes that preempt without waiting `preemption_delay_s`, besides `stop_at_once_for`'s: a
     # critical preemptor whose victims checkpoint (`stop_at_once_for` without it) need not also
