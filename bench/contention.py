@@ -20,7 +20,9 @@ critical and high jobs in the p99 tail of their wait waited for), for Spotline a
 preempting peer (fewest lost GPU-hours).
 
 Run: `.venv/bin/python -m bench.contention` (`--contended-only`: the contended samples alone;
-`--tuning`: the tuning set's contended counterparts instead of the evaluation set);
+`--tuning`: the tuning set's contended counterparts instead of the evaluation set; `--steps`:
+Spotline with issue 29's rules added one at a time, `STEPS`, which is how the defaults were
+chosen, with `--tuning`);
 `SPOTLINE_BENCH_QUICK=1`: small samples (a smoke test, not a result).
 """
 
@@ -43,22 +45,46 @@ from bench.policy_bench import runs as pb_runs
 from bench.policy_bench import setup as pb
 from bench.policy_bench.tables import _fmt
 from spotline.domain import SchedulerConfig
-from spotline.domain.config import PriorityWeights
+from spotline.domain.config import PriorityWeights, VictimStrategy
 from spotline.sim import SimSettings, simulate
 from spotline.sim.accounts import LOSS_CAUSES, RESTART_LABELS, WAIT_CAUSES
 from spotline.trace import Trace
 from spotline.trace.synth import synth_trace
 
 PREEMPTING = tuple(p for p in pb.PEERS if p != "fifo")
-# A configuration experiment shown beside the defaults (docs/contention.md), not the defaults:
-# critical preemptors checkpoint their victims too, and who may preempt whom is decided by class
-# (a class step of 10,000 that no within-class term reaches, and a margin of 3,300 above the sum of
-# every within-class term: age 900 + deadline 1,500 + size 100 + fair-share 400 + history 60 +
-# shortest 200 = 3,160): no job preempts one of its own class or of a class above.
-CLASS_STRICT = SchedulerConfig(
-    stop_at_once_for=frozenset(), preemption_margin=3300.0, weights=PriorityWeights(class_step=10000.0)
+# The policy before issue 29's rules, shown beside the defaults (docs/contention.md): critical
+# preemptors stop their victims at once, the margin alone decides who may preempt whom, classes
+# are not strict, victims by least lost work.
+BEFORE = SchedulerConfig(
+    stop_at_once_within_write=False,
+    preempt_lower_class_only=False,
+    weights=PriorityWeights(strict_class_order=False),
+    strategy=VictimStrategy.LEAST_LOST_WORK,
 )
-VARIANT = "spotline, class-strict, checkpointed (experiment)"
+VARIANT = "spotline, before issue 29"
+# Issue 29's rules, one added at a time (`--steps`, on the tuning set's contended counterparts:
+# what the defaults were chosen on), and the alternatives measured beside them.
+_WITHIN_WRITE = {"stop_at_once_within_write": True}
+_CLASSES = {
+    **_WITHIN_WRITE,
+    "preempt_lower_class_only": True,
+    "weights": PriorityWeights(strict_class_order=True),
+}
+STEPS: dict[str, SchedulerConfig] = {
+    "before issue 29": BEFORE,
+    "+ critical victims checkpoint beyond their write": BEFORE.model_copy(update=_WITHIN_WRITE),
+    "+ preemption by class, strict class order": BEFORE.model_copy(update=_CLASSES),
+    "+ victims lowest class first (the defaults)": BEFORE.model_copy(
+        update={**_CLASSES, "strategy": VictimStrategy.LOWEST_CLASS_LEAST_LOST_WORK}
+    ),
+    "alternative: lowest class, then least cost": BEFORE.model_copy(
+        update={**_CLASSES, "strategy": VictimStrategy.LOWEST_CLASS_LEAST_COST}
+    ),
+    "alternative: the defaults, lower classes wait below a blocked one": SchedulerConfig(
+        preempt_below_blocked_class=True
+    ),
+    "alternative: the defaults, protection 300 s": SchedulerConfig(protection_period_s=300.0),
+}
 
 
 @dataclass(frozen=True)
@@ -222,7 +248,7 @@ def goal_rows(per_sample: Sequence[dict[str, dict[str, Any]]]) -> list[dict[str,
 
 
 def with_variant(runs: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    """The runs with the experiment in Spotline's place."""
+    """The runs with the policy before issue 29 in Spotline's place."""
     return {**runs, "spotline": runs[VARIANT]}
 
 
@@ -317,12 +343,67 @@ def print_accounts(label: str, runs: dict[str, dict[str, Any]], console: Console
     console.print(waits)
 
 
+def run_steps(samples: Sequence[Contended], console: Console) -> dict[str, Any]:
+    """Spotline with each of `STEPS` on `samples` (the peers once per sample, for the ratios):
+    per sample and step, lost GPU-hours (and / the best preempting peer's), the critical and the
+    high p99 wait, average and low-class JCT."""
+    table = Table(title="Issue 29's rules one at a time (Spotline; ratios to the best peer in the sample)")
+    columns = ("sample", "configuration", "lost GPU-h", "crit / high p99 wait (min)", "avg / low JCT (h)")
+    for column in columns:
+        table.add_column(column)
+    saved: dict[str, Any] = {}
+    for sample in samples:
+        peers = run_contended(sample, pb.PEERS)
+        lost_goal, wait_goal = GOALS[0], GOALS[1]
+        saved[sample.label] = {}
+        for name, config in STEPS.items():
+            m = run_contended(sample, ["spotline"], config=config, workers=1)["spotline"]
+            runs = {**peers, "spotline": m}
+            saved[sample.label][name] = m
+            lost_ratio = judge(lost_goal, runs)[0]
+            wait = m["wait_p99_s_by_priority"]
+            jct = m["avg_jct_s_by_priority"]
+            table.add_row(
+                sample.label,
+                name,
+                f"{m['lost_gpu_hours']:.1f} (x{lost_ratio:.2f})",
+                f"{wait['critical'] / 60:.1f} / {wait['high'] / 60:.1f} ({judge(wait_goal, runs)[2]})",
+                f"{m['avg_jct_s'] / 3600:.2f} / {jct['low'] / 3600:.2f}",
+            )
+    console.print(table)
+    return saved
+
+
+def steps_record(saved: dict[str, Any]) -> dict[str, Any]:
+    """What `--steps --json` writes (bench/data/contention_tuning.json): per sample and step, the
+    figures the choice read, and the step the defaults are."""
+    chosen = next(name for name, config in STEPS.items() if config == SchedulerConfig())
+    rows = {
+        sample: {
+            name: {
+                "lost_gpu_hours": m["lost_gpu_hours"],
+                "preemptions": m["preemptions"],
+                "wait_p99_s_by_priority": m["wait_p99_s_by_priority"],
+                "avg_jct_s": m["avg_jct_s"],
+                "avg_jct_s_by_priority": m["avg_jct_s_by_priority"],
+                "cost_per_useful_gpu_hour": m["cost_per_useful_gpu_hour"],
+            }
+            for name, m in steps.items()
+        }
+        for sample, steps in saved.items()
+    }
+    return {"command": "python -m bench.contention --tuning --steps", "defaults": chosen, "samples": rows}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.contention", description=__doc__.split("\n")[0])
     parser.add_argument("--contended-only", action="store_true", help="the contended samples alone")
     parser.add_argument("--tuning", action="store_true", help="the tuning set's contended counterparts")
     parser.add_argument("--synthetic-only", action="store_true", help="leave the Philly samples out")
     parser.add_argument("--json", type=Path, default=None, help="write the contended samples' metrics here")
+    parser.add_argument(
+        "--steps", action="store_true", help="Spotline with issue 29's rules in turn (with --tuning)"
+    )
     args = parser.parse_args(argv)
     console = Console(width=max(Console().width, 200))
     began = time.perf_counter()
@@ -330,14 +411,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     per_contended = []
     if args.synthetic_only:
         contended = [s for s in contended if s.kind != "philly"]
+    if args.steps:
+        steps = run_steps(contended, console)
+        if args.json is not None:
+            args.json.write_text(json.dumps(steps_record(steps), indent=1) + "\n")
+        console.print(f"contention bench (steps): {time.perf_counter() - began:.0f} s wall")
+        return 0
     saved: dict[str, Any] = {}
     for sample in contended:
         runs = run_contended(sample)
-        runs[VARIANT] = run_contended(sample, ["spotline"], config=CLASS_STRICT, workers=1)["spotline"]
+        runs[VARIANT] = run_contended(sample, ["spotline"], config=BEFORE, workers=1)["spotline"]
         per_contended.append(runs)
         saved[sample.label] = runs
         print_accounts(sample.label, runs, console)
-        print_accounts(f"{sample.label}, the experiment", with_variant(runs), console)
+        print_accounts(f"{sample.label}, {VARIANT}", with_variant(runs), console)
     labels = [s.label for s in contended]
     print_goals("Goals on the contended samples (issue 29)", labels, per_contended, console)
     print_goals(f"The same goals, {VARIANT}", labels, [with_variant(r) for r in per_contended], console)

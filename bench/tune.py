@@ -59,14 +59,19 @@ REDUCED_SAMPLES = pb.TUNING_REDUCED
 PEERS_AT_DEFAULTS = ("fifo", "priority-random", "kueue-classic", "kueue-bwc", "kueue-fair", "slurm")
 
 
-# Draw 0 of each policy: its defaults before this tuning (so a rerun draws the same 12).
+# Draw 0 of each policy: its defaults before this tuning (so a rerun draws the same 12), with
+# the rules from before issue 29 (added after it, docs/contention.md).
 SPOTLINE_BEFORE = SchedulerConfig(
-    weights=PriorityWeights(fairshare=400.0, attained=0.0, attained_norm_gpu_h=64.0, shortest=0.0),
+    weights=PriorityWeights(
+        fairshare=400.0, attained=0.0, attained_norm_gpu_h=64.0, shortest=0.0, strict_class_order=False
+    ),
     strategy=VictimStrategy.LEAST_LOST_WORK,
     protection_period_s=600.0,
     preemption_margin=500.0,
     preemption_delay_s=60.0,
     fresh_checkpoint_s=0.0,
+    stop_at_once_within_write=False,
+    preempt_lower_class_only=False,
 )
 SLURM_BEFORE = SlurmKnobs(
     weight_age=1000.0, weight_fairshare=2000.0, max_age_s=7 * 86400.0, bf_reservations=16

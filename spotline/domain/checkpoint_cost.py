@@ -36,6 +36,11 @@ def grace_period_s(job: Job, default_s: float) -> float:
     return max(default_s, GRACE_FACTOR * job.checkpoint_write_s + GRACE_MARGIN_S)
 
 
+def write_s(job: Job, config: SchedulerConfig) -> float:
+    """The job's checkpoint write: measured, else `checkpoint_write_s`."""
+    return config.checkpoint_write_s if job.checkpoint_write_s is None else job.checkpoint_write_s
+
+
 def restore_s(job: Job) -> float:
     """The measured restore time of the job's checkpoint (0 when none was measured)."""
     return job.checkpoint_restore_s or 0.0

@@ -19,6 +19,11 @@ class VictimStrategy(StrEnum):
     LEAST_REMAINING_TIME = "least-remaining-time"
     LOWEST_UTILIZATION = "lowest-utilization"
     LEAST_LOST_WORK = "least-lost-work"
+    # Lowest class first, then least lost work (Slurm and Kueue stop the lowest class first).
+    LOWEST_CLASS_LEAST_LOST_WORK = "lowest-class-least-lost-work"
+    # Lowest class first, then the least work a checkpointed preemption wastes (its GPUs x the
+    # write, or the unsaved work when less, plus the restart and restore): the victim's size.
+    LOWEST_CLASS_LEAST_COST = "lowest-class-least-cost"
 
 
 class ReclaimPolicy(StrEnum):
@@ -34,7 +39,7 @@ class ReclaimPolicy(StrEnum):
 class PriorityWeights(BaseModel):
     """Weights of the multifactor effective priority (Slurm's multifactor plugin, adapted).
 
-    effective = class_step * rank(class)             # QOS: low 0, normal 1, high 2, critical 3
+    effective = step * rank(class)                   # QOS: low 0, normal 1, high 2, critical 3
               + age * min(wait / max_age_s, 1)       # waiting time, capped (PriorityMaxAge)
               + deadline * urgency                   # 1 - slack / deadline_horizon_s, in [0, 1]
               + size * (gpus / size_norm_gpus)       # bigger jobs first (PriorityFavorSmall=NO)
@@ -42,6 +47,9 @@ class PriorityWeights(BaseModel):
               + history * min(disruptions, history_cap) / history_cap
               - attained * min(service / attained_norm_gpu_h, 1)   # least attained service
               + shortest * shortness(declared remaining)           # shortest declared job first
+
+    `step` is `class_step`, or with `strict_class_order` `effective_class_step` (above every
+    within-class term together).
 
     `shortness` is 1 - min(1, ln(1 + r / 1 h) / ln(1 + shortest_norm_s / 1 h)) of the job's
     declared remaining run time r = `expected_runtime_s` - run time so far: 1 for a job about
@@ -90,6 +98,28 @@ class PriorityWeights(BaseModel):
     attained_norm_gpu_h: float = Field(default=64.0, gt=0)
     shortest: float = Field(default=200.0, ge=0)
     shortest_norm_s: float = Field(default=72 * 3600.0, gt=0)
+    # Strict class order (Slurm's QOS priority above its multifactor terms): each class step is
+    # `class_step` plus the largest spread the within-class terms can make (`within_class_span`),
+    # so aging, deadlines, fair-share and the rest order a class's jobs but never rank a job above
+    # one of the class over it, for admission or preemption. Issue 29: without it, aged low jobs
+    # took the GPUs that fresh high jobs waited for, and preempted their own class.
+    strict_class_order: bool = True
+
+    @property
+    def within_class_span(self) -> float:
+        """The most by which the within-class terms can separate two jobs of one class: each
+        term's weight (a negative weight counts by its size)."""
+        terms = (self.age, self.deadline, self.size, self.fairshare, self.history, self.attained)
+        return sum(abs(t) for t in terms) + abs(self.shortest)
+
+    @property
+    def effective_class_step(self) -> float:
+        """The class term's step: `class_step`, plus `within_class_span` with `strict_class_order`."""
+        return self.class_step + (self.within_class_span if self.strict_class_order else 0.0)
+
+    def class_term(self, priority: Priority) -> float:
+        """The class term of a job of `priority`."""
+        return self.effective_class_step * priority.rank
 
 
 class SchedulerConfig(BaseModel):
@@ -114,8 +144,10 @@ class SchedulerConfig(BaseModel):
     # Tuned among the strategies the simulator evaluates as production runs them (least-lost-work
     # and random): `lowest-utilization` and `least-remaining-time` read what the agents report
     # (utilization, progress), which simulated jobs do not, so the tuning leaves them out
-    # (bench/tune.py, `SIM_FAITHFUL_STRATEGIES`).
-    strategy: VictimStrategy = VictimStrategy.LEAST_LOST_WORK
+    # (bench/tune.py, `SIM_FAITHFUL_STRATEGIES`). Issue 29 chose the lowest class first on the
+    # contended tuning counterparts (`python -m bench.contention --tuning --steps`): with it, lost
+    # GPU-hours fell on 3 of 4 samples against least-lost-work alone (docs/contention.md).
+    strategy: VictimStrategy = VictimStrategy.LOWEST_CLASS_LEAST_LOST_WORK
     # A job cannot be preempted within this many seconds of its last start.
     protection_period_s: float = Field(default=600.0, ge=0)
     # A job preempted this many times is not preempted again: a guard against thrash (the
@@ -159,6 +191,19 @@ class SchedulerConfig(BaseModel):
     # the Philly replay (`make bench`), waiting for the write put the critical class's p99 wait
     # at 72 s, against 0 for the peers that stop victims at once.
     stop_at_once_for: frozenset[Priority] = frozenset({Priority.CRITICAL})
+    # With it, a `stop_at_once_for` preemptor stops its victims at once only when each one's
+    # unsaved work is no more than its checkpoint write (measured, else `checkpoint_write_s`):
+    # stopping it then loses no more than the write would cost; otherwise the victims checkpoint
+    # (without the preemption delay: `waives_preemption_delay`). Issue 29: stopping victims at
+    # once was most of Spotline's excess lost work on the contended samples (docs/contention.md).
+    stop_at_once_within_write: bool = True
+    # Once a job finds no victim in a pass, jobs of lower classes do not preempt in that pass: the
+    # GPUs that free up next go to the class above first (Slurm's main scheduler stops at the first
+    # job that can neither start nor preempt; here per class). Issue 29: Spotline's normal jobs
+    # preempted low ones far more often than Slurm's. Off: on the contended tuning set it lost
+    # 3-13% less work but lengthened the high class's p99 wait on three of four samples
+    # (docs/contention.md).
+    preempt_below_blocked_class: bool = False
     # Classes that preempt without waiting `preemption_delay_s`, besides `stop_at_once_for`'s: a
     # critical preemptor whose victims checkpoint (`stop_at_once_for` without it) need not also
     # wait the delay (issue 29: on the contended samples, the delay was 63-76% of the critical
@@ -170,7 +215,7 @@ class SchedulerConfig(BaseModel):
     # and a class's jobs but never let a job preempt one of its own class or a class above. Off:
     # the margin alone decides, and the age (900) and deadline (1,500) terms exceed it (500): on
     # the contended samples, jobs preempted their own class and the class above (docs/contention.md).
-    preempt_lower_class_only: bool = False
+    preempt_lower_class_only: bool = True
     # Preempting at checkpoint boundaries: when every victim of a preemption made a durable
     # checkpoint at most this many seconds ago, they are stopped at once (they lose at most that
     # much work) instead of writing another checkpoint while the preemptor waits for it. With

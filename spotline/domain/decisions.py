@@ -82,8 +82,25 @@ class ArrayCap:
     max_running: int
 
 
+@dataclass(frozen=True, slots=True)
+class ClassAboveBlocked:
+    """It does not fit (`shortfall`), and a job of a class above it (`blocked`) found no victim in
+    this pass (`SchedulerConfig.preempt_below_blocked_class`)."""
+
+    shortfall: str
+    blocked: Priority
+
+
 WaitReason = (
-    ArrayCap | Draining | NoGpuType | NoPool | SpareClaimed | BudgetSpent | PreemptionDelay | NoVictim
+    ArrayCap
+    | Draining
+    | NoGpuType
+    | NoPool
+    | SpareClaimed
+    | BudgetSpent
+    | PreemptionDelay
+    | NoVictim
+    | ClassAboveBlocked
 )
 
 

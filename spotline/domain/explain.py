@@ -13,6 +13,7 @@ from spotline.domain.config import PriorityWeights, SchedulerConfig
 from spotline.domain.decisions import (
     ArrayCap,
     BudgetSpent,
+    ClassAboveBlocked,
     Draining,
     NoGpuType,
     NoPool,
@@ -34,7 +35,7 @@ def priority_terms(
     """The terms of `effective_priority` (they add up to it; tested)."""
     disruptions = job.preemptions + job.interruptions
     return {
-        "class": weights.class_step * job.priority.rank,
+        "class": weights.class_term(job.priority),
         "age": weights.age * min(1.0, wait_s(job, now) / weights.max_age_s),
         "urgency": weights.deadline * deadline_urgency(job, now, weights, remaining_s),
         "size": weights.size * min(1.0, job.gpus / weights.size_norm_gpus),
@@ -70,6 +71,11 @@ def wait_text(why: WaitReason) -> str:
             return f"waiting: {shortfall}; it may preempt after waiting {delay_s:.0f} s in the queue"
         case NoVictim(shortfall, pools):
             return f"waiting: {shortfall}, and nothing lower-priority to preempt in pool {', '.join(pools)}"
+        case ClassAboveBlocked(shortfall, blocked):
+            return (
+                f"waiting: {shortfall}; a {blocked.value} job found nothing to preempt in this pass,"
+                " so lower classes do not preempt"
+            )
 
 
 @dataclass

@@ -17,15 +17,17 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from spotline.domain.checkpoint_cost import write_s
 from spotline.domain.config import SchedulerConfig
 from spotline.domain.decisions import (
     MOVE_TO,
     Admit,
     ArrayCap,
     BudgetSpent,
+    ClassAboveBlocked,
     Decision,
     Draining,
     Move,
@@ -73,6 +75,7 @@ __all__ = [
     "plan_with_stats",
     "queue_key",
     "read_window",
+    "stops_at_once",
 ]
 
 
@@ -201,6 +204,8 @@ class _Pass:
         self.draining = running.draining
         self.taken: set[str] = set()
         self.preemptions_left = config.max_preemptions_per_pass
+        # The highest class of a job that found no victim in this pass (`_class_above_blocked`).
+        self.blocked = Priority.LOW
         # GPUs that leaving victims free beyond their preemptors' needs, per pool.
         self.surplus: dict[str, int] = {}
         # Jobs that wait for the same reason as a job alike ranked before them (see `_alike`), as
@@ -224,6 +229,7 @@ class _Pass:
             self._admit,
             self._claim_spare,
             self._budget_spent,
+            self._class_above_blocked,
             self._preemption_delay,
             self._preempt,
         )
@@ -356,6 +362,13 @@ class _Pass:
             return None
         return self._wait(turn, BudgetSpent(self._shortfall(turn)), holds_for=math.inf)
 
+    def _class_above_blocked(self, turn: _Turn) -> Decision | None:
+        """A job of a class above its own found no victim in this pass: it does not preempt
+        (with `preempt_below_blocked_class`)."""
+        if turn.job.priority.rank >= self.blocked.rank:
+            return None
+        return self._wait(turn, ClassAboveBlocked(self._shortfall(turn), self.blocked))
+
     def _preemption_delay(self, turn: _Turn) -> Decision | None:
         """It has not waited `preemption_delay_s` yet (unless its class stops victims at once).
         How long it has waited is the job's own, not part of the reason: a reason that changed
@@ -384,6 +397,8 @@ class _Pass:
             # An alike job ranked lower waits too: a lower priority only narrows who is lower by
             # the margin, so it finds no victim, or no set that frees enough.
             names = tuple(p.name for p in turn.pools)
+            if self.config.preempt_below_blocked_class and job.priority.rank > self.blocked.rank:
+                self.blocked = job.priority
             return self._wait(turn, NoVictim(self._shortfall(turn), names), holds_for=priority)
         shortfall = self._shortfall(turn, needed=True)
         pool, victims = best
@@ -395,16 +410,11 @@ class _Pass:
         self._changed_ledger()
         config, now = self.config, self.now
         ids = tuple(v.job_id for v in victims)
-        checkpoint = job.priority not in config.stop_at_once_for
         reason = f"preempting {len(ids)} job(s) in {pool.name} by {config.strategy.value}: {shortfall}"
-        if not checkpoint:
-            reason += f"; stopped at once for a {job.priority.value} job"
-        elif config.fresh_checkpoint_s > 0 and all(
-            v.job.unsaved_work_s(now) <= config.fresh_checkpoint_s for v in victims
-        ):
-            checkpoint = False
-            reason += f"; stopped at once: each checkpointed in the last {config.fresh_checkpoint_s:.0f} s"
-        return Preempt(job, pool.name, ids, priority, reason, checkpoint=checkpoint)
+        at_once = stops_at_once(job, [v.job for v in victims], now, config)
+        if at_once is not None:
+            reason += f"; {at_once}"
+        return Preempt(job, pool.name, ids, priority, reason, checkpoint=at_once is None)
 
     # --- helpers ------------------------------------------------------------------------------
 
@@ -428,6 +438,27 @@ class _Pass:
     def _changed_ledger(self) -> None:
         self.waits.clear()
         self.changes += 1
+
+
+def stops_at_once(preemptor: Job, victims: Sequence[Job], now: float, config: SchedulerConfig) -> str | None:
+    """Why `preemptor` stops `victims` at once instead of letting them checkpoint, or None.
+
+    1. Its class is in `stop_at_once_for`, and, with `stop_at_once_within_write`, each victim's
+       unsaved work is no more than its checkpoint write (a write would cost what it saves).
+    2. Each victim checkpointed in the last `fresh_checkpoint_s` (when that is on).
+    """
+    if preemptor.priority in config.stop_at_once_for:
+        if not config.stop_at_once_within_write:
+            return f"stopped at once for a {preemptor.priority.value} job"
+        if all(v.unsaved_work_s(now) <= write_s(v, config) for v in victims):
+            return (
+                f"stopped at once for a {preemptor.priority.value} job: each has no more unsaved work"
+                " than its checkpoint write"
+            )
+    fresh = config.fresh_checkpoint_s
+    if fresh > 0 and all(v.unsaved_work_s(now) <= fresh for v in victims):
+        return f"stopped at once: each checkpointed in the last {fresh:.0f} s"
+    return None
 
 
 def _alike(job: Job) -> tuple[object, ...] | None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import random
 from collections.abc import Callable, Mapping, Sequence
 
-from spotline.domain.checkpoint_cost import restore_s
+from spotline.domain.checkpoint_cost import restore_s, write_s
 from spotline.domain.config import ReclaimPolicy, SchedulerConfig, VictimStrategy
 from spotline.domain.models import Allocation, Job, Pool, Priority
 from spotline.domain.quota import Ledger, borrowed_gpus
@@ -25,7 +25,7 @@ class Candidate:
     stoppable running job of a group it searches, and orders only those it may stop.
     """
 
-    __slots__ = ("_at", "_lost_work_gpu_s", "_remaining_s", "allocation", "effective_priority")
+    __slots__ = ("_at", "_cost_gpu_s", "_lost_work_gpu_s", "_remaining_s", "allocation", "effective_priority")
 
     def __init__(
         self,
@@ -42,6 +42,7 @@ class Candidate:
         self.effective_priority = effective_priority
         self._remaining_s = remaining_s
         self._lost_work_gpu_s = lost_work_gpu_s
+        self._cost_gpu_s: float | None = None
         self._at = at
 
     def __repr__(self) -> str:
@@ -71,6 +72,19 @@ class Candidate:
             self._lost_work_gpu_s = lost_work_gpu_s(self.allocation.job, self.allocation.gpus, now, config)
         return self._lost_work_gpu_s
 
+    @property
+    def preemption_cost_gpu_s(self) -> float:
+        """`preemption_cost_gpu_s` of the job (computed when first read)."""
+        if self._cost_gpu_s is None:
+            if self._at is None:
+                # A candidate given its lost work (no `at`): counted as stopped at once.
+                self._cost_gpu_s = self.lost_work_gpu_s
+            else:
+                now, config = self._at
+                job = self.allocation.job
+                self._cost_gpu_s = preemption_cost_gpu_s(job, self.allocation.gpus, now, config)
+        return self._cost_gpu_s
+
 
 def estimated_remaining_s(job: Job, now: float, config: SchedulerConfig) -> float:
     """The job's estimated remaining run time, or `default_runtime_s` when nothing tells."""
@@ -82,6 +96,15 @@ def lost_work_gpu_s(job: Job, gpus: int, now: float, config: SchedulerConfig) ->
     """GPU-seconds a preemption of `job` now would waste: work since its last durable
     checkpoint, plus the restart cost and its measured restore, on all of its GPUs."""
     return gpus * (job.unsaved_work_s(now) + config.restart_cost_s + restore_s(job))
+
+
+def preemption_cost_gpu_s(job: Job, gpus: int, now: float, config: SchedulerConfig) -> float:
+    """GPU-seconds a checkpoint-then-preempt of `job` now wastes: the checkpoint write (or its
+    unsaved work, when less: it is then stopped at once, `planner.stops_at_once`), the restart
+    and its measured restore, on all of its GPUs. Unlike `lost_work_gpu_s`, the work since the
+    last checkpoint is saved by the write, so what tells victims apart is mostly their size."""
+    unsaved = min(job.unsaved_work_s(now), write_s(job, config))
+    return gpus * (unsaved + config.restart_cost_s + restore_s(job))
 
 
 def eligibility(
@@ -186,6 +209,38 @@ def order_least_lost_work(candidates: Sequence[Candidate], rng: random.Random) -
     return sorted(candidates, key=lambda c: (c.lost_work_gpu_s, c.effective_priority, c.job_id))
 
 
+def order_lowest_class_least_lost_work(
+    candidates: Sequence[Candidate], rng: random.Random
+) -> list[Candidate]:
+    """1. Lowest priority class (what Slurm and Kueue stop first).
+    2. Least lost work, as `order_least_lost_work`.
+    3. Lower effective priority.
+    4. Job id (deterministic tie-break).
+    """
+    return sorted(
+        candidates, key=lambda c: (c.job.priority.rank, c.lost_work_gpu_s, c.effective_priority, c.job_id)
+    )
+
+
+def order_lowest_class_least_cost(candidates: Sequence[Candidate], rng: random.Random) -> list[Candidate]:
+    """1. Lowest priority class (what Slurm and Kueue stop first).
+    2. Least work a checkpointed preemption wastes (`preemption_cost_gpu_s`): fewest GPUs, mostly.
+    3. Least lost work if stopped at once (`lost_work_gpu_s`).
+    4. Lower effective priority.
+    5. Job id (deterministic tie-break).
+    """
+    return sorted(
+        candidates,
+        key=lambda c: (
+            c.job.priority.rank,
+            c.preemption_cost_gpu_s,
+            c.lost_work_gpu_s,
+            c.effective_priority,
+            c.job_id,
+        ),
+    )
+
+
 def order_least_remaining_time(candidates: Sequence[Candidate], rng: random.Random) -> list[Candidate]:
     """1. Least estimated remaining run time.
     2. Lower effective priority.
@@ -217,6 +272,8 @@ def order_random(candidates: Sequence[Candidate], rng: random.Random) -> list[Ca
 
 ORDERINGS: Mapping[VictimStrategy, Callable[[Sequence[Candidate], random.Random], list[Candidate]]] = {
     VictimStrategy.LEAST_LOST_WORK: order_least_lost_work,
+    VictimStrategy.LOWEST_CLASS_LEAST_LOST_WORK: order_lowest_class_least_lost_work,
+    VictimStrategy.LOWEST_CLASS_LEAST_COST: order_lowest_class_least_cost,
     VictimStrategy.LEAST_REMAINING_TIME: order_least_remaining_time,
     VictimStrategy.LOWEST_UTILIZATION: order_lowest_utilization,
     VictimStrategy.RANDOM: order_random,

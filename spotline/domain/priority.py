@@ -109,7 +109,7 @@ def score_floor(job: Job, weights: PriorityWeights) -> tuple[float, float, float
     term is at least what it was when the job started (its declared remaining time only shrinks),
     and the first floor adds it. Up to rounding: compare with a margin."""
     spec = job.spec
-    floor = weights.class_step * spec.priority.rank
+    floor = weights.class_term(spec.priority)
     if job.started_at is not None:
         wait = job.started_at - job.enqueued_at
         if wait > 0.0:
@@ -153,7 +153,7 @@ class PriorityScorer:
         self._weights = weights
         self._fairshare = fairshare
         self._shortest_scale = math.log1p(weights.shortest_norm_s / _HOUR_S)
-        self._class: dict[Priority, float] = {p: weights.class_step * p.rank for p in Priority}
+        self._class: dict[Priority, float] = {p: weights.class_term(p) for p in Priority}
         self._size: dict[int, float] = {}
         self._history: dict[int, float] = {}
         self._team: dict[str, float] = {

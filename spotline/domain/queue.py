@@ -170,9 +170,9 @@ def ranked(
     popped from a heap, and a part of the window is scored and pushed only when the heap's best
     might not outrank every job in it (`PriorityScorer.upper_bound`): the order is that of the
     whole window scored at once."""
-    class_step = score.weights.class_step
+    weights = score.weights
     unscored = [
-        (-score.upper_bound(class_step * cls.rank, deadline), index, (start, end))
+        (-score.upper_bound(weights.class_term(cls), deadline), index, (start, end))
         for index, (start, end, cls, deadline) in enumerate(parts)
     ]
     heapq.heapify(unscored)

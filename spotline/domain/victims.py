@@ -110,7 +110,7 @@ class RunningJobs:
         # per pool, per class: the running jobs (shielded ones are dropped when scored).
         self._weights = weights
         self._floor_key = functools.partial(score_floor, weights=weights)
-        self._step = weights.class_step
+        self._step = weights.effective_class_step
         self._at = (now, config)
         # Job id -> the running job as a candidate, or None when shielded (made when first read).
         self._candidates: dict[str, Candidate | None] = {}

@@ -154,8 +154,11 @@ class Accounts:
         config = getattr(sim.policy, "config", None)
         self.protection_s = float(getattr(config, "protection_period_s", 0.0))
         self.delay_s = float(getattr(config, "preemption_delay_s", 0.0))
-        stop_at_once: frozenset[Any] = getattr(config, "stop_at_once_for", frozenset())
-        self.no_delay_ranks = frozenset(p.rank for p in stop_at_once)
+        # The classes that preempt without the delay (`SchedulerConfig.waives_preemption_delay`).
+        no_delay: frozenset[Any] = getattr(config, "stop_at_once_for", frozenset()) | getattr(
+            config, "no_preemption_delay_for", frozenset()
+        )
+        self.no_delay_ranks = frozenset(p.rank for p in no_delay)
         self.nominal = dict(nominal or {})
         self.team_used: dict[str, int] = {}
         # Waiting jobs of the accounted classes: idx -> [job, cause now, since].

@@ -15,6 +15,7 @@ import pytest
 import functions.batch_state_change
 import functions.scheduler
 from functions.runtime import use_control_plane
+from spotline.control.events import record_checkpoint
 from spotline.control.jobs import job_view
 from spotline.control.records import Disruption, JobRecord
 from spotline.control.scheduling import note_wait, scheduling_pass
@@ -91,11 +92,25 @@ def test_a_high_job_preempts_a_low_priority_job_by_checkpoint(deployment: Deploy
     assert again.preempted == [] and critical.id not in [job for job, _ in again.admitted]
 
 
-def test_a_critical_job_stops_its_victim_without_waiting_for_a_checkpoint(deployment: Deployment) -> None:
-    # Given the On-Demand pool (where critical jobs run) held by a low-priority job for an hour
+def test_a_critical_job_stops_a_victim_within_its_write_without_waiting_for_a_checkpoint(
+    deployment: Deployment,
+) -> None:
+    # Given the On-Demand pool (where critical jobs run) held by a low-priority job for an hour,
+    # whose agent made a durable checkpoint 30 s ago (less unsaved work than a 60 s write)
     now = deployment.clock.freeze()
     victim = start(deployment, submit(deployment, priority="low", spot="never"), pool="a100-on-demand")
-    now = deployment.clock.advance(3600)
+    now = deployment.clock.advance(3570)
+    recorded = record_checkpoint(
+        deployment.plane,
+        victim.id,
+        run_id=victim.run_id,
+        checkpoint_uri="s3://bucket/ckpt/manifest-000000000010.json",
+        step=10,
+        captured_at=now,
+        team="vision",
+    )
+    assert recorded is not None
+    now = deployment.clock.advance(30)
 
     # When a critical job arrives and a pass runs
     critical = submit(deployment, priority="critical", name="urgent")
@@ -112,6 +127,23 @@ def test_a_critical_job_stops_its_victim_without_waiting_for_a_checkpoint(deploy
         p for _, name, p in deployment.starter.started if name == f"preempt-{victim.id}-v{stored.version}"
     ]
     assert payload["timeout_s"] == 1
+
+
+def test_a_critical_job_lets_a_victim_with_more_unsaved_work_checkpoint(deployment: Deployment) -> None:
+    # Given the On-Demand pool held by a low-priority job that has run an hour without a checkpoint
+    now = deployment.clock.freeze()
+    victim = start(deployment, submit(deployment, priority="low", spot="never"), pool="a100-on-demand")
+    now = deployment.clock.advance(3600)
+
+    # When a critical job arrives and a pass runs
+    critical = submit(deployment, priority="critical", name="urgent")
+    result = scheduling_pass(deployment.plane)
+
+    # Then it preempts at once (no preemption delay), and the victim gets its grace to checkpoint
+    assert any(preemptor == critical.id and victim.id in victims for preemptor, victims in result.preempted)
+    stored = deployment.plane.jobs.get(victim.id)
+    assert stored.state is JobState.CHECKPOINTING and stored.draining_for == critical.id
+    assert stored.checkpoint_deadline_at is not None and stored.checkpoint_deadline_at > now
 
 
 def test_the_scheduler_handler_runs_one_pass_for_a_batch_of_triggers(deployment: Deployment) -> None:
@@ -299,7 +331,7 @@ def test_fair_share_puts_the_team_that_used_fewer_gpus_first(deployment: Deploym
     view = job_view(plane, plane.jobs.get(first.id), deployment.clock())
     weights = plane.config.scheduler.weights
     assert view.effective_priority is not None
-    fixed = weights.class_step + weights.size * 8 / weights.size_norm_gpus + weights.fairshare / 4
+    fixed = weights.effective_class_step + weights.size * 8 / weights.size_norm_gpus + weights.fairshare / 4
     assert view.effective_priority == pytest.approx(fixed, abs=weights.age * 120 / weights.max_age_s + 0.01)
 
 

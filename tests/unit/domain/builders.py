@@ -226,11 +226,17 @@ def config(**overrides: Any) -> SchedulerConfig:
     """The default policy with some fields overridden; the protection period and the preemption
     delay are 0 unless set. The mechanisms' tests read the defaults from before the tuning
     (`bench/tune.py`'s `SPOTLINE_BEFORE`: fair-share 400, no attained-service term, least lost
-    work, margin 500, no fresh-checkpoint stop) unless they set them; `test_config.py` checks the
-    tuned defaults."""
+    work, margin 500, no fresh-checkpoint stop) and the rules from before issue 29 (critical victims
+    stopped at once, the margin alone deciding who may preempt whom, no strict class order) unless
+    they set them; `test_config.py` checks the tuned defaults, `test_contention_rules.py` the rules."""
     overrides.setdefault("protection_period_s", 0.0)
     overrides.setdefault("preemption_delay_s", 0.0)
-    overrides.setdefault("weights", PriorityWeights(fairshare=400.0, attained=0.0, attained_norm_gpu_h=64.0))
+    overrides.setdefault(
+        "weights",
+        PriorityWeights(fairshare=400.0, attained=0.0, attained_norm_gpu_h=64.0, strict_class_order=False),
+    )
+    overrides.setdefault("stop_at_once_within_write", False)
+    overrides.setdefault("preempt_lower_class_only", False)
     overrides.setdefault("strategy", VictimStrategy.LEAST_LOST_WORK)
     overrides.setdefault("preemption_margin", 500.0)
     overrides.setdefault("fresh_checkpoint_s", 0.0)

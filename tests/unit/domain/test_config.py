@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from bench.contention import CONTENDED_EVALUATION, CONTENDED_TUNING, STEPS
 from spotline.domain import SchedulerConfig
 from spotline.sim.model import SlurmKnobs
 
@@ -13,20 +14,41 @@ RECORD = Path(__file__).resolve().parents[3] / "bench" / "data" / "tuning.json"
 
 # Fields added after the recorded tuning, at the value that is the behaviour the tuning measured
 # (the lever is off), each switched on and off in a later `bench.tune` lever check (README, "Tuning").
-# Issue 29's opt-in mechanisms (off by default, not yet tuned: docs/contention.md) likewise.
+# Issue 29's opt-in mechanisms (off by default: docs/contention.md) likewise.
 ADDED_SINCE = {
     "move_to_spot_min_remaining_s": 0.0,
     "no_preemption_delay_for": [],
-    "preempt_lower_class_only": False,
+    "preempt_below_blocked_class": False,
 }
+# Issue 29's rules, chosen after it on the tuning set's contended counterparts
+# (`python -m bench.contention --tuning --steps`, recorded in bench/data/contention_tuning.json).
+ISSUE_29 = {
+    "stop_at_once_within_write": True,
+    "preempt_lower_class_only": True,
+    "strategy": "lowest-class-least-lost-work",
+}
+WEIGHTS_ISSUE_29 = {"strict_class_order": True}
+CONTENTION_RECORD = RECORD.parent / "contention_tuning.json"
 
 
 def test_the_defaults_are_what_bench_tune_chose_on_the_tuning_set() -> None:
     record = json.loads(RECORD.read_text())
     chosen = record["spotline"][record["spotline_best"]]["config"]
     defaults = json.loads(SchedulerConfig().model_dump_json())
+    weights = defaults["weights"]
+    assert {k: weights.pop(k) for k in WEIGHTS_ISSUE_29} == WEIGHTS_ISSUE_29
+    assert {k: defaults.pop(k) for k in ISSUE_29} == ISSUE_29
     assert {k: v for k, v in defaults.items() if k not in chosen} == ADDED_SINCE
+    chosen = {k: v for k, v in chosen.items() if k not in ISSUE_29}
     assert {k: v for k, v in defaults.items() if k in chosen} == chosen
     assert record["samples"][0].startswith("philly 2017-10-02")  # the tuning set, not evaluation
     slurm = record["slurm"][record["slurm_best"]]["knobs"]
     assert SlurmKnobs(**slurm) == SlurmKnobs()
+
+
+def test_issue_29s_rules_are_the_step_chosen_on_the_contended_tuning_set() -> None:
+    record = json.loads(CONTENTION_RECORD.read_text())
+    assert STEPS[record["defaults"]] == SchedulerConfig()
+    tuning = {s.label for s in CONTENDED_TUNING}
+    assert set(record["samples"]) <= tuning and record["samples"]  # tuning samples only
+    assert not {s.label for s in CONTENDED_EVALUATION} & set(record["samples"])

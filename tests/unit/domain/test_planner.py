@@ -318,8 +318,17 @@ def test_urgent_deadline_deep_in_its_class_is_seen() -> None:
 
 @pytest.mark.parametrize(
     ("weights", "first"),
-    [(PriorityWeights(), ("admit", "n00", "od")), (PriorityWeights(age=2000.0), ("admit", "old", "od"))],
-    ids=["class-step-outweighs-a-day-of-waiting", "age-weight-above-class-step-lifts-old-low-job"],
+    [
+        (PriorityWeights(), ("admit", "n00", "od")),
+        (PriorityWeights(age=2000.0, strict_class_order=False), ("admit", "old", "od")),
+        # Strict class order (the default): no age weight lifts it over the class above.
+        (PriorityWeights(age=2000.0), ("admit", "n00", "od")),
+    ],
+    ids=[
+        "class-step-outweighs-a-day-of-waiting",
+        "age-weight-above-class-step-lifts-old-low-job",
+        "strict-class-order-keeps-it-below",
+    ],
 )
 def test_aging_reaches_an_old_low_job_behind_many_fresh_ones(
     weights: PriorityWeights, first: tuple[str, ...]

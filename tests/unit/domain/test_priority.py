@@ -21,8 +21,9 @@ NONE = {
 
 
 def only(**weights: float) -> PriorityWeights:
-    """Weights where every factor but the given ones counts zero."""
-    return PriorityWeights(**{**NONE, **weights})
+    """Weights where every factor but the given ones counts zero (classes not strict: the class
+    term is `class_step` x rank)."""
+    return PriorityWeights(**{**NONE, **weights}, strict_class_order=False)
 
 
 @pytest.mark.parametrize(
@@ -97,14 +98,15 @@ def only(**weights: float) -> PriorityWeights:
         (only(shortest=900), job("j").expected_runtime(HOUR).runtime(2 * HOUR).build(), 0.0, 1.0, 0.0),
         (only(shortest=900), job("j").expected_runtime(100 * HOUR).build(), 0.0, 1.0, 0.0),
         # all factors with the default weights:
-        # 1000 (normal) + 450 (12h) + 750 (slack 3h) + 12.5 (8 GPUs) + 200 (fs 0.5, x400) + 20 (1 of 3, x60)
+        # 4160 (normal: strict class order, a class step of 1000 + 3160, the sum of the within-class
+        # weights) + 450 (12h) + 750 (slack 3h) + 12.5 (8 GPUs) + 200 (fs 0.5, x400) + 20 (1 of 3, x60)
         # (it has run nothing: no attained-service term)
         (
             PriorityWeights(),
             job("j").gpus(8).submitted(NOW - 12 * HOUR).deadline(NOW + 4 * HOUR).preemptions(1).build(),
             HOUR,
             0.5,
-            2432.5,
+            5592.5,
         ),
     ],
     ids=[
@@ -155,10 +157,13 @@ def test_fully_aged_job_never_passes_a_fresh_job_of_the_class_above() -> None:
     fresh_normal = job("new").normal().gpus(8).submitted(NOW).build()
     old = effective_priority(old_low, NOW, weights, remaining_s=HOUR)
     fresh = effective_priority(fresh_normal, NOW, weights, remaining_s=HOUR)
-    # 900 (a full day of age) + 12.5 + 400 (fair share, no usage) against 1000 (one class step)
-    # + 12.5 + 400
+    # 900 (a full day of age) + 12.5 + 400 (fair share, no usage) against 4160 (one class step
+    # with strict class order: 1000 + the within-class weights' 3160) + 12.5 + 400
     assert old == pytest.approx(1312.5)
-    assert fresh == pytest.approx(1412.5)
+    assert fresh == pytest.approx(4572.5)
+    # Without strict order, one class step (1000) still outweighs a full day of waiting.
+    loose = PriorityWeights(strict_class_order=False)
+    assert effective_priority(fresh_normal, NOW, loose, remaining_s=HOUR) == pytest.approx(1412.5)
 
 
 @pytest.mark.parametrize(

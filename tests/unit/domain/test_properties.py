@@ -632,7 +632,7 @@ def documented_formula(
         urgency = min(1.0, max(0.0, 1.0 - (deadline - now - remaining) / weights.deadline_horizon_s))
     disruptions = subject.preemptions + subject.interruptions
     return (
-        weights.class_step * subject.priority.rank
+        weights.effective_class_step * subject.priority.rank
         + weights.age * min(wait / weights.max_age_s, 1.0)
         + weights.deadline * urgency
         + weights.size * min(1.0, subject.gpus / weights.size_norm_gpus)
