@@ -86,6 +86,11 @@ def explain_job(cp: ControlPlane, team: str, job_id: str) -> dict[str, Any]:
             "reason": admitted.reason if admitted else None,
             "why_this_pool": _why_pool(job.spec.spot.value, job.priority.value, kind, config),
         }
+        if job.started_at is not None:
+            # The protection period since its last start: no preemption for priority before then.
+            until = job.started_at + config.protection_period_s
+            out["placement"]["protected_until"] = iso(until)
+            out["placement"]["protection_left_s"] = round(max(0.0, until - now), 1)
         out["estimated_start"] = {"at": iso(job.started_at) if job.started_at else None, "reason": "started"}
         if job.state is JobState.CHECKPOINTING:
             preempted = _last_preemption(timeline)
