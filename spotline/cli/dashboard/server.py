@@ -325,6 +325,8 @@ class Handler(BaseHTTPRequestHandler):
         for key, value in (headers or {}).items():
             self.send_header(key, value)
         self.end_headers()
-        if self.command != "HEAD":
+        try:
             self.wfile.write(payload)
+        except (BrokenPipeError, ConnectionResetError):  # the page moved on before the answer
+            self.close_connection = True
 
