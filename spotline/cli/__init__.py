@@ -60,7 +60,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     ),
     "dashboard": (
         "spotline.cli.dashboard",
-        "A web dashboard on localhost: the queue and why, running jobs, timelines, the team's month.",
+        "A web dashboard on localhost: the queue and why, running jobs, job timelines, the team's month.",
     ),
     "demo": (
         "spotline.cli.demo",

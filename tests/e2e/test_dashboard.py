@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -25,7 +24,9 @@ pytestmark = pytest.mark.slow
 playwright = pytest.importorskip("playwright.sync_api", reason="playwright is in the dev extras")
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 if CHROMIUM is None:
-    pytest.skip("no system chromium (`apt-get install chromium`; .ci/run installs it)", allow_module_level=True)
+    pytest.skip(
+        "no system chromium (`apt-get install chromium`; .ci/run installs it)", allow_module_level=True
+    )
 
 
 class Plane:
@@ -61,13 +62,9 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
             wait_for(plane.api, job_id, plane.headers("vision"), {"RUNNING"}, timeout_s=120)
         critical = plane.submit("nlp", "nlp-critical", 700, "critical", spot="never")
         wait_for(plane.api, critical, plane.headers("nlp"), {"RUNNING"}, timeout_s=120)
-        victim = next(
-            j for j in vision if any(e["to"] == "PREEMPTED" for e in plane.events("vision", j))
-        )
+        victim = next(j for j in vision if any(e["to"] == "PREEMPTED" for e in plane.events("vision", j)))
         # Behind the critical job, each On-Demand only: they wait (nothing below them to preempt).
-        queued = {
-            p: plane.submit("nlp", f"nlp-{p}", 50, p, spot="never") for p in ("low", "high", "normal")
-        }
+        queued = {p: plane.submit("nlp", f"nlp-{p}", 50, p, spot="never") for p in ("low", "high", "normal")}
         endpoints = {
             team: Endpoint(base_url=info["api_url"], kind=LOCAL, team=team, headers=plane.headers(team))
             for team in ("vision", "nlp")
@@ -175,7 +172,10 @@ def test_a_team_never_sees_the_other_teams_jobs(page: Any, world: dict[str, Any]
         shot(page, view if view != "queue" else "queue-vision")
     # Another team's job through this team's pages is the API's 404, not the job.
     response = page.goto(f"{world['base']}/t/vision/jobs/{world['critical']}")
-    assert response.status == 404 and world["critical"] not in page.locator("main").inner_text().split("refused")[0]
+    assert (
+        response.status == 404
+        and world["critical"] not in page.locator("main").inner_text().split("refused")[0]
+    )
     # A dashboard for nlp alone has no vision pages at all.
     single = Dashboard({"nlp": world["board"].endpoints["nlp"]})
     server = single.serve("127.0.0.1", 0)

@@ -48,24 +48,31 @@ def endpoints(
 def dashboard(
     endpoint: EndpointOpt = None,
     team: Annotated[
-        list[str] | None, typer.Option("--team", help="A local team to show (repeatable; default: the first).")
+        list[str] | None,
+        typer.Option("--team", help="A local team to show (repeatable; default: the first)."),
     ] = None,
     all_teams: Annotated[
         bool, typer.Option("--all-teams", help="Locally: every team in local.json (the operator's view).")
     ] = False,
     profile: Annotated[
         list[str] | None,
-        typer.Option("--profile", help="AWS profile to sign with (repeatable: one team each; or AWS_PROFILE)."),
+        typer.Option(
+            "--profile", help="AWS profile to sign with (repeatable: one team each; or AWS_PROFILE)."
+        ),
     ] = None,
     host: Annotated[str, typer.Option("--host", help="The address to bind.")] = "127.0.0.1",
     port: Annotated[int, typer.Option("--port", help="The port (0: any free one).")] = 8765,
     allow_remote: Annotated[
-        bool, typer.Option("--allow-remote", help="Allow a --host other than localhost (shows your teams' jobs to the network).")
+        bool,
+        typer.Option(
+            "--allow-remote",
+            help="Allow a --host other than localhost (shows your teams' jobs to the network).",
+        ),
     ] = False,
     refresh_s: Annotated[float, typer.Option("--refresh", help="Seconds between page refreshes.")] = 5.0,
 ) -> None:
     """A web dashboard on localhost: the queue and why, running jobs, job timelines, the team's
-    month; cancel and change priority or deadline, with confirmation."""
+    month. Cancel and change priority or deadline, with confirmation."""
     from spotline.cli.dashboard.server import Dashboard
 
     if host not in LOCAL_HOSTS and not _is_loopback(host):

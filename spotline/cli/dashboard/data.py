@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import calendar
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from typing import Any
@@ -41,9 +41,7 @@ def running(api: Endpoint, now: float | None = None) -> list[dict[str, Any]]:
     """The team's jobs holding GPUs (admitted, running, checkpointing), with the age of their last
     checkpoint; pool kind and protection come from `explain` (`placement`)."""
     now = time.time() if now is None else now
-    jobs = [
-        j for state in HOLDING for j in pages(api, "/jobs", "jobs", {"state": state, "limit": PAGE})
-    ]
+    jobs = [j for state in HOLDING for j in pages(api, "/jobs", "jobs", {"state": state, "limit": PAGE})]
     with ThreadPoolExecutor(max_workers=8) as pool:
         explained = list(pool.map(lambda j: _explain_or_none(api, j["id"]), jobs))
     rows = []
@@ -83,6 +81,10 @@ def job(api: Endpoint, job_id: str) -> dict[str, Any]:
     timeline = list(pages(api, path + "/events", "events", {"limit": 500}))
     try:
         logs = api.request("GET", path + "/logs", params={"tail": "true", "limit": LOG_TAIL})
+        if not logs.get("lines") and logs.get("runs") and not logs.get("run"):
+            # Requeued and waiting: its last run's output.
+            params = {"tail": "true", "limit": LOG_TAIL, "run": logs["runs"][-1]}
+            logs = api.request("GET", path + "/logs", params=params)
     except ClientError as error:
         if error.status is None:
             raise
@@ -118,7 +120,7 @@ def team(api: Endpoint, now: float | None = None) -> dict[str, Any]:
     }
 
 
-def usage_series(jobs: list[Mapping[str, Any]], start: float, now: float) -> list[tuple[float, float]]:
+def usage_series(jobs: Sequence[Mapping[str, Any]], start: float, now: float) -> list[tuple[float, float]]:
     """Cumulative GPU-hours since `start`, one point per run start or end: each job's runtime spread
     evenly between its first start and its end (or now). An approximation of the ledger (a
     requeued job's gap counts as running); the month's total is `usage.gpu_hours`."""

@@ -51,7 +51,8 @@ class Dashboard:
         self.refresh_s = refresh_s
         self.allowed_hosts: set[str] = set()
         loader = jinja2.PackageLoader("spotline.cli.dashboard", "templates")
-        self.env = jinja2.Environment(loader=loader, autoescape=True, undefined=jinja2.StrictUndefined)
+        # A field an older (or newer) API lacks renders as nothing, not as an error page.
+        self.env = jinja2.Environment(loader=loader, autoescape=True)
         self.env.filters.update(ago=ago, duration=duration, when=when, pct=pct, usd=usd)
         self.env.globals.update(priorities=PRIORITIES, refresh_s=refresh_s)
 
@@ -230,7 +231,9 @@ class Handler(BaseHTTPRequestHandler):
             rest = urlencode({k: v for k, v in query.items() if k != "token"})
             target = (url.path or "/") + (f"?{rest}" if rest else "")
             cookie = f"{COOKIE}={self.dash.token}; HttpOnly; SameSite=Strict; Path=/"
-            return self._send(HTTPStatus.SEE_OTHER, "", "text/plain", {"Location": target, "Set-Cookie": cookie})
+            return self._send(
+                HTTPStatus.SEE_OTHER, "", "text/plain", {"Location": target, "Set-Cookie": cookie}
+            )
         if not self._has_cookie():
             return self._send(
                 HTTPStatus.FORBIDDEN,
@@ -272,11 +275,19 @@ class Handler(BaseHTTPRequestHandler):
                 return self._send(HTTPStatus.OK, html, "text/html; charset=utf-8")
             view = params.get("view", "job" if name == "job" else "queue")
             template, values = self.dash.page(team, view, params.get("job"))
+            html = self.dash.render(template, team=team, view=view, fragment=fragment, **values)
         except ClientError as error:
-            status = HTTPStatus(error.status) if error.status in (403, 404, 409, 422) else HTTPStatus.BAD_GATEWAY
-            html = self.dash.render("error.html", team=team, view="error", message=str(error), fragment=fragment)
+            status = (
+                HTTPStatus(error.status) if error.status in (403, 404, 409, 422) else HTTPStatus.BAD_GATEWAY
+            )
+            html = self.dash.render(
+                "error.html", team=team, view="error", message=str(error), fragment=fragment
+            )
             return self._send(status, html, "text/html; charset=utf-8")
-        html = self.dash.render(template, team=team, view=view, fragment=fragment, **values)
+        except Exception as error:  # a page that cannot be drawn: say what, keep serving
+            message = f"this page could not be drawn: {type(error).__name__}: {error}"
+            html = self.dash.render("error.html", team=team, view="error", message=message, fragment=fragment)
+            return self._send(HTTPStatus.INTERNAL_SERVER_ERROR, html, "text/html; charset=utf-8")
         self._send(HTTPStatus.OK, html, "text/html; charset=utf-8")
 
     def _act(self, team: str, job_id: str, action: str) -> None:
@@ -295,7 +306,9 @@ class Handler(BaseHTTPRequestHandler):
         except ClientError as error:
             status = error.status if error.status and 400 <= error.status < 500 else 502
             return self._json(HTTPStatus(status), {"ok": False, "message": str(error)})
-        return self._json(HTTPStatus.OK, {"ok": True, "message": f"{action}: done", "state": job.get("state")})
+        return self._json(
+            HTTPStatus.OK, {"ok": True, "message": f"{action}: done", "state": job.get("state")}
+        )
 
     def _static(self, name: str) -> None:
         if name not in STATIC:
@@ -318,7 +331,8 @@ class Handler(BaseHTTPRequestHandler):
         self.send_header("X-Frame-Options", "DENY")
         self.send_header(
             "Content-Security-Policy",
-            "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'; frame-ancestors 'none'",
+            "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self';"
+            " frame-ancestors 'none'",
         )
         if "Cache-Control" not in (headers or {}):
             self.send_header("Cache-Control", "no-store")
@@ -329,4 +343,3 @@ class Handler(BaseHTTPRequestHandler):
             self.wfile.write(payload)
         except (BrokenPipeError, ConnectionResetError):  # the page moved on before the answer
             self.close_connection = True
-

@@ -42,7 +42,7 @@ def kind_of(event: Mapping[str, Any]) -> str:
     target = event.get("to")
     if target == "PREEMPTED" or (target == "CHECKPOINTING" and reason.startswith("preempted")):
         return "preemption"
-    if target == "INTERRUPTED" or "spot" in reason and ("warning" in reason or "interrupt" in reason):
+    if target == "INTERRUPTED" or ("spot" in reason and ("warning" in reason or "interrupt" in reason)):
         return "spot-warning"
     if target == "PENDING" and event.get("from") not in (None, "-"):
         return "requeue"
@@ -87,7 +87,9 @@ def timeline(
         return Markup('<p class="muted">No timeline yet.</p>')
     t0 = float(events[0]["t"])
     last = events[-1]
-    t1 = float(last["t"]) if last.get("to") in LANE_OF and LANES[LANE_OF[last["to"]]][0] == "finished" else now
+    t1 = (
+        float(last["t"]) if last.get("to") in LANE_OF and LANES[LANE_OF[last["to"]]][0] == "finished" else now
+    )
     if deadline is not None and deadline > t1:
         t1 = deadline
     t1 = max(t1, t0 + 1.0)
@@ -103,7 +105,9 @@ def timeline(
     for i, event in enumerate(events):
         state = str(event.get("to"))
         start = float(event["t"])
-        end = float(events[i + 1]["t"]) if i + 1 < len(events) else (start if LANE_OF.get(state) == 5 else now)
+        end = (
+            float(events[i + 1]["t"]) if i + 1 < len(events) else (start if LANE_OF.get(state) == 5 else now)
+        )
         lane = LANE_OF.get(state, 0)
         x0, x1 = _x(start, t0, t1), _x(max(end, start), t0, t1)
         y = TOP + lane * lane_h + 3
