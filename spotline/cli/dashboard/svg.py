@@ -156,7 +156,7 @@ def usage_chart(
     budget_usd: float | None = None,
     dollars_per_gpu_hour: float | None = None,
 ) -> Markup:
-    """GPU-hours since the month began, as a line over the whole month, against the team's quota
+    """Cumulative GPU-hours from `start` to `end`, as a line, against the team's quota
     (GPU-hours) and its budget (in GPU-hours at the month's average price), when known."""
     top = max([v for _, v in series] + [1e-6])
     budget_gh = budget_usd / dollars_per_gpu_hour if budget_usd and dollars_per_gpu_hour else None
