@@ -16,6 +16,7 @@ one runs and the rest wait), serves the dashboard for that team, and loads its q
 from __future__ import annotations
 
 import argparse
+import json
 import shutil
 import statistics
 import sys
@@ -33,6 +34,26 @@ from spotline.cli.http import LOCAL, Endpoint
 from spotline.local.runtime import LocalConfig, LocalControlPlane
 
 TEAM = "vision"
+
+
+class Cached(Endpoint):
+    """The endpoint, each GET answered from memory after its first answer: the dashboard's own
+    time, without the API's."""
+
+    def __init__(self, live: Endpoint) -> None:
+        super().__init__(base_url=live.base_url, kind=live.kind, team=live.team, headers=live.headers)
+        self.live = live
+        self.answers: dict[str, str] = {}
+
+    def request(self, method: str, path: str, **kwargs: Any) -> Any:
+        key = json.dumps([method, path, kwargs.get("params")], sort_keys=True, default=str)
+        if method != "GET":
+            return self.live.request(method, path, **kwargs)
+        if key not in self.answers:
+            self.answers[key] = json.dumps(self.live.request(method, path, **kwargs))
+        return json.loads(self.answers[key])
+
+
 _PERF = """() => {
   const nav = performance.getEntriesByType('navigation')[0];
   const paint = performance.getEntriesByType('paint').find(p => p.name === 'first-contentful-paint');
@@ -56,6 +77,58 @@ def _body(n: int) -> dict[str, Any]:
     }
 
 
+def _measure(browser: Any, endpoint: Endpoint, runs: int) -> list[dict[str, Any]]:
+    """Load the queue page `runs` times, each in a fresh context; the browser's timings."""
+    board = Dashboard({TEAM: endpoint}, refresh_s=3600)  # no refresh during a run
+    server = board.serve("127.0.0.1", 0)
+    server.start()
+    base = f"http://127.0.0.1:{server.server_address[1]}"
+    rows: list[dict[str, Any]] = []
+    try:
+        for _ in range(runs):
+            context = browser.new_context(viewport={"width": 1280, "height": 900})
+            context.add_cookies([{"name": "spotline_dashboard", "value": board.token, "url": base}])
+            page = context.new_page()
+            page.goto(f"{base}/t/{TEAM}/queue", wait_until="load", timeout=600_000)
+            pending = page.locator("#queue tbody tr").count()
+            page.wait_for_timeout(1000)
+            perf = page.evaluate(_PERF)
+            later = [r for r in perf["resources"] if "/explain" in r[0]]
+            by_load = [r for r in perf["resources"] if "/explain" not in r[0] and r[2] <= perf["load"]]
+            rows.append(
+                {
+                    "pending": pending,
+                    "ttfb_ms": perf["ttfb"],
+                    "fcp_ms": perf["fcp"],
+                    "load_ms": perf["load"],
+                    "html_kb": perf["html"] / 1024,
+                    "weight_kb": (perf["html"] + sum(r[1] for r in by_load)) / 1024,
+                    "explain_kb": sum(r[1] for r in later) / 1024,
+                    "explains": len(later),
+                }
+            )
+            context.close()
+    finally:
+        server.shutdown()
+    return rows
+
+
+def _report(mode: str, rows: list[dict[str, Any]], runs: int) -> None:
+    def median(key: str) -> float:
+        return statistics.median(float(r[key]) for r in rows)
+
+    print(f"queue page, {rows[0]['pending']} pending jobs, {mode}, {runs} runs (median):")
+    print(f"  time to first byte        {median('ttfb_ms'):8.0f} ms")
+    print(f"  first contentful paint    {median('fcp_ms'):8.0f} ms")
+    print(f"  load event                {median('load_ms'):8.0f} ms")
+    print(f"  HTML transferred          {median('html_kb'):8.1f} KiB")
+    print(f"  page weight at load       {median('weight_kb'):8.1f} KiB (HTML, CSS, script)")
+    print(
+        f"  explanations in view      {median('explain_kb'):8.1f} KiB"
+        f" ({median('explains'):.0f} requests, by a second after load)"
+    )
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=1000)
@@ -68,6 +141,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         raise SystemExit("no system chromium: apt-get install chromium")
     from playwright.sync_api import sync_playwright
 
+    results: dict[str, list[dict[str, Any]]] = {}
     with tempfile.TemporaryDirectory() as state:
         plane = LocalControlPlane(LocalConfig(state_dir=Path(state)))
         info = plane.start()
@@ -85,58 +159,18 @@ def main(argv: Sequence[str] | None = None) -> None:
             assert all(c == 201 for c in codes), sorted(set(codes))
             print(f"submitted {len(codes)} jobs in {time.perf_counter() - began:.0f} s")
             endpoint = Endpoint(base_url=info["api_url"], kind=LOCAL, team=TEAM, headers=headers)
-            board = Dashboard({TEAM: endpoint}, refresh_s=3600)  # no refresh during a run
-            server = board.serve("127.0.0.1", 0)
-            server.start()
-            base = f"http://127.0.0.1:{server.server_address[1]}"
-            rows: list[dict[str, Any]] = []
             with sync_playwright() as driver:
                 browser = driver.chromium.launch(executable_path=chromium, args=["--no-sandbox"])
-                for _ in range(args.runs):
-                    context = browser.new_context(viewport={"width": 1280, "height": 900})
-                    context.add_cookies([{"name": "spotline_dashboard", "value": board.token, "url": base}])
-                    page = context.new_page()
-                    page.goto(f"{base}/t/{TEAM}/queue", wait_until="load")
-                    pending = page.locator("#queue tbody tr").count()
-                    page.wait_for_timeout(1000)
-                    perf = page.evaluate(_PERF)
-                    html_bytes = len(page.content().encode())
-                    later = [r for r in perf["resources"] if "/explain" in r[0]]
-                    by_load = [
-                        r for r in perf["resources"] if "/explain" not in r[0] and r[2] <= perf["load"]
-                    ]
-                    rows.append(
-                        {
-                            "pending": pending,
-                            "ttfb_ms": perf["ttfb"],
-                            "fcp_ms": perf["fcp"],
-                            "load_ms": perf["load"],
-                            "html_kb": perf["html"] / 1024,
-                            "dom_kb": html_bytes / 1024,
-                            "weight_kb": (perf["html"] + sum(r[1] for r in by_load)) / 1024,
-                            "explain_kb": sum(r[1] for r in later) / 1024,
-                            "explains": len(later),
-                        }
-                    )
-                    context.close()
+                results["live API"] = _measure(browser, endpoint, args.runs)
+                cached = Cached(endpoint)
+                _measure(browser, cached, 1)  # fills the cache
+                results["API answers cached"] = _measure(browser, cached, args.runs)
                 browser.close()
-            server.shutdown()
         finally:
             plane.stop()
 
-    def median(key: str) -> float:
-        return statistics.median(float(r[key]) for r in rows)
-
-    print(f"queue page, {rows[0]['pending']} pending jobs, {args.runs} runs (median):")
-    print(f"  time to first byte        {median('ttfb_ms'):8.0f} ms")
-    print(f"  first contentful paint    {median('fcp_ms'):8.0f} ms")
-    print(f"  load event                {median('load_ms'):8.0f} ms")
-    print(f"  HTML transferred          {median('html_kb'):8.1f} KiB")
-    print(f"  page weight at load       {median('weight_kb'):8.1f} KiB (HTML, CSS, script)")
-    print(
-        f"  explanations in view      {median('explain_kb'):8.1f} KiB"
-        f" ({median('explains'):.0f} requests, by a second after load)"
-    )
+    for mode, rows in results.items():
+        _report(mode, rows, args.runs)
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@
   const refreshMs = 1000 * parseFloat(document.querySelector('meta[name="refresh-s"]').content || "5");
   const explained = new Map(); // job id -> {at, html}
   let busy = false;
+  let last = ""; // the content last swapped in
 
   function say(message, ok) {
     flash.textContent = message;
@@ -64,8 +65,8 @@
       url.searchParams.set("fragment", "1");
       const response = await fetch(url, { credentials: "same-origin" });
       const html = await response.text();
-      if (html !== content.dataset.last) {
-        content.dataset.last = html;
+      if (html !== last) {
+        last = html;
         content.innerHTML = html;
         wire();
       }
@@ -92,7 +93,7 @@
     let answer = { ok: false, message: "HTTP " + response.status };
     try { answer = await response.json(); } catch (error) { /* keep the status */ }
     say(answer.message, answer.ok);
-    content.dataset.last = "";
+    last = "";
     await refresh();
   });
 
