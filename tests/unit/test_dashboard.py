@@ -225,3 +225,49 @@ def test_usage_series_is_cumulative_and_ends_at_the_ledgers_total() -> None:
     assert series[-1][1] == pytest.approx(4.0)  # 4 GPUs for an hour
     assert [v for _, v in series] == sorted(v for _, v in series)
     assert data.scaled(series, 2.0)[-1][1] == pytest.approx(2.0)
+
+
+def test_against_a_url_each_request_is_signed_with_sigv4(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Any
+) -> None:
+    """The AWS path: the endpoint comes from the CLI's `resolve`, so every request carries a SigV4
+    Authorization header, and the team is the one the API names for the caller."""
+    import json
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from spotline.cli.dashboard import endpoints
+
+    seen: list[tuple[str, str]] = []
+
+    class Api(BaseHTTPRequestHandler):
+        def log_message(self, *args: Any) -> None:
+            return
+
+        def do_GET(self) -> None:
+            seen.append((self.path, self.headers.get("Authorization", "")))
+            body = (
+                {"team": "vision"} if self.path.startswith("/usage") else {"jobs": [job("job-a", "low", 1.0)]}
+            )
+            payload = json.dumps(body).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(payload)))
+            self.end_headers()
+            self.wfile.write(payload)
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Api)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIDEXAMPLE")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "secret")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "eu-west-1")
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))
+    monkeypatch.setenv("SPOTLINE_STATE_DIR", str(tmp_path / "none"))
+    try:
+        found = endpoints(f"http://127.0.0.1:{server.server_address[1]}", [], False, [])
+        assert list(found) == ["vision"] and found["vision"].kind == "aws"
+        assert [j["id"] for j in data.queue(found["vision"])] == ["job-a"]
+    finally:
+        server.shutdown()
+    assert seen and all(auth.startswith("AWS4-HMAC-SHA256 Credential=AKIDEXAMPLE/") for _, auth in seen)
+    assert all("/eu-west-1/execute-api/" in auth for _, auth in seen)
