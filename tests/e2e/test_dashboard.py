@@ -54,13 +54,14 @@ class Plane:
 @pytest.fixture(scope="module")
 def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     """Vision fills the cluster with three low jobs; an nlp critical job (On-Demand only) preempts
-    the one on the On-Demand node; three nlp jobs of other classes then wait behind it."""
+    the one on the On-Demand node; three nlp jobs of other classes then wait behind it (it runs
+    five minutes, longer than the tests take)."""
     with running_plane(tmp_path_factory.mktemp("spotline")) as (_, info):
         plane = Plane(info)
         vision = [plane.submit("vision", f"vision-low-{i}", 700, "low") for i in range(3)]
         for job_id in vision:
             wait_for(plane.api, job_id, plane.headers("vision"), {"RUNNING"}, timeout_s=120)
-        critical = plane.submit("nlp", "nlp-critical", 700, "critical", spot="never")
+        critical = plane.submit("nlp", "nlp-critical", 2000, "critical", spot="never")
         wait_for(plane.api, critical, plane.headers("nlp"), {"RUNNING"}, timeout_s=120)
         victim = next(j for j in vision if any(e["to"] == "PREEMPTED" for e in plane.events("vision", j)))
         # Behind the critical job, each On-Demand only: they wait (nothing below them to preempt).
