@@ -70,6 +70,9 @@ def dashboard(
         ),
     ] = False,
     refresh_s: Annotated[float, typer.Option("--refresh", help="Seconds between page refreshes.")] = 5.0,
+    api_timeout_s: Annotated[
+        float, typer.Option("--api-timeout", help="Seconds to wait for each API answer.")
+    ] = 60.0,
 ) -> None:
     """A web dashboard on localhost: the queue and why, running jobs, job timelines, the team's
     month. Cancel and change priority or deadline, with confirmation."""
@@ -88,7 +91,12 @@ def dashboard(
         )
     if refresh_s <= 0:
         raise ClientError("--refresh: must be above 0", EXIT_USAGE)
-    board = Dashboard(endpoints(endpoint, team or [], all_teams, profile or []), refresh_s=refresh_s)
+    if api_timeout_s <= 0:
+        raise ClientError("--api-timeout: must be above 0", EXIT_USAGE)
+    found = endpoints(endpoint, team or [], all_teams, profile or [])
+    for api in found.values():
+        api.timeout_s = api_timeout_s
+    board = Dashboard(found, refresh_s=refresh_s)
     try:
         server = board.serve(host, port)
     except OSError as error:
