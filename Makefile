@@ -9,7 +9,7 @@ DEMO_STAMP := $(VENV)/.installed-demo
 
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: venv test test-fast lint demo synth bench clean
+.PHONY: venv chromium test test-fast lint demo synth bench clean
 
 venv: $(STAMP)
 
@@ -31,7 +31,15 @@ lint: venv
 	$(BIN)/lint-imports
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
 
-test: lint
+# The dashboard's browser tests drive Debian's chromium (Playwright, no download of its own):
+# installed here when missing and apt-get can (as root or with sudo); else those tests skip.
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+chromium:
+	@command -v chromium >/dev/null 2>&1 || { command -v apt-get >/dev/null 2>&1 \
+	  && $(SUDO) apt-get update -q && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q \
+	  --no-install-recommends chromium; } || echo "chromium is not installed: the browser tests will skip"
+
+test: lint chromium
 	bash scripts/pytest.sh
 
 # The unit tier with a small Hypothesis budget (conftest.py): a minute, for the edit-test loop.

@@ -58,6 +58,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "spotline.cli.client",
         "Write ~/.config/spotline/config.toml: the API URL (given, or from the stack's outputs).",
     ),
+    "dashboard": (
+        "spotline.cli.dashboard",
+        "A web dashboard on localhost: the queue and why, running jobs, job timelines, the team's month.",
+    ),
     "demo": (
         "spotline.cli.demo",
         (

@@ -102,7 +102,11 @@ def explain_job(cp: ControlPlane, team: str, job_id: str) -> dict[str, Any]:
             "reason": admitted.reason if admitted else None,
             "why_this_pool": _why_pool(job.spec.spot.value, job.priority.value, kind, config),
         }
-        if job.started_at:
+        if job.started_at is not None:
+            # The protection period since its last start: no preemption for priority before then.
+            until = job.started_at + config.protection_period_s
+            out["placement"]["protected_until"] = iso(until)
+            out["placement"]["protection_left_s"] = round(max(0.0, until - now), 1)
             out["estimated_start"] = {"at": iso(job.started_at), "at_s": job.started_at, "reason": "started"}
         else:  # admitted: its Batch job waits for an instance of the pool
             waiting = f"admitted; waiting for an instance in {job.pool}"

@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
+
 import functions.api
 from spotline.control.scheduling import scheduling_pass
 from spotline.domain import SchedulerConfig
@@ -88,6 +90,9 @@ def test_a_running_job_says_where_and_why_and_a_preempted_job_names_its_preempto
     assert status == 200 and body["state"] == "RUNNING"
     assert body["placement"]["pool"] == "a100-spot" and body["placement"]["purchase"] == "Spot"
     assert body["placement"]["reason"] == "admitted by the test"
+    # Started just now (the clock is frozen): its whole protection period is left.
+    protection = deployment.plane.config.scheduler.protection_period_s
+    assert body["placement"]["protection_left_s"] == pytest.approx(protection, abs=1.0)
 
     # Fill the rest so that a critical job must preempt the low one.
     start(

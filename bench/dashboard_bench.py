@@ -1,0 +1,177 @@
+"""The dashboard's queue page with many pending jobs (issue 34): time to first render and page
+weight, in Debian's chromium driven by Playwright, against the local control plane.
+
+It starts the local plane, submits `--jobs` jobs of one team through the API (On-Demand only, so
+one runs and the rest wait), serves the dashboard for that team, and loads its queue page
+`--runs` times, each in a fresh browser context (nothing cached). Reported, median of the runs:
+- the server's answer: time to the first byte and the HTML's size;
+- time to first contentful paint and to the load event (the browser's own timings);
+- the page weight: every byte the page transferred by its load event (HTML, CSS, script), and
+  what the explanations of the rows in view add (fetched as they come into view; counted up to
+  a second after the load event).
+
+    .venv/bin/python -m bench.dashboard_bench [--jobs 1000] [--runs 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from spotline.cli.dashboard.server import Dashboard
+from spotline.cli.http import LOCAL, Endpoint
+from spotline.local.runtime import LocalConfig, LocalControlPlane
+
+TEAM = "vision"
+
+
+class Cached(Endpoint):
+    """The endpoint, each GET answered from memory after its first answer: the dashboard's own
+    time, without the API's."""
+
+    def __init__(self, live: Endpoint) -> None:
+        super().__init__(base_url=live.base_url, kind=live.kind, team=live.team, headers=live.headers)
+        self.live = live
+        self.answers: dict[str, str] = {}
+
+    def request(self, method: str, path: str, **kwargs: Any) -> Any:
+        key = json.dumps([method, path, kwargs.get("params")], sort_keys=True, default=str)
+        if method != "GET":
+            return self.live.request(method, path, **kwargs)
+        if key not in self.answers:
+            self.answers[key] = json.dumps(self.live.request(method, path, **kwargs))
+        return json.loads(self.answers[key])
+
+
+_PERF = """() => {
+  const nav = performance.getEntriesByType('navigation')[0];
+  const paint = performance.getEntriesByType('paint').find(p => p.name === 'first-contentful-paint');
+  const resources = performance.getEntriesByType('resource');
+  return {
+    ttfb: nav.responseStart, fcp: paint ? paint.startTime : null, load: nav.loadEventEnd,
+    html: nav.transferSize, resources: resources.map(r => [r.name, r.transferSize, r.startTime]),
+  };
+}"""
+
+
+def _body(n: int) -> dict[str, Any]:
+    return {
+        "name": f"bench-{n}",
+        "priority": ("low", "normal", "high")[n % 3],
+        "gpus": 4,
+        "image": "spotline/train:latest",
+        "command": [sys.executable, "-c", "import time; time.sleep(600)"],
+        "spot": "never",
+        "expected_runtime_s": 600 + n,
+    }
+
+
+def _measure(browser: Any, endpoint: Endpoint, runs: int) -> list[dict[str, Any]]:
+    """Load the queue page `runs` times, each in a fresh context; the browser's timings."""
+    board = Dashboard({TEAM: endpoint}, refresh_s=3600)  # no refresh during a run
+    server = board.serve("127.0.0.1", 0)
+    server.start()
+    base = f"http://127.0.0.1:{server.server_address[1]}"
+    rows: list[dict[str, Any]] = []
+    try:
+        for _ in range(runs):
+            context = browser.new_context(viewport={"width": 1280, "height": 900})
+            context.add_cookies([{"name": "spotline_dashboard", "value": board.token, "url": base}])
+            page = context.new_page()
+            page.goto(f"{base}/t/{TEAM}/queue", wait_until="load", timeout=600_000)
+            pending = page.locator("#queue tbody tr").count()
+            page.wait_for_timeout(1000)
+            perf = page.evaluate(_PERF)
+            later = [r for r in perf["resources"] if "/explain" in r[0]]
+            by_load = [r for r in perf["resources"] if "/explain" not in r[0] and r[2] <= perf["load"]]
+            rows.append(
+                {
+                    "pending": pending,
+                    "ttfb_ms": perf["ttfb"],
+                    "fcp_ms": perf["fcp"],
+                    "load_ms": perf["load"],
+                    "html_kb": perf["html"] / 1024,
+                    "weight_kb": (perf["html"] + sum(r[1] for r in by_load)) / 1024,
+                    "explain_kb": sum(r[1] for r in later) / 1024,
+                    "explains": len(later),
+                }
+            )
+            context.close()
+    finally:
+        server.shutdown()
+    return rows
+
+
+def _report(mode: str, rows: list[dict[str, Any]], runs: int) -> None:
+    def median(key: str) -> float:
+        return statistics.median(float(r[key]) for r in rows)
+
+    print(f"queue page, {rows[0]['pending']} pending jobs, {mode}, {runs} runs (median):")
+    print(f"  time to first byte        {median('ttfb_ms'):8.0f} ms")
+    print(f"  first contentful paint    {median('fcp_ms'):8.0f} ms")
+    print(f"  load event                {median('load_ms'):8.0f} ms")
+    print(f"  HTML transferred          {median('html_kb'):8.1f} KiB")
+    print(f"  page weight at load       {median('weight_kb'):8.1f} KiB (HTML, CSS, script)")
+    print(
+        f"  explanations in view      {median('explain_kb'):8.1f} KiB"
+        f" ({median('explains'):.0f} requests, by a second after load)"
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--jobs", type=int, default=1000)
+    parser.add_argument("--runs", type=int, default=5)
+    args = parser.parse_args(argv)
+    if args.jobs < 1 or args.runs < 1:
+        parser.error("--jobs and --runs must be at least 1")
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    if chromium is None:
+        raise SystemExit("no system chromium: apt-get install chromium")
+    from playwright.sync_api import sync_playwright
+
+    results: dict[str, list[dict[str, Any]]] = {}
+    with tempfile.TemporaryDirectory() as state:
+        plane = LocalControlPlane(LocalConfig(state_dir=Path(state)))
+        info = plane.start()
+        try:
+            headers = info["teams"][TEAM]["headers"]
+            api = httpx.Client(base_url=info["api_url"], timeout=60)
+            began = time.perf_counter()
+            with ThreadPoolExecutor(max_workers=4) as pool:
+                codes = list(
+                    pool.map(
+                        lambda n: api.post("/jobs", json=_body(n), headers=headers).status_code,
+                        range(args.jobs + 1),
+                    )
+                )
+            assert all(c == 201 for c in codes), sorted(set(codes))
+            print(f"submitted {len(codes)} jobs in {time.perf_counter() - began:.0f} s")
+            endpoint = Endpoint(base_url=info["api_url"], kind=LOCAL, team=TEAM, headers=headers)
+            with sync_playwright() as driver:
+                browser = driver.chromium.launch(executable_path=chromium, args=["--no-sandbox"])
+                results["live API"] = _measure(browser, endpoint, args.runs)
+                cached = Cached(endpoint)
+                _measure(browser, cached, 1)  # fills the cache
+                results["API answers cached"] = _measure(browser, cached, args.runs)
+                browser.close()
+        finally:
+            plane.stop()
+
+    for mode, rows in results.items():
+        _report(mode, rows, args.runs)
+
+
+if __name__ == "__main__":
+    main()

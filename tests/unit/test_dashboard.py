@@ -1,0 +1,273 @@
+"""`spotline dashboard` without a browser or a control plane: its server in front of a fake API
+(the session token, the Host check, CSRF, an API refusal shown as is), the views' data, the
+charts, and the command's refusal of a non-local --host without --allow-remote."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+from typer.testing import CliRunner
+
+from spotline.cli import app
+from spotline.cli.dashboard import data, svg
+from spotline.cli.dashboard.server import COOKIE, Dashboard
+from spotline.cli.http import ClientError, Endpoint
+
+NOW = time.time()
+
+
+def job(job_id: str, priority: str, effective: float, state: str = "PENDING", **more: Any) -> dict[str, Any]:
+    return {
+        "id": job_id,
+        "name": f"name-{job_id}",
+        "team": "vision",
+        "state": state,
+        "state_reason": "submitted",
+        "priority": priority,
+        "effective_priority": effective,
+        "gpus": 4,
+        "nodes": 1,
+        "wait_reason": f"waiting: {job_id} needs 4 GPUs",
+        "waited_s": 30.0,
+        "enqueued_at": NOW - 30,
+        "started_at": None,
+        "finished_at": None,
+        "runtime_s": 0.0,
+        "deadline": None,
+        "last_checkpoint": None,
+        "pool": None,
+        "progress": None,
+        "step": None,
+        "preemptions": 0,
+        "interruptions": 0,
+        "lost_work_s": 0.0,
+        **more,
+    }
+
+
+class FakeApi(Endpoint):
+    """The API's answers for one team; records the requests it gets."""
+
+    def __init__(self, jobs: list[dict[str, Any]]) -> None:
+        super().__init__(base_url="http://fake", kind="local", team="vision")
+        self.jobs = {j["id"]: j for j in jobs}
+        self.sent: list[tuple[str, str, Any]] = []
+
+    def request(
+        self, method: str, path: str, *, params: Any = None, body: Any = None, headers: Any = None
+    ) -> Any:
+        self.sent.append((method, path, body))
+        parts = path.strip("/").split("/")
+        if path == "/jobs":
+            state = (params or {}).get("state")
+            return {
+                "jobs": [j for j in self.jobs.values() if state in (None, j["state"])],
+                "next_token": None,
+            }
+        if path == "/usage":
+            return {"team": "vision", "gpu_hours": 2.0, "dollars": 4.0, "budget": {"budget_usd": 100.0}}
+        found = self.jobs.get(parts[1])
+        if found is None:
+            raise ClientError("refused (404): no such job", status=404)
+        if method == "DELETE":
+            if found["state"] == "SUCCEEDED":
+                raise ClientError("refused (409): the job already finished", status=409)
+            found["state"] = "CANCELLED"
+            return found
+        if len(parts) == 3 and parts[2] == "explain":
+            return {
+                "summary": "waiting",
+                "position": {"overall": 1, "queued": 2, "class": "high", "in_class": 1, "class_size": 1},
+            }
+        if len(parts) == 3 and parts[2] == "events":
+            return {"events": [{"t": NOW - 30, "from": "-", "to": "PENDING", "reason": "submitted"}]}
+        if len(parts) == 3 and parts[2] == "logs":
+            return {"lines": [{"message": "step 1"}], "run": None, "runs": []}
+        return found
+
+
+@pytest.fixture
+def served() -> Iterator[tuple[Dashboard, FakeApi, str]]:
+    api = FakeApi(
+        [
+            job("job-low", "low", 10.0),
+            job("job-high", "high", 2000.0),
+            job("job-done", "low", 0.0, "SUCCEEDED"),
+        ]
+    )
+    board = Dashboard({"vision": api})
+    server = board.serve("127.0.0.1", 0)
+    server.start()
+    try:
+        yield board, api, f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+
+
+def test_without_the_token_every_request_is_refused(served: tuple[Dashboard, FakeApi, str]) -> None:
+    _, api, base = served
+    for path in ("/", "/t/vision/queue", "/static/dashboard.js", "/?token=nope"):
+        assert httpx.get(base + path).status_code == 403, path
+    assert httpx.get(base + "/t/vision/queue", cookies={COOKIE: "nope"}).status_code == 403
+    assert not api.sent  # nothing reached the API
+
+
+def test_the_token_url_sets_the_cookie_and_leaves_the_address_bar(
+    served: tuple[Dashboard, FakeApi, str],
+) -> None:
+    board, _, base = served
+    first = httpx.get(f"{base}/?token={board.token}")
+    assert first.status_code == 303 and first.headers["location"] == "/"
+    assert "HttpOnly" in first.headers["set-cookie"] and "SameSite=Strict" in first.headers["set-cookie"]
+    with httpx.Client(base_url=base, cookies=first.cookies, follow_redirects=True) as client:
+        page = client.get("/")
+        assert page.status_code == 200 and page.url.path == "/t/vision/queue"
+        assert board.token not in page.text  # the token never goes into a page
+        assert page.text.index("job-high") < page.text.index("job-low")  # by effective priority
+        assert "job-done" not in page.text
+        fragment = client.get("/t/vision/queue?fragment=1").text
+        assert "<html" not in fragment and "job-high" in fragment
+
+
+def test_a_foreign_host_header_is_refused(served: tuple[Dashboard, FakeApi, str]) -> None:
+    board, _, base = served
+    answer = httpx.get(
+        base + "/t/vision/queue", cookies={COOKIE: board.token}, headers={"Host": "evil.example:80"}
+    )
+    assert answer.status_code == 403
+
+
+def test_actions_need_the_csrf_token_and_show_the_apis_refusal(
+    served: tuple[Dashboard, FakeApi, str],
+) -> None:
+    board, api, base = served
+    cookies = {COOKIE: board.token}
+    refused = httpx.post(f"{base}/t/vision/jobs/job-low/cancel", cookies=cookies, data={"csrf": "wrong"})
+    assert refused.status_code == 403 and api.jobs["job-low"]["state"] == "PENDING"
+    other_origin = httpx.post(
+        f"{base}/t/vision/jobs/job-low/cancel",
+        cookies=cookies,
+        data={"csrf": board.csrf},
+        headers={"Origin": "http://evil.example"},
+    )
+    assert other_origin.status_code == 403 and api.jobs["job-low"]["state"] == "PENDING"
+    done = httpx.post(f"{base}/t/vision/jobs/job-low/cancel", cookies=cookies, data={"csrf": board.csrf})
+    assert done.status_code == 200 and done.json()["state"] == "CANCELLED"
+    assert ("DELETE", "/jobs/job-low", None) in api.sent
+    conflict = httpx.post(f"{base}/t/vision/jobs/job-done/cancel", cookies=cookies, data={"csrf": board.csrf})
+    assert conflict.status_code == 409 and "already finished" in conflict.json()["message"]
+    bad = httpx.post(
+        f"{base}/t/vision/jobs/job-high/deadline",
+        cookies=cookies,
+        data={"csrf": board.csrf, "deadline": "soon"},
+    )
+    assert bad.status_code == 422 and "deadline" in bad.json()["message"]
+    patched = httpx.post(
+        f"{base}/t/vision/jobs/job-high/priority",
+        cookies=cookies,
+        data={"csrf": board.csrf, "priority": "low"},
+    )
+    assert patched.status_code == 200 and ("PATCH", "/jobs/job-high", {"priority": "low"}) in api.sent
+
+
+def test_an_unknown_team_is_not_found(served: tuple[Dashboard, FakeApi, str]) -> None:
+    board, _, base = served
+    assert httpx.get(base + "/t/nlp/queue", cookies={COOKIE: board.token}).status_code == 404
+
+
+def test_the_job_page_without_cost_fields_says_so(served: tuple[Dashboard, FakeApi, str]) -> None:
+    board, api, base = served
+    page = httpx.get(base + "/t/vision/jobs/job-high", cookies={COOKIE: board.token})
+    assert page.status_code == 200 and "not reported by this API" in page.text
+    api.jobs["job-high"]["cost"] = {"dollars": 1.5, "spot_gpu_hours": 1.0, "on_demand_gpu_hours": 0.5}
+    page = httpx.get(base + "/t/vision/jobs/job-high", cookies={COOKIE: board.token})
+    assert "$1.50" in page.text
+
+
+def test_a_remote_host_needs_allow_remote() -> None:
+    result = CliRunner().invoke(app, ["dashboard", "--host", "0.0.0.0", "--endpoint", "local"])
+    assert result.exit_code == 2 and "--allow-remote" in result.output
+
+
+def test_timeline_marks_preemptions_requeues_and_the_deadline() -> None:
+    events = [
+        {"t": 0.0, "from": "-", "to": "PENDING", "reason": "submitted"},
+        {"t": 5.0, "from": "PENDING", "to": "ADMITTED", "reason": "admitted"},
+        {"t": 6.0, "from": "ADMITTED", "to": "RUNNING", "reason": "running"},
+        {"t": 20.0, "from": "RUNNING", "to": "CHECKPOINTING", "reason": "preempted for job-x (critical)"},
+        {"t": 22.0, "from": "CHECKPOINTING", "to": "PREEMPTED", "reason": "preempted for job-x"},
+        {"t": 22.5, "from": "PREEMPTED", "to": "PENDING", "reason": "requeued"},
+    ]
+    chart = str(svg.timeline(events, 40.0, deadline=60.0, checkpoints=[(15.0, 7)]))
+    assert chart.count('data-kind="preemption"') == 2 and chart.count('data-kind="requeue"') == 1
+    assert 'data-kind="deadline"' in chart and "checkpoint at step 7" in chart
+    assert (
+        svg.kind_of({"from": "RUNNING", "to": "INTERRUPTED", "reason": "Spot interruption warning"})
+        == "spot-warning"
+    )
+
+
+def test_the_forecast_runs_the_months_pace_to_its_end() -> None:
+    start, end, month = data.month_bounds(0.0)
+    assert month == "1970-01" and end - start == 31 * 86400
+    halfway = start + (end - start) / 2
+    assert data.forecast({"dollars": 10.0}, start, end, halfway)["usd"] == pytest.approx(20.0)
+    assert data.forecast({"forecast_usd": 7.0}, start, end, halfway)["usd"] == 7.0
+
+
+def test_usage_series_is_cumulative_and_ends_at_the_ledgers_total() -> None:
+    jobs = [job("a", "low", 0.0, "SUCCEEDED", started_at=100.0, finished_at=3700.0, runtime_s=3600.0)]
+    series = data.usage_series(jobs, 0.0, 7200.0)
+    assert series[-1][1] == pytest.approx(4.0)  # 4 GPUs for an hour
+    assert [v for _, v in series] == sorted(v for _, v in series)
+    assert data.scaled(series, 2.0)[-1][1] == pytest.approx(2.0)
+
+
+def test_against_a_url_each_request_is_signed_with_sigv4(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Any
+) -> None:
+    """The AWS path: the endpoint comes from the CLI's `resolve`, so every request carries a SigV4
+    Authorization header, and the team is the one the API names for the caller."""
+    import json
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from spotline.cli.dashboard import endpoints
+
+    seen: list[tuple[str, str]] = []
+
+    class Api(BaseHTTPRequestHandler):
+        def log_message(self, *args: Any) -> None:
+            return
+
+        def do_GET(self) -> None:
+            seen.append((self.path, self.headers.get("Authorization", "")))
+            body = (
+                {"team": "vision"} if self.path.startswith("/usage") else {"jobs": [job("job-a", "low", 1.0)]}
+            )
+            payload = json.dumps(body).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(payload)))
+            self.end_headers()
+            self.wfile.write(payload)
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Api)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIDEXAMPLE")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "secret")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "eu-west-1")
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))
+    monkeypatch.setenv("SPOTLINE_STATE_DIR", str(tmp_path / "none"))
+    try:
+        found = endpoints(f"http://127.0.0.1:{server.server_address[1]}", [], False, [])
+        assert list(found) == ["vision"] and found["vision"].kind == "aws"
+        assert [j["id"] for j in data.queue(found["vision"])] == ["job-a"]
+    finally:
+        server.shutdown()
+    assert seen and all(auth.startswith("AWS4-HMAC-SHA256 Credential=AKIDEXAMPLE/") for _, auth in seen)
+    assert all("/eu-west-1/execute-api/" in auth for _, auth in seen)
