@@ -64,6 +64,9 @@ class Why(StrEnum):
     OUTAGE_TOO_LONG = "outage-too-long"
     BEHIND_LINE = "behind-line"
     INFEASIBLE = "infeasible"
+    PLAN_SPOT = "plan-spot"
+    PLAN_WAIT = "plan-wait"
+    PLAN_ON_DEMAND = "plan-on-demand"
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,6 +120,8 @@ class GuardSettings:
     reserve_changeovers: float = 1.0  # slack kept back from the wait budget, in changeovers
     min_history_h: float = 24.0  # less pool history than this: Uniform Progress's line
     min_availability: float = 0.05  # floor of the history's availability when sizing the horizon
+    # the plan's model (spotline.domain.deadline_plan): run lengths it tells apart; None: no plan
+    plan_longest_h: float | None = 12.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,6 +159,9 @@ class GuardDecision:
             Why.OUTAGE_TOO_LONG: "On-Demand: Spot has been missing longer than the slack affords",
             Why.BEHIND_LINE: "On-Demand: behind its line with little pool history",
             Why.INFEASIBLE: "On-Demand: the deadline can no longer be met, finishing as early as possible",
+            Why.PLAN_SPOT: "Spot: the cheapest expected schedule under the pool's history",
+            Why.PLAN_WAIT: "waits for Spot: the cheapest expected schedule under the pool's history",
+            Why.PLAN_ON_DEMAND: "On-Demand: the cheapest expected schedule under the pool's history",
         }
         limit = f", waits at most {self.wait_limit_h:.2f} h" if self.wait_limit_h is not None else ""
         return f"{reasons[self.why]} (slack {self.slack_h:.2f} h, {ahead}{limit})"

@@ -34,8 +34,8 @@ from spotline.domain.deadline import (
     GuardState,
     Placement,
     SpotHistory,
-    decide,
 )
+from spotline.domain.deadline_plan import DeadlinePlan, SpotChain, decide_planned
 from spotline.sim.availability import AvailabilityTrace
 
 POLICIES = ("spotline", "greedy", "uniform-progress", "omniscient", "on-demand")
@@ -244,12 +244,19 @@ def on_demand(setup: JobSetup) -> Policy:
 
 
 def spotline(
-    trace: AvailabilityTrace, setup: JobSetup, start_tick: int, settings: GuardSettings | None = None
+    trace: AvailabilityTrace,
+    setup: JobSetup,
+    start_tick: int,
+    settings: GuardSettings | None = None,
+    plans: dict[int, DeadlinePlan | None] | None = None,
 ) -> Policy:
     """The deadline guard, told only the pool's past and whether Spot is there now.
 
     Its history is the week of the trace before the start, then each step's observation once it is
-    made (whether a Spot launch succeeds now); never a later step.
+    made (whether a Spot launch succeeds now); never a later step. Its plan
+    (`spotline.domain.deadline_plan`) is fitted to the week before the start's day (the pool's
+    model is refitted once a day, at the trace's midnights) and shared by the starts of that day
+    through `plans`, keyed by the refit's tick.
     """
     guard = settings or GuardSettings(changeover_h=setup.changeover_h, price_ratio=setup.price_ratio)
     gap = trace.gap_hours
@@ -257,6 +264,7 @@ def spotline(
     tracker = HistoryTracker(gap)
     for n in trace.counts[max(0, start_tick - window) : start_tick]:
         tracker.observe(n > 0)
+    plan = day_plan(trace, setup, start_tick, guard, {} if plans is None else plans)
 
     def policy(step: Step) -> Placement:
         tracker.observe(step.spot_available)
@@ -271,9 +279,39 @@ def spotline(
             outage_h=tracker.outage_h,
             step_h=step.step_h,
         )
-        return decide(state, tracker.history(), guard).placement
+        return decide_planned(state, tracker.history(), guard, plan, tracker.run).placement
 
     return policy
+
+
+def day_plan(
+    trace: AvailabilityTrace,
+    setup: JobSetup,
+    start_tick: int,
+    guard: GuardSettings,
+    plans: dict[int, DeadlinePlan | None],
+) -> DeadlinePlan | None:
+    """The plan for a job starting at `start_tick`: fitted to the week before that day's first
+    tick (None with less than `min_history_h` of it, or when the plan's grid is too large)."""
+    gap = trace.gap_hours
+    day = max(1, round(24.0 / gap))
+    refit = (start_tick // day) * day
+    if refit not in plans:
+        seen = [n > 0 for n in trace.counts[max(0, refit - int(HISTORY_WINDOW_H / gap)) : refit]]
+        plan: DeadlinePlan | None = None
+        if guard.plan_longest_h is not None and len(seen) * gap >= guard.min_history_h:
+            try:
+                plan = DeadlinePlan.solve(
+                    SpotChain.fit(seen, gap, guard.plan_longest_h),
+                    setup.job_h,
+                    setup.deadline_h,
+                    setup.changeover_h,
+                    setup.price_ratio,
+                )
+            except ValueError:
+                plan = None  # too fine a grid for this job: the guard's own rules
+        plans[refit] = plan
+    return plans[refit]
 
 
 class HistoryTracker:
@@ -286,11 +324,15 @@ class HistoryTracker:
         self.available = 0
         self.outages: list[float] = []
         self.missing = 0  # consecutive observations without capacity, up to now
+        self.run = 0  # consecutive observations alike (with or without capacity), up to now
+        self._last: bool | None = None
         self.seen_capacity = False
         self._summary: SpotHistory | None = None
 
     def observe(self, up: bool) -> None:
         self.observed += 1
+        self.run = self.run + 1 if up == self._last else 1
+        self._last = up
         if up:
             self.available += 1
             if self.missing and self.seen_capacity:
@@ -481,6 +523,7 @@ def simulate_deadline(
     if policy == "omniscient":
         return omniscient(trace, setup, starts)
     outcomes = []
+    plans: dict[int, DeadlinePlan | None] = {}  # the spotline policy's daily plans, by refit tick
     for start, tick in zip(starts, ticks, strict=True):
         chosen: Policy
         if policy == "greedy":
@@ -490,6 +533,6 @@ def simulate_deadline(
         elif policy == "on-demand":
             chosen = on_demand(setup)
         else:
-            chosen = spotline(trace, setup, tick, settings)
+            chosen = spotline(trace, setup, tick, settings, plans)
         outcomes.append(run(trace, setup, start, chosen, policy))
     return outcomes
