@@ -373,3 +373,37 @@ def stays_on_demand(
     if decision.placement is Placement.SPOT:
         return None
     return f"deadline guard: {decision.describe()}"
+
+
+def spot_unsafe(
+    job: Job,
+    now: float,
+    *,
+    on_spot: bool,
+    changeover_h: float = DEFAULT_CHANGEOVER_H,
+    step_h: float = DEFAULT_STEP_H,
+) -> str | None:
+    """Why a deadline job may not start (or stay) on Spot now: the guard's safety net, when a Spot
+    loss after the next look would leave no time for an On-Demand restart before the deadline.
+    None otherwise, and for a job without a deadline or declared runtime, or whose deadline no
+    longer fits even On-Demand (the older rules decide those)."""
+    deadline = job.spec.deadline_at
+    expected = job.spec.expected_runtime_s
+    if deadline is None or expected is None:
+        return None
+    done_s = job.elapsed_s(now) if job.progress is None else job.progress * expected
+    decision = guard_job(
+        job_h=expected / 3600.0,
+        submitted_at=job.submitted_at,
+        deadline_at=deadline,
+        now=now,
+        done_s=done_s,
+        placement=Placement.SPOT if on_spot else Placement.NONE,
+        spot_available=True,
+        history=SpotHistory(),
+        settings=GuardSettings(changeover_h=changeover_h),
+        step_h=step_h,
+    )
+    if decision.why is Why.SAFETY_NET:
+        return f"deadline guard: {decision.describe()}"
+    return None
