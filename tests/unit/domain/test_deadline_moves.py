@@ -4,8 +4,8 @@ leave time for an On-Demand restart (`deadline.spot_unsafe`, `moves.moves_to_on_
 
 from __future__ import annotations
 
-from spotline.domain.planner import MOVE_TO, Move
 from spotline.domain.placement import spot_refusal
+from spotline.domain.planner import MOVE_TO, Move
 
 from .builders import HOUR, NOW, cluster, config, job, pool, run_plan, summary
 
