@@ -41,6 +41,7 @@ from spotline.sim.availability import AvailabilityTrace
 POLICIES = ("spotline", "greedy", "uniform-progress", "omniscient", "on-demand")
 EPS = 1e-9
 HISTORY_WINDOW_H = 7 * 24.0  # the pool history the guard is given: the week before now
+REFIT_H = 3 * 24.0  # how often the guard's plan refits its model of the pool (at multiples of this)
 MAX_DP_CELLS = 40_000_000  # ticks * progress units * states; beyond this the DP is refused
 
 
@@ -254,9 +255,9 @@ def spotline(
 
     Its history is the week of the trace before the start, then each step's observation once it is
     made (whether a Spot launch succeeds now); never a later step. Its plan
-    (`spotline.domain.deadline_plan`) is fitted to the week before the start's day (the pool's
-    model is refitted once a day, at the trace's midnights) and shared by the starts of that day
-    through `plans`, keyed by the refit's tick.
+    (`spotline.domain.deadline_plan`) is fitted to the week before the last refit (the pool's
+    model is refitted every `REFIT_H`) and shared by the starts until the next one through
+    `plans`, keyed by the refit's tick.
     """
     guard = settings or GuardSettings(changeover_h=setup.changeover_h, price_ratio=setup.price_ratio)
     gap = trace.gap_hours
@@ -291,11 +292,12 @@ def day_plan(
     guard: GuardSettings,
     plans: dict[int, DeadlinePlan | None],
 ) -> DeadlinePlan | None:
-    """The plan for a job starting at `start_tick`: fitted to the week before that day's first
-    tick (None with less than `min_history_h` of it, or when the plan's grid is too large)."""
+    """The plan for a job starting at `start_tick`: fitted to the week before the last refit
+    (every `REFIT_H` from the trace's start); None with less than `min_history_h` of history, or
+    when the plan's grid is too large."""
     gap = trace.gap_hours
-    day = max(1, round(24.0 / gap))
-    refit = (start_tick // day) * day
+    period = max(1, round(REFIT_H / gap))
+    refit = (start_tick // period) * period
     if refit not in plans:
         seen = [n > 0 for n in trace.counts[max(0, refit - int(HISTORY_WINDOW_H / gap)) : refit]]
         plan: DeadlinePlan | None = None
