@@ -14,9 +14,10 @@ Policies (`POLICIES`):
 - `uniform-progress`: the paper's policy (section 5.2) with hysteresis and the safety net.
 - `omniscient`: the exact optimum over the discretised trace (dynamic programming; it knows the
   whole trace).
-- `spotline`: the production deadline guard, `spotline.domain.deadline.decide`, fed only what
-  the control plane could know at that moment: the trace before the start (the pool's history)
-  and, at each step, whether a Spot launch succeeds now (never a later step).
+- `spotline`: the production deadline guard, `spotline.domain.deadline_plan.decide_planned` (the
+  guard's rules with its plan), fed only what the control plane could know at that moment: the
+  trace before the start (the pool's history) and, at each step, whether a Spot launch succeeds
+  now (never a later step).
 """
 
 from __future__ import annotations
