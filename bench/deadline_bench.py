@@ -10,7 +10,10 @@ the paper's settings: C = 48 h, D = 0.2 h, K = 3. It prints
 3. the single-job goal rows of issue 30, each met or not met.
 
 Options: `--starts N` (per trace; the paper uses 300), `--ratios 0.6,0.7,...`, `--traces GLOB`
-(names of shipped traces, fnmatch), `--seed S`, `--json OUT`.
+(names of shipped traces, fnmatch), `--seed S`, `--json OUT`, `--part {all,tune,eval}`: where the
+start hours are drawn: the whole trace (the paper's way), or only windows that lie in its first
+half (`tune`, what the guard was tuned on) or in its second half (`eval`, never tuned on).
+`spotline (no plan)` is the guard with its plan switched off (`GuardSettings.plan_longest_h`).
 """
 
 from __future__ import annotations
@@ -18,37 +21,55 @@ from __future__ import annotations
 import argparse
 import fnmatch
 import json
+import math
 import random
 import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from spotline.domain.deadline import GuardSettings
 from spotline.sim.availability import AvailabilityTrace, load_shipped, shipped_traces
 from spotline.sim.deadline import JobSetup, Outcome, simulate_deadline
 
-PEERS = ("greedy", "uniform-progress", "omniscient", "on-demand", "spotline")
+PEERS = ("greedy", "uniform-progress", "omniscient", "on-demand", "spotline", "spotline (no plan)")
+PARTS = ("all", "tune", "eval")
 PAPER_TABLE_3 = {"greedy": 17.2, "uniform-progress": 22.9, "omniscient": 27.4}
 JOB_H, CHANGEOVER_H, PRICE_RATIO = 48.0, 0.2, 3.0
 DEFAULT_RATIOS = (0.6, 0.65, 0.7, 0.75, 0.8, 0.85, 0.9, 0.95)
 
 
-def start_hours(trace: AvailabilityTrace, deadline_h: float, count: int, seed: int) -> list[float]:
-    """`count` start hours on the trace's grid, uniform over where a whole window fits (seeded)."""
+def start_hours(
+    trace: AvailabilityTrace, deadline_h: float, count: int, seed: int, part: str = "all"
+) -> list[float]:
+    """`count` start hours on the trace's grid, uniform over where a whole window fits (seeded):
+    in the whole trace, or with the window in its first half (`tune`) or second half (`eval`)."""
     rng = random.Random(f"{seed}:{trace.name}")
-    last = int((trace.hours - deadline_h) / trace.gap_hours)
-    return [rng.randrange(0, last + 1) * trace.gap_hours for _ in range(count)]
+    gap = trace.gap_hours
+    half = trace.hours / 2
+    first, last = {
+        "all": (0, int((trace.hours - deadline_h) / gap)),
+        "tune": (0, int((half - deadline_h) / gap)),
+        "eval": (math.ceil(half / gap), int((trace.hours - deadline_h) / gap)),
+    }[part]
+    if last < first:
+        raise ValueError(f"{trace.name}: no {deadline_h:g} h window fits in its {part} part")
+    return [rng.randrange(first, last + 1) * gap for _ in range(count)]
 
 
 def run_ratio(
-    traces: Sequence[AvailabilityTrace], ratio: float, starts: int, seed: int
+    traces: Sequence[AvailabilityTrace], ratio: float, starts: int, seed: int, part: str = "all"
 ) -> dict[str, list[Outcome]]:
     setup = JobSetup(JOB_H, JOB_H / ratio, CHANGEOVER_H, PRICE_RATIO)
+    no_plan = GuardSettings(changeover_h=CHANGEOVER_H, price_ratio=PRICE_RATIO, plan_longest_h=None)
     out: dict[str, list[Outcome]] = {p: [] for p in PEERS}
     for trace in traces:
-        hours = start_hours(trace, setup.deadline_h, starts, seed)
+        hours = start_hours(trace, setup.deadline_h, starts, seed, part)
         for policy in PEERS:
-            out[policy].extend(simulate_deadline(trace, setup, hours, policy))
+            if policy == "spotline (no plan)":
+                out[policy].extend(simulate_deadline(trace, setup, hours, "spotline", no_plan))
+            else:
+                out[policy].extend(simulate_deadline(trace, setup, hours, policy))
     return out
 
 
@@ -113,6 +134,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--traces", default="1-node__*", help="shipped traces (fnmatch on the names)")
     parser.add_argument("--seed", type=int, default=30)
     parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument("--part", choices=PARTS, default="all", help="where the start hours lie")
     args = parser.parse_args(argv)
     try:
         ratios = [float(r) for r in args.ratios.split(",") if r.strip()]
@@ -129,10 +151,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     began = time.monotonic()
     sweep: dict[float, dict[str, dict[str, float]]] = {}
     for ratio in ratios:
-        sweep[ratio] = summarise(run_ratio(traces, ratio, args.starts, args.seed))
+        sweep[ratio] = summarise(run_ratio(traces, ratio, args.starts, args.seed, args.part))
         print(f"  C/R {ratio:g} done ({time.monotonic() - began:.0f} s)", file=sys.stderr, flush=True)
     print(
-        f"Single job under a deadline: {len(traces)} traces x {args.starts} starts (seed {args.seed}),"
+        f"Single job under a deadline: {len(traces)} traces x {args.starts} starts (seed {args.seed},"
+        f" part {args.part}),"
         f" C = {JOB_H:g} h, D = {CHANGEOVER_H:g} h, K = {PRICE_RATIO:g}"
     )
     if 0.8 in sweep:
@@ -158,6 +181,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 {
                     "starts_per_trace": args.starts,
                     "seed": args.seed,
+                    "part": args.part,
                     "traces": names,
                     "sweep": {f"{r:g}": s for r, s in sweep.items()},
                 },

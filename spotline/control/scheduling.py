@@ -490,12 +490,13 @@ def preempt(
 
 
 def move(cp: ControlPlane, record: JobRecord, decision: Move, *, now: float) -> bool:
-    """Start the checkpoint-then-preempt workflow for a job that moves from On-Demand to Spot:
-    it checkpoints, stops, and is requeued; the next pass admits it where it fits first (Spot
-    first). False when the job is no longer running as the pass saw it."""
+    """Start the checkpoint-then-preempt workflow for a job that moves from On-Demand to Spot (or,
+    sent by the deadline guard, from Spot to On-Demand): it checkpoints, stops, and is requeued;
+    the next pass admits it where it fits first (Spot first, unless the guard refuses it Spot).
+    False when the job is no longer running as the pass saw it."""
     if record.state is not JobState.RUNNING or record.job.version != decision.job.version:
         return False
-    reason = f"moving to Spot: {decision.reason}"
+    reason = f"moving to {'Spot' if decision.to_spot else 'On-Demand'}: {decision.reason}"
     try:
         start_disruption(
             cp,

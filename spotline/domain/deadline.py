@@ -64,6 +64,9 @@ class Why(StrEnum):
     OUTAGE_TOO_LONG = "outage-too-long"
     BEHIND_LINE = "behind-line"
     INFEASIBLE = "infeasible"
+    PLAN_SPOT = "plan-spot"
+    PLAN_WAIT = "plan-wait"
+    PLAN_ON_DEMAND = "plan-on-demand"
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,6 +120,8 @@ class GuardSettings:
     reserve_changeovers: float = 1.0  # slack kept back from the wait budget, in changeovers
     min_history_h: float = 24.0  # less pool history than this: Uniform Progress's line
     min_availability: float = 0.05  # floor of the history's availability when sizing the horizon
+    # the plan's model (spotline.domain.deadline_plan): run lengths it tells apart; None: no plan
+    plan_longest_h: float | None = 12.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,6 +159,9 @@ class GuardDecision:
             Why.OUTAGE_TOO_LONG: "On-Demand: Spot has been missing longer than the slack affords",
             Why.BEHIND_LINE: "On-Demand: behind its line with little pool history",
             Why.INFEASIBLE: "On-Demand: the deadline can no longer be met, finishing as early as possible",
+            Why.PLAN_SPOT: "Spot: the cheapest expected schedule under the pool's history",
+            Why.PLAN_WAIT: "waits for Spot: the cheapest expected schedule under the pool's history",
+            Why.PLAN_ON_DEMAND: "On-Demand: the cheapest expected schedule under the pool's history",
         }
         limit = f", waits at most {self.wait_limit_h:.2f} h" if self.wait_limit_h is not None else ""
         return f"{reasons[self.why]} (slack {self.slack_h:.2f} h, {ahead}{limit})"
@@ -365,3 +373,37 @@ def stays_on_demand(
     if decision.placement is Placement.SPOT:
         return None
     return f"deadline guard: {decision.describe()}"
+
+
+def spot_unsafe(
+    job: Job,
+    now: float,
+    *,
+    on_spot: bool,
+    changeover_h: float = DEFAULT_CHANGEOVER_H,
+    step_h: float = DEFAULT_STEP_H,
+) -> str | None:
+    """Why a deadline job may not start (or stay) on Spot now: the guard's safety net, when a Spot
+    loss after the next look would leave no time for an On-Demand restart before the deadline.
+    None otherwise, and for a job without a deadline or declared runtime, or whose deadline no
+    longer fits even On-Demand (the older rules decide those)."""
+    deadline = job.spec.deadline_at
+    expected = job.spec.expected_runtime_s
+    if deadline is None or expected is None:
+        return None
+    done_s = job.elapsed_s(now) if job.progress is None else job.progress * expected
+    decision = guard_job(
+        job_h=expected / 3600.0,
+        submitted_at=job.submitted_at,
+        deadline_at=deadline,
+        now=now,
+        done_s=done_s,
+        placement=Placement.SPOT if on_spot else Placement.NONE,
+        spot_available=True,
+        history=SpotHistory(),
+        settings=GuardSettings(changeover_h=changeover_h),
+        step_h=step_h,
+    )
+    if decision.why is Why.SAFETY_NET:
+        return f"deadline guard: {decision.describe()}"
+    return None

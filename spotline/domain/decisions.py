@@ -144,7 +144,8 @@ class Wait:
 @dataclass(slots=True)
 class Move:
     """Checkpoint `job`, running On-Demand in `source`, and requeue it, to resume in Spot `pool`,
-    which has room for it now (`SchedulerConfig.move_to_spot_min_remaining_s`). Acted on as a
+    which has room for it now (`SchedulerConfig.move_to_spot_min_remaining_s`); or, with
+    `to_spot=False`, a deadline job on Spot to resume On-Demand in `pool` (the deadline guard). Acted on as a
     preemption with no preemptor: the job keeps its place and priority, and the next pass admits
     it where it fits first, Spot before On-Demand."""
 
@@ -153,6 +154,8 @@ class Move:
     pool: str
     effective_priority: float
     reason: str
+    # False: a deadline job leaving Spot for On-Demand (`moves.moves_to_on_demand`)
+    to_spot: bool = True
     action: str = "move"
 
     @property

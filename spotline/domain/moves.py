@@ -1,12 +1,14 @@
-"""Moves to Spot: On-Demand jobs that a pass checkpoints and requeues to resume in Spot room
-left after its other decisions (`SchedulerConfig.move_to_spot_min_remaining_s`)."""
+"""Moves between Spot and On-Demand, each a checkpoint-then-requeue that a pass decides after its
+other decisions: On-Demand jobs to Spot room left (`SchedulerConfig.move_to_spot_min_remaining_s`),
+and deadline jobs on Spot to On-Demand room when the deadline guard's safety net says a Spot loss
+could no longer be absorbed (`moves_to_on_demand`)."""
 
 from __future__ import annotations
 
 from spotline.domain.config import SchedulerConfig
-from spotline.domain.deadline import stays_on_demand
+from spotline.domain.deadline import spot_unsafe, stays_on_demand
 from spotline.domain.decisions import Move
-from spotline.domain.models import Allocation, ClusterSnapshot, JobState, Pool
+from spotline.domain.models import Allocation, ClusterSnapshot, JobState, Pool, SpotPreference
 from spotline.domain.placement import preference, spot_refusal
 from spotline.domain.preemption import estimated_remaining_s, shielded
 from spotline.domain.priority import PriorityScorer
@@ -98,3 +100,54 @@ def _first_room(
         )
         return Move(job, allocation.pool, pool.name, score(job), reason)
     return None
+
+
+def moves_to_on_demand(
+    snapshot: ClusterSnapshot,
+    running: RunningIndex,
+    ledger: Ledger,
+    taken: set[str],
+    score: PriorityScorer,
+    now: float,
+    budget: int,
+) -> list[Move]:
+    """The deadline jobs running on Spot that the deadline guard sends to On-Demand now
+    (`deadline.spot_unsafe`: a reclaim after the next look would leave no time for an On-Demand
+    restart), soonest deadline first, each to the first On-Demand pool (cheapest) where it fits the
+    GPUs still free; at most `budget` of them. The job checkpoints, leaves Spot and is requeued;
+    Spot placement then refuses it (`placement.spot_refusal`), so it resumes On-Demand."""
+    on_demand = sorted(
+        (p for p in snapshot.pools.values() if not p.is_spot and ledger.free(p.name) > 0), key=preference
+    )
+    if not on_demand or budget <= 0:
+        return []
+    candidates: list[tuple[float, str, Allocation, str]] = []
+    for pool in snapshot.pools.values():
+        if not pool.is_spot:
+            continue
+        for group in running.groups.get(pool.name, {}).values():
+            for allocation in group.values():
+                job = allocation.job
+                if job.state is not JobState.RUNNING or job.id in taken or job.spec.deadline_at is None:
+                    continue
+                if job.spec.spot is SpotPreference.REQUIRED:
+                    continue
+                unsafe = spot_unsafe(job, now, on_spot=True)
+                if unsafe is not None:
+                    candidates.append((job.spec.deadline_at, job.id, allocation, unsafe))
+    candidates.sort(key=lambda c: (c[0], c[1]))
+    free = {p.name: ledger.free(p.name) for p in on_demand}
+    moves: list[Move] = []
+    for _, _, allocation, why in candidates:
+        job = allocation.job
+        for pool in on_demand:
+            demand = pool.demand_gpus(job)
+            if not pool.can_host(job) or demand > free[pool.name]:
+                continue
+            free[pool.name] -= demand
+            reason = f"moving from {allocation.pool} to On-Demand {pool.name} ({demand} GPUs free): {why}"
+            moves.append(Move(job, allocation.pool, pool.name, score(job), reason, to_spot=False))
+            break
+        if len(moves) >= budget:
+            break
+    return moves

@@ -6,6 +6,7 @@ from collections.abc import Iterable
 
 from spotline.domain.checkpoint_cost import interruption_lost_s
 from spotline.domain.config import SchedulerConfig
+from spotline.domain.deadline import spot_unsafe
 from spotline.domain.models import Job, Pool, SpotPreference
 
 
@@ -47,7 +48,9 @@ def spot_refusal(job: Job, pool: Pool, now: float, remaining_s: float, config: S
        (`spot_cost_ratio` >= 1);
     4. a job with a deadline runs on Spot only if its slack (deadline - now - remaining) covers
        `spot_slack_factor` times the expected delay from interruptions; with `spot_cost_aware`,
-       a job whose slack is already negative (On-Demand cannot save its deadline) may use Spot.
+       a job whose slack is already negative (On-Demand cannot save its deadline) may use Spot;
+       and, with a declared runtime, only while the deadline guard's safety net allows it
+       (`deadline.spot_unsafe`).
     """
     spec = job.spec
     if spec.spot is SpotPreference.NEVER:
@@ -69,6 +72,7 @@ def spot_refusal(job: Job, pool: Pool, now: float, remaining_s: float, config: S
         needed = config.spot_slack_factor * expected_interruption_delay_s(job, pool, remaining_s, config)
         if slack < needed and not (config.spot_cost_aware and slack < 0):
             return f"deadline slack {slack:.0f}s below the {needed:.0f}s that Spot interruptions may cost"
+        return spot_unsafe(job, now, on_spot=False)
     return None
 
 

@@ -43,7 +43,7 @@ from spotline.domain.decisions import (
 )
 from spotline.domain.explain import wait_text
 from spotline.domain.models import ClusterSnapshot, Job, Pool, Priority
-from spotline.domain.moves import moves_to_spot
+from spotline.domain.moves import moves_to_on_demand, moves_to_spot
 from spotline.domain.placement import candidate_pools
 from spotline.domain.preemption import Candidate, estimated_remaining_s, select_victims
 from spotline.domain.priority import PriorityScorer, fairshare_factors, wait_s
@@ -115,8 +115,9 @@ def plan_with_stats(
        is spent, or until it has waited `preemption_delay_s` (unless its class is in
        `stop_at_once_for`); preempt the fewest eligible victims in one pool (the pool needing
        the fewest, in preference order); else wait, with the reason.
-    3. Then, with `move_to_spot_min_remaining_s` and budget left, move On-Demand jobs to Spot
-       room left (`moves.moves_to_spot`).
+    3. Then move deadline jobs on Spot whose guard's safety net fires to On-Demand room
+       (`moves.moves_to_on_demand`), and, with `move_to_spot_min_remaining_s` and budget left,
+       On-Demand jobs to Spot room left (`moves.moves_to_spot`).
 
     With `explain=False` the pass stops once no job left in its order can be admitted or preempt
     (`RunningJobs.nothing_left_to_decide`), and gives no `Wait`s: the admissions, preemptions and
@@ -148,10 +149,22 @@ def plan_with_stats(
             decisions.append(decision)
         if not explain:
             _count_decided(classes_left, job.spec.priority)
-    if config.move_to_spot_min_remaining_s > 0 and state.preemptions_left > 0:
+    leaving = moves_to_on_demand(
+        snapshot, indexed, state.ledger, state.taken, score, now, state.preemptions_left
+    )
+    decisions.extend(leaving)
+    state.taken.update(m.job.id for m in leaving)
+    if config.move_to_spot_min_remaining_s > 0 and state.preemptions_left - len(leaving) > 0:
         decisions.extend(
             moves_to_spot(
-                snapshot, indexed, state.ledger, state.taken, score, now, config, state.preemptions_left
+                snapshot,
+                indexed,
+                state.ledger,
+                state.taken,
+                score,
+                now,
+                config,
+                state.preemptions_left - len(leaving),
             )
         )
     return decisions, PlanStats(candidates_examined=len(window), running_considered=len(indexed))

@@ -14,9 +14,10 @@ Policies (`POLICIES`):
 - `uniform-progress`: the paper's policy (section 5.2) with hysteresis and the safety net.
 - `omniscient`: the exact optimum over the discretised trace (dynamic programming; it knows the
   whole trace).
-- `spotline`: the production deadline guard, `spotline.domain.deadline.decide`, fed only what
-  the control plane could know at that moment: the trace before the start (the pool's history)
-  and, at each step, whether a Spot launch succeeds now (never a later step).
+- `spotline`: the production deadline guard, `spotline.domain.deadline_plan.decide_planned` (the
+  guard's rules with its plan), fed only what the control plane could know at that moment: the
+  trace before the start (the pool's history) and, at each step, whether a Spot launch succeeds
+  now (never a later step).
 """
 
 from __future__ import annotations
@@ -34,13 +35,14 @@ from spotline.domain.deadline import (
     GuardState,
     Placement,
     SpotHistory,
-    decide,
 )
+from spotline.domain.deadline_plan import DeadlinePlan, SpotChain, decide_planned
 from spotline.sim.availability import AvailabilityTrace
 
 POLICIES = ("spotline", "greedy", "uniform-progress", "omniscient", "on-demand")
 EPS = 1e-9
 HISTORY_WINDOW_H = 7 * 24.0  # the pool history the guard is given: the week before now
+REFIT_H = 3 * 24.0  # how often the guard's plan refits its model of the pool (at multiples of this)
 MAX_DP_CELLS = 40_000_000  # ticks * progress units * states; beyond this the DP is refused
 
 
@@ -244,12 +246,19 @@ def on_demand(setup: JobSetup) -> Policy:
 
 
 def spotline(
-    trace: AvailabilityTrace, setup: JobSetup, start_tick: int, settings: GuardSettings | None = None
+    trace: AvailabilityTrace,
+    setup: JobSetup,
+    start_tick: int,
+    settings: GuardSettings | None = None,
+    plans: dict[int, DeadlinePlan | None] | None = None,
 ) -> Policy:
     """The deadline guard, told only the pool's past and whether Spot is there now.
 
     Its history is the week of the trace before the start, then each step's observation once it is
-    made (whether a Spot launch succeeds now); never a later step.
+    made (whether a Spot launch succeeds now); never a later step. Its plan
+    (`spotline.domain.deadline_plan`) is fitted to the week before the last refit (the pool's
+    model is refitted every `REFIT_H`) and shared by the starts until the next one through
+    `plans`, keyed by the refit's tick.
     """
     guard = settings or GuardSettings(changeover_h=setup.changeover_h, price_ratio=setup.price_ratio)
     gap = trace.gap_hours
@@ -257,6 +266,7 @@ def spotline(
     tracker = HistoryTracker(gap)
     for n in trace.counts[max(0, start_tick - window) : start_tick]:
         tracker.observe(n > 0)
+    plan = day_plan(trace, setup, start_tick, guard, {} if plans is None else plans)
 
     def policy(step: Step) -> Placement:
         tracker.observe(step.spot_available)
@@ -271,9 +281,40 @@ def spotline(
             outage_h=tracker.outage_h,
             step_h=step.step_h,
         )
-        return decide(state, tracker.history(), guard).placement
+        return decide_planned(state, tracker.history(), guard, plan, tracker.run).placement
 
     return policy
+
+
+def day_plan(
+    trace: AvailabilityTrace,
+    setup: JobSetup,
+    start_tick: int,
+    guard: GuardSettings,
+    plans: dict[int, DeadlinePlan | None],
+) -> DeadlinePlan | None:
+    """The plan for a job starting at `start_tick`: fitted to the week before the last refit
+    (every `REFIT_H` from the trace's start); None with less than `min_history_h` of history, or
+    when the plan's grid is too large."""
+    gap = trace.gap_hours
+    period = max(1, round(REFIT_H / gap))
+    refit = (start_tick // period) * period
+    if refit not in plans:
+        seen = [n > 0 for n in trace.counts[max(0, refit - int(HISTORY_WINDOW_H / gap)) : refit]]
+        plan: DeadlinePlan | None = None
+        if guard.plan_longest_h is not None and len(seen) * gap >= guard.min_history_h:
+            try:
+                plan = DeadlinePlan.solve(
+                    SpotChain.fit(seen, gap, guard.plan_longest_h),
+                    setup.job_h,
+                    setup.deadline_h,
+                    setup.changeover_h,
+                    setup.price_ratio,
+                )
+            except ValueError:
+                plan = None  # too fine a grid for this job: the guard's own rules
+        plans[refit] = plan
+    return plans[refit]
 
 
 class HistoryTracker:
@@ -286,11 +327,15 @@ class HistoryTracker:
         self.available = 0
         self.outages: list[float] = []
         self.missing = 0  # consecutive observations without capacity, up to now
+        self.run = 0  # consecutive observations alike (with or without capacity), up to now
+        self._last: bool | None = None
         self.seen_capacity = False
         self._summary: SpotHistory | None = None
 
     def observe(self, up: bool) -> None:
         self.observed += 1
+        self.run = self.run + 1 if up == self._last else 1
+        self._last = up
         if up:
             self.available += 1
             if self.missing and self.seen_capacity:
@@ -481,6 +526,7 @@ def simulate_deadline(
     if policy == "omniscient":
         return omniscient(trace, setup, starts)
     outcomes = []
+    plans: dict[int, DeadlinePlan | None] = {}  # the spotline policy's daily plans, by refit tick
     for start, tick in zip(starts, ticks, strict=True):
         chosen: Policy
         if policy == "greedy":
@@ -490,6 +536,6 @@ def simulate_deadline(
         elif policy == "on-demand":
             chosen = on_demand(setup)
         else:
-            chosen = spotline(trace, setup, tick, settings)
+            chosen = spotline(trace, setup, tick, settings, plans)
         outcomes.append(run(trace, setup, start, chosen, policy))
     return outcomes

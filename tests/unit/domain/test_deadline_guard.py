@@ -115,7 +115,7 @@ def test_the_guard_meets_every_feasible_deadline_on_any_trace(
     trace = AvailabilityTrace("random", 600, tuple(counts))
     job_h = 20.0
     setup = JobSetup(job_h, job_h / ratio, changeover_steps * 0.1, 3.0)
-    [out] = simulate_deadline(trace, setup, [200 / 6], "spotline")
+    [out] = simulate_deadline(trace, setup, [450 / 6], "spotline")  # after the first refit: planned
     assert out.met_deadline
 
 

@@ -1,0 +1,321 @@
+"""The deadline guard's plan: the cheapest expected schedule under a model of the Spot pool.
+
+The omniscient optimum of "Can't Be Late" knows how long each Spot spell and each outage will last:
+it skips spells too short to pay back a changeover, waits out the short outages and covers the
+long ones On-Demand, and arrives at its deadline with its slack spent. An online guard cannot know
+the future, but it can know the pool's past. This module fits a model of the pool to its history
+(`SpotChain`: the chance that Spot, there or missing for `r` steps, is still so at the next step)
+and solves the job's decision problem under it by backward induction (`DeadlinePlan.solve`): the
+same dynamic programme as the omniscient policy, with the expectation over the model in place of
+the known trace. The plan is a table (steps since the start, where the job runs, how long Spot has
+been there or missing, work left) -> idle, Spot or On-Demand.
+
+The plan never decides alone: the guard's safety net (`spotline.domain.deadline`) runs first and
+keeps every deadline that is still feasible, whatever the model says. The model is fitted once, at
+the job's start, from the history the control plane has seen (never a later step). Pure: numpy
+arithmetic on the arguments, no clock, no randomness.
+"""
+
+from __future__ import annotations
+
+import math
+from bisect import bisect_right
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from spotline.domain.deadline import (
+    GuardDecision,
+    GuardSettings,
+    GuardState,
+    Placement,
+    SpotHistory,
+    Why,
+    decide,
+)
+
+EPS = 1e-9
+DEFAULT_LONGEST_H = 12.0  # run lengths the model tells apart; longer runs share one state
+PRIOR_WEIGHT = 2.0  # pseudo-observations pulling a run length's odds toward its kind's average
+MAX_PLAN_CELLS = 60_000_000  # steps x band x states the solver accepts
+INFEASIBLE = 1e9  # the cost of a missed deadline (finite: the expectations multiply it by odds)
+
+
+def run_edges(step_h: float, longest_h: float) -> tuple[int, ...]:
+    """Where the run-length buckets start, in steps: 1, 2, 3, 4, 6, 8, 12, 16, ... up to `longest_h`."""
+    edges = [1]
+    base = 2
+    while True:
+        for nxt in (base, base + base // 2):
+            if nxt > edges[-1] and nxt * step_h <= longest_h + EPS:
+                edges.append(nxt)
+        if base * step_h > longest_h:
+            break
+        base *= 2
+    return tuple(edges)
+
+
+@dataclass(frozen=True, slots=True)
+class SpotChain:
+    """The pool as a Markov chain over (Spot there or not, how long so), with run lengths in
+    buckets (`edges`, in steps: bucket b holds runs of edges[b] to edges[b+1] - 1 steps, the last
+    one every longer run).
+
+    `up_stay[b]`: the chance that Spot, there for a run in bucket b, is still there at the next
+    step; `down_stay[b]` the same for Spot missing. Fitted with `fit`.
+    """
+
+    step_h: float
+    edges: tuple[int, ...]
+    up_stay: tuple[float, ...]
+    down_stay: tuple[float, ...]
+    observed: int  # observations it was fitted on
+
+    @property
+    def buckets(self) -> int:
+        return len(self.edges)
+
+    @classmethod
+    def fit(
+        cls, observations: Sequence[bool], step_h: float, longest_h: float = DEFAULT_LONGEST_H
+    ) -> SpotChain:
+        """From equally spaced observations (True: Spot there). Each bucket's odds are shrunk
+        toward its kind's average by `PRIOR_WEIGHT` observations, and kept within (0.001, 0.999)."""
+        if step_h <= 0:
+            raise ValueError(f"step_h must be > 0, got {step_h:g}")
+        if longest_h < 0:
+            raise ValueError(f"longest_h must be >= 0, got {longest_h:g}")
+        edges = run_edges(step_h, longest_h)
+        stay = np.zeros((2, len(edges)))
+        total = np.zeros((2, len(edges)))
+        run = 0
+        for i in range(len(observations) - 1):
+            now = observations[i]
+            run = run + 1 if i > 0 and observations[i - 1] == now else 1
+            kind = 0 if now else 1
+            b = bisect_right(edges, run) - 1
+            total[kind, b] += 1
+            if observations[i + 1] == now:
+                stay[kind, b] += 1
+        rows: list[tuple[float, ...]] = []
+        for kind in (0, 1):
+            average = (stay[kind].sum() + 0.5) / (total[kind].sum() + 1.0)
+            odds = (stay[kind] + PRIOR_WEIGHT * average) / (total[kind] + PRIOR_WEIGHT)
+            rows.append(tuple(float(min(0.999, max(0.001, p))) for p in odds))
+        return cls(step_h=step_h, edges=edges, up_stay=rows[0], down_stay=rows[1], observed=len(observations))
+
+    def state(self, spot_available: bool, run_steps: int) -> int:
+        """The chain's state index: Spot there (or missing) for `run_steps` (>= 1) steps."""
+        b = bisect_right(self.edges, max(run_steps, 1)) - 1
+        return b if spot_available else self.buckets + b
+
+    def transitions(self) -> tuple[np.ndarray, np.ndarray]:
+        """(to_up, to_down): the chance of each next state, split by whether Spot is there then.
+        Within a bucket a run moves on to the next bucket with chance 1 / (the bucket's width)."""
+        n = self.buckets
+        to_up = np.zeros((2 * n, 2 * n))
+        to_down = np.zeros((2 * n, 2 * n))
+        for kind, stays, same, other in (
+            (0, self.up_stay, to_up, to_down),
+            (1, self.down_stay, to_down, to_up),
+        ):
+            for b, p in enumerate(stays):
+                here = kind * n + b
+                if b + 1 < n:
+                    onward = 1.0 / (self.edges[b + 1] - self.edges[b])
+                    same[here, kind * n + b + 1] += p * onward
+                    same[here, here] += p * (1.0 - onward)
+                else:
+                    same[here, here] += p
+                other[here, (1 - kind) * n] += 1.0 - p
+        return to_up, to_down
+
+
+@dataclass(frozen=True, slots=True)
+class DeadlinePlan:
+    """The solved plan: `choose` reads the action for a state; None outside what was solved."""
+
+    step_h: float
+    unit_h: float  # progress is counted in these units (gcd of the step and the changeover)
+    job_h: float
+    job_units: int
+    steps: int  # whole steps from the start to the deadline
+    phases: int  # steps a changeover lasts (rounded up)
+    changeover_h: float
+    chain: SpotChain
+    lows: tuple[int, ...]  # per step: the least work left (units) solved
+    actions: tuple[np.ndarray, ...] = field(repr=False)  # per step: int8 [mode state, chain state, work]
+
+    @classmethod
+    def solve(
+        cls, chain: SpotChain, job_h: float, deadline_h: float, changeover_h: float, price_ratio: float
+    ) -> DeadlinePlan:
+        """Backward induction over the job's steps: each state's cheapest expected cost to finish
+        by the deadline (Spot 1 per hour, On-Demand `price_ratio`, each switch into a running state
+        `changeover_h` without progress at the new state's price; a reclaim when the chain says Spot
+        is gone). Raises ValueError when the grid would be too large."""
+        step_s = round(chain.step_h * 3600.0)
+        change_s = round(changeover_h * 3600.0)
+        steps = math.floor(deadline_h / chain.step_h + EPS)
+        n_chain = 2 * chain.buckets
+        finest = math.gcd(step_s, change_s) if change_s else step_s
+        # progress units: the finest grid that fits MAX_PLAN_CELLS (a coarser one rounds the
+        # changeover up to whole units: the plan then counts a changeover a little long)
+        for per_step in sorted({step_s // finest, 12, 10, 6, 5, 4, 3, 2, 1}, reverse=True):
+            if step_s % per_step or per_step > step_s // finest:
+                continue
+            unit_s = step_s // per_step
+            step_u = per_step
+            change_u = math.ceil(change_s / unit_s - 1e-9)
+            job_u = math.ceil(job_h * 3600.0 / unit_s - 1e-9)
+            phases = math.ceil(change_u / step_u) if change_u else 0
+            n_modes = 1 + 2 * (phases + 1)  # 0 idle; 1 + j Spot at phase j; 2 + phases + j On-Demand
+            band = max(0, min(job_u, steps * step_u - job_u)) + 1
+            if steps * band * n_modes * n_chain <= MAX_PLAN_CELLS:
+                break
+        else:
+            raise ValueError("the deadline plan's grid is too large for this job and step")
+        unit_h = unit_s / 3600.0
+        to_up, to_down = chain.transitions()
+        spot_there = np.arange(n_chain) < chain.buckets
+
+        def spot_mode(j: int) -> int:
+            return 1 + j
+
+        def od_mode(j: int) -> int:
+            return 2 + phases + j
+
+        value = np.full((n_modes, n_chain, job_u + 1), INFEASIBLE)
+        value[:, :, 0] = 0.0
+        lows: list[int] = [0] * steps
+        actions: list[np.ndarray] = [np.zeros(0, dtype=np.int8)] * steps
+        for t in range(steps - 1, -1, -1):
+            lo = max(1, job_u - t * step_u)
+            hi = min(job_u, (steps - t) * step_u)
+            new = np.full_like(value, INFEASIBLE)
+            new[:, :, 0] = 0.0
+            lows[t] = lo
+            if hi < lo:
+                actions[t] = np.zeros((n_modes, n_chain, 0), dtype=np.int8)
+                value = new
+                continue
+            work = np.arange(lo, hi + 1)
+
+            def expect(
+                up_mode: int, down_mode: int, shift: int, v: np.ndarray = value, work: np.ndarray = work
+            ) -> np.ndarray:
+                after = np.maximum(work - shift, 0)
+                result: np.ndarray = to_up @ v[up_mode][:, after] + to_down @ v[down_mode][:, after]
+                return result
+
+            q_none = expect(0, 0, 0)
+
+            def run(
+                price: float, j: int, up_mode: int, down_mode: int, work: np.ndarray = work
+            ) -> np.ndarray:
+                over = max(0, change_u - j * step_u)
+                progress = max(0, step_u - over)
+                q = price * chain.step_h + expect(up_mode, down_mode, progress)
+                finish = work + over <= step_u
+                if finish.any():
+                    q[:, finish] = price * (over + work[finish]) * unit_h
+                return q
+
+            q_spot = []
+            q_od = []
+            for j in range(phases + 1):
+                nxt = min(j + 1, phases)
+                spot_q = run(1.0, j, spot_mode(nxt), 0)
+                spot_q[~spot_there, :] = INFEASIBLE
+                q_spot.append(spot_q)
+                q_od.append(run(price_ratio, j, od_mode(nxt), od_mode(nxt)))
+            table = np.zeros((n_modes, n_chain, hi - lo + 1), dtype=np.int8)
+            for mode in range(n_modes):
+                spot_j = mode - 1 if 1 <= mode <= 1 + phases else 0
+                od_j = mode - 2 - phases if mode >= 2 + phases else 0
+                stacked = np.stack((q_none, q_spot[spot_j], q_od[od_j]))
+                pick = np.argmin(stacked, axis=0)
+                table[mode] = pick
+                new[mode][:, lo : hi + 1] = np.take_along_axis(stacked, pick[None], axis=0)[0]
+            actions[t] = table
+            value = new
+        return cls(
+            step_h=chain.step_h,
+            unit_h=unit_h,
+            job_h=job_h,
+            job_units=job_u,
+            steps=steps,
+            phases=phases,
+            changeover_h=changeover_h,
+            chain=chain,
+            lows=tuple(lows),
+            actions=tuple(actions),
+        )
+
+    def choose(
+        self,
+        elapsed_h: float,
+        progress_h: float,
+        placement: Placement,
+        changeover_left_h: float,
+        spot_available: bool,
+        run_steps: int,
+    ) -> Placement | None:
+        """The plan's action for a state (None when the state lies outside the solved grid)."""
+        t = round(elapsed_h / self.step_h)
+        if abs(t * self.step_h - elapsed_h) > 1e-6 or not 0 <= t < self.steps:
+            return None
+        work = math.ceil((self.job_h - progress_h) / self.unit_h - 1e-6)
+        if work <= 0:
+            return Placement.NONE
+        table = self.actions[t]
+        index = work - self.lows[t]
+        if not 0 <= index < table.shape[2]:
+            return None
+        if placement is Placement.NONE:
+            mode = 0
+        else:
+            left = max(0.0, changeover_left_h)
+            # phase j has max(0, D - j * step) of its changeover left
+            phase = self.phases
+            if left > EPS:
+                phase = max(0, min(self.phases - 1, round((self.changeover_h - left) / self.step_h)))
+            mode = 1 + phase if placement is Placement.SPOT else 2 + self.phases + phase
+        pick = int(table[mode, self.chain.state(spot_available, run_steps), index])
+        return (Placement.NONE, Placement.SPOT, Placement.ON_DEMAND)[pick]
+
+
+PLAN_WHY = {
+    Placement.SPOT: Why.PLAN_SPOT,
+    Placement.NONE: Why.PLAN_WAIT,
+    Placement.ON_DEMAND: Why.PLAN_ON_DEMAND,
+}
+# The guard's rules that a plan never overrides: the deadline comes first.
+FIRM = frozenset({Why.DONE, Why.INFEASIBLE, Why.SAFETY_NET})
+
+
+def decide_planned(
+    state: GuardState,
+    history: SpotHistory,
+    settings: GuardSettings,
+    plan: DeadlinePlan | None,
+    run_steps: int,
+) -> GuardDecision:
+    """The guard with a plan: its safety net (and done / infeasible) first, then the plan's action
+    for the state; the guard's own rules where there is no plan or the state lies outside it.
+    `run_steps`: how many steps (this one included) Spot has been there, or missing, in a row."""
+    guarded = decide(state, history, settings)
+    if plan is None or guarded.why in FIRM:
+        return guarded
+    action = plan.choose(
+        state.elapsed_h,
+        state.progress_h,
+        state.placement,
+        state.changeover_left_h,
+        state.spot_available,
+        run_steps,
+    )
+    if action is None or (action is Placement.SPOT and not state.spot_available):
+        return guarded
+    return GuardDecision(action, PLAN_WHY[action], guarded.slack_h, guarded.line_h, guarded.wait_limit_h)
