@@ -78,6 +78,7 @@ _RECORD_FIELDS = (
     "deps_met_at",
     "gpu_s_by_pool",
     "lost_gpu_s",
+    "staged_for_array",
 )
 
 
@@ -110,7 +111,9 @@ def record_to_item(record: JobRecord) -> Item:
         elif isinstance(value, StrEnum):
             value = value.value
         item[name] = value
-    if record.held_for_dependencies:
+    if record.staged_for_array is not None:
+        pass  # an element of an array still being written: in no queue until it is released
+    elif record.held_for_dependencies:
         item["queue_pk"] = HELD_QUEUE_PK
         item["queue_sk"] = order_key(job.submitted_at, job.id)
     elif job.state is JobState.PENDING:

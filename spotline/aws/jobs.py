@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from spotline import resources
 from spotline.aws import costs
+from spotline.aws.array_items import ArrayRepository
 from spotline.aws.dynamo import (
     DynamoTable,
     Expression,
@@ -31,8 +32,6 @@ from spotline.aws.job_items import (
     DEADLINE_PK,
     HELD_QUEUE_PK,
     QUEUE_PK_PREFIX,
-    array_to_item,
-    item_to_array,
     item_to_record,
     item_to_record_lenient,
     new_item_put,
@@ -51,7 +50,6 @@ from spotline.control.ports import CommitListener, PreparedTransition, Quarantin
 from spotline.control.records import (
     ACTIVE_STATES,
     NO_STATE,
-    ArrayRecord,
     JobRecord,
     TimelineEntry,
     charge_run,
@@ -83,6 +81,7 @@ class JobRepository:
         self.timeline = timeline
         self.ledger = ledger
         self.listeners = list(listeners)
+        self.arrays = ArrayRepository(self)
 
     # --- writes --------------------------------------------------------------------------
 
@@ -93,22 +92,13 @@ class JobRepository:
         return self.create_many([job], now=now, reasons=[reason], request_digest=request_digest)[0]
 
     def create_many(
-        self,
-        jobs: Sequence[Job],
-        *,
-        now: float,
-        reasons: Sequence[str],
-        request_digest: str | None = None,
-        array: ArrayRecord | None = None,
+        self, jobs: Sequence[Job], *, now: float, reasons: Sequence[str], request_digest: str | None = None
     ) -> list[JobRecord]:
-        """Store new PENDING jobs (an array's elements, with the array's own item) in one
-        transaction: all of them or none (JobAlreadyExists if any id is taken). At most 49
-        elements (two items each, and the array's)."""
+        """Store new PENDING jobs in one transaction: all of them or none (JobAlreadyExists if
+        any id is taken). At most 50 (two items each). An array's elements are written by
+        `self.arrays` (spotline.aws.array_items), in chunks."""
         puts: list[TransactItem] = []
         roles: list[tuple[str, str]] = []
-        if array is not None:
-            puts.append(new_item_put(self.table.name, array_to_item(array)))
-            roles.append(("new-job", array.id))
         created: list[tuple[JobRecord, TimelineEntry]] = []
         for job, reason in zip(jobs, reasons, strict=True):
             if job.state is not JobState.PENDING:
@@ -120,7 +110,7 @@ class JobRepository:
             created.append((record, entry))
         self.table.transact(puts, roles)
         for record, entry in created:
-            self._notify(record, [entry])
+            self.notify(record, [entry])
         return [record for record, _ in created]
 
     def transition(
@@ -160,7 +150,7 @@ class JobRepository:
         roles: list[tuple[str, str]] = [role for p in prepared for role in p.roles]
         self.table.transact([*items, *extra], [*roles, *extra_roles])
         for p in prepared:
-            self._notify(p.new, p.entries)
+            self.notify(p.new, p.entries)
 
     def prepare_transition(
         self,
@@ -233,7 +223,7 @@ class JobRepository:
                 lost_gpu_s=lost_s * record.gpus_held,
             )
             roles += [("other", f"cost {record.team}")] * (len(extra) - len(roles))
-        items, item_roles = self._items(record, new, entries, extra, roles)
+        items, item_roles = self.transition_items(record, new, entries, extra, roles)
         return PreparedTransition(record, new, tuple(entries), items, item_roles)
 
     def update_spec(
@@ -252,11 +242,11 @@ class JobRepository:
             job={"spec": spec, "version": record.version + 1}, updated_at=now, **dict(changes or {})
         )
         entry = TimelineEntry(record.id, new.version, now, record.state.value, record.state.value, reason)
-        items, roles = self._items(record, new, [entry], [], [])
+        items, roles = self.transition_items(record, new, [entry], [], [])
         self.commit_together([PreparedTransition(record, new, (entry,), items, roles)])
         return new
 
-    def _items(
+    def transition_items(
         self,
         old: JobRecord,
         new: JobRecord,
@@ -340,7 +330,7 @@ class JobRepository:
         """A job's signal item (what its agent reads), or None."""
         return self.table.get({"job_id": resources.signal_key(team, job_id)}, consistent=True)
 
-    def _notify(self, record: JobRecord, entries: Sequence[TimelineEntry]) -> None:
+    def notify(self, record: JobRecord, entries: Sequence[TimelineEntry]) -> None:
         for listener in self.listeners:
             listener(record, entries)
 
@@ -488,11 +478,6 @@ class JobRepository:
                 record = item_to_record_lenient(item)[0]
                 found[record.id] = record
         return found
-
-    def find_array(self, array_id: str) -> ArrayRecord | None:
-        """The array `array_id` (None if there is none: a job's id is not an array's)."""
-        item = self.table.get({"job_id": array_id}, consistent=True, job_id=array_id)
-        return None if item is None or item.get("kind") != ARRAY_KIND else item_to_array(item)
 
     def deadline_head(self, limit: int, *, skipped: Quarantined | None = None) -> list[JobRecord]:
         """The `limit` pending jobs with the nearest deadlines (the `deadline` index)."""
