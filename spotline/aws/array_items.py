@@ -22,11 +22,12 @@ duplicating it (`spotline.control.arrays.submit_array`).
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Iterable, Sequence
+from typing import Protocol
 
-from spotline.aws.dynamo import Expression, TransactItem, serialize_item
+from spotline.aws.dynamo import DynamoTable, Expression, TransactItem, serialize_item
 from spotline.aws.job_items import ARRAY_KIND, array_to_item, item_to_array, new_item_put, record_to_item
+from spotline.aws.timeline import TimelineRepository
 from spotline.control.errors import ConditionFailed, InvalidTransition, JobAlreadyExists, StaleJobError
 from spotline.control.ports import PreparedTransition
 from spotline.control.records import (
@@ -39,8 +40,26 @@ from spotline.control.records import (
 )
 from spotline.domain import Job, JobState
 
-if TYPE_CHECKING:
-    from spotline.aws.jobs import JobRepository
+
+class JobRepository(Protocol):
+    """What these writes use of `spotline.aws.jobs.JobRepository` (which holds them)."""
+
+    table: DynamoTable
+    timeline: TimelineRepository
+
+    def find(self, job_id: str) -> JobRecord | None: ...
+    def find_many(self, job_ids: Iterable[str]) -> dict[str, JobRecord]: ...
+    def notify(self, record: JobRecord, entries: Sequence[TimelineEntry]) -> None: ...
+    def commit_together(self, prepared: Sequence[PreparedTransition]) -> None: ...
+    def transition_items(
+        self,
+        old: JobRecord,
+        new: JobRecord,
+        entries: Sequence[TimelineEntry],
+        extra: Sequence[TransactItem],
+        extra_roles: Sequence[tuple[str, str]],
+    ) -> tuple[list[TransactItem], list[tuple[str, str]]]: ...
+
 
 # Elements a transaction writes or releases: two items each (the job, its timeline entry), and
 # the array's ConditionCheck: 99 of TransactWriteItems' 100.
