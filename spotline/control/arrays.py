@@ -191,13 +191,12 @@ def _complete(
     records = cp.jobs.arrays.release(
         records, f"array {array.id} written whole ({len(jobs)} elements); queued", now=now
     )
-    for record in records:
-        if record.id not in staged or record.staged_for_array is not None:
-            continue
-        try:
-            cp.publisher.job_submitted(record)
-        except PublishFailed:
-            logger.exception("Job Submitted not published", extra={"job_id": record.id})
+    released = [r for r in records if r.id in staged and r.staged_for_array is None]
+    try:
+        cp.publisher.jobs_submitted(released)
+    except PublishFailed:
+        # The elements are stored and queued; the scheduler's periodic tick finds them.
+        logger.exception("Job Submitted not published", extra={"array_id": array.id})
     return array, records
 
 
