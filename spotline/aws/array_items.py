@@ -72,10 +72,15 @@ def find(repo: JobRepository, array_id: str) -> ArrayRecord | None:
     return None if item is None or item.get("kind") != ARRAY_KIND else item_to_array(item)
 
 
-def begin(repo: JobRepository, array: ArrayRecord) -> None:
-    """Store the array's record, CREATING (JobAlreadyExists if its id is taken)."""
+def begin(repo: JobRepository, array: ArrayRecord, jobs: Sequence[Job]) -> None:
+    """Store the array's record, CREATING (JobAlreadyExists if its id is taken), once every
+    element of `jobs` is known to fit an item (ItemTooLarge before any write otherwise)."""
     if array.state != ARRAY_CREATING:
         raise InvalidTransition(f"array {array.id} starts {ARRAY_CREATING}, not {array.state}")
+    for job in jobs:
+        new_item_put(
+            repo.table.name, record_to_item(JobRecord(job=job, updated_at=0.0, staged_for_array=array.id))
+        )
     repo.table.transact([new_item_put(repo.table.name, array_to_item(array))], [("new-job", array.id)])
 
 
@@ -204,8 +209,8 @@ class ArrayRepository:
     def find(self, array_id: str) -> ArrayRecord | None:
         return find(self.jobs, array_id)
 
-    def begin(self, array: ArrayRecord) -> None:
-        begin(self.jobs, array)
+    def begin(self, array: ArrayRecord, jobs: Sequence[Job]) -> None:
+        begin(self.jobs, array, jobs)
 
     def add_elements(
         self, array: ArrayRecord, jobs: Sequence[Job], reasons: Sequence[str], *, now: float

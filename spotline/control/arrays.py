@@ -117,43 +117,46 @@ def submit_array(
         array_id = f"{ARRAY_ID_PREFIX}{key_digest}"
     else:
         array_id = ARRAY_ID_PREFIX + cp.new_job_id().removeprefix("job-")
+    elements = spec.elements()
+    new = ArrayRecord(
+        id=array_id,
+        team=team,
+        name=spec.name,
+        element_ids=tuple(element_id(array_id, index) for index, _ in elements),
+        indexes=tuple(index for index, _ in elements),
+        max_running=spec.max_running,
+        submitted_at=now,
+        spec=spec.model_dump_json(exclude_none=True),
+        request_digest=digest,
+        state=ARRAY_CREATING,
+    )
     array = cp.jobs.arrays.find(array_id) if idempotency_key else None
+    jobs: list[Job] = []
+    reasons: list[str] = []
     if array is None:
-        elements = spec.elements()
-        array = ArrayRecord(
-            id=array_id,
-            team=team,
-            name=spec.name,
-            element_ids=tuple(element_id(array_id, index) for index, _ in elements),
-            indexes=tuple(index for index, _ in elements),
-            max_running=spec.max_running,
-            submitted_at=now,
-            spec=spec.model_dump_json(exclude_none=True),
-            request_digest=digest,
-            state=ARRAY_CREATING,
-        )
-        base = with_dependencies(cp, team, spec.element_spec(), {array_id, *array.element_ids})
+        # Checked before the first write: the dependencies, and that each element fits an item.
+        base = with_dependencies(cp, team, spec.element_spec(), {array_id, *new.element_ids})
+        jobs, reasons = _element_jobs(new, spec, base)
         try:
-            cp.jobs.arrays.begin(array)
+            cp.jobs.arrays.begin(new, jobs)
+            array = new
         except JobAlreadyExists:
-            found = cp.jobs.arrays.find(array_id) if idempotency_key else None
-            if found is None:
+            array = cp.jobs.arrays.find(array_id) if idempotency_key else None
+            if array is None:
                 raise
-            array, created = found, False
+            created = False
     else:
         created = False
     if array.team != team or array.request_digest != digest:
         _key_reused(array)
-    if not created:
+    if not created:  # an earlier attempt's array: its elements as it numbered them
         base = with_dependencies(cp, team, spec.element_spec(), {array_id, *array.element_ids})
-    return (*_complete(cp, array, spec, base), created)
+        jobs, reasons = _element_jobs(array, spec, base)
+    return (*_complete(cp, array, jobs, reasons), created)
 
 
-def _complete(
-    cp: ControlPlane, array: ArrayRecord, spec: JobSpec, base: JobSpec
-) -> tuple[ArrayRecord, list[JobRecord]]:
-    """Write the elements an earlier attempt did not, flip the array READY, release its staged
-    elements into the queue, and announce the released ones."""
+def _element_jobs(array: ArrayRecord, spec: JobSpec, base: JobSpec) -> tuple[list[Job], list[str]]:
+    """The array's elements as jobs (submitted when the array was), and their first reasons."""
     at = array.submitted_at
     elements = spec.elements()
     jobs = [
@@ -176,6 +179,14 @@ def _complete(
         f"{spec.priority.value}, {spec.gpus} GPUs); staged until the array is written whole"
         for index, _ in elements
     ]
+    return jobs, reasons
+
+
+def _complete(
+    cp: ControlPlane, array: ArrayRecord, jobs: Sequence[Job], reasons: Sequence[str]
+) -> tuple[ArrayRecord, list[JobRecord]]:
+    """Write the elements an earlier attempt did not, flip the array READY, release its staged
+    elements into the queue, and announce the released ones."""
     now = cp.clock()
     if array.state == ARRAY_CREATING:
         try:

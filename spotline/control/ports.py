@@ -189,8 +189,9 @@ class ArrayStore(Protocol):
 
     def find(self, array_id: str) -> ArrayRecord | None: ...
 
-    def begin(self, array: ArrayRecord) -> None:
-        """Store the array CREATING (JobAlreadyExists if its id is taken)."""
+    def begin(self, array: ArrayRecord, jobs: Sequence[Job]) -> None:
+        """Store the array CREATING (JobAlreadyExists if its id is taken; ItemTooLarge, before
+        any write, if an element of `jobs` would not fit an item)."""
         ...
 
     def add_elements(
