@@ -1,8 +1,10 @@
 """Job arrays (sweeps) and dependencies (pipelines): the use cases and the pass's held step.
 
-An array is submitted in one request and stored in one DynamoDB transaction: the array's own
-record (`ArrayRecord`) and each element's job and first timeline entry, so it exists whole or
-not at all (`spotline.domain.arrays.MAX_ARRAY_ELEMENTS`). Each element is a job of its own,
+An array is submitted in one request (at most `spotline.domain.arrays.MAX_ARRAY_ELEMENTS`
+elements) and stored in steps (`submit_array`, `ArrayStore`): its record CREATING, its elements
+staged in chunks, the flip to READY, then their release into the queue, so no pass admits an
+element of an array not yet written whole, and a retry completes what a failed request began.
+Each element is a job of its own,
 `<array id>-<index>`: scheduled, preempted, requeued and charged alone; its array's
 `max_running` is a rule of the planner (`ArrayCap`).
 
