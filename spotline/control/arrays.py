@@ -4,9 +4,8 @@ An array is submitted in one request (at most `spotline.domain.arrays.MAX_ARRAY_
 elements) and stored in steps (`submit_array`, `ArrayStore`): its record CREATING, its elements
 staged in chunks, the flip to READY, then their release into the queue, so no pass admits an
 element of an array not yet written whole, and a retry completes what a failed request began.
-Each element is a job of its own,
-`<array id>-<index>`: scheduled, preempted, requeued and charged alone; its array's
-`max_running` is a rule of the planner (`ArrayCap`).
+Each element is a job of its own, `<array id>-<index>`: scheduled, preempted, requeued and
+charged alone; its array's `max_running` is a rule of the planner (`ArrayCap`).
 
 A job with `after` is stored held: PENDING, in the `queue` index's held partition, which the
 pass's priority reads never meet. Each pass first reads the oldest held jobs (bounded,
