@@ -132,6 +132,8 @@ class ArrayView(View):
     name: str
     team: str
     size: int
+    state: str
+    written: int
     max_running: int | None
     holding_gpus: int
     finished: int

@@ -102,6 +102,7 @@ _RECORD_FIELDS = (
     "deps_met_at",
     "gpu_s_by_pool",
     "lost_gpu_s",
+    "staged_for_array",
 )
 
 
@@ -136,7 +137,9 @@ def record_to_item(record: JobRecord) -> Item:
         item[name] = value
     for node, heard in record.node_heartbeats.items():
         item[node_heartbeat_field(node)] = heard
-    if record.held_for_dependencies:
+    if record.staged_for_array is not None:
+        pass  # an element of an array still being written: in no queue until it is released
+    elif record.held_for_dependencies:
         item["queue_pk"] = HELD_QUEUE_PK
         item["queue_sk"] = order_key(job.submitted_at, job.id)
     elif job.state is JobState.PENDING:

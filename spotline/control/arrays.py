@@ -1,10 +1,11 @@
 """Job arrays (sweeps) and dependencies (pipelines): the use cases and the pass's held step.
 
-An array is submitted in one request and stored in one DynamoDB transaction: the array's own
-record (`ArrayRecord`) and each element's job and first timeline entry, so it exists whole or
-not at all (`spotline.domain.arrays.MAX_ARRAY_ELEMENTS`). Each element is a job of its own,
-`<array id>-<index>`: scheduled, preempted, requeued and charged alone; its array's
-`max_running` is a rule of the planner (`ArrayCap`).
+An array is submitted in one request (at most `spotline.domain.arrays.MAX_ARRAY_ELEMENTS`
+elements) and stored in steps (`submit_array`, `ArrayStore`): its record CREATING, its elements
+staged in chunks, the flip to READY, then their release into the queue, so no pass admits an
+element of an array not yet written whole, and a retry completes what a failed request began.
+Each element is a job of its own, `<array id>-<index>`: scheduled, preempted, requeued and
+charged alone; its array's `max_running` is a rule of the planner (`ArrayCap`).
 
 A job with `after` is stored held: PENDING, in the `queue` index's held partition, which the
 pass's priority reads never meet. Each pass first reads the oldest held jobs (bounded,
@@ -26,6 +27,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from spotline.control.errors import (
+    ConditionFailed,
+    Conflict,
     InvalidRequest,
     JobAlreadyExists,
     JobNotFound,
@@ -33,7 +36,7 @@ from spotline.control.errors import (
     StaleJobError,
 )
 from spotline.control.plane import ControlPlane
-from spotline.control.records import ArrayRecord, JobRecord
+from spotline.control.records import ARRAY_CREATING, ArrayRecord, JobRecord
 from spotline.domain import TERMINAL_STATES, Job, JobSpec, JobState
 from spotline.domain.arrays import (
     MAX_DEPENDENCIES,
@@ -68,7 +71,7 @@ def resolve_dependencies(cp: ControlPlane, team: str, after: Sequence[str], new_
         if dep in new_ids:
             raise InvalidRequest.field("after", f"{dep} is this submission itself: a dependency cycle")
         if is_array_id(dep):
-            array = cp.jobs.find_array(dep)
+            array = cp.jobs.arrays.find(dep)
             if array is None or array.team != team:
                 raise InvalidRequest.field("after", f"no array {dep} of team {team}")
             resolved += array.element_ids
@@ -100,80 +103,125 @@ def with_dependencies(cp: ControlPlane, team: str, spec: JobSpec, new_ids: set[s
 def submit_array(
     cp: ControlPlane, team: str, spec: JobSpec, digest: str, *, idempotency_key: str | None = None
 ) -> tuple[ArrayRecord, list[JobRecord], bool]:
-    """Store an array and all its elements in one transaction; returns them and whether they
-    were created now (a retry with the same Idempotency-Key returns the first request's)."""
+    """Store an array and its elements; returns them and whether the array was created now.
+
+    The steps (`ArrayStore`): the array's record CREATING, its elements staged (in no queue) in
+    chunks, the flip to READY, the elements' release into the queue. The same request again (the
+    same Idempotency-Key) runs them from where an earlier attempt stopped: one whole array, no
+    element written twice. Without a key, a request that fails midway leaves a CREATING array
+    whose staged elements never run (`GET /arrays/{id}` says so; `DELETE` cancels them).
+    """
     now = cp.clock()
+    created = True
     if idempotency_key:
         key_digest = hashlib.sha256(f"{team}\0{idempotency_key}".encode()).hexdigest()[:16]
         array_id = f"{ARRAY_ID_PREFIX}{key_digest}"
-        existing = cp.jobs.find_array(array_id)
-        if existing is not None and existing.team == team:
-            return (*_same_array(cp, existing, digest), False)
     else:
         array_id = ARRAY_ID_PREFIX + cp.new_job_id().removeprefix("job-")
     elements = spec.elements()
-    ids = [element_id(array_id, index) for index, _ in elements]
-    base = with_dependencies(cp, team, spec.element_spec(), {array_id, *ids})
-    jobs = [
-        Job(
-            id=job_id,
-            team=team,
-            spec=base,
-            submitted_at=now,
-            enqueued_at=now,
-            array_id=array_id,
-            array_index=index,
-            array_params=params or None,
-            max_running=spec.max_running,
-        )
-        for job_id, (index, params) in zip(ids, elements, strict=True)
-    ]
-    array = ArrayRecord(
+    new = ArrayRecord(
         id=array_id,
         team=team,
         name=spec.name,
-        element_ids=tuple(ids),
+        element_ids=tuple(element_id(array_id, index) for index, _ in elements),
         indexes=tuple(index for index, _ in elements),
         max_running=spec.max_running,
         submitted_at=now,
         spec=spec.model_dump_json(exclude_none=True),
         request_digest=digest,
+        state=ARRAY_CREATING,
     )
+    array = cp.jobs.arrays.find(array_id) if idempotency_key else None
+    jobs: list[Job] = []
+    reasons: list[str] = []
+    if array is None:
+        # Checked before the first write: the dependencies, and that each element fits an item.
+        base = with_dependencies(cp, team, spec.element_spec(), {array_id, *new.element_ids})
+        jobs, reasons = _element_jobs(new, spec, base)
+        try:
+            cp.jobs.arrays.begin(new, jobs)
+            array = new
+        except JobAlreadyExists:
+            array = cp.jobs.arrays.find(array_id) if idempotency_key else None
+            if array is None:
+                raise
+            created = False
+    else:
+        created = False
+    if array.team != team or array.request_digest != digest:
+        _key_reused(array)
+    if not created:  # an earlier attempt's array: its elements as it numbered them
+        base = with_dependencies(cp, team, spec.element_spec(), {array_id, *array.element_ids})
+        jobs, reasons = _element_jobs(array, spec, base)
+    return (*_complete(cp, array, jobs, reasons), created)
+
+
+def _element_jobs(array: ArrayRecord, spec: JobSpec, base: JobSpec) -> tuple[list[Job], list[str]]:
+    """The array's elements as jobs (submitted when the array was), and their first reasons."""
+    at = array.submitted_at
+    elements = spec.elements()
+    jobs = [
+        Job(
+            id=job_id,
+            team=array.team,
+            spec=base,
+            submitted_at=at,
+            enqueued_at=at,
+            array_id=array.id,
+            array_index=index,
+            array_params=params or None,
+            max_running=spec.max_running,
+        )
+        for job_id, (index, params) in zip(array.element_ids, elements, strict=True)
+    ]
     cap = f", max_running {spec.max_running}" if spec.max_running else ""
     reasons = [
-        f"submitted as element {index} of array {array_id} ({len(ids)} elements{cap}; "
-        f"{spec.priority.value}, {spec.gpus} GPUs)"
+        f"submitted as element {index} of array {array.id} ({len(jobs)} elements{cap}; "
+        f"{spec.priority.value}, {spec.gpus} GPUs); staged until the array is written whole"
         for index, _ in elements
     ]
-    try:
-        records = cp.jobs.create_many(jobs, now=now, reasons=reasons, request_digest=digest, array=array)
-    except JobAlreadyExists:
-        if not idempotency_key:
-            raise
-        found = cp.jobs.find_array(array_id)
-        if found is None:
-            raise
-        return (*_same_array(cp, found, digest), False)
-    for record in records:
+    return jobs, reasons
+
+
+def _complete(
+    cp: ControlPlane, array: ArrayRecord, jobs: Sequence[Job], reasons: Sequence[str]
+) -> tuple[ArrayRecord, list[JobRecord]]:
+    """Write the elements an earlier attempt did not, flip the array READY, release its staged
+    elements into the queue, and announce the released ones."""
+    now = cp.clock()
+    if array.state == ARRAY_CREATING:
         try:
-            cp.publisher.job_submitted(record)
-        except PublishFailed:
-            logger.exception("Job Submitted not published", extra={"job_id": record.id})
-    return array, records, True
+            records = cp.jobs.arrays.add_elements(array, jobs, reasons, now=now)
+        except ConditionFailed:  # a concurrent retry finished it meanwhile
+            records = elements_of(cp, array)
+        if len(records) != len(jobs):
+            raise Conflict(f"array {array.id} lost elements while being written; send the request again")
+        array = cp.jobs.arrays.finish(array, now=now)
+    else:
+        records = elements_of(cp, array)
+    staged = {r.id for r in records if r.staged_for_array is not None}
+    records = cp.jobs.arrays.release(
+        records, f"array {array.id} written whole ({len(jobs)} elements); queued", now=now
+    )
+    released = [r for r in records if r.id in staged and r.staged_for_array is None]
+    try:
+        cp.publisher.jobs_submitted(released)
+    except PublishFailed:
+        # The elements are stored and queued; the scheduler's periodic tick finds them.
+        logger.exception("Job Submitted not published", extra={"array_id": array.id})
+    return array, records
 
 
-def _same_array(cp: ControlPlane, array: ArrayRecord, digest: str) -> tuple[ArrayRecord, list[JobRecord]]:
-    if array.request_digest != digest:
-        raise InvalidRequest(
-            [
-                {
-                    "loc": ["header", "Idempotency-Key"],
-                    "msg": f"already used for another request (array {array.id}); use a new key",
-                    "type": "idempotency_key_reused",
-                }
-            ]
-        )
-    return array, elements_of(cp, array)
+def _key_reused(array: ArrayRecord) -> None:
+    raise InvalidRequest(
+        [
+            {
+                "loc": ["header", "Idempotency-Key"],
+                "msg": f"already used for another request (array {array.id}); use a new key",
+                "type": "idempotency_key_reused",
+            }
+        ]
+    )
 
 
 def elements_of(cp: ControlPlane, array: ArrayRecord) -> list[JobRecord]:
@@ -182,7 +230,7 @@ def elements_of(cp: ControlPlane, array: ArrayRecord) -> list[JobRecord]:
 
 
 def get_array(cp: ControlPlane, team: str, array_id: str) -> tuple[ArrayRecord, list[JobRecord]]:
-    array = cp.jobs.find_array(array_id)
+    array = cp.jobs.arrays.find(array_id)
     if array is None or array.team != team:
         raise JobNotFound(array_id)
     return array, elements_of(cp, array)
@@ -311,6 +359,10 @@ def array_summary(array: ArrayRecord, records: Sequence[JobRecord]) -> dict[str,
         "name": array.name,
         "team": array.team,
         "size": len(array.element_ids),
+        # CREATING: an earlier request stopped midway (its elements are staged: none runs);
+        # the same request again completes it.
+        "state": array.state,
+        "written": len(records),
         "max_running": array.max_running,
         "holding_gpus": running,
         "finished": done,

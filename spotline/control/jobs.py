@@ -458,8 +458,8 @@ def cancel_array(
     for job_id in select_elements(array, elements):
         try:
             cancel_job(cp, team, job_id)
-        except Conflict:
-            continue  # already ended: nothing to cancel
+        except (Conflict, JobNotFound):
+            continue  # already ended, or never written (an array left CREATING): nothing to cancel
     return array, elements_of(cp, array)
 
 

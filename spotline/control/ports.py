@@ -183,6 +183,32 @@ class PreparedTransition:
 # --- stores -----------------------------------------------------------------------------------
 
 
+class ArrayStore(Protocol):
+    """An array's writes, each conditional (spotline.aws.array_items): the record CREATING,
+    the elements staged in chunks, the flip to READY, the elements' release into the queue."""
+
+    def find(self, array_id: str) -> ArrayRecord | None: ...
+
+    def begin(self, array: ArrayRecord, jobs: Sequence[Job]) -> None:
+        """Store the array CREATING (JobAlreadyExists if its id is taken; ItemTooLarge, before
+        any write, if an element of `jobs` would not fit an item)."""
+        ...
+
+    def add_elements(
+        self, array: ArrayRecord, jobs: Sequence[Job], reasons: Sequence[str], *, now: float
+    ) -> list[JobRecord]:
+        """Store, staged, the elements not stored yet; every element's record."""
+        ...
+
+    def finish(self, array: ArrayRecord, *, now: float) -> ArrayRecord:
+        """Flip CREATING -> READY (READY already: unchanged)."""
+        ...
+
+    def release(self, records: Sequence[JobRecord], reason: str, *, now: float) -> list[JobRecord]:
+        """Move staged elements into their queue; every record as it is after."""
+        ...
+
+
 class JobStore(Protocol):
     """Jobs and their transitions: every state change a conditional write, with its timeline
     entries (and ledger items, when GPUs are taken or given back) in the same transaction."""
@@ -198,12 +224,12 @@ class JobStore(Protocol):
         now: float,
         reasons: Sequence[str],
         request_digest: str | None = None,
-        array: ArrayRecord | None = None,
     ) -> list[JobRecord]:
-        """New PENDING jobs (and their array's record) in one transaction: all or none."""
+        """New PENDING jobs in one transaction: all or none."""
         ...
 
-    def find_array(self, array_id: str) -> ArrayRecord | None: ...
+    @property
+    def arrays(self) -> ArrayStore: ...
 
     def find_many(self, job_ids: Iterable[str]) -> dict[str, JobRecord]:
         """The jobs of `job_ids` that exist, by id (one batched read)."""

@@ -56,6 +56,10 @@ class EventPublisher:
             logger.exception("Job State Changed not published", extra={"job_ids": jobs})
 
     def job_submitted(self, record: JobRecord) -> None:
+        self.jobs_submitted([record])
+
+    def jobs_submitted(self, records: Sequence[JobRecord]) -> None:
+        """One Job Submitted per job, ten to a PutEvents call (an array's elements)."""
         self.sink.put(
             resources.SOURCE_API,
             resources.DETAIL_JOB_SUBMITTED,
@@ -67,6 +71,7 @@ class EventPublisher:
                     "gpus": record.job.gpus,
                     "submitted_at": record.job.submitted_at,
                 }
+                for record in records
             ],
         )
 

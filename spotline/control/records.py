@@ -129,6 +129,9 @@ class JobRecord(BaseModel):
     # (`charge_run`, written with each release): a job's cost follows it across requeues.
     gpu_s_by_pool: dict[str, float] | None = None
     lost_gpu_s: float = 0.0
+    # The array whose element this is, while that array is still being written (CREATING): the
+    # element is in no partition the pass reads until the array is complete and it is released.
+    staged_for_array: str | None = None
 
     @property
     def id(self) -> str:
@@ -149,7 +152,12 @@ class JobRecord(BaseModel):
     @property
     def held_for_dependencies(self) -> bool:
         """PENDING with dependencies not yet met: kept out of the queue the pass reads."""
-        return self.job.state is JobState.PENDING and bool(self.job.spec.after) and self.deps_met_at is None
+        return (
+            self.job.state is JobState.PENDING
+            and bool(self.job.spec.after)
+            and self.deps_met_at is None
+            and self.staged_for_array is None
+        )
 
     @property
     def run_id(self) -> str | None:
@@ -177,9 +185,15 @@ def charge_run(record: JobRecord, now: float, lost_s: float) -> dict[str, Any]:
     }
 
 
+# An array's states: its record is written first CREATING, then its elements (staged, in
+# chunks), then it is flipped READY and its elements are released into the queue.
+ARRAY_CREATING = "CREATING"
+ARRAY_READY = "READY"
+
+
 class ArrayRecord(BaseModel):
-    """An array as stored (beside its elements, in the same transaction): what `GET /arrays/{id}`,
-    `after: [array id]` and cancelling some elements need to find them."""
+    """An array as stored (beside its elements): what `GET /arrays/{id}`, `after: [array id]`
+    and cancelling some elements need to find them."""
 
     model_config = ConfigDict(defer_build=True, frozen=True)
 
@@ -193,6 +207,9 @@ class ArrayRecord(BaseModel):
     # The spec as submitted (its array or sweep included), JSON.
     spec: str
     request_digest: str | None = None
+    # CREATING until every element is written; READY after (arrays stored whole before there
+    # were states have none: READY).
+    state: str = ARRAY_READY
 
 
 # The node of a multi-node job that Spotline's gang job definitions name as the main node: its

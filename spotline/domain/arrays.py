@@ -18,10 +18,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
-# One submission's elements are written in one DynamoDB transaction of at most 100 items (the
-# array's own record, and each element's job and first timeline entry), so an array is created
-# whole or not at all.
-MAX_ARRAY_ELEMENTS = 49
+# The elements one submission may make. The array is written in steps (its record, then its
+# elements in chunks, then the flip that lets them run: spotline.aws.array_items), so the limit
+# is the time one request may take behind API Gateway (29 s), not a transaction's 100 items.
+MAX_ARRAY_ELEMENTS = 1000
 # The jobs one job may wait for (after an array id is expanded to its elements).
 MAX_DEPENDENCIES = 64
 # The index and the parameters an element gets in its environment.

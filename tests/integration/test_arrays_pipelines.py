@@ -14,7 +14,7 @@ import functions.batch_state_change
 from spotline.control.arrays import release_held
 from spotline.control.lifecycle import launch_request
 from spotline.control.scheduling import scheduling_pass
-from spotline.domain import JobState
+from spotline.domain import JobState, Priority
 
 from .helpers import NLP_ROLE, SPEC, Deployment, api_event, batch_event, context, start
 
@@ -98,12 +98,87 @@ def test_a_sweep_matrix_puts_its_parameters_in_the_environment(deployment: Deplo
     assert env["SPOTLINE_PARAM_LR"] == "0.001" and env["SPOTLINE_PARAM_SEED"] == "2"
 
 
-def test_the_largest_array_fits_one_transaction(deployment: Deployment) -> None:
-    # 49 elements: the array's item and 2 items per element, 99 of TransactWriteItems' 100
-    status, array = post(name="big", array="0-48", max_running=16)
-    assert status == 201 and array["size"] == 49 and array["counts"] == {"PENDING": 49}
-    assert len(deployment.plane.jobs.list_team("vision", limit=100)[0]) == 49
+def test_an_array_of_200_is_written_whole_in_chunks(deployment: Deployment) -> None:
+    # 200 elements: more than one transaction holds (49 elements each), written in 5 chunks
+    status, array = post(name="big", array="0-199", max_running=16)
+    assert status == 201 and array["size"] == 200 and array["written"] == 200
+    assert array["state"] == "READY" and array["counts"] == {"PENDING": 200}
+    jobs = deployment.plane.jobs.find_many(f"{array['id']}-{i}" for i in range(200))
+    assert len(jobs) == 200 and all(r.staged_for_array is None for r in jobs.values())
+    # Each element: its submission, then its release into the queue (nothing written twice)
+    timeline = deployment.plane.timeline.list(f"{array['id']}-199")[0]
+    assert [(e.source, e.target) for e in timeline] == [("-", "PENDING"), ("PENDING", "PENDING")]
     assert len(scheduling_pass(deployment.plane).admitted) == 16
+
+
+def _fail_after(monkeypatch: pytest.MonkeyPatch, chunks: int) -> list[int]:
+    """Make the array's writes fail (storage unavailable) after `chunks` element chunks."""
+    import spotline.aws.array_items as array_items
+    from spotline.control.errors import StorageUnavailable
+
+    written = [0]
+    real = array_items._put_chunk
+
+    def put_chunk(*args: Any) -> Any:
+        if written[0] >= chunks:
+            raise StorageUnavailable("injected: the request died here")
+        written[0] += 1
+        return real(*args)
+
+    monkeypatch.setattr(array_items, "_put_chunk", put_chunk)
+    return written
+
+
+def test_a_retry_completes_an_array_a_failure_cut_short(
+    deployment: Deployment, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    headers = {"Idempotency-Key": "sweep-200"}
+    body = {**ONE_GPU, "name": "big", "array": "0-199"}
+    # Given a request that dies after its first chunk of 49 elements
+    written = _fail_after(monkeypatch, 1)
+    status, _ = call("POST", "/jobs", body=body, headers=headers)
+    assert status == 503 and written == [1]
+    staged = deployment.plane.jobs.list_team("vision", limit=300)[0]
+    assert len(staged) == 49 and all(r.staged_for_array is not None for r in staged)
+    array_id = staged[0].job.array_id
+    assert array_id is not None
+
+    # Then the array says it is CREATING, and no pass admits any of its elements
+    status, view = call("GET", f"/arrays/{array_id}")
+    assert status == 200 and view["state"] == "CREATING" and view["written"] == 49 and view["size"] == 200
+    assert scheduling_pass(deployment.plane).admitted == []
+    assert deployment.plane.jobs.queue_head(Priority.NORMAL, 300) == []
+
+    # When the same request is sent again, it writes only what is missing and releases them all
+    monkeypatch.undo()
+    status, array = call("POST", "/jobs", body=body, headers=headers)
+    assert status == 200 and array["id"] == array_id and array["state"] == "READY"
+    assert array["counts"] == {"PENDING": 200}
+    listed = deployment.plane.jobs.list_team("vision", limit=300)[0]
+    assert sorted(r.id for r in listed) == sorted(f"{array_id}-{i}" for i in range(200))
+    assert all(len(deployment.plane.timeline.list(r.id)[0]) == 2 for r in listed)
+    assert len(deployment.plane.jobs.queue_head(Priority.NORMAL, 300)) == 200
+    assert len(scheduling_pass(deployment.plane).admitted) > 0
+
+
+def test_a_cut_short_array_without_a_key_can_be_cancelled(
+    deployment: Deployment, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _fail_after(monkeypatch, 1)
+    assert post(name="big", array="0-99")[0] == 503
+    monkeypatch.undo()
+    array_id = deployment.plane.jobs.list_team("vision")[0][0].job.array_id
+    status, view = call("DELETE", f"/arrays/{array_id}")
+    assert status == 200 and view["state"] == "CREATING" and view["counts"] == {"CANCELLED": 49}
+    assert scheduling_pass(deployment.plane).admitted == []
+
+
+def test_an_array_over_1000_elements_is_refused_naming_the_field(deployment: Deployment) -> None:
+    status, error = post(array="0-1000")
+    assert status == 422 and "array" in error["message"] and "1000" in error["message"]
+    status, error = post(sweep={"a": list(range(40)), "b": list(range(26))})
+    assert status == 422 and "sweep" in error["message"] and "1040" in error["message"]
+    assert deployment.plane.jobs.list_team("vision")[0] == []
 
 
 def test_an_idempotent_retry_returns_the_same_array(deployment: Deployment) -> None:
@@ -118,7 +193,7 @@ def test_an_idempotent_retry_returns_the_same_array(deployment: Deployment) -> N
 @pytest.mark.parametrize(
     ("spec", "field"),
     [
-        ({"array": "0-49"}, "array"),
+        ({"array": "0-1000"}, "array"),
         ({"array": "3-1"}, "array"),
         ({"sweep": {"lr": []}}, "sweep"),
         ({"max_running": 4}, "max_running"),
