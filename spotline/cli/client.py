@@ -11,6 +11,7 @@ file that cannot be read). Errors are one line on stderr, never a traceback.
 from __future__ import annotations
 
 import time
+import uuid
 from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime
 from pathlib import Path
@@ -72,6 +73,29 @@ def _with_timeline(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [{**e, "at": iso(e.get("t"))} for e in events]
 
 
+# A submission that fails on the way (no answer, or a 5xx: a Lambda timeout, a throttled write) is
+# sent again with the same Idempotency-Key, so the API returns the job (or finishes writing the
+# array) that the first attempt may have created, never a second one.
+SUBMIT_ATTEMPTS = 3
+RETRYABLE_STATUSES = frozenset({500, 502, 503, 504})
+
+
+def post_idempotent(
+    api: Any, path: str, body: Any, key: str, *, attempts: int = SUBMIT_ATTEMPTS, pause_s: float = 1.0
+) -> Any:
+    """POST `body` with `key` as its Idempotency-Key, retrying a failure that may not have been
+    the server's final answer (no response, or a 5xx) up to `attempts` times in all."""
+    headers = {"Idempotency-Key": key}
+    for attempt in range(1, attempts):
+        try:
+            return api.request("POST", path, body=body, headers=headers)
+        except ClientError as error:
+            if error.status is not None and error.status not in RETRYABLE_STATUSES:
+                raise
+            time.sleep(pause_s * attempt)
+    return api.request("POST", path, body=body, headers=headers)
+
+
 # --- commands -----------------------------------------------------------------------------
 
 
@@ -82,17 +106,20 @@ def submit(
         list[str] | None, typer.Option("--set", help="Override a field: key=value (dotted keys nest).")
     ] = None,
     idempotency_key: Annotated[
-        str | None, typer.Option("--idempotency-key", help="Retries with the same key return the same job.")
+        str | None,
+        typer.Option(
+            "--idempotency-key",
+            help="Retries with the same key return the same job (default: a new key per command, "
+            "which the command's own retries reuse).",
+        ),
     ] = None,
 ) -> None:
     """Submit a job from FILE; prints the job (its `id` with --output json)."""
     from spotline.cli import specfile  # YAML: only where a spec is read
 
     spec = specfile.load(file, set_ or ())
-    api = session.api
-    headers = {"Idempotency-Key": idempotency_key} if idempotency_key else None
     try:
-        job = api.request("POST", "/jobs", body=spec.body, headers=headers)
+        job = post_idempotent(session.api, "/jobs", spec.body, idempotency_key or f"cli-{uuid.uuid4()}")
     except ClientError as error:
         if error.status == 422 and error.detail:
             parts = []
