@@ -346,6 +346,31 @@ def explain_deadline(
     }
 
 
+def _guard_with_spot_there(
+    job: Job, now: float, placement: Placement, changeover_h: float, step_h: float
+) -> GuardDecision | None:
+    """The guard's decision for a running or placed deadline job, Spot being there (the caller
+    looks at free Spot room), from the job's progress or its elapsed run time; None for a job
+    without a deadline or declared runtime."""
+    deadline = job.spec.deadline_at
+    expected = job.spec.expected_runtime_s
+    if deadline is None or expected is None:
+        return None
+    done_s = job.elapsed_s(now) if job.progress is None else job.progress * expected
+    return guard_job(
+        job_h=expected / 3600.0,
+        submitted_at=job.submitted_at,
+        deadline_at=deadline,
+        now=now,
+        done_s=done_s,
+        placement=placement,
+        spot_available=True,
+        history=SpotHistory(),
+        settings=GuardSettings(changeover_h=changeover_h),
+        step_h=step_h,
+    )
+
+
 def stays_on_demand(
     job: Job, now: float, *, changeover_h: float = DEFAULT_CHANGEOVER_H, step_h: float = DEFAULT_STEP_H
 ) -> str | None:
@@ -353,24 +378,8 @@ def stays_on_demand(
     guard lets it go, or the job has no deadline or declared runtime). Spot is there (the move
     targets free room); the guard's hysteresis keeps the job On-Demand until it is far enough
     ahead of its line, and its safety net when no Spot loss can be absorbed any more."""
-    deadline = job.spec.deadline_at
-    expected = job.spec.expected_runtime_s
-    if deadline is None or expected is None:
-        return None
-    done_s = job.elapsed_s(now) if job.progress is None else job.progress * expected
-    decision = guard_job(
-        job_h=expected / 3600.0,
-        submitted_at=job.submitted_at,
-        deadline_at=deadline,
-        now=now,
-        done_s=done_s,
-        placement=Placement.ON_DEMAND,
-        spot_available=True,
-        history=SpotHistory(),
-        settings=GuardSettings(changeover_h=changeover_h),
-        step_h=step_h,
-    )
-    if decision.placement is Placement.SPOT:
+    decision = _guard_with_spot_there(job, now, Placement.ON_DEMAND, changeover_h, step_h)
+    if decision is None or decision.placement is Placement.SPOT:
         return None
     return f"deadline guard: {decision.describe()}"
 
@@ -387,23 +396,8 @@ def spot_unsafe(
     loss after the next look would leave no time for an On-Demand restart before the deadline.
     None otherwise, and for a job without a deadline or declared runtime, or whose deadline no
     longer fits even On-Demand (the older rules decide those)."""
-    deadline = job.spec.deadline_at
-    expected = job.spec.expected_runtime_s
-    if deadline is None or expected is None:
-        return None
-    done_s = job.elapsed_s(now) if job.progress is None else job.progress * expected
-    decision = guard_job(
-        job_h=expected / 3600.0,
-        submitted_at=job.submitted_at,
-        deadline_at=deadline,
-        now=now,
-        done_s=done_s,
-        placement=Placement.SPOT if on_spot else Placement.NONE,
-        spot_available=True,
-        history=SpotHistory(),
-        settings=GuardSettings(changeover_h=changeover_h),
-        step_h=step_h,
-    )
-    if decision.why is Why.SAFETY_NET:
+    placement = Placement.SPOT if on_spot else Placement.NONE
+    decision = _guard_with_spot_there(job, now, placement, changeover_h, step_h)
+    if decision is not None and decision.why is Why.SAFETY_NET:
         return f"deadline guard: {decision.describe()}"
     return None
