@@ -12,10 +12,12 @@ from rich.console import Console
 
 from spotline.domain import SchedulerConfig
 from spotline.sim import DEFAULT_GPUS, DEFAULT_SPOT_FRACTION, POLICIES, SimSettings, simulate
+from spotline.sim.availability import AvailabilityTrace, load_availability
 from spotline.sim.model import VictimStop
 from spotline.sim.peers import ESTIMATE_MODELS, KUEUE_DEFAULT
 from spotline.sim.pools import DEFAULT_INSTANCE, DEFAULT_REGION, spot_advice
 from spotline.sim.runner import KNOWN_POLICIES
+from spotline.sim.spot_zones import SpotModel
 from spotline.trace import TraceError, read_trace
 
 
@@ -143,6 +145,24 @@ def simulate_command(
             min=0.0,
         ),
     ] = 0.0,
+    spot_model: Annotated[
+        SpotModel,
+        typer.Option(
+            "--spot-model",
+            help="trace (default): one Spot pool per zone, its capacity following the zone's"
+            " availability trace (--spot-availability; default the three shipped 16-node AWS traces),"
+            " drops reclaiming instances with the 2-minute notice; advisor: one Spot pool of fixed"
+            " size with Poisson reclaims at the Spot Advisor band's rate (the older scenario).",
+        ),
+    ] = SpotModel.TRACE,
+    spot_availability: Annotated[
+        list[Path] | None,
+        typer.Option(
+            "--spot-availability",
+            help="An availability trace (SkyPilot's JSON format) for one Spot zone; repeat for"
+            " several zones (default: the shipped 16-node traces of us-east-2b, us-west-2a, us-west-2c).",
+        ),
+    ] = None,
     move_to_spot: Annotated[
         float,
         typer.Option(
@@ -183,9 +203,16 @@ def simulate_command(
         raise typer.BadParameter(
             "checkpoint interval and write time must be positive", param_hint="--checkpoint-write"
         )
+    if spot_availability and spot_model is not SpotModel.TRACE:
+        raise typer.BadParameter(
+            "--spot-availability needs --spot-model trace", param_hint="--spot-availability"
+        )
     try:
         loaded = read_trace(trace)
         advice = spot_advice(region, instance_type, spot_data)
+        zone_traces: list[AvailabilityTrace] | None = (
+            [load_availability(path) for path in spot_availability] if spot_availability else None
+        )
     except (TraceError, ValueError, OSError) as error:
         typer.secho(f"error: {error}", err=True, fg="red")
         raise typer.Exit(2) from None
@@ -223,6 +250,8 @@ def simulate_command(
                 keep_jobs=plot is not None,  # the plots read each job's wait
                 trace_name=str(trace),
                 workers=workers,
+                spot_model=spot_model,
+                availability=zone_traces,
             )
         except ValueError as error:
             if sink_file is not None and decisions is not None:

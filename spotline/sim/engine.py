@@ -23,6 +23,14 @@ withdraws `shortage_share` of the pool's instances, the last ones in packing ord
 them get the 2-minute notice, as in a reclaim, and the pool's capacity stays that much smaller
 until the period ends, so a launch beyond it finds no capacity. Every policy sees the pool's
 current capacity (`PoolState.capacity`).
+
+Trace-driven Spot pools (`spot_zones.py`, the default Spot model): a pool given a `ZoneCapacity`
+has its capacity set from its availability trace at t = 0 and at every tick where the trace's
+count (mapped onto the pool's instances) changes. A drop withdraws the instances beyond the new
+capacity, the last ones in packing order, as a shortage does (their jobs get the 2-minute notice);
+a rise gives them back. A launch beyond the capacity finds none (none at all at 0). When nothing
+runs, nothing arrives and the last pass started nothing, the run ends only once a full trace
+cycle has passed that way (capacity may still come back before).
 """
 
 from __future__ import annotations
@@ -38,6 +46,7 @@ from spotline.domain.models import Pool
 from spotline.sim import accounts as acc
 from spotline.sim.accounts import Accounts
 from spotline.sim.model import Exit, Phase, SimJob, SimSettings
+from spotline.sim.spot_zones import ZoneCapacity
 
 DecisionSink = Callable[[dict[str, Any]], None]
 
@@ -46,7 +55,8 @@ _FINISH = 0
 _LEAVE = 1
 _NOTICE = 2
 _SHORTAGE = 3
-_TICK = 4
+_CAPACITY = 4
+_TICK = 5
 
 
 class Policy(Protocol):
@@ -129,7 +139,7 @@ class PoolState:
             return False
         if job.nodes == 1 and job.gpus > self.pool.gpus_per_node:
             return False
-        return self.demand(job) <= self.capacity
+        return self.demand(job) <= self.pool.capacity_gpus
 
 
 @dataclass
@@ -152,6 +162,7 @@ class Simulation:
         sink: DecisionSink | None = None,
         record_series: bool = False,
         nominal: dict[str, int] | None = None,
+        zones: dict[str, ZoneCapacity] | None = None,
     ) -> None:
         self.jobs = jobs
         self.pools = [PoolState(i, p, p.capacity_gpus) for i, p in enumerate(pools)]
@@ -192,6 +203,14 @@ class Simulation:
             for ps in self.pools
             if ps.is_spot and ps.pool.interruption_rate_per_hour > 0 and ps.capacity >= ps.pool.gpus_per_node
         ]
+        # Trace-driven Spot pools (their capacity follows `ZoneCapacity`), and when the run last
+        # became idle with jobs waiting (see `run`).
+        self._zones = [(ps, zones[ps.name]) for ps in self.pools if zones and ps.name in zones]
+        self._idle_since: float | None = None
+        for ps, zone in self._zones:
+            ps.capacity = zone.gpus_at_tick(0)
+        if any(ps.capacity != ps.pool.capacity_gpus for ps, _ in self._zones):
+            self.capacity_changes += 1
         policy.attach(self)
         # The loss and wait accounts (`accounts.py`; `nominal`: the teams' quotas, for waits).
         self.accounts = Accounts(self, nominal)
@@ -206,6 +225,8 @@ class Simulation:
             self._next_reclaim(ps, rng, 0.0)
         for ps, rng in self._shortages:
             self._next_shortage(ps, rng, 0.0)
+        for ps, zone in self._zones:
+            self._next_capacity(ps, zone, 0)
         arrival = 0
         policy = self.policy
         while True:
@@ -227,6 +248,8 @@ class Simulation:
                     self._on_reclaim(payload, token)
                 elif kind == _SHORTAGE:
                     self._on_shortage(payload, token)
+                elif kind == _CAPACITY:
+                    self._on_capacity(payload, token)
                 elif t == self._tick_due:  # (an earlier wake-up may have replaced this tick)
                     self._tick_due = math.inf
                     self._dirty = True
@@ -254,8 +277,16 @@ class Simulation:
                 self._push(self._tick_due, _TICK, None, 0)
             if arrival >= n and self.running_jobs == 0 and (pending == 0 or self._started_in_pass == 0):
                 # Everything finished, or what waits can never start (nothing runs, nothing
-                # arrives, and the last pass started nothing).
-                break
+                # arrives, and the last pass started nothing; with trace-driven pools, for a
+                # whole trace cycle, as their capacity may come back).
+                if pending == 0 or not self._zones:
+                    break
+                if self._idle_since is None:
+                    self._idle_since = t
+                elif t - self._idle_since > max(zone.cycle_s for _, zone in self._zones):
+                    break
+            else:
+                self._idle_since = None
         return self
 
     def _push(self, t: float, kind: int, payload: Any, token: int) -> None:
@@ -482,7 +513,11 @@ class Simulation:
         ps.capacity -= taken
         duration = rng.expovariate(1.0 / (self.settings.shortage_mean_h * 3600.0))
         self._push(now + duration, _SHORTAGE, (ps, rng), taken)
-        # The jobs on the withdrawn instances (the last ones in packing order) get the notice.
+        self._withdraw(ps, now)
+
+    def _withdraw(self, ps: PoolState, now: float) -> None:
+        """The jobs on instances beyond the pool's capacity (the last ones in packing order) get
+        the 2-minute notice."""
         deadline = now + self.settings.notice_s
         offset = 0
         hit: list[SimJob] = []
@@ -492,6 +527,24 @@ class Simulation:
             offset += job.held
         for job in hit:
             self._notice(job, now, deadline)
+
+    def _next_capacity(self, ps: PoolState, zone: ZoneCapacity, tick: int) -> None:
+        later = zone.next_change(tick)
+        if later is not None:
+            self._push(later * zone.gap_s, _CAPACITY, (ps, zone), later)
+
+    def _on_capacity(self, payload: tuple[PoolState, ZoneCapacity], tick: int) -> None:
+        """A trace-driven pool's capacity changes at `tick`: a drop withdraws instances."""
+        ps, zone = payload
+        now = self.now
+        gpus = zone.gpus_at_tick(tick)
+        dropped = gpus < ps.capacity
+        ps.capacity = gpus
+        self._dirty = True
+        self.capacity_changes += 1
+        self._next_capacity(ps, zone, tick)
+        if dropped:
+            self._withdraw(ps, now)
 
     def _notice(self, job: SimJob, now: float, deadline: float) -> None:
         """The 2-minute Spot notice for the instance `job` runs on."""

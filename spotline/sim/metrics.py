@@ -8,7 +8,8 @@
   work), over completed jobs. `avg_run_s`: their mean run time, the average JCT of a scheduler
   that started every job at its submission and never stopped it (no policy can go below it).
 - `gpu_utilization`: GPU-seconds held by jobs while the trace's jobs arrive (from the first
-  submission to the last) over the cluster's GPU-seconds in that window.
+  submission to the last) over the cluster's nominal GPU-seconds in that window (a Spot pool
+  counted at its full size, also while its capacity is lower).
 - `goodput`: GPU-seconds of work that counted toward completion over GPU-seconds held (what
   restarts, lost work, checkpoint-then-stop writes and whole-node padding of gang jobs waste).
 - `lost_gpu_hours`: GPU-hours held without progress that counted, because of preemptions and
@@ -136,7 +137,7 @@ def policy_metrics(sim: Simulation, isolated: Sequence[float] | None = None) -> 
     ftf_max, ftf_jain = finish_time_fairness(jobs, isolated)
     held = sum(ps.held_gpu_s for ps in sim.pools)
     cost = sum(ps.held_gpu_s * ps.pool.price for ps in sim.pools)
-    capacity = sum(ps.capacity for ps in sim.pools)
+    capacity = sum(ps.pool.capacity_gpus for ps in sim.pools)
     window = sim.window_end - sim.window_start
     if window > 0:
         utilization = sum(ps.window_gpu_s for ps in sim.pools) / (capacity * window)

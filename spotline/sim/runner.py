@@ -13,6 +13,7 @@ from typing import Any
 
 from spotline.domain.config import SchedulerConfig
 from spotline.domain.models import Pool
+from spotline.sim.availability import AvailabilityTrace
 from spotline.sim.engine import DecisionSink, Policy, PoolState, Sample, Simulation
 from spotline.sim.metrics import isolated_jct, policy_metrics
 from spotline.sim.model import SimJob, SimSettings, TeamShares, VictimStop, build_jobs, team_shares
@@ -26,6 +27,7 @@ from spotline.sim.peers import (
     estimate_model,
 )
 from spotline.sim.pools import GPUS_PER_NODE, SpotAdvice, build_pools, spot_advice
+from spotline.sim.spot_zones import SpotModel, ZoneCapacity, default_zone_traces, zone_capacities, zone_pools
 from spotline.sim.spotline_policy import SpotlinePolicy
 from spotline.trace.canonical import Trace
 
@@ -135,8 +137,10 @@ def run_policy(
     sink: DecisionSink | None = None,
     record_series: bool = False,
     keep_jobs: bool = True,
+    zones: dict[str, ZoneCapacity] | None = None,
 ) -> PolicyRun:
-    """One policy over the trace (`keep_jobs`: keep each job's record in the result)."""
+    """One policy over the trace (`keep_jobs`: keep each job's record in the result; `zones`:
+    the trace-driven Spot pools' capacity, `spot_zones.zone_capacities`)."""
     jobs = build_jobs(trace.jobs, settings, seed, GPUS_PER_NODE)
     policy = make_policy(name, shares, settings, seed, config)
     isolated = isolated_jct(jobs, shares.nominal)
@@ -151,6 +155,7 @@ def run_policy(
             sink=sink,
             record_series=record_series,
             nominal=dict(shares.nominal),
+            zones=zones,
         )
         sim.run()
     wall, cpu = time.perf_counter() - began, time.process_time() - cpu
@@ -193,15 +198,27 @@ def _few_collections() -> Iterator[None]:
             gc.unfreeze()
 
 
-# A run's inputs: trace, pools, shares, settings, seed, config, record_series, keep_jobs.
-_Inputs = tuple[Trace, list[Pool], TeamShares, SimSettings, int, SchedulerConfig | None, bool, bool]
+# A run's inputs: trace, pools, shares, settings, seed, config, record_series, keep_jobs, zones.
+_Inputs = tuple[
+    Trace,
+    list[Pool],
+    TeamShares,
+    SimSettings,
+    int,
+    SchedulerConfig | None,
+    bool,
+    bool,
+    dict[str, ZoneCapacity] | None,
+]
 # The inputs of the runs in forked worker processes (`simulate`).
 _FORKED_INPUTS: _Inputs | None = None
 
 
 def _run(name: str, inputs: _Inputs, sink: DecisionSink | None = None) -> PolicyRun:
-    trace, pools, shares, settings, seed, config, record_series, keep_jobs = inputs
-    return run_policy(trace, name, pools, shares, settings, seed, config, sink, record_series, keep_jobs)
+    trace, pools, shares, settings, seed, config, record_series, keep_jobs, zones = inputs
+    return run_policy(
+        trace, name, pools, shares, settings, seed, config, sink, record_series, keep_jobs, zones
+    )
 
 
 def _run_forked(name: str) -> PolicyRun:
@@ -224,18 +241,39 @@ def simulate(
     pools: Sequence[Pool] | None = None,
     workers: int = 1,
     keep_jobs: bool = True,
+    spot_model: SpotModel = SpotModel.TRACE,
+    availability: Sequence[AvailabilityTrace] | dict[str, AvailabilityTrace] | None = None,
 ) -> SimulationReport:
     """Replay `trace` through each policy; every policy sees the same jobs, restart costs and
-    Spot reclaims for a given `seed`. `pools` replaces the Spot/On-Demand pair built from
-    `gpus`, `spot_fraction` and `advice`. With `workers` > 1 the policies run in that many
-    processes at once (the runs are independent; a decision `sink` keeps them in this one).
+    Spot capacity and reclaims for a given `seed`.
+
+    Without `pools`, the cluster is built from `gpus`, `spot_fraction` and `advice` with the
+    `spot_model`: `trace` (the default) makes one Spot pool per zone whose capacity follows
+    that zone's availability trace (`availability`: one trace per zone, default the three shipped
+    16-node traces; `spot_zones.py`), `advisor` one Spot pool with the advisor band's Poisson
+    reclaims. With `pools`, `availability` (when given) maps Spot pool names to their traces.
+
+    With `workers` > 1 the policies run in that many processes at once (the runs are
+    independent; a decision `sink` keeps them in this one).
     `keep_jobs=False` leaves each job's record out of the runs (the metrics are computed
     from them all the same): a caller that reads only metrics spares processes shipping
     every job's record back."""
     settings = settings or SimSettings()
+    traces: dict[str, AvailabilityTrace] = {}
     if pools is None:
-        pools = build_pools(gpus, spot_fraction, advice or spot_advice())
+        if isinstance(availability, dict):
+            raise ValueError("availability by pool name needs the pools; give one trace per zone instead")
+        if spot_model is SpotModel.TRACE:
+            zone_traces = list(availability) if availability is not None else default_zone_traces()
+            pools, traces = zone_pools(gpus, spot_fraction, advice or spot_advice(), zone_traces)
+        elif availability is not None:
+            raise ValueError("availability traces are for the trace Spot model, not the advisor one")
+        else:
+            pools = build_pools(gpus, spot_fraction, advice or spot_advice())
     else:
+        if availability is not None and not isinstance(availability, dict):
+            raise ValueError("with explicit pools, give the availability traces by Spot pool name")
+        traces = dict(availability or {})
         gpus = sum(p.capacity_gpus for p in pools)
         spot_fraction = sum(p.capacity_gpus for p in pools if p.is_spot) / gpus if gpus else 0.0
     check_hostable(trace, pools, settings)
@@ -245,7 +283,8 @@ def simulate(
     )
     pool_list = list(pools)
 
-    inputs = (trace, pool_list, shares, settings, seed, config, record_series, keep_jobs)
+    zones = zone_capacities(pool_list, traces, seed) if traces else None
+    inputs = (trace, pool_list, shares, settings, seed, config, record_series, keep_jobs, zones)
 
     def one(name: str, run_sink: DecisionSink | None = None) -> PolicyRun:
         return _run(name, inputs, run_sink)

@@ -176,6 +176,7 @@ def test_simulate_one_policy_and_spotline_decides_through_the_domain(tmp_path: P
 @pytest.mark.parametrize("move_to_spot", [None, "3600"])
 def test_simulate_moves_a_long_job_to_spot_only_when_asked(tmp_path: Path, move_to_spot: str | None) -> None:
     # `short` fills the Spot half for an hour; `long` starts On-Demand and may move once it ends.
+    # (A Spot pool of fixed size: the advisor scenario, so no trace takes the Spot instance.)
     trace = tmp_path / "t.csv"
     trace.write_text(
         "job_id,submit_s,duration_s,gpus,team,priority\nshort,0,3600,8,t,normal\nlong,60,36000,8,t,normal\n"
@@ -192,6 +193,8 @@ def test_simulate_moves_a_long_job_to_spot_only_when_asked(tmp_path: Path, move_
         "0.5",
         "--policy",
         "spotline",
+        "--spot-model",
+        "advisor",
     ]
     result = runner.invoke(app, [*args, "--decisions", str(decisions), *options])
     assert result.exit_code == 0, result.output

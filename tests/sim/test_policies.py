@@ -14,6 +14,7 @@ import pytest
 
 from spotline.domain import ReclaimPolicy
 from spotline.sim.pools import spot_advice
+from spotline.sim.spot_zones import SpotModel
 
 from .helpers import HARD_KILL, before, by_id, jcts, queued, run, waits
 
@@ -215,7 +216,15 @@ def test_a_spot_notice_is_used_by_every_policy_but_hard_kill_peers(policy: str, 
     reclaim = _first_reclaim(seed)
     work = math.floor(reclaim) + 5000.0
     options = {"settings": HARD_KILL} if hard_kill else {}
-    result = run([("x", 0.0, work, 8, "a", "high")], policy, spot_fraction=1.0, seed=seed, **options)
+    # (The advisor scenario: one Spot pool with Poisson reclaims, `_first_reclaim`.)
+    result = run(
+        [("x", 0.0, work, 8, "a", "high")],
+        policy,
+        spot_fraction=1.0,
+        seed=seed,
+        spot_model=SpotModel.ADVISOR,
+        **options,
+    )
     job = by_id(result)["x"]
     assert job.interruptions == 1
     if policy == "spotline" or not hard_kill:
