@@ -86,6 +86,12 @@ class SimSettings:
     shortage_share: float = 0.5
     shortage_mean_h: float = 4.0
 
+    # Deadlines given to jobs that have none in the trace (`build_jobs`): each such job, with
+    # probability `deadline_share` (a seeded draw, the same for every policy), gets the deadline
+    # submission + run time x slack, slack uniform in `deadline_slack`. 0 (the default): none.
+    deadline_share: float = 0.0
+    deadline_slack: tuple[float, float] = (1.2, 3.0)
+
     checkpoint_interval_s: float = 1800.0
     checkpoint_write_s: float = 60.0
     restart_min_s: float = 25.0
@@ -221,12 +227,23 @@ def gang_nodes(gpus: int, gpus_per_node: int) -> int:
 def build_jobs(
     trace: Sequence[TraceJob], settings: SimSettings, seed: int, gpus_per_node: int
 ) -> list[SimJob]:
-    """The simulated jobs of a trace; restart costs come from the seed, so every policy gets the
-    same ones."""
+    """The simulated jobs of a trace; restart costs and the deadlines of `deadline_share` come
+    from the seed, so every policy gets the same ones."""
+    if not 0.0 <= settings.deadline_share <= 1.0:
+        raise ValueError(f"deadline share must be in [0, 1], got {settings.deadline_share}")
+    low, high = settings.deadline_slack
+    if not 1.0 <= low <= high:
+        raise ValueError(f"deadline slack must be 1 <= low <= high, got {settings.deadline_slack}")
     rng = random.Random(f"spotline-sim:{seed}:restart")
+    draws = random.Random(f"spotline-sim:{seed}:deadline")
     jobs: list[SimJob] = []
     for idx, t in enumerate(trace):
         restart = rng.uniform(settings.restart_min_s, settings.restart_max_s)
+        deadline = t.deadline_s
+        if settings.deadline_share > 0.0:
+            given, slack = draws.random() < settings.deadline_share, draws.uniform(low, high)
+            if deadline is None and given:
+                deadline = t.submit_s + t.duration_s * slack
         jobs.append(
             SimJob(
                 idx=idx,
@@ -238,7 +255,7 @@ def build_jobs(
                 team=t.team,
                 priority=t.priority,
                 rank=t.priority.rank,
-                deadline=t.deadline_s,
+                deadline=deadline,
                 spot_ok=t.spot_ok,
                 gpu_type=t.gpu_type,
                 interval=t.checkpoint_interval_s or settings.checkpoint_interval_s,

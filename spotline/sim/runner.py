@@ -20,10 +20,14 @@ from spotline.sim.model import SimJob, SimSettings, TeamShares, VictimStop, buil
 from spotline.sim.peers import (
     KUEUE_DEFAULT,
     KUEUE_SETUPS,
+    AllOnDemandPolicy,
+    BatchSpotFirstPolicy,
     FifoPolicy,
     KueuePolicy,
     PriorityRandomPolicy,
+    SkyPilotPolicy,
     SlurmPolicy,
+    UniformProgressPolicy,
     estimate_model,
 )
 from spotline.sim.pools import GPUS_PER_NODE, SpotAdvice, build_pools, spot_advice
@@ -34,7 +38,9 @@ from spotline.trace.canonical import Trace
 POLICIES: tuple[str, ...] = ("fifo", "priority-random", "kueue", "slurm", "spotline")
 # Policies `--policy` also accepts: Kueue's other configurations (`kueue` is `KUEUE_DEFAULT`).
 VARIANTS: tuple[str, ...] = tuple(KUEUE_SETUPS)
-KNOWN_POLICIES: tuple[str, ...] = POLICIES + VARIANTS
+# The Spot-and-deadline peers of issue 30 (`peers/spot_peers.py`), by name only.
+SPOT_PEERS: tuple[str, ...] = ("on-demand", "batch-spot-first", "skypilot", "uniform-progress")
+KNOWN_POLICIES: tuple[str, ...] = POLICIES + VARIANTS + SPOT_PEERS
 PREEMPTING_PEERS: tuple[str, ...] = ("priority-random", "kueue")
 # Share of the GPUs in Spot pools unless told otherwise: with p4d Spot at 0.33 of On-Demand, 75%
 # Spot prices a busy cluster at about 0.5 On-Demand, and the On-Demand quarter (128 of 512 GPUs)
@@ -97,6 +103,14 @@ def make_policy(
     if name == "slurm":
         estimates = estimate_model(settings.slurm_estimates)
         return SlurmPolicy(shares, settings.usage_half_life_s, estimates, seed, competent, settings.slurm)
+    spot_peer = {
+        "on-demand": AllOnDemandPolicy,
+        "batch-spot-first": BatchSpotFirstPolicy,
+        "skypilot": SkyPilotPolicy,
+        "uniform-progress": UniformProgressPolicy,
+    }.get(name)
+    if spot_peer is not None:
+        return spot_peer(competent)
     if name == "spotline":
         return SpotlinePolicy(config or SchedulerConfig(), shares, settings, seed)
     raise ValueError(f"unknown policy {name!r} (one of {', '.join(KNOWN_POLICIES)})")

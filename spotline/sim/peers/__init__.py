@@ -13,19 +13,31 @@ from spotline.sim.peers.slurm import (
     SlurmPolicy,
     estimate_model,
 )
+from spotline.sim.peers.spot_peers import (
+    FALLBACK_AFTER_S,
+    AllOnDemandPolicy,
+    BatchSpotFirstPolicy,
+    SkyPilotPolicy,
+    UniformProgressPolicy,
+)
 
 __all__ = [
     "CRITICAL_RANK",
     "ESTIMATE_MODELS",
+    "FALLBACK_AFTER_S",
     "KUEUE_DEFAULT",
     "KUEUE_SETUPS",
     "TIME_LIMIT_LADDER_H",
+    "AllOnDemandPolicy",
+    "BatchSpotFirstPolicy",
     "EstimateModel",
     "FifoPolicy",
     "KueuePolicy",
     "KueueSetup",
     "PeerPolicy",
     "PriorityRandomPolicy",
+    "SkyPilotPolicy",
     "SlurmPolicy",
+    "UniformProgressPolicy",
     "estimate_model",
 ]
