@@ -3,7 +3,8 @@ the control plane's own figures: the pass on moto at 100 and 1,000 pending jobs 
 items read, writes of a pass that changes nothing) and a freed cluster's backlog (passes,
 admissions per second), each handler's import against boto3's, and what it costs on AWS per
 1,000 jobs, idle and per running job-hour, counted on the local runtime; last, the single-job
-Spot-under-deadline benchmark (`bench.deadline_bench`: the paper's Table 3 and the goal rows).
+Spot-under-deadline benchmark (`bench.deadline_bench`: the paper's Table 3 and the goal rows) and
+many jobs on real Spot capacity (`bench.spot_pools`: the Spot peers and the many-jobs goal rows).
 
 Everything runs as plain Python, the code Lambda runs; the policies' simulations run in a process
 of their own.
@@ -61,6 +62,12 @@ def main() -> int:
     # starts per trace (the paper's 300: --starts 300 --part all)
     with record.section("Single job under a deadline"):
         deadline_bench.main(["--starts", "100", "--ratios", "0.6,0.7,0.8,0.9,0.95", "--part", "eval"])
+    from bench import spot_pools
+
+    # many jobs on real Spot capacity (issue 30 §5): the Philly evaluation windows' first days on
+    # three Spot zones following the 16-node traces, On-Demand capped, against the Spot peers
+    with record.section("Many jobs on real Spot capacity"):
+        spot_pools.main([])
     print(f"\nresults: {record.finish()}")
     return 0
 

@@ -82,6 +82,8 @@ EVALUATION: tuple[Sample, ...] = (
     _synth(1, 1.1),
     _synth(2, 1.1),
 )
+# The evaluation set's Philly windows, whatever the mode (`bench.spot_pools` replays their start).
+EVALUATION_PHILLY: tuple[Sample, ...] = tuple(s for s in EVALUATION if s.kind == "philly")
 if QUICK:
     EVALUATION = (_synth(1, 0.85, 600, 64), _synth(1, 1.1, 600, 64))
 elif REDUCED:
