@@ -11,8 +11,12 @@ tuning windows were not used, nothing here is tuned) on a 512-GPU cloud:
 
 A documented, seeded share of the jobs (`DEADLINE_SHARE`, 30%) gets a deadline: submission + run
 time x slack, slack from U(1.2, 3) (`SimSettings.deadline_share`). A deadline is feasible when
-the job could meet it running alone from its submission (deadline - submission >= run time);
-with slack >= 1.2 all of them are.
+the job could meet it starting On-Demand within `FEASIBLE_MARGIN_S` (5 minutes) of its
+submission: deadline - submission >= run time + 5 min. Five minutes is the control plane's
+periodic pass and about what a Batch job takes to start; it is also what freeing room in a full
+cluster costs (a checkpoint-then-stop write, then a start). With slack drawn from 1.2-3, most of
+Philly's many jobs of a few minutes get deadlines under a minute after their run time, which no
+scheduler of a busy cluster keeps; the tables show the misses among all deadlines too.
 
 Policies: Spotline (the production `plan()` with its deadline guard) and the peers
 `on-demand`, `batch-spot-first`, `skypilot`, `uniform-progress` (`spotline/sim/peers/spot_peers.py`).
@@ -54,6 +58,7 @@ DAYS = 2
 GPUS = 512
 SPOT_FRACTION = 0.75  # 384 GPUs: 16 p4d instances in each of the three zones
 COST_GOAL = 0.85
+FEASIBLE_MARGIN_S = 300.0
 
 
 @dataclass(frozen=True)
@@ -80,8 +85,10 @@ def windows(days: int) -> list[Window]:
 def _summary(run: PolicyRun) -> dict[str, Any]:
     jobs = run.jobs
     useful = sum(j.useful_gpu_s for j in jobs) / 3600.0
-    deadline_jobs = [j for j in jobs if j.deadline is not None and j.deadline - j.submit >= j.work]
-    missed = [j for j in deadline_jobs if j.finish is None or j.finish > (j.deadline or 0.0)]
+    with_deadline = [j for j in jobs if j.deadline is not None]
+    missed_any = [j for j in with_deadline if j.finish is None or j.finish > (j.deadline or 0.0)]
+    deadline_jobs = [j for j in with_deadline if (j.deadline or 0.0) - j.submit >= j.work + FEASIBLE_MARGIN_S]
+    missed = [j for j in missed_any if j in deadline_jobs]
     finishes = [(j.finish, j.submit) for j in jobs if j.finish is not None]
     m = run.metrics
     return {
@@ -91,6 +98,8 @@ def _summary(run: PolicyRun) -> dict[str, Any]:
         "cost_od_gpu_h": m["cost_per_useful_gpu_hour"] * useful,
         "feasible_deadlines": len(deadline_jobs),
         "missed": len(missed),
+        "deadlines": len(with_deadline),
+        "missed_any": len(missed_any),
         "jct_sum_s": sum(end - submit for end, submit in finishes),
         "high_p99_wait_s": m["wait_p99_s_by_priority"]["high"],
         "lost_gpu_h": m["lost_gpu_hours"],
@@ -123,6 +132,8 @@ def pooled(per_window: Sequence[dict[str, dict[str, Any]]]) -> dict[str, dict[st
             "cost_per_useful_gpu_hour": sum(r["cost_od_gpu_h"] for r in rows) / useful if useful else 0.0,
             "missed": sum(r["missed"] for r in rows),
             "feasible_deadlines": sum(r["feasible_deadlines"] for r in rows),
+            "deadlines": sum(r["deadlines"] for r in rows),
+            "missed_any": sum(r["missed_any"] for r in rows),
             "avg_jct_h": sum(r["jct_sum_s"] for r in rows) / completed / 3600.0 if completed else 0.0,
             "high_p99_wait_h": sum(r["high_p99_wait_s"] for r in rows) / len(rows) / 3600.0,
             "lost_gpu_h": sum(r["lost_gpu_h"] for r in rows),
@@ -189,15 +200,16 @@ def print_tables(table: dict[str, dict[str, float]], labels: Sequence[str]) -> N
     print(f"On-Demand quota {quota} GPUs; {DEADLINE_SHARE:.0%} of jobs with a deadline")
     print()
     print(
-        "| policy | cost / useful GPU-h | deadline misses (feasible) | avg JCT (h) | high p99 wait (h) |"
-        " GPU-h lost | interruptions | completed |"
+        "| policy | cost / useful GPU-h | misses of feasible deadlines | misses of all deadlines"
+        " | avg JCT (h) | high p99 wait (h) | GPU-h lost | interruptions | completed |"
     )
-    print("|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|")
     for name in POLICIES:
         r = table[name]
         misses = f"{r['missed']:.0f} of {r['feasible_deadlines']:.0f}"
+        every = f"{r['missed_any']:.0f} of {r['deadlines']:.0f}"
         print(
-            f"| {name} | {r['cost_per_useful_gpu_hour']:.3f} | {misses}"
+            f"| {name} | {r['cost_per_useful_gpu_hour']:.3f} | {misses} | {every}"
             f" | {r['avg_jct_h']:.2f} | {r['high_p99_wait_h']:.2f} | {r['lost_gpu_h']:.1f}"
             f" | {r['interruptions']:.0f} | {r['completed']:.0f}/{r['jobs']:.0f} |"
         )

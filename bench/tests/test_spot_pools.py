@@ -16,6 +16,8 @@ def _row(cost: float, missed: float, wait: float, lost: float) -> dict[str, floa
         "cost_per_useful_gpu_hour": cost,
         "missed": missed,
         "feasible_deadlines": 10.0,
+        "deadlines": 12.0,
+        "missed_any": missed + 1,
         "high_p99_wait_h": wait,
         "lost_gpu_h": lost,
     }
