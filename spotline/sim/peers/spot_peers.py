@@ -14,11 +14,13 @@ a job that does not fit not holding back later jobs that do. None preempts anoth
   with capacity).
 - `skypilot` (`SkyPilotPolicy`): SkyPilot managed jobs with `use_spot: true`: a job launches on
   Spot in whichever zone has capacity (failover across zones), is recovered after a preemption
-  (relaunched, again in any zone), and, as SkyPilot's Spot-to-On-Demand fallback does, falls back
-  to On-Demand once Spot has been missing for `FALLBACK_AFTER_S` (10 minutes, our choice: long
-  enough to ride out a launch retry or two, since SkyPilot's recovery retries launches about every
-  minute, short against the hours a zone stays empty in the traces); once On-Demand it stays
-  there until it finishes.
+  (relaunched, again in any zone), and falls back to On-Demand once Spot has been missing for
+  `FALLBACK_AFTER_S`, as issue 30 describes the peer (managed jobs themselves keep retrying Spot;
+  SkyServe's `dynamic_ondemand_fallback` is the documented fallback). N = 10 minutes is our
+  choice: its recovery first retries a failed launch after 60 s (`StrategyExecutor.
+  RETRY_INIT_GAP_SECONDS`, backing off after), so 10 minutes rides out a few retries, and it is
+  short against the hours a zone stays empty in the traces. Once On-Demand a job stays there
+  until it finishes.
 - `uniform-progress` (`UniformProgressPolicy`): each job with a deadline follows the paper's
   Uniform Progress rules ("Can't Be Late", NSDI '24, section 5.2; `spotline.sim.deadline`) on its
   own line: C its run time, R its deadline minus its submission, d a changeover (its restart plus
