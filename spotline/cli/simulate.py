@@ -163,6 +163,16 @@ def simulate_command(
             " several zones (default: the shipped 16-node traces of us-east-2b, us-west-2a, us-west-2c).",
         ),
     ] = None,
+    deadline_share: Annotated[
+        float,
+        typer.Option(
+            "--deadline-share",
+            help="Share of the jobs without a trace deadline that get one (seeded, the same for every"
+            " policy): submission + run time x slack, slack uniform in 1.2-3. Default 0: none.",
+            min=0.0,
+            max=1.0,
+        ),
+    ] = 0.0,
     move_to_spot: Annotated[
         float,
         typer.Option(
@@ -227,6 +237,7 @@ def simulate_command(
         slurm_estimates=slurm_estimates,
         spotline_declared_runtimes=declared_runtimes,
         shortage_rate_per_day=spot_shortages,
+        deadline_share=deadline_share,
     )
     sink_file = decisions.open("w") if decisions is not None else None
     try:

@@ -214,3 +214,20 @@ def test_cli_takes_availability_files_and_names_a_bad_one(tmp_path: Path) -> Non
     assert result.exit_code == 2
     result = runner.invoke(app, [*args, "--spot-model", "advisor"])
     assert result.exit_code == 0, result.output
+
+
+def test_cli_gives_a_seeded_share_of_jobs_a_deadline(tmp_path: Path) -> None:
+    # Six one-hour jobs a minute apart on one On-Demand instance run one after another: job 4
+    # finishes at 4 h, after any deadline of at most 3 x its hour from its submission (3 min), so
+    # with every job given a deadline some miss; without the share no job has one.
+    runner = CliRunner()
+    out = tmp_path / "out.json"
+    args = ["simulate", "--trace", str(_csv(tmp_path)), "--gpus", "8", "--spot-fraction", "0"]
+    args += ["--policy", "fifo", "--workers", "1", "--json", str(out)]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert json.loads(out.read_text())["policies"]["fifo"]["deadline_miss_rate"] == 0.0
+    result = runner.invoke(app, [*args, "--deadline-share", "1"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(out.read_text())["policies"]["fifo"]["deadline_miss_rate"] >= 3 / 6
+    assert runner.invoke(app, [*args, "--deadline-share", "1.5"]).exit_code == 2
