@@ -150,7 +150,7 @@ def plan_with_stats(
         if not explain:
             _count_decided(classes_left, job.spec.priority)
     leaving = moves_to_on_demand(
-        snapshot, indexed, state.ledger, state.taken, score, now, state.preemptions_left
+        snapshot, indexed, state.ledger, state.taken, score, now, state.preemptions_left, config
     )
     decisions.extend(leaving)
     state.taken.update(m.job.id for m in leaving)
@@ -335,7 +335,9 @@ class _Pass:
         pools = self.placements.get(alike) if alike is not None else None
         if pools is None:
             remaining = estimated_remaining_s(job, self.now, self.config)
-            pools = candidate_pools(job, self.snapshot.pools.values(), self.now, remaining, self.config)
+            pools = candidate_pools(
+                job, self.snapshot.pools.values(), self.now, remaining, self.config, self.snapshot.spot
+            )
             if alike is not None:
                 self.placements[alike] = pools
         turn.pools = pools
