@@ -21,9 +21,9 @@ from spotline.control.scheduling import build_snapshot
 from spotline.domain import JobState
 from spotline.domain.checkpoint_cost import describe as describe_checkpoint
 from spotline.domain.deadline import explain_deadline
-from spotline.domain.placement import changeover_h, step_h
 from spotline.domain.explain import explain_pools, position, priority_terms, scores
 from spotline.domain.forecast import forecast_start
+from spotline.domain.placement import changeover_h, step_h
 from spotline.domain.planner import read_window
 from spotline.domain.preemption import estimated_remaining_s
 from spotline.domain.priority import fairshare_factors
