@@ -104,11 +104,13 @@ def run_spot_deadline(
     scenario: SpotDeadlineScenario = SpotDeadlineScenario(),
     state_dir: Path = Path(".spotline"),
     on_transition: Callable[[TimelineEntry, str], None] | None = None,
+    trace: AvailabilityTrace | None = None,
 ) -> SpotDeadlineResult:
-    """Start the local control plane with the scenario's Spot trace, play it, stop, report."""
+    """Start the local control plane with the scenario's Spot trace (or `trace`, e.g. loaded
+    from a file), play it, stop, report."""
     config = LocalConfig(
         state_dir=state_dir,
-        spot_availability=scenario.trace,
+        spot_availability=trace or scenario.trace,
         spot_tick_s=scenario.tick_s,
         reconcile_s=1.0,
         tick_s=1.0,
