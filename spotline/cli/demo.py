@@ -57,7 +57,9 @@ def demo(
     ] = Scenario_.DEFAULT,
 ) -> None:
     """Run the control plane locally (moto, real handlers and workflows, real training
-    processes) through a scripted story. AWS is emulated: this shows the control flow."""
+    processes) through a scripted story: preemption with checkpoint and resume, and a Spot
+    interruption recovered. Takes a few minutes. With --scenario spot-deadline: Spot capacity
+    vanishes under a deadline job instead (a Spot availability trace). AWS is emulated."""
     logging.basicConfig(level=logging.ERROR)
     console = Console()
     console.print("[bold]Spotline demo[/]: starting the local control plane (moto + real handlers) ...")

@@ -475,7 +475,7 @@ class SpotPoolSignal(BaseModel):
     whether Spot is there (its last observation), how long it has been missing, and its history
     over a bounded window (observed and available seconds, completed outage lengths, ascending)."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(defer_build=True, frozen=True)
 
     available: bool = True
     outage_s: float = Field(default=0.0, ge=0)
