@@ -160,7 +160,7 @@ class GuardDecision:
     wait_limit_h: float | None = None  # the outage wait the slack affords (rule 3), when computed
 
     def describe(self) -> str:
-        ahead = f"{abs(self.line_h):.2f} h {'ahead of' if self.line_h >= 0 else 'behind'} its line"
+        ahead = f"{span(abs(self.line_h))} {'ahead of' if self.line_h >= 0 else 'behind'} its line"
         reasons = {
             Why.DONE: "work done",
             Why.SAFETY_NET: "On-Demand to the end: the slack left no longer covers a Spot loss",
@@ -175,8 +175,15 @@ class GuardDecision:
             Why.PLAN_WAIT: "waits for Spot: the cheapest expected schedule under the pool's history",
             Why.PLAN_ON_DEMAND: "On-Demand: the cheapest expected schedule under the pool's history",
         }
-        limit = f", waits at most {self.wait_limit_h:.2f} h" if self.wait_limit_h is not None else ""
-        return f"{reasons[self.why]} (slack {self.slack_h:.2f} h, {ahead}{limit})"
+        limit = f", waits at most {span(self.wait_limit_h)}" if self.wait_limit_h is not None else ""
+        return f"{reasons[self.why]} (slack {span(self.slack_h)}, {ahead}{limit})"
+
+
+def span(hours: float) -> str:
+    """A duration for people: hours, or seconds under a tenth of an hour (a local demo's scale)."""
+    if abs(hours) >= 0.1 or hours == float("inf"):
+        return f"{hours:.2f} h"
+    return f"{hours * 3600:.0f} s"
 
 
 def slack_h(state: GuardState, settings: GuardSettings) -> float:
