@@ -407,20 +407,11 @@ class LocalControlPlane:
             "region": cfg.region,
             "event_bus": made.project_bus,
             "spot_notice_s": cfg.spot_notice_s,
-            **(
-                {
-                    "spot_availability": {
-                        "pool": traced,
-                        "trace": cfg.spot_availability.name,
-                        "ticks": len(cfg.spot_availability.counts),
-                        "tick_s": cfg.spot_tick_s,
-                    }
-                }
-                if cfg.spot_availability is not None
-                else {}
-            ),
             "teams": {team: {"headers": {ACCESS_KEY_HEADER: i.access_key}} for team, i in self.teams.items()},
         }
+        if cfg.spot_availability is not None:
+            trace = cfg.spot_availability
+            info["spot_availability"] = {"pool": traced, "trace": trace.name, "tick_s": cfg.spot_tick_s}
         (cfg.state_dir / "local.json").write_text(json.dumps(info, indent=2))
         if self._store is not None:
             self._saved = SavedState(
