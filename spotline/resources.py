@@ -258,11 +258,12 @@ FUNCTIONS: tuple[Function, ...] = (
         reads=("Jobs", "Ledger"),
         writes=("Jobs", "Timeline", "Ledger", "Instances"),
     ),
+    # A Spot warning records its pool's capacity as missing (Ledger: the Spot pool history).
     Function(
         "spot_interruption",
         "spot_interruption",
-        reads=("Jobs", "Instances"),
-        writes=("Jobs", "Timeline", "Idempotency"),
+        reads=("Jobs", "Instances", "Ledger"),
+        writes=("Jobs", "Timeline", "Idempotency", "Ledger"),
     ),
     Function("rebalance", "rebalance", reads=("Jobs", "Instances"), writes=("Jobs", "Idempotency")),
     Function(

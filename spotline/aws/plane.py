@@ -17,6 +17,7 @@ from spotline.aws.instances import InstanceRepository
 from spotline.aws.jobs import JobRepository
 from spotline.aws.ledger import LedgerRepository
 from spotline.aws.page_tokens import PageTokens
+from spotline.aws.spot_pools import SpotPoolHistory
 from spotline.aws.timeline import TimelineRepository
 from spotline.aws.workflows import SqsPassTrigger, StepFunctionsStarter, StepFunctionsTaskTokens
 from spotline.control.plane import Clock, ControlPlane, new_job_id
@@ -88,4 +89,5 @@ def build_control_plane(
         run_logs=run_logs,
         pages=PageTokens(clients.dynamodb, settings.ledger_table),
         costs=CostBook(clients.dynamodb, settings.ledger_table),
+        spot_pools=SpotPoolHistory(clients.dynamodb, settings.ledger_table),
     )

@@ -6,6 +6,8 @@ import json
 import logging
 import resource
 import time
+from collections.abc import Callable
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
 
@@ -28,6 +30,13 @@ _COLOURS = {
 }
 
 
+class Scenario_(StrEnum):
+    """The stories `spotline demo --scenario` plays."""
+
+    DEFAULT = "default"
+    SPOT_DEADLINE = "spot-deadline"
+
+
 def register(app: typer.Typer) -> None:
     app.command("demo")(demo)
 
@@ -36,10 +45,21 @@ def demo(
     json_out: Annotated[
         Path | None, typer.Option("--json", help="Write the demo result here (JSON).")
     ] = None,
+    scenario: Annotated[
+        Scenario_,
+        typer.Option(
+            "--scenario",
+            help="default: preemption with checkpoint and resume, and a Spot interruption recovered"
+            " (a few minutes). spot-deadline: the Spot pool follows a hand-written availability"
+            " trace; a deadline job moves to On-Demand when Spot vanishes and back when it returns,"
+            " and meets its deadline (about a minute and a half).",
+        ),
+    ] = Scenario_.DEFAULT,
 ) -> None:
     """Run the control plane locally (moto, real handlers and workflows, real training
     processes) through a scripted story: preemption with checkpoint and resume, and a Spot
-    interruption recovered. Takes a few minutes."""
+    interruption recovered. Takes a few minutes. With --scenario spot-deadline: Spot capacity
+    vanishes under a deadline job instead (a Spot availability trace). AWS is emulated."""
     logging.basicConfig(level=logging.ERROR)
     console = Console()
     console.print("[bold]Spotline demo[/]: starting the local control plane (moto + real handlers) ...")
@@ -52,6 +72,9 @@ def demo(
             highlight=False,
         )
 
+    if scenario is Scenario_.SPOT_DEADLINE:
+        _spot_deadline(console, show, json_out)
+        return
     started = time.time()
     result = run_demo(DEFAULT_SCENARIO, on_transition=show)
     _summary(console, result, time.time() - started)
@@ -59,6 +82,37 @@ def demo(
         json_out.write_text(json.dumps(result.to_json(), indent=2))
         console.print(f"wrote {json_out}")
     if not result.all_succeeded:
+        raise typer.Exit(code=1)
+
+
+def _spot_deadline(
+    console: Console, show: Callable[[TimelineEntry, str], None], json_out: Path | None
+) -> None:
+    from spotline.local.spot_demo import SpotDeadlineScenario, run_spot_deadline
+
+    plan = SpotDeadlineScenario()
+    console.print(
+        f"Spot pool capacity per {plan.tick_s:g} s tick: {list(plan.counts)} (then the last holds);"
+        f" deadline job: {plan.runtime_s:g} s of work due {plan.deadline_s:g} s after submission",
+        highlight=False,
+    )
+    result = run_spot_deadline(plan, on_transition=show)
+    finished = (
+        "not finished"
+        if result.finished_at is None
+        else f"finished at {result.finished_at - result.started_at:.1f}s"
+    )
+    console.print(
+        f"deadline job {result.final_state}, {finished}, deadline at"
+        f" {result.deadline_at - result.started_at:.1f}s:"
+        f" deadline {'met' if result.met_deadline else 'MISSED'}"
+        f" (wall time {result.wall_s:.1f}s)",
+        highlight=False,
+    )
+    if json_out is not None:
+        json_out.write_text(json.dumps(result.to_json(), indent=2))
+        console.print(f"wrote {json_out}")
+    if not result.met_deadline:
         raise typer.Exit(code=1)
 
 

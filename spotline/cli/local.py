@@ -17,10 +17,13 @@ from spotline.cli.common import reported
 from spotline.cli.http import EXIT_FAILED, EXIT_USAGE, ClientError, Endpoint, state_dir
 from spotline.local.runtime import LocalConfig, LocalControlPlane
 from spotline.local.state import StateError
+from spotline.sim.availability import AvailabilityError, load_availability
 
 local_app = typer.Typer(
     help="The local control plane (moto, the real handlers, a local fleet).", no_args_is_help=True
 )
+
+DEFAULT_SPOT_TICK_S = 2.0  # wall seconds a tick of a Spot availability trace lasts locally
 
 
 def register(app: typer.Typer) -> None:
@@ -39,17 +42,37 @@ def up(
             show_default=False,
         ),
     ] = None,
+    spot_availability: Annotated[
+        Path | None,
+        typer.Option(
+            "--spot-availability",
+            help="The local Spot pool's capacity follows this availability trace (SkyPilot's format:"
+            ' {"metadata": {"gap_seconds": G}, "data": [instances, ...]}), one tick per'
+            " --spot-tick-seconds: nodes beyond capacity get the Spot interruption warning, a Spot"
+            " launch waits while capacity is 0.",
+            show_default=False,
+        ),
+    ] = None,
+    spot_tick_seconds: Annotated[
+        float,
+        typer.Option(
+            "--spot-tick-seconds",
+            help="Wall seconds one tick of the --spot-availability trace lasts (its gap_seconds is"
+            " ignored locally, so a trace of hours plays in seconds).",
+        ),
+    ] = DEFAULT_SPOT_TICK_S,
 ) -> None:
     """Start the control plane and keep it running until Ctrl-C (SIGINT) or SIGTERM.
     Writes STATE_DIR/local.json once ready."""
     logging.basicConfig(level=logging.ERROR)
     console = Console()
+    trace_options = spot_options(spot_availability, spot_tick_seconds)
     stop = threading.Event()
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     persistent = state_dir_ is not None
     directory = state_dir_ if state_dir_ is not None else Path(".spotline")
-    plane = LocalControlPlane(LocalConfig(state_dir=directory, persistent=persistent))
+    plane = LocalControlPlane(LocalConfig(state_dir=directory, persistent=persistent, **trace_options))
     try:
         info = plane.start()
     except StateError as error:
@@ -79,6 +102,29 @@ def up(
     finally:
         console.print("stopping ...")
         plane.stop()
+
+
+def spot_options(path: Path | None, tick_s: float) -> dict[str, Any]:
+    """The local configuration a Spot availability trace brings (none without one): the trace,
+    its tick, a reconciler that looks every tick (a Spot launch RUNNABLE is seen within one), and
+    On-Demand jobs moved back to Spot room when the deadline guard allows it. A bad file or tick
+    ends the command with a clear error (exit 2)."""
+    if not tick_s > 0:
+        raise typer.BadParameter(
+            f"must be a positive number of seconds, got {tick_s:g}", param_hint="--spot-tick-seconds"
+        )
+    if path is None:
+        return {}
+    try:
+        trace = load_availability(path)
+    except AvailabilityError as error:
+        raise typer.BadParameter(str(error), param_hint="--spot-availability") from None
+    return {
+        "spot_availability": trace,
+        "spot_tick_s": tick_s,
+        "reconcile_s": min(tick_s, 2.0),
+        "move_to_spot_min_remaining_s": 5.0,
+    }
 
 
 @local_app.command("spot-warning")

@@ -177,6 +177,19 @@ def events_table(timeline: dict[str, Any]) -> Table:
     return table
 
 
+def spot_history_line(history: dict[str, Any]) -> str:
+    """The Spot pool history the deadline guard used, in one line."""
+    there = "there" if history.get("spot_there") else f"missing for {history.get('missing_for_h', 0):.2f} h"
+    availability = history.get("availability")
+    seen = (
+        f"available {availability:.0%} of {history.get('observed_h', 0):.2f} h observed,"
+        f" {history.get('outages', 0)} outages"
+        if availability is not None
+        else "no history observed yet"
+    )
+    return f"Spot history ({history['pool']}): Spot {there}; {seen}"
+
+
 def explain_view(data: dict[str, Any]) -> Group:
     parts: list[Any] = [f"[bold]{data.get('job_id')}[/bold] {data.get('state')}: {data.get('summary', '')}"]
     terms = data.get("priority") or {}
@@ -203,6 +216,9 @@ def explain_view(data: dict[str, Any]) -> Group:
     if guard:
         advice, placed = guard.get("advice"), guard.get("now")
         parts.append(f"deadline guard: {advice} (now {placed}): {guard.get('summary')}")
+        history = guard.get("spot_history")
+        if isinstance(history, dict) and history.get("pool"):
+            parts.append(spot_history_line(history))
     placement = data.get("placement")
     if isinstance(placement, dict):
         parts.append(

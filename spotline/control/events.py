@@ -32,6 +32,7 @@ from spotline.control.records import (
     node_heartbeat_field,
     parse_run_id,
 )
+from spotline.control.spot_signals import observe as observe_spot
 from spotline.domain import TERMINAL_STATES, JobState
 
 logger = logging.getLogger(__name__)
@@ -48,7 +49,9 @@ def handle_spot_warning(
     now = cp.clock()
     deadline = event_time + cp.config.spot_notice_s - cp.config.spot_notice_margin_s
     affected: list[str] = []
-    for record in _jobs_on(cp, instance_id):
+    records = _jobs_on(cp, instance_id)
+    observe_spot(cp, [r.job.pool for r in records if r.job.pool], False, event_time, "interruption warning")
+    for record in records:
         if record.state not in (JobState.RUNNING, JobState.CHECKPOINTING):
             continue
         try:
@@ -428,6 +431,8 @@ def _on_running(cp: ControlPlane, record: JobRecord, change: BatchJobChange, now
     )
     if instance_ids:
         cp.instances.add_job(instance_ids, record.id, now)
+    if record.job.pool:
+        observe_spot(cp, [record.job.pool], True, started, "a launch started")
     return "running"
 
 

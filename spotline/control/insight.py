@@ -23,6 +23,7 @@ from spotline.domain.checkpoint_cost import describe as describe_checkpoint
 from spotline.domain.deadline import explain_deadline
 from spotline.domain.explain import explain_pools, position, priority_terms, scores
 from spotline.domain.forecast import forecast_start
+from spotline.domain.placement import changeover_h, step_h
 from spotline.domain.planner import read_window
 from spotline.domain.preemption import estimated_remaining_s
 from spotline.domain.priority import fairshare_factors
@@ -76,7 +77,8 @@ def explain_job(cp: ControlPlane, team: str, job_id: str) -> dict[str, Any]:
             "fairshare_factor": round(fairshare, 4),
         },
     }
-    guard = explain_deadline(job, now, snapshot)  # a deadline job: Spot or On-Demand, and its line
+    # a deadline job: Spot or On-Demand, its line, and the Spot history the guard used
+    guard = explain_deadline(job, now, snapshot, changeover_h=changeover_h(config), step_h=step_h(config))
     if guard is not None:
         out["deadline_guard"] = guard
     checkpoint = describe_checkpoint(job, float(cp.config.grace_period_s))

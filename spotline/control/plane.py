@@ -24,6 +24,7 @@ from spotline.control.ports import (
     PageTokenStore,
     PassTrigger,
     RunLogs,
+    SpotPoolStore,
     TaskTokens,
     TimelineStore,
     WorkflowStarter,
@@ -61,6 +62,8 @@ class ControlPlane:
     new_job_id: Callable[[], str] = new_job_id
     # Reads a run's training log (`GET /jobs/{id}/logs`); None where the deployment has none.
     run_logs: RunLogs | None = None
+    # What it has seen of each Spot pool's capacity (the deadline guard's history); None: nothing kept.
+    spot_pools: SpotPoolStore | None = None
 
     @property
     def config(self) -> SpotlineConfig:

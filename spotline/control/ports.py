@@ -27,6 +27,7 @@ from spotline.control.records import (
     run_id_for,
 )
 from spotline.domain import Job, JobSpec, JobState, Priority, TeamQuota
+from spotline.domain.models import SpotPoolSignal
 
 # One write of a store transaction, as the store builds it (opaque to the services).
 StoreWrite = dict[str, Any]
@@ -405,3 +406,18 @@ class CostStore(Protocol):
     ) -> dict[str, MonthUsage]: ...
 
     def mark_notified(self, team: str, month: str, level: str, previous: str | None) -> bool: ...
+
+
+class SpotPoolStore(Protocol):
+    """What the control plane has seen of each Spot pool's capacity (`spotline.domain.spot_watch`):
+    one record per pool, each observation a conditional write."""
+
+    def observe(self, pool: str, available: bool, at: float) -> bool:
+        """Record that Spot capacity was there (a Spot launch started) or missing (a warning, a
+        launch sitting RUNNABLE) at `at`; False when it changes nothing (a repeat, or older than
+        the last change)."""
+        ...
+
+    def signals(self, pools: Sequence[str], now: float) -> dict[str, SpotPoolSignal]:
+        """What a pass plans from, for the pools seen at least once (one BatchGetItem)."""
+        ...

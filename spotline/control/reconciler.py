@@ -49,6 +49,7 @@ from spotline.control.records import (
     silent_gang_node,
     team_key,
 )
+from spotline.control.spot_signals import leave_missing_spot, observe_unstarted
 from spotline.domain import JobState
 
 logger = logging.getLogger(__name__)
@@ -91,6 +92,8 @@ def reconcile(cp: ControlPlane) -> ReconcileResult:
         logger.info("ledger drift seen", extra={"drift": result.drift, "pools": pools})
     result.repaired = repair_drift(cp, result.drift, counters)
     result.oldest_unstarted_s = oldest_unstarted(cp, active, now)
+    observe_unstarted(cp, result.oldest_unstarted_s, now)
+    result.requeued += leave_missing_spot(cp, active, now)
     for record in active:
         try:
             why = _stuck(cp, record, now)

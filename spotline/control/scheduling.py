@@ -29,6 +29,7 @@ from spotline.control.pending import StorePendingQueue
 from spotline.control.plane import ControlPlane
 from spotline.control.ports import PreparedTransition, execution_name
 from spotline.control.records import Disruption, JobRecord
+from spotline.control.spot_signals import signals as spot_signals
 from spotline.control.usage import budget_pass, soften
 from spotline.domain import (
     PRIORITIES_HIGH_FIRST,
@@ -123,6 +124,7 @@ def build_snapshot(
         allocations=allocations,
         quotas=soften(cp.config.teams, over_budget) if over_budget else cp.config.teams,
         usage_gpu_hours=team_usage_gpu_hours(cp, active, now, shown),
+        spot=spot_signals(cp, now),
     )
 
 

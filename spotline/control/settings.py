@@ -94,6 +94,9 @@ class SpotlineConfig(BaseModel):
     launch_timeout_s: float = Field(default=300.0, gt=0)
     # An admitted job whose Batch job never started after this long is requeued (no capacity).
     start_timeout_s: float = Field(default=1800.0, gt=0)
+    # A Spot launch RUNNABLE in Batch this long counts as Spot capacity missing in its pool
+    # (`spotline.control.spot_signals`; the deadline guard reads the pool's history from it).
+    spot_missing_after_s: float = Field(default=300.0, gt=0)
     # A checkpointing job whose workflow has not finished this long past its deadline is
     # finished by the reconciler.
     checkpoint_overrun_s: float = Field(default=60.0, ge=0)

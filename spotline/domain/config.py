@@ -236,6 +236,11 @@ class SchedulerConfig(BaseModel):
     # A job with a deadline runs on Spot only if its slack covers this many times the expected
     # delay from interruptions (rate x remaining time x cost of one interruption).
     spot_slack_factor: float = Field(default=2.0, ge=0)
+    # The deadline guard (`spotline.domain.deadline`): the restart a move between Spot and
+    # On-Demand costs (the paper's 0.2 h: launch, image pull, checkpoint load), and the time to
+    # the guard's next look at a job (a scheduling pass's cadence). A local demo shrinks both.
+    deadline_changeover_s: float = Field(default=720.0, gt=0)
+    deadline_step_s: float = Field(default=300.0, ge=0)
     # What one interruption costs a job besides its restart: the agent checkpoints inside the
     # 2-minute Spot notice (architecture.md), so a checkpoint write (`checkpoint_write_s`); False
     # for an agent that cannot, whose job loses half a checkpoint interval on average.

@@ -35,7 +35,7 @@ from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
 from enum import StrEnum
 
-from spotline.domain.models import TERMINAL_STATES, ClusterSnapshot, Job, JobState
+from spotline.domain.models import TERMINAL_STATES, ClusterSnapshot, Job, JobState, SpotPoolSignal
 
 EPS = 1e-9
 # A move's restart on AWS Batch (instance launch, image pull, checkpoint load): the paper's 0.2 h.
@@ -88,6 +88,18 @@ class SpotHistory:
     @property
     def outage_rate_per_h(self) -> float:
         return len(self.outages) / self.observed_h if self.observed_h > 0 else 0.0
+
+    @classmethod
+    def from_signal(cls, signal: SpotPoolSignal | None) -> SpotHistory:
+        """The history the control plane has kept of a pool (`spot_watch.PoolWatch.signal`);
+        empty when it has seen nothing of the pool."""
+        if signal is None:
+            return cls()
+        return cls(
+            observed_h=signal.observed_s / 3600.0,
+            available_h=signal.available_s / 3600.0,
+            outages=tuple(sorted(o / 3600.0 for o in signal.outages_s)),
+        )
 
     @classmethod
     def summarise(cls, available: list[bool] | tuple[bool, ...], step_h: float) -> SpotHistory:
@@ -148,7 +160,7 @@ class GuardDecision:
     wait_limit_h: float | None = None  # the outage wait the slack affords (rule 3), when computed
 
     def describe(self) -> str:
-        ahead = f"{abs(self.line_h):.2f} h {'ahead of' if self.line_h >= 0 else 'behind'} its line"
+        ahead = f"{span(abs(self.line_h))} {'ahead of' if self.line_h >= 0 else 'behind'} its line"
         reasons = {
             Why.DONE: "work done",
             Why.SAFETY_NET: "On-Demand to the end: the slack left no longer covers a Spot loss",
@@ -163,8 +175,15 @@ class GuardDecision:
             Why.PLAN_WAIT: "waits for Spot: the cheapest expected schedule under the pool's history",
             Why.PLAN_ON_DEMAND: "On-Demand: the cheapest expected schedule under the pool's history",
         }
-        limit = f", waits at most {self.wait_limit_h:.2f} h" if self.wait_limit_h is not None else ""
-        return f"{reasons[self.why]} (slack {self.slack_h:.2f} h, {ahead}{limit})"
+        limit = f", waits at most {span(self.wait_limit_h)}" if self.wait_limit_h is not None else ""
+        return f"{reasons[self.why]} (slack {span(self.slack_h)}, {ahead}{limit})"
+
+
+def span(hours: float) -> str:
+    """A duration for people: hours, or seconds under a tenth of an hour (a local demo's scale)."""
+    if abs(hours) >= 0.1 or hours == float("inf"):
+        return f"{hours:.2f} h"
+    return f"{hours * 3600:.0f} s"
 
 
 def slack_h(state: GuardState, settings: GuardSettings) -> float:
@@ -301,11 +320,12 @@ def explain_deadline(
     *,
     changeover_h: float = DEFAULT_CHANGEOVER_H,
     step_h: float = DEFAULT_STEP_H,
-    history: SpotHistory | None = None,
 ) -> dict[str, object] | None:
     """What the guard says about a job with a deadline and a declared runtime (None otherwise):
-    where it should be, why, and how far ahead of or behind its line it is. Spot counts as there
-    when the job runs on Spot or a Spot pool that could host it has free GPUs now."""
+    where it should be, why, how far ahead of or behind its line it is, and the Spot history it
+    used (`snapshot.spot`: what the control plane has seen of the pool). Spot counts as there
+    when the job runs on Spot, or a Spot pool that could host it has free GPUs now and was not
+    last seen without capacity."""
     deadline = job.spec.deadline_at
     expected = job.spec.expected_runtime_s
     if deadline is None or expected is None or job.state in TERMINAL_STATES:
@@ -319,11 +339,18 @@ def explain_deadline(
     used: dict[str, int] = {}
     for allocation in snapshot.allocations:
         used[allocation.pool] = used.get(allocation.pool, 0) + allocation.gpus
+    hosts = [p for p in snapshot.pools.values() if p.is_spot and p.can_host(job)]
+    # The pool whose history the guard reads: the job's own Spot pool, else the first that could host it.
+    watched = pool if pool is not None and pool.is_spot else min(hosts, key=lambda p: p.name, default=None)
+    signal = snapshot.spot.get(watched.name) if watched is not None else None
     spot_free = any(
-        p.is_spot and p.can_host(job) and p.capacity_gpus - used.get(p.name, 0) >= p.demand_gpus(job)
-        for p in snapshot.pools.values()
+        p.capacity_gpus - used.get(p.name, 0) >= p.demand_gpus(job)
+        and (snapshot.spot.get(p.name) is None or snapshot.spot[p.name].available)
+        for p in hosts
     )
     done_s = job.elapsed_s(now) if job.progress is None else job.progress * expected
+    history = SpotHistory.from_signal(signal)
+    running_on_spot = placement is Placement.SPOT and job.state is not JobState.ADMITTED
     decision = guard_job(
         job_h=expected / 3600.0,
         submitted_at=job.submitted_at,
@@ -331,9 +358,10 @@ def explain_deadline(
         now=now,
         done_s=done_s,
         placement=placement,
-        spot_available=placement is Placement.SPOT or spot_free,
-        history=history or SpotHistory(),
+        spot_available=running_on_spot or spot_free,
+        history=history,
         settings=GuardSettings(changeover_h=changeover_h),
+        outage_h=0.0 if signal is None else signal.outage_s / 3600.0,
         step_h=step_h,
     )
     return {
@@ -343,15 +371,29 @@ def explain_deadline(
         "slack_h": round(decision.slack_h, 3),
         "ahead_of_line_h": round(decision.line_h, 3),
         "summary": decision.describe(),
+        "spot_history": {
+            "pool": None if watched is None else watched.name,
+            "spot_there": signal is None or signal.available,
+            "missing_for_h": 0.0 if signal is None else round(signal.outage_s / 3600.0, 3),
+            "observed_h": round(history.observed_h, 3),
+            "availability": round(history.availability, 3) if history.observed_h > 0 else None,
+            "outages": len(history.outages),
+        },
     }
 
 
-def _guard_with_spot_there(
-    job: Job, now: float, placement: Placement, changeover_h: float, step_h: float
+def _guard(
+    job: Job,
+    now: float,
+    placement: Placement,
+    changeover_h: float,
+    step_h: float,
+    signal: SpotPoolSignal | None,
+    spot_available: bool,
 ) -> GuardDecision | None:
-    """The guard's decision for a running or placed deadline job, Spot being there (the caller
-    looks at free Spot room), from the job's progress or its elapsed run time; None for a job
-    without a deadline or declared runtime."""
+    """The guard's decision for a deadline job from the job's progress (or its elapsed run time)
+    and the pool's signal (its history; how long Spot has been missing); None for a job without a
+    deadline or declared runtime."""
     deadline = job.spec.deadline_at
     expected = job.spec.expected_runtime_s
     if deadline is None or expected is None:
@@ -364,21 +406,44 @@ def _guard_with_spot_there(
         now=now,
         done_s=done_s,
         placement=placement,
-        spot_available=True,
-        history=SpotHistory(),
+        spot_available=spot_available,
+        history=SpotHistory.from_signal(signal),
         settings=GuardSettings(changeover_h=changeover_h),
+        outage_h=0.0 if spot_available or signal is None else signal.outage_s / 3600.0,
         step_h=step_h,
     )
 
 
+def on_demand_to_spot_note(
+    job: Job,
+    now: float,
+    *,
+    changeover_h: float = DEFAULT_CHANGEOVER_H,
+    step_h: float = DEFAULT_STEP_H,
+    spot: SpotPoolSignal | None = None,
+) -> str | None:
+    """The guard's word on a deadline job leaving On-Demand for Spot (its slack and line), for
+    the move's reason; None for a job without a deadline or declared runtime."""
+    there = spot is None or spot.available
+    decision = _guard(job, now, Placement.ON_DEMAND, changeover_h, step_h, spot, there)
+    return None if decision is None else f"deadline guard: {decision.describe()}"
+
+
 def stays_on_demand(
-    job: Job, now: float, *, changeover_h: float = DEFAULT_CHANGEOVER_H, step_h: float = DEFAULT_STEP_H
+    job: Job,
+    now: float,
+    *,
+    changeover_h: float = DEFAULT_CHANGEOVER_H,
+    step_h: float = DEFAULT_STEP_H,
+    spot: SpotPoolSignal | None = None,
 ) -> str | None:
     """Why a deadline job running On-Demand should not move to free Spot room now (None: the
-    guard lets it go, or the job has no deadline or declared runtime). Spot is there (the move
-    targets free room); the guard's hysteresis keeps the job On-Demand until it is far enough
-    ahead of its line, and its safety net when no Spot loss can be absorbed any more."""
-    decision = _guard_with_spot_there(job, now, Placement.ON_DEMAND, changeover_h, step_h)
+    guard lets it go, or the job has no deadline or declared runtime). `spot`: what the control
+    plane has seen of the target pool; Spot counts as there unless it was last seen missing. The
+    guard's hysteresis keeps the job On-Demand until it is far enough ahead of its line, and its
+    safety net when no Spot loss can be absorbed any more."""
+    there = spot is None or spot.available
+    decision = _guard(job, now, Placement.ON_DEMAND, changeover_h, step_h, spot, there)
     if decision is None or decision.placement is Placement.SPOT:
         return None
     return f"deadline guard: {decision.describe()}"
@@ -391,13 +456,26 @@ def spot_unsafe(
     on_spot: bool,
     changeover_h: float = DEFAULT_CHANGEOVER_H,
     step_h: float = DEFAULT_STEP_H,
+    spot: SpotPoolSignal | None = None,
 ) -> str | None:
-    """Why a deadline job may not start (or stay) on Spot now: the guard's safety net, when a Spot
-    loss after the next look would leave no time for an On-Demand restart before the deadline.
-    None otherwise, and for a job without a deadline or declared runtime, or whose deadline no
-    longer fits even On-Demand (the older rules decide those)."""
+    """Why a deadline job may not start (or stay) on Spot now, None otherwise (and for a job
+    without a deadline or declared runtime, or whose deadline no longer fits even On-Demand: the
+    older rules decide those):
+
+    - the guard's safety net: a Spot loss after the next look would leave no time for an
+      On-Demand restart before the deadline;
+    - for a job not on Spot (`on_spot` False), with the pool last seen without capacity (`spot`):
+      the guard sends it On-Demand (behind its line, or the outage longer than its slack
+      affords, from the pool's history). When the guard would wait, Spot is allowed: a Spot
+      launch that waits for capacity is the wait (RUNNABLE in Batch, its checkpoint kept).
+    """
     placement = Placement.SPOT if on_spot else Placement.NONE
-    decision = _guard_with_spot_there(job, now, placement, changeover_h, step_h)
-    if decision is not None and decision.why is Why.SAFETY_NET:
+    there = on_spot or spot is None or spot.available
+    decision = _guard(job, now, placement, changeover_h, step_h, spot, there)
+    if decision is None:
+        return None
+    if decision.why is Why.SAFETY_NET or (not there and decision.placement is Placement.ON_DEMAND):
+        if decision.why is Why.INFEASIBLE:
+            return None
         return f"deadline guard: {decision.describe()}"
     return None

@@ -117,7 +117,7 @@ def explain_pools(
             item.blockers.append(_shape(job, pool))
             continue
         if pool.is_spot:
-            refusal = spot_refusal(job, pool, now, remaining, config)
+            refusal = spot_refusal(job, pool, now, remaining, config, snapshot.spot.get(pool.name))
             if refusal is not None:
                 item.blockers.append(f"placement: {refusal}")
                 continue

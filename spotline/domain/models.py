@@ -470,6 +470,20 @@ class Allocation(BaseModel):
     draining_for: str | None = None
 
 
+class SpotPoolSignal(BaseModel):
+    """What the control plane knows of a Spot pool's capacity at a pass (`spot_watch.PoolWatch`):
+    whether Spot is there (its last observation), how long it has been missing, and its history
+    over a bounded window (observed and available seconds, completed outage lengths, ascending)."""
+
+    model_config = ConfigDict(defer_build=True, frozen=True)
+
+    available: bool = True
+    outage_s: float = Field(default=0.0, ge=0)
+    observed_s: float = Field(default=0.0, ge=0)
+    available_s: float = Field(default=0.0, ge=0)
+    outages_s: tuple[float, ...] = ()
+
+
 class ClusterSnapshot(BaseModel):
     """What one scheduling pass sees: pools, who holds what, quotas and fair-share usage.
 
@@ -483,6 +497,9 @@ class ClusterSnapshot(BaseModel):
     allocations: tuple[Allocation, ...] = ()
     quotas: dict[str, TeamQuota] = Field(default_factory=dict)
     usage_gpu_hours: dict[str, float] = Field(default_factory=dict)
+    # What the control plane has seen of each Spot pool's capacity (absent: nothing seen, and
+    # Spot counts as there): the deadline guard's history and Spot signal.
+    spot: dict[str, SpotPoolSignal] = Field(default_factory=dict)
 
     @classmethod
     def build(
@@ -491,12 +508,14 @@ class ClusterSnapshot(BaseModel):
         allocations: Iterable[Allocation] = (),
         quotas: Iterable[TeamQuota] = (),
         usage_gpu_hours: Mapping[str, float] | None = None,
+        spot: Mapping[str, SpotPoolSignal] | None = None,
     ) -> ClusterSnapshot:
         return cls(
             pools={p.name: p for p in pools},
             allocations=tuple(allocations),
             quotas={q.team: q for q in quotas},
             usage_gpu_hours=dict(usage_gpu_hours or {}),
+            spot=dict(spot or {}),
         )
 
     def used_gpus(self, pool: str) -> int:

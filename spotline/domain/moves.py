@@ -6,10 +6,10 @@ could no longer be absorbed (`moves_to_on_demand`)."""
 from __future__ import annotations
 
 from spotline.domain.config import SchedulerConfig
-from spotline.domain.deadline import spot_unsafe, stays_on_demand
+from spotline.domain.deadline import on_demand_to_spot_note, spot_unsafe, stays_on_demand
 from spotline.domain.decisions import Move
 from spotline.domain.models import Allocation, ClusterSnapshot, JobState, Pool, SpotPreference
-from spotline.domain.placement import preference, spot_refusal
+from spotline.domain.placement import changeover_h, preference, spot_refusal, step_h
 from spotline.domain.preemption import estimated_remaining_s, shielded
 from spotline.domain.priority import PriorityScorer
 from spotline.domain.quota import Ledger
@@ -32,11 +32,16 @@ def moves_to_spot(
     guard lets it return: `spotline.domain.deadline.stays_on_demand`), longest first, each to the first
     Spot pool (cheapest) where it fits the GPUs still free; at most `budget` of them."""
     spot = sorted(
-        (p for p in snapshot.pools.values() if p.is_spot and ledger.free(p.name) > 0), key=preference
+        (
+            p
+            for p in snapshot.pools.values()
+            if p.is_spot and ledger.free(p.name) > 0 and _spot_there(snapshot, p.name)
+        ),
+        key=preference,
     )
     if not spot:
         return []
-    candidates = _movable(snapshot, running, taken, now, config)
+    candidates = _movable(snapshot, running, taken, now, config, spot[0].name)
     if not candidates:
         return []
     free = {p.name: ledger.free(p.name) for p in spot}
@@ -50,8 +55,19 @@ def moves_to_spot(
     return moves
 
 
+def _spot_there(snapshot: ClusterSnapshot, pool: str) -> bool:
+    """Whether a Spot pool's capacity counts as there: it was not last seen missing."""
+    signal = snapshot.spot.get(pool)
+    return signal is None or signal.available
+
+
 def _movable(
-    snapshot: ClusterSnapshot, running: RunningIndex, taken: set[str], now: float, config: SchedulerConfig
+    snapshot: ClusterSnapshot,
+    running: RunningIndex,
+    taken: set[str],
+    now: float,
+    config: SchedulerConfig,
+    target: str,
 ) -> list[tuple[float, Allocation]]:
     """The running On-Demand jobs that may move, with their estimated remaining run times,
     longest first (then by id): not leaving, not taken by the pass, not shielded, and with at
@@ -69,7 +85,18 @@ def _movable(
                 if shielded(allocation, now, config) is not None:
                     continue
                 remaining = estimated_remaining_s(job, now, config)
-                if remaining >= least and stays_on_demand(job, now) is None:
+                if remaining < least:
+                    continue
+                if (
+                    stays_on_demand(
+                        job,
+                        now,
+                        spot=snapshot.spot.get(target),
+                        changeover_h=changeover_h(config),
+                        step_h=step_h(config),
+                    )
+                    is None
+                ):
                     candidates.append((remaining, job.id, allocation))
     candidates.sort(key=lambda c: (-c[0], c[1]))
     return [(remaining, allocation) for remaining, _, allocation in candidates]
@@ -98,6 +125,9 @@ def _first_room(
             f"moving from {allocation.pool} to {pool.name}, which has {demand} GPUs free:"
             f" ~{remaining / 3600.0:.1f} h left to run at Spot's price"
         )
+        note = on_demand_to_spot_note(job, now, changeover_h=changeover_h(config), step_h=step_h(config))
+        if note is not None:
+            reason = f"{reason}; {note}"
         return Move(job, allocation.pool, pool.name, score(job), reason)
     return None
 
@@ -110,6 +140,7 @@ def moves_to_on_demand(
     score: PriorityScorer,
     now: float,
     budget: int,
+    config: SchedulerConfig,
 ) -> list[Move]:
     """The deadline jobs running on Spot that the deadline guard sends to On-Demand now
     (`deadline.spot_unsafe`: a reclaim after the next look would leave no time for an On-Demand
@@ -132,7 +163,14 @@ def moves_to_on_demand(
                     continue
                 if job.spec.spot is SpotPreference.REQUIRED:
                     continue
-                unsafe = spot_unsafe(job, now, on_spot=True)
+                unsafe = spot_unsafe(
+                    job,
+                    now,
+                    on_spot=True,
+                    spot=snapshot.spot.get(pool.name),
+                    changeover_h=changeover_h(config),
+                    step_h=step_h(config),
+                )
                 if unsafe is not None:
                     candidates.append((job.spec.deadline_at, job.id, allocation, unsafe))
     candidates.sort(key=lambda c: (c[0], c[1]))

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 from spotline.domain.checkpoint_cost import interruption_lost_s
 from spotline.domain.config import SchedulerConfig
 from spotline.domain.deadline import spot_unsafe
-from spotline.domain.models import Job, Pool, SpotPreference
+from spotline.domain.models import Job, Pool, SpotPoolSignal, SpotPreference
 
 
 def interruption_cost_s(job: Job, config: SchedulerConfig) -> float:
@@ -38,7 +38,14 @@ def spot_cost_ratio(job: Job, pool: Pool, remaining_s: float, config: SchedulerC
     return pool.price * (remaining_s + delay) / remaining_s
 
 
-def spot_refusal(job: Job, pool: Pool, now: float, remaining_s: float, config: SchedulerConfig) -> str | None:
+def spot_refusal(
+    job: Job,
+    pool: Pool,
+    now: float,
+    remaining_s: float,
+    config: SchedulerConfig,
+    signal: SpotPoolSignal | None = None,
+) -> str | None:
     """None when `job` may run on Spot `pool`; otherwise why not.
 
     1. `spot: never` runs only On-Demand; `spot: required` only Spot.
@@ -49,8 +56,9 @@ def spot_refusal(job: Job, pool: Pool, now: float, remaining_s: float, config: S
     4. a job with a deadline runs on Spot only if its slack (deadline - now - remaining) covers
        `spot_slack_factor` times the expected delay from interruptions; with `spot_cost_aware`,
        a job whose slack is already negative (On-Demand cannot save its deadline) may use Spot;
-       and, with a declared runtime, only while the deadline guard's safety net allows it
-       (`deadline.spot_unsafe`).
+       and, with a declared runtime, only while the deadline guard allows it
+       (`deadline.spot_unsafe`: its safety net, and, when the pool was last seen without capacity
+       (`signal`), its rules for an outage, from the pool's history).
     """
     spec = job.spec
     if spec.spot is SpotPreference.NEVER:
@@ -72,31 +80,49 @@ def spot_refusal(job: Job, pool: Pool, now: float, remaining_s: float, config: S
         needed = config.spot_slack_factor * expected_interruption_delay_s(job, pool, remaining_s, config)
         if slack < needed and not (config.spot_cost_aware and slack < 0):
             return f"deadline slack {slack:.0f}s below the {needed:.0f}s that Spot interruptions may cost"
-        return spot_unsafe(job, now, on_spot=False)
+        return spot_unsafe(
+            job, now, on_spot=False, spot=signal, changeover_h=changeover_h(config), step_h=step_h(config)
+        )
     return None
 
 
+def changeover_h(config: SchedulerConfig) -> float:
+    """The deadline guard's changeover (a move's restart), in hours."""
+    return config.deadline_changeover_s / 3600.0
+
+
+def step_h(config: SchedulerConfig) -> float:
+    """The time to the deadline guard's next look at a job (a pass's cadence), in hours."""
+    return config.deadline_step_s / 3600.0
+
+
 def candidate_pools(
-    job: Job, pools: Iterable[Pool], now: float, remaining_s: float, config: SchedulerConfig
+    job: Job,
+    pools: Iterable[Pool],
+    now: float,
+    remaining_s: float,
+    config: SchedulerConfig,
+    spot: Mapping[str, SpotPoolSignal] | None = None,
 ) -> list[Pool]:
     """The pools `job` may run in, in order of preference.
 
     1. Compatible GPU type and node shape, and large enough.
-    2. Spot pools the job may use (`spot_refusal`), then On-Demand ones unless it requires Spot.
+    2. Spot pools the job may use (`spot_refusal`, with what was seen of each: `spot`), then
+       On-Demand ones unless it requires Spot.
     3. Within each, lower price first, then lower interruption rate, then name.
     """
-    spot: list[Pool] = []
+    spot_ok: list[Pool] = []
     on_demand: list[Pool] = []
     for pool in pools:
         if not pool.can_host(job):
             continue
         if pool.is_spot:
-            if spot_refusal(job, pool, now, remaining_s, config) is None:
-                spot.append(pool)
+            if spot_refusal(job, pool, now, remaining_s, config, (spot or {}).get(pool.name)) is None:
+                spot_ok.append(pool)
         elif job.spec.spot is not SpotPreference.REQUIRED:
             on_demand.append(pool)
 
-    return sorted(spot, key=preference) + sorted(on_demand, key=preference)
+    return sorted(spot_ok, key=preference) + sorted(on_demand, key=preference)
 
 
 def preference(pool: Pool) -> tuple[float, float, str]:

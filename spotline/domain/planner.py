@@ -44,7 +44,7 @@ from spotline.domain.decisions import (
 from spotline.domain.explain import wait_text
 from spotline.domain.models import ClusterSnapshot, Job, Pool, Priority
 from spotline.domain.moves import moves_to_on_demand, moves_to_spot
-from spotline.domain.placement import candidate_pools
+from spotline.domain.placement import candidate_pools, spot_refusal
 from spotline.domain.preemption import Candidate, estimated_remaining_s, select_victims
 from spotline.domain.priority import PriorityScorer, fairshare_factors, wait_s
 from spotline.domain.queue import (
@@ -150,7 +150,7 @@ def plan_with_stats(
         if not explain:
             _count_decided(classes_left, job.spec.priority)
     leaving = moves_to_on_demand(
-        snapshot, indexed, state.ledger, state.taken, score, now, state.preemptions_left
+        snapshot, indexed, state.ledger, state.taken, score, now, state.preemptions_left, config
     )
     decisions.extend(leaving)
     state.taken.update(m.job.id for m in leaving)
@@ -335,7 +335,9 @@ class _Pass:
         pools = self.placements.get(alike) if alike is not None else None
         if pools is None:
             remaining = estimated_remaining_s(job, self.now, self.config)
-            pools = candidate_pools(job, self.snapshot.pools.values(), self.now, remaining, self.config)
+            pools = candidate_pools(
+                job, self.snapshot.pools.values(), self.now, remaining, self.config, self.snapshot.spot
+            )
             if alike is not None:
                 self.placements[alike] = pools
         turn.pools = pools
@@ -356,7 +358,22 @@ class _Pass:
                 ledger.take(job.team, pool.name, demand)
                 self._changed_ledger()
                 reason = f"admitted to {pool.name}: {demand} of {free} free GPUs"
+                if not pool.is_spot and job.spec.deadline_at is not None:
+                    refused = self._guard_refused_spot(job)
+                    reason += f"; not Spot: {refused}" if refused else ""
                 return Admit(job, pool.name, turn.priority, reason)
+        return None
+
+    def _guard_refused_spot(self, job: Job) -> str | None:
+        """Why the deadline guard kept a deadline job off a Spot pool that could host it (what
+        the timeline says of an On-Demand admission); None when it did not."""
+        remaining = estimated_remaining_s(job, self.now, self.config)
+        for pool in sorted(self.snapshot.pools.values(), key=lambda p: p.name):
+            if not pool.is_spot or not pool.can_host(job):
+                continue
+            why = spot_refusal(job, pool, self.now, remaining, self.config, self.snapshot.spot.get(pool.name))
+            if why is not None and why.startswith("deadline guard"):
+                return f"{pool.name}: {why}"
         return None
 
     def _claim_spare(self, turn: _Turn) -> Decision | None:

@@ -117,6 +117,9 @@ class LocalFleet:
             Node(_instance_id(), p.name, p.gpus_per_node) for p in pools for _ in range(p.nodes)
         ]
         self.jobs: dict[str, LocalBatchJob] = {}
+        # Instances a pool may hold now (a Spot availability trace sets it: `set_capacity`);
+        # absent: its configured node count.
+        self._limits: dict[str, int] = {}
         self._closed = threading.Event()
         log_dir.mkdir(parents=True, exist_ok=True)
 
@@ -276,8 +279,39 @@ class LocalFleet:
 
     def _replace(self, lost: Node) -> None:
         with self._lock:
-            if not self._closed.is_set():
+            if not self._closed.is_set() and self._standing(lost.pool) < self._limit(lost.pool):
                 self.nodes.append(Node(_instance_id(), lost.pool, lost.gpus))
+
+    def _limit(self, pool: str) -> int:
+        return self._limits.get(pool, self._pools[pool].nodes)
+
+    def _standing(self, pool: str) -> int:
+        """The pool's nodes alive and not under a reclaim notice."""
+        return sum(1 for n in self.nodes if n.pool == pool and n.alive and not n.reclaim_scheduled)
+
+    def set_capacity(self, pool: str, instances: int, notice_s: float) -> list[str]:
+        """The Spot capacity of `pool` is now `instances` (at most its configured nodes), as an
+        availability trace says. Above what stands, nodes join now (a Spot launch that waited
+        for capacity then starts). Below it, EC2 reclaims the nodes beyond capacity, idle ones
+        first: each gets the Spot interruption warning (`reclaim`) and dies `notice_s` later.
+        At 0, a Spot launch waits (RUNNABLE) until capacity returns. Returns the instances warned."""
+        spec = self._pools[pool]
+        if not spec.spot:
+            raise ValueError(f"{pool} is not a Spot pool: only Spot capacity follows a trace")
+        warned: list[str] = []
+        with self._lock:
+            self._limits[pool] = max(0, min(instances, spec.nodes))
+            standing = [n for n in self.nodes if n.pool == pool and n.alive and not n.reclaim_scheduled]
+            excess = len(standing) - self._limits[pool]
+            if excess > 0:
+                standing.sort(key=lambda n: (n.used > 0, n.instance_id))  # idle nodes go first
+                warned = [n.instance_id for n in standing[:excess]]
+            elif excess < 0 and not self._closed.is_set():
+                for _ in range(-excess):
+                    self.nodes.append(Node(_instance_id(), pool, spec.gpus_per_node))
+        for instance in warned:
+            self.reclaim(instance, notice_s)
+        return warned
 
     def lost_run(self, batch_job_id: str, job_name: str, job_queue: str, instance_ids: Sequence[str]) -> None:
         """A run the fleet of an earlier local runtime ran, lost with it (its process and node

@@ -33,7 +33,9 @@ from spotline.local.fleet import LocalFleet, PoolSpec
 from spotline.local.http_api import ACCESS_KEY_HEADER, LocalApiServer, LocalIdentity
 from spotline.local.moto_lambda_route import LambdaTaskDispatcher
 from spotline.local.router import Router
+from spotline.local.spot_trace import SpotTraceReplay
 from spotline.local.state import SavedState, StateStore
+from spotline.sim.availability import AvailabilityTrace
 
 log = logging.getLogger("spotline.local")
 
@@ -89,6 +91,37 @@ class LocalConfig:
     capacity_return_s: float = 5.0
     region: str = "us-east-1"
     seed: int = 1
+    # The Spot pool's capacity follows this availability trace (SkyPilot's format), one tick
+    # per `spot_tick_s` wall seconds (`spotline local up --spot-availability FILE`); the first
+    # Spot pool unless `spot_trace_pool` names another.
+    spot_availability: AvailabilityTrace | None = None
+    spot_tick_s: float = 2.0
+    spot_trace_pool: str | None = None
+    # The deadline guard on local time: a move's restart, and the scheduler's tick as its step.
+    deadline_changeover_s: float = 3.0
+    # A Spot launch RUNNABLE this long counts as Spot capacity missing in its pool.
+    spot_missing_after_s: float = 4.0
+    # On-Demand jobs move to Spot room with at least this long left (0: never).
+    move_to_spot_min_remaining_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.spot_tick_s <= 0:
+            raise ValueError(f"spot_tick_s must be a positive number of seconds, got {self.spot_tick_s!r}")
+        spot = [p.name for p in self.pools if p.purchase == "spot"]
+        if self.spot_trace_pool is not None and self.spot_trace_pool not in spot:
+            raise ValueError(
+                f"spot_trace_pool {self.spot_trace_pool!r} is not a local Spot pool"
+                f" (one of {', '.join(spot)})"
+            )
+        if self.spot_availability is not None and not spot:
+            raise ValueError("a Spot availability trace needs a Spot pool, and the local cluster has none")
+
+    @property
+    def traced_pool(self) -> str | None:
+        """The Spot pool whose capacity follows the trace (None without a trace)."""
+        if self.spot_availability is None:
+            return None
+        return self.spot_trace_pool or next(p.name for p in self.pools if p.purchase == "spot")
 
     def spotline_config(self, identities: dict[str, str]) -> dict[str, Any]:
         """The SPOTLINE_CONFIG JSON the functions read (on AWS the stack writes it)."""
@@ -113,7 +146,11 @@ class LocalConfig:
                 "protection_period_s": self.protection_period_s,
                 "preemption_delay_s": self.preemption_delay_s,
                 "restart_cost_s": self.restart_cost_s,
+                "deadline_changeover_s": self.deadline_changeover_s,
+                "deadline_step_s": self.tick_s,
+                "move_to_spot_min_remaining_s": self.move_to_spot_min_remaining_s,
             },
+            "spot_missing_after_s": self.spot_missing_after_s,
             "grace_period_s": self.grace_period_s,
             "spot_notice_s": self.spot_notice_s,
             "spot_notice_margin_s": 2,
@@ -229,6 +266,8 @@ class LocalControlPlane:
     # previous process (requeued from their checkpoints).
     restored_items: int = 0
     lost_runs: list[str] = field(default_factory=list)
+    # The Spot pool's availability trace playing on the fleet (`LocalConfig.spot_availability`).
+    spot_replay: SpotTraceReplay | None = None
 
     def start(self) -> dict[str, Any]:
         """Start everything; returns (and writes) the contents of `.spotline/local.json`."""
@@ -342,6 +381,12 @@ class LocalControlPlane:
             observers={"spot_interruption": self._drain_warned_node},
         )
         self.router.start()
+        traced = cfg.traced_pool
+        if cfg.spot_availability is not None and traced is not None:
+            self.spot_replay = SpotTraceReplay(
+                self.fleet, traced, cfg.spot_availability, cfg.spot_tick_s, float(cfg.spot_notice_s)
+            )
+            self.spot_replay.start()
         self._every(cfg.tick_s, self._tick, "scheduler-tick")
         self._every(cfg.reconcile_s, self._reconcile, "reconciler")
 
@@ -364,6 +409,9 @@ class LocalControlPlane:
             "spot_notice_s": cfg.spot_notice_s,
             "teams": {team: {"headers": {ACCESS_KEY_HEADER: i.access_key}} for team, i in self.teams.items()},
         }
+        if cfg.spot_availability is not None:
+            trace = cfg.spot_availability
+            info["spot_availability"] = {"pool": traced, "trace": trace.name, "tick_s": cfg.spot_tick_s}
         (cfg.state_dir / "local.json").write_text(json.dumps(info, indent=2))
         if self._store is not None:
             self._saved = SavedState(
@@ -435,6 +483,8 @@ class LocalControlPlane:
                 self.snapshot()
             except Exception:
                 log.exception("saving the local state on stop failed; the last periodic save stands")
+        if self.spot_replay is not None:
+            self.spot_replay.stop()
         if self.router is not None:
             self.router.stop()
         if self.fleet is not None:

@@ -16,6 +16,9 @@ RECORD = Path(__file__).resolve().parents[3] / "bench" / "data" / "tuning.json"
 # (the lever is off), each switched on and off in a later `bench.tune` lever check (README, "Tuning").
 # Issue 29's opt-in mechanisms (off by default: docs/contention.md) likewise.
 ADDED_SINCE = {
+    # the deadline guard's changeover and step, settings since issue 30 (the constants they were)
+    "deadline_changeover_s": 720.0,
+    "deadline_step_s": 300.0,
     "move_to_spot_min_remaining_s": 0.0,
     "no_preemption_delay_for": [],
     "preempt_below_blocked_class": False,

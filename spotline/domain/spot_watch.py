@@ -1,0 +1,76 @@
+"""What the control plane has seen of a Spot pool's capacity: a bounded history, kept per pool.
+
+The control plane observes a Spot pool through its own runs: a Spot interruption warning (the pool
+is losing capacity), a Spot launch that sits RUNNABLE past a threshold (no capacity), a Spot
+launch that starts (capacity is there). `PoolWatch` folds those observations into the pool's
+current state and its outages (intervals without capacity) over a bounded window (`WINDOW_S`,
+14 days: the length of SkyPilot's traces). `PoolWatch.signal` turns it into what a scheduling pass
+plans from (`SpotPoolSignal`, carried by the `ClusterSnapshot`), and the guard reads the pool's
+`SpotHistory` from that (`spotline.domain.deadline`).
+
+Pure: the adapter (`spotline.aws.spot_pools`) stores one item per pool and applies `observe` with
+a conditional write; the simulator can fold its own observations the same way.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from spotline.domain.models import SpotPoolSignal
+
+WINDOW_S = 14 * 24 * 3600.0
+MAX_OUTAGES = 500  # outages kept at most (the oldest go first): bounds the item's size
+
+
+@dataclass(frozen=True, slots=True)
+class PoolWatch:
+    """A Spot pool as the control plane has seen it.
+
+    `since`: the first observation; `available`: the state last observed; `changed_at`: when the
+    state last changed (the start of the outage under way when not `available`); `outages`:
+    completed outages `(start, end)`, oldest first, within the window.
+    """
+
+    since: float
+    available: bool
+    changed_at: float
+    outages: tuple[tuple[float, float], ...] = ()
+
+    @classmethod
+    def first(cls, available: bool, at: float) -> PoolWatch:
+        return cls(since=at, available=available, changed_at=at)
+
+    def observe(self, available: bool, at: float, window_s: float = WINDOW_S) -> PoolWatch | None:
+        """The watch after an observation at `at`, or None when it changes nothing: the state
+        is the one already known (a duplicate or a repeat), or the observation is older than the
+        last change (an event delivered late must not undo a newer one)."""
+        if at < self.changed_at or available == self.available:
+            return None
+        outages = self.outages
+        if available:  # an outage ends
+            outages = (*outages, (self.changed_at, at))
+        cutoff = at - window_s
+        kept = tuple(o for o in outages if o[1] > cutoff)[-MAX_OUTAGES:]
+        return replace(self, available=available, changed_at=at, outages=kept)
+
+    def signal(self, now: float, window_s: float = WINDOW_S) -> SpotPoolSignal:
+        """What a pass plans from at `now`: whether Spot is there, how long it has been missing,
+        and the history over the window (observed and available hours, completed outages)."""
+        start = max(self.since, now - window_s)
+        observed = max(0.0, now - start)
+        down = 0.0
+        lengths: list[float] = []
+        for begin, end in self.outages:
+            clipped = max(0.0, min(end, now) - max(begin, start))
+            down += clipped
+            if begin >= start:  # an outage cut by the window's start is not counted as one
+                lengths.append(end - begin)
+        outage_s = 0.0 if self.available else max(0.0, now - self.changed_at)
+        down += min(outage_s, observed)
+        return SpotPoolSignal(
+            available=self.available,
+            outage_s=outage_s,
+            observed_s=observed,
+            available_s=max(0.0, observed - down),
+            outages_s=tuple(sorted(lengths)),
+        )

@@ -1,0 +1,85 @@
+"""End to end, locally: the Spot pool follows a hand-written availability trace (a file, as
+`spotline local up --spot-availability FILE` reads it). Spot capacity vanishes under a deadline
+job; the deadline guard moves it to On-Demand in time (checkpoint, requeue), it returns to Spot
+once capacity is back and it is far enough ahead of its line, and it meets its deadline. The
+timeline shows each move and why. AWS is emulated (moto and the local fleet)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from spotline.cli import app
+from spotline.local.spot_demo import SpotDeadlineScenario, run_spot_deadline
+from spotline.sim.availability import load_availability
+
+
+def test_a_deadline_job_leaves_vanishing_spot_in_time_returns_and_meets_its_deadline(tmp_path: Path) -> None:
+    # Given a trace file: two instances for 3 ticks, none for 9, two again (3 s a tick)
+    trace_file = tmp_path / "spot.json"
+    trace_file.write_text(json.dumps({"metadata": {"gap_seconds": 600}, "data": [2] * 3 + [0] * 9 + [2]}))
+    scenario = SpotDeadlineScenario(tick_s=3.0)
+
+    result = run_spot_deadline(scenario, tmp_path / "state", trace=load_availability(trace_file))
+
+    entries = [(e.target, e.reason) for e in result.timeline]
+    text = "\n".join(f"{e.t:6.1f}s {e.source} -> {e.target}: {e.reason}" for e in result.timeline)
+    # It started on Spot and was warned when capacity vanished
+    first_spot = next(i for i, (to, why) in enumerate(entries) if to == "RUNNING" and "a100-spot" in why)
+    warned = next(i for i, (to, why) in enumerate(entries) if "Spot interruption warning" in why)
+    assert first_spot < warned, text
+    # The guard sent it On-Demand, saying why (behind its line while Spot is missing)
+    to_on_demand = next(
+        i
+        for i, (to, why) in enumerate(entries)
+        if i > warned and "deadline guard" in why and ("a100-on-demand" in why or "left Spot" in why)
+    )
+    running_od = next(
+        i
+        for i, (to, why) in enumerate(entries)
+        if i > to_on_demand and to == "RUNNING" and "a100-on-demand" in why
+    )
+    # Back to Spot once capacity returned and it was far enough ahead (checkpoint-then-move)
+    back = next(
+        i
+        for i, (to, why) in enumerate(entries)
+        if i > running_od and to == "CHECKPOINTING" and "moving from a100-on-demand to a100-spot" in why
+    )
+    assert "back to Spot: far enough ahead" in entries[back][1], text
+    assert any(to == "RUNNING" and "a100-spot" in why for to, why in entries[back:]), text
+    # The filler's Spot launch waited while capacity was 0 and started when it returned
+    filler_runs = [e.t for e in result.filler_timeline if e.target == "RUNNING"]
+    assert len(filler_runs) == 2 and filler_runs[1] > 12 * scenario.tick_s - 1, result.filler_timeline
+    # And the deadline was met
+    assert result.final_state == "SUCCEEDED" and result.met_deadline, text
+
+
+def test_local_up_refuses_a_bad_trace_file_with_a_clear_error(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"metadata": {"gap_seconds": 600}, "data": [2, -1]}))
+    runner = CliRunner(env={"COLUMNS": "500", "TERMINAL_WIDTH": "500"})
+    answer = runner.invoke(
+        app, ["local", "up", "--state-dir", str(tmp_path), "--spot-availability", str(bad)]
+    )
+    assert answer.exit_code == 2
+    assert "data[1] must be a whole number of instances >= 0" in answer.output
+    missing = runner.invoke(
+        app, ["local", "up", "--state-dir", str(tmp_path), "--spot-availability", str(tmp_path / "nope.json")]
+    )
+    assert missing.exit_code == 2 and "no such availability trace" in missing.output
+    tick = runner.invoke(
+        app,
+        [
+            "local",
+            "up",
+            "--state-dir",
+            str(tmp_path),
+            "--spot-availability",
+            str(bad),
+            "--spot-tick-seconds",
+            "0",
+        ],
+    )
+    assert tick.exit_code == 2 and "positive number of seconds" in tick.output
