@@ -204,6 +204,22 @@ class SchedulerConfig(BaseModel):
     # 3-13% less work but lengthened the high class's p99 wait on three of four samples
     # (docs/contention.md).
     preempt_below_blocked_class: bool = False
+    # Preemption for the head of each class only (Slurm's main scheduler tries preemption for the
+    # job at the top of its queue, not for every waiting job): in a pass, the first job of a class
+    # that neither starts nor claims spare GPUs is its class's head; the class's jobs ranked after
+    # it wait (`BehindClassHead`) instead of preempting. Issue 29: Spotline preempted far more
+    # often than Slurm (not more expensively), every job of its window once past the delay.
+    preempt_for_class_head_only: frozenset[Priority] = frozenset()
+    # Freed GPUs held for the top blocked gang: the first multi-node job of a pass that waits for
+    # capacity has the free GPUs of its first candidate pool held for it (up to its demand), so
+    # the jobs ranked after it cannot take them one by one while it waits (`planner._hold_for_gang`).
+    # Issue 29: nothing held GPUs for a blocked gang; small jobs took On-Demand as it freed.
+    hold_for_blocked_gang: bool = False
+    # The protection period does not shield a single-node job that started while a gang or a
+    # critical job was waiting (it started after that job was queued, ahead of it): such a job
+    # may be preempted for it at once (`preemption.backfilled_past`). Issue 29: arriving critical
+    # jobs and blocked gangs found On-Demand held by small jobs still inside their protection.
+    protect_backfill: bool = True
     # Classes that preempt without waiting `preemption_delay_s`, besides `stop_at_once_for`'s: a
     # critical preemptor whose victims checkpoint (`stop_at_once_for` without it) need not also
     # wait the delay (issue 29: on the contended samples, the delay was 63-76% of the critical

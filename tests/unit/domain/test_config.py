@@ -19,6 +19,9 @@ ADDED_SINCE = {
     "move_to_spot_min_remaining_s": 0.0,
     "no_preemption_delay_for": [],
     "preempt_below_blocked_class": False,
+    "preempt_for_class_head_only": [],
+    "hold_for_blocked_gang": False,
+    "protect_backfill": True,
 }
 # Issue 29's rules, chosen after it on the tuning set's contended counterparts
 # (`python -m bench.contention --tuning --steps`, recorded in bench/data/contention_tuning.json).
