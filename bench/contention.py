@@ -44,7 +44,7 @@ from rich.table import Table
 from bench.policy_bench import runs as pb_runs
 from bench.policy_bench import setup as pb
 from bench.policy_bench.tables import _fmt
-from spotline.domain import SchedulerConfig
+from spotline.domain import Priority, SchedulerConfig
 from spotline.domain.config import PriorityWeights, VictimStrategy
 from spotline.sim import SimSettings, simulate
 from spotline.sim.accounts import LOSS_CAUSES, RESTART_LABELS, WAIT_CAUSES
@@ -60,6 +60,9 @@ BEFORE = SchedulerConfig(
     preempt_lower_class_only=False,
     weights=PriorityWeights(strict_class_order=False),
     strategy=VictimStrategy.LEAST_LOST_WORK,
+    preempt_for_class_head_only=frozenset(),
+    hold_for_blocked_gang=False,
+    move_to_spot_min_remaining_s=0.0,
 )
 VARIANT = "spotline, before issue 29"
 # Issue 29's rules, one added at a time (`--steps`, on the tuning set's contended counterparts:
@@ -70,20 +73,59 @@ _CLASSES = {
     "preempt_lower_class_only": True,
     "weights": PriorityWeights(strict_class_order=True),
 }
+# The first rules' defaults (the first session's choice, bench/data/contention_tuning.json).
+FIRST = BEFORE.model_copy(update={**_CLASSES, "strategy": VictimStrategy.LOWEST_CLASS_LEAST_LOST_WORK})
+# The second session's rules, added one at a time to FIRST (bench/data/contention_tuning_2.json).
+_SPOT_MOVES = {"move_to_spot_min_remaining_s": 86400.0}
+_GANG = {**_SPOT_MOVES, "hold_for_blocked_gang": True}
+_HEAD_NORMAL = {**_GANG, "preempt_for_class_head_only": frozenset({Priority.NORMAL})}
 STEPS: dict[str, SchedulerConfig] = {
     "before issue 29": BEFORE,
     "+ critical victims checkpoint beyond their write": BEFORE.model_copy(update=_WITHIN_WRITE),
     "+ preemption by class, strict class order": BEFORE.model_copy(update=_CLASSES),
-    "+ victims lowest class first (the defaults)": BEFORE.model_copy(
-        update={**_CLASSES, "strategy": VictimStrategy.LOWEST_CLASS_LEAST_LOST_WORK}
-    ),
+    "+ victims lowest class first (the first defaults)": FIRST,
     "alternative: lowest class, then least cost": BEFORE.model_copy(
         update={**_CLASSES, "strategy": VictimStrategy.LOWEST_CLASS_LEAST_COST}
     ),
-    "alternative: the defaults, lower classes wait below a blocked one": SchedulerConfig(
-        preempt_below_blocked_class=True
+    "alternative: the first defaults, lower classes wait below a blocked one": FIRST.model_copy(
+        update={"preempt_below_blocked_class": True}
     ),
-    "alternative: the defaults, protection 300 s": SchedulerConfig(protection_period_s=300.0),
+    "alternative: the first defaults, protection 300 s": FIRST.model_copy(
+        update={"protection_period_s": 300.0}
+    ),
+    "alternative: the first defaults, only the head of each class preempts": FIRST.model_copy(
+        update={"preempt_for_class_head_only": frozenset(Priority)}
+    ),
+    "alternative: the first defaults, only the head of the normal class preempts": FIRST.model_copy(
+        update={"preempt_for_class_head_only": frozenset({Priority.NORMAL})}
+    ),
+    "alternative: the first defaults, free GPUs held for the top blocked gang": FIRST.model_copy(
+        update={"hold_for_blocked_gang": True}
+    ),
+    "alternative: the first defaults, head of the normal class, gang hold": FIRST.model_copy(
+        update={"preempt_for_class_head_only": frozenset({Priority.NORMAL}), "hold_for_blocked_gang": True}
+    ),
+    "alternative: the first defaults, no protection for jobs ahead of a gang or critical job": (
+        FIRST.model_copy(update={"protect_backfill": False})
+    ),
+    "alternative: the first defaults, moves to Spot with 6 h left": FIRST.model_copy(
+        update={"move_to_spot_min_remaining_s": 21600.0}
+    ),
+    "alternative: the first defaults, head of the normal class, moves with 6 h left": FIRST.model_copy(
+        update={
+            "preempt_for_class_head_only": frozenset({Priority.NORMAL}),
+            "move_to_spot_min_remaining_s": 21600.0,
+        }
+    ),
+    "+ moves to Spot with a day left": FIRST.model_copy(update=_SPOT_MOVES),
+    "+ free GPUs held for the top blocked gang": FIRST.model_copy(update=_GANG),
+    "+ only the head of the normal class preempts (the defaults)": FIRST.model_copy(update=_HEAD_NORMAL),
+    "alternative: the defaults with the head of every class": FIRST.model_copy(
+        update={**_HEAD_NORMAL, "preempt_for_class_head_only": frozenset(Priority)}
+    ),
+    "alternative: moves and gang hold, no protection for jobs ahead of a gang or critical job": (
+        FIRST.model_copy(update={**_GANG, "protect_backfill": False})
+    ),
 }
 
 

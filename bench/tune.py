@@ -72,6 +72,9 @@ SPOTLINE_BEFORE = SchedulerConfig(
     fresh_checkpoint_s=0.0,
     stop_at_once_within_write=False,
     preempt_lower_class_only=False,
+    preempt_for_class_head_only=frozenset(),
+    hold_for_blocked_gang=False,
+    move_to_spot_min_remaining_s=0.0,
 )
 SLURM_BEFORE = SlurmKnobs(
     weight_age=1000.0, weight_fairshare=2000.0, max_age_s=7 * 86400.0, bf_reservations=16

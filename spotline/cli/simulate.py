@@ -174,14 +174,15 @@ def simulate_command(
         ),
     ] = 0.0,
     move_to_spot: Annotated[
-        float,
+        float | None,
         typer.Option(
             "--move-to-spot",
             help="Spotline moves a job running On-Demand to Spot room when it has at least this many"
-            " seconds left (SchedulerConfig.move_to_spot_min_remaining_s; default 0: off, as tuned).",
+            " seconds left (SchedulerConfig.move_to_spot_min_remaining_s; default: the policy's,"
+            " 86400, as tuned; 0: off).",
             min=0.0,
         ),
-    ] = 0.0,
+    ] = None,
 ) -> None:
     """Replay a trace through each policy on the same cluster, jobs and Spot reclaims; print a table.
 
@@ -239,6 +240,7 @@ def simulate_command(
         shortage_rate_per_day=spot_shortages,
         deadline_share=deadline_share,
     )
+    moved = None if move_to_spot is None else SchedulerConfig(move_to_spot_min_remaining_s=move_to_spot)
     sink_file = decisions.open("w") if decisions is not None else None
     try:
 
@@ -255,7 +257,7 @@ def simulate_command(
                 seed=seed,
                 settings=settings,
                 advice=advice,
-                config=SchedulerConfig(move_to_spot_min_remaining_s=move_to_spot) if move_to_spot else None,
+                config=moved,
                 sink=sink if sink_file is not None else None,
                 record_series=plot is not None,
                 keep_jobs=plot is not None,  # the plots read each job's wait

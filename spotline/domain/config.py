@@ -204,6 +204,24 @@ class SchedulerConfig(BaseModel):
     # 3-13% less work but lengthened the high class's p99 wait on three of four samples
     # (docs/contention.md).
     preempt_below_blocked_class: bool = False
+    # Preemption for the head of each class only (Slurm's main scheduler tries preemption for the
+    # job at the top of its queue, not for every waiting job): in a pass, the first job of a class
+    # that neither starts nor claims spare GPUs is its class's head; the class's jobs ranked after
+    # it wait (`BehindClassHead`) instead of preempting. Issue 29: Spotline preempted far more
+    # often than Slurm (not more expensively), every job of its window once past the delay. For
+    # the normal class only (chosen on the contended tuning set, docs/contention.md): for every
+    # class, it cut the lost work most, but the high class's p99 wait grew several-fold.
+    preempt_for_class_head_only: frozenset[Priority] = frozenset({Priority.NORMAL})
+    # Freed GPUs held for the top blocked gang: the first multi-node job of a pass that waits for
+    # capacity has the free GPUs of its first candidate pool held for it (up to its demand), so
+    # the jobs ranked after it cannot take them one by one while it waits (`planner._hold_for_gang`).
+    # Issue 29: nothing held GPUs for a blocked gang; small jobs took On-Demand as it freed.
+    hold_for_blocked_gang: bool = True
+    # The protection period does not shield a single-node job that started while a gang or a
+    # critical job was waiting (it started after that job was queued, ahead of it): such a job
+    # may be preempted for it at once (`preemption.backfilled_past`). Issue 29: arriving critical
+    # jobs and blocked gangs found On-Demand held by small jobs still inside their protection.
+    protect_backfill: bool = True
     # Classes that preempt without waiting `preemption_delay_s`, besides `stop_at_once_for`'s: a
     # critical preemptor whose victims checkpoint (`stop_at_once_for` without it) need not also
     # wait the delay (issue 29: on the contended samples, the delay was 63-76% of the critical
@@ -228,8 +246,12 @@ class SchedulerConfig(BaseModel):
     # pool has room for it after a pass's own decisions, when its estimated remaining run time is
     # at least this long: the move costs a checkpoint write and a restart, and saves Spot's
     # discount on the rest of the run. Longest remaining first, within the pass's preemption
-    # budget; never inside its protection period. 0: off.
-    move_to_spot_min_remaining_s: float = Field(default=0.0, ge=0)
+    # budget; never inside its protection period. 0: off. Issue 29: the cost per useful GPU-hour
+    # rose with its first rules because Spot-capable jobs stayed On-Demand (on the long-running
+    # tuning sample 9,754 On-Demand GPU-hours against 7,487 before them, 2,347 fewer on Spot);
+    # a day (chosen on the contended tuning set, docs/contention.md) moves only the jobs whose
+    # remaining run pays many times for the move's write and restart.
+    move_to_spot_min_remaining_s: float = Field(default=86400.0, ge=0)
     # After this many interruptions, a job with spot `auto` runs On-Demand (with
     # `spot_cost_aware`: only if Spot is expected to cost it more than On-Demand, see below).
     max_interruptions_on_spot: int = Field(default=2, ge=0)

@@ -91,6 +91,25 @@ class ClassAboveBlocked:
     blocked: Priority
 
 
+@dataclass(frozen=True, slots=True)
+class BehindClassHead:
+    """It does not fit (`shortfall`), and a job of its class ranked before it is the class's head
+    in this pass: only the head preempts (`SchedulerConfig.preempt_for_class_head_only`)."""
+
+    shortfall: str
+    head: str
+
+
+@dataclass(frozen=True, slots=True)
+class HeldForGang:
+    """It does not fit (`shortfall`): the free GPUs of `pool` are held for the blocked multi-node
+    job `gang` ranked before it (`SchedulerConfig.hold_for_blocked_gang`)."""
+
+    shortfall: str
+    gang: str
+    pool: str
+
+
 WaitReason = (
     ArrayCap
     | Draining
@@ -101,6 +120,8 @@ WaitReason = (
     | PreemptionDelay
     | NoVictim
     | ClassAboveBlocked
+    | BehindClassHead
+    | HeldForGang
 )
 
 

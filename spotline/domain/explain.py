@@ -12,9 +12,11 @@ from typing import Any
 from spotline.domain.config import PriorityWeights, SchedulerConfig
 from spotline.domain.decisions import (
     ArrayCap,
+    BehindClassHead,
     BudgetSpent,
     ClassAboveBlocked,
     Draining,
+    HeldForGang,
     NoGpuType,
     NoPool,
     NoVictim,
@@ -75,6 +77,16 @@ def wait_text(why: WaitReason) -> str:
             return (
                 f"waiting: {shortfall}; a {blocked.value} job found nothing to preempt in this pass,"
                 " so lower classes do not preempt"
+            )
+        case BehindClassHead(shortfall, head):
+            return (
+                f"waiting: {shortfall}; {head} is the head of its class in this pass,"
+                " and only the head preempts"
+            )
+        case HeldForGang(shortfall, gang, pool):
+            return (
+                f"waiting: {shortfall}; the free GPUs of {pool} are held for the blocked"
+                f" multi-node job {gang}"
             )
 
 

@@ -26,10 +26,12 @@ from spotline.domain.decisions import (
     MOVE_TO,
     Admit,
     ArrayCap,
+    BehindClassHead,
     BudgetSpent,
     ClassAboveBlocked,
     Decision,
     Draining,
+    HeldForGang,
     Move,
     NoGpuType,
     NoPool,
@@ -42,10 +44,17 @@ from spotline.domain.decisions import (
     WaitReason,
 )
 from spotline.domain.explain import wait_text
-from spotline.domain.models import ClusterSnapshot, Job, Pool, Priority
+from spotline.domain.models import Allocation, ClusterSnapshot, Job, Pool, Priority
 from spotline.domain.moves import moves_to_on_demand, moves_to_spot
 from spotline.domain.placement import candidate_pools, spot_refusal
-from spotline.domain.preemption import Candidate, estimated_remaining_s, select_victims
+from spotline.domain.preemption import (
+    INSIDE_PROTECTION,
+    Candidate,
+    backfilled_past,
+    estimated_remaining_s,
+    select_victims,
+    shielded,
+)
 from spotline.domain.priority import PriorityScorer, fairshare_factors, wait_s
 from spotline.domain.queue import (
     PendingQueue,
@@ -234,13 +243,20 @@ class _Pass:
         self.array_held: dict[str, int] | None = None
         self.window: list[Job] = []
         self.indexed = RunningIndex()
+        # The head of each class in this pass: the first of its jobs that neither started nor
+        # claimed spare GPUs (`_behind_class_head`).
+        self.heads: dict[Priority, str] = {}
+        # The GPUs held for the top blocked gang: (its id, the pool, how many), or None.
+        self.gang_hold: tuple[str, str, int] | None = None
         self.checks: tuple[Callable[[_Turn], Decision | None], ...] = (
             self._draining,
             self._array_cap,
             self._waits_alike,
             self._no_pool,
             self._admit,
+            self._held_for_gang,
             self._claim_spare,
+            self._behind_class_head,
             self._budget_spent,
             self._class_above_blocked,
             self._preemption_delay,
@@ -288,6 +304,8 @@ class _Pass:
                 if job.array_id is not None and isinstance(decision, (Admit, Preempt)):
                     held = self._array_held()
                     held[job.array_id] = held.get(job.array_id, 0) + 1
+                if isinstance(decision, Wait):
+                    self._hold_for_gang(turn, decision)
                 return decision
         raise AssertionError("the last check always decides")
 
@@ -376,6 +394,18 @@ class _Pass:
                 return f"{pool.name}: {why}"
         return None
 
+    def _held_for_gang(self, turn: _Turn) -> Decision | None:
+        """It would fit but for the GPUs held for a blocked gang ranked before it: it waits
+        (with `hold_for_blocked_gang`)."""
+        hold = self.gang_hold
+        if hold is None:
+            return None
+        gang, pool_name, gpus = hold
+        for pool in turn.pools:
+            if pool.name == pool_name and pool.demand_gpus(turn.job) <= self.ledger.free(pool_name) + gpus:
+                return self._wait(turn, HeldForGang(self._shortfall(turn), gang, pool_name))
+        return None
+
     def _claim_spare(self, turn: _Turn) -> Decision | None:
         """GPUs that leaving victims free beyond their preemptors' needs fit it: it claims them
         and waits for them instead of preempting more."""
@@ -386,6 +416,19 @@ class _Pass:
             return None
         self.changes += 1
         return self._wait(turn, SpareClaimed(*claim))
+
+    def _behind_class_head(self, turn: _Turn) -> Decision | None:
+        """A job of its class ranked before it is the class's head in this pass (the first that
+        neither started nor claimed spare GPUs): only the head preempts, the others wait (with
+        `preempt_for_class_head_only`)."""
+        cls = turn.job.priority
+        if cls not in self.config.preempt_for_class_head_only:
+            return None
+        head = self.heads.get(cls)
+        if head is None:
+            self.heads[cls] = turn.job.id
+            return None
+        return self._wait(turn, BehindClassHead(self._shortfall(turn), head))
 
     def _budget_spent(self, turn: _Turn) -> Decision | None:
         if self.preemptions_left > 0:
@@ -416,6 +459,7 @@ class _Pass:
         best: tuple[Pool, list[Candidate]] | None = None
         for pool in turn.pools:
             possible = self.running.possible_victims(job, priority, pool.name, self.ledger, self.taken)
+            possible += self._backfilled_past(job, pool)
             if not possible:
                 continue  # select_victims would find no eligible victim
             victims = select_victims(
@@ -446,6 +490,51 @@ class _Pass:
             reason += f"; {at_once}"
         return Preempt(job, pool.name, ids, priority, reason, checkpoint=at_once is None)
 
+    def _hold_for_gang(self, turn: _Turn, wait: Wait) -> None:
+        """After a job's wait: the first multi-node job of the pass that waits for capacity has
+        the free GPUs of its first candidate pool held for it, up to its demand (with
+        `hold_for_blocked_gang`)."""
+        if not turn.pools or not isinstance(wait.why, _SHORT_OF_CAPACITY):
+            return
+        job = turn.job
+        if not self.config.hold_for_blocked_gang or self.gang_hold is not None or job.nodes <= 1:
+            return
+        pool = turn.pools[0]
+        gpus = min(self.ledger.free(pool.name), pool.demand_gpus(job))
+        if gpus <= 0:
+            return
+        self.ledger.pool_used[pool.name] = self.ledger.pool_used.get(pool.name, 0) + gpus
+        self.gang_hold = (job.id, pool.name, gpus)
+        self._changed_ledger()
+
+    def _backfilled_past(self, job: Job, pool: Pool) -> list[Candidate]:
+        """Without `protect_backfill`, for a gang or a critical `job`: the single-node jobs of
+        `pool` of a lower class that started while it was queued and are still inside their
+        protection period (`possible_victims` leaves them out: no other preemptor may stop them)."""
+        config = self.config
+        if config.protect_backfill or (job.nodes <= 1 and job.priority is not Priority.CRITICAL):
+            return []
+        found: list[Allocation] = []
+        for cls, members in self.indexed.groups.get(pool.name, {}).items():
+            if cls.rank >= job.priority.rank:
+                continue
+            for allocation in members.values():
+                ran = allocation.job
+                if (
+                    ran.started_at is not None
+                    and ran.started_at >= job.enqueued_at
+                    and allocation.draining_for is None
+                    and ran.id not in self.taken
+                    and backfilled_past(ran, job, config)
+                    and shielded(allocation, self.now, config) == INSIDE_PROTECTION
+                ):
+                    found.append(allocation)
+        if not found:
+            return []
+        at = (self.now, config)
+        scores = self.score.scores([a.job for a in found])
+        return [Candidate(a, p, at=at) for a, p in zip(found, scores, strict=True)]
+
     # --- helpers ------------------------------------------------------------------------------
 
     def _wait(self, turn: _Turn, why: WaitReason, *, holds_for: float | None = None) -> Wait:
@@ -468,6 +557,10 @@ class _Pass:
     def _changed_ledger(self) -> None:
         self.waits.clear()
         self.changes += 1
+
+
+# The waits of a job short of capacity (it could use GPUs, and found none it may take).
+_SHORT_OF_CAPACITY = (NoVictim, PreemptionDelay, BudgetSpent, ClassAboveBlocked, BehindClassHead)
 
 
 def stops_at_once(preemptor: Job, victims: Sequence[Job], now: float, config: SchedulerConfig) -> str | None:

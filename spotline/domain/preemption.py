@@ -132,7 +132,7 @@ def eligibility(
     if job.id == preemptor.id:
         return "already leaving"
     shield = shielded(candidate.allocation, now, config)
-    if shield is not None:
+    if shield is not None and not (shield == INSIDE_PROTECTION and backfilled_past(job, preemptor, config)):
         return shield
     if _is_lower(candidate, preemptor, preemptor_priority, config):
         return None
@@ -146,6 +146,20 @@ def eligibility(
     return "not lower priority"
 
 
+INSIDE_PROTECTION = "inside its protection period"
+
+
+def backfilled_past(job: Job, preemptor: Job, config: SchedulerConfig) -> bool:
+    """Whether `job`'s protection period does not shield it from `preemptor` (without
+    `protect_backfill`): `preemptor` is a gang (more than one node) or a critical job, and `job`
+    is a single-node job that started while `preemptor` was queued (it went ahead of it)."""
+    if config.protect_backfill or job.nodes > 1 or job.started_at is None:
+        return False
+    if preemptor.nodes <= 1 and preemptor.priority is not Priority.CRITICAL:
+        return False
+    return job.started_at >= preemptor.enqueued_at
+
+
 def shielded(allocation: Allocation, now: float, config: SchedulerConfig) -> str | None:
     """Why no preemptor may stop this running job now (rules 1-3 of `eligibility`, the ones
     that do not depend on the preemptor), or None."""
@@ -153,7 +167,7 @@ def shielded(allocation: Allocation, now: float, config: SchedulerConfig) -> str
     if allocation.draining_for is not None:
         return "already leaving"
     if job.started_at is not None and now - job.started_at < config.protection_period_s:
-        return "inside its protection period"
+        return INSIDE_PROTECTION
     if job.preemptions >= config.max_preemptions_per_job:
         return "reached the preemption cap"
     return None

@@ -173,8 +173,8 @@ def test_simulate_one_policy_and_spotline_decides_through_the_domain(tmp_path: P
     assert preempts and preempts[0]["job_id"] == "b" and preempts[0]["victims"] == ["a"]
 
 
-@pytest.mark.parametrize("move_to_spot", [None, "3600"])
-def test_simulate_moves_a_long_job_to_spot_only_when_asked(tmp_path: Path, move_to_spot: str | None) -> None:
+@pytest.mark.parametrize("move_to_spot", ["0", "3600"])
+def test_simulate_moves_a_long_job_to_spot_only_when_asked(tmp_path: Path, move_to_spot: str) -> None:
     # `short` fills the Spot half for an hour; `long` starts On-Demand and may move once it ends.
     # (A Spot pool of fixed size: the advisor scenario, so no trace takes the Spot instance.)
     trace = tmp_path / "t.csv"
@@ -182,7 +182,7 @@ def test_simulate_moves_a_long_job_to_spot_only_when_asked(tmp_path: Path, move_
         "job_id,submit_s,duration_s,gpus,team,priority\nshort,0,3600,8,t,normal\nlong,60,36000,8,t,normal\n"
     )
     decisions = tmp_path / "d.jsonl"
-    options = ["--move-to-spot", move_to_spot] if move_to_spot else []
+    options = ["--move-to-spot", move_to_spot]
     args = [
         "simulate",
         "--trace",
@@ -200,7 +200,7 @@ def test_simulate_moves_a_long_job_to_spot_only_when_asked(tmp_path: Path, move_
     assert result.exit_code == 0, result.output
     records = [json.loads(line) for line in decisions.read_text().splitlines()]
     moves = [r for r in records if r["action"] == "preempt" and r["victims"] == [r["job_id"]]]
-    assert [m["job_id"] for m in moves] == (["long"] if move_to_spot else [])
+    assert [m["job_id"] for m in moves] == (["long"] if move_to_spot != "0" else [])
 
 
 def test_a_negative_move_to_spot_is_refused(tmp_path: Path) -> None:

@@ -227,8 +227,9 @@ def config(**overrides: Any) -> SchedulerConfig:
     delay are 0 unless set. The mechanisms' tests read the defaults from before the tuning
     (`bench/tune.py`'s `SPOTLINE_BEFORE`: fair-share 400, no attained-service term, least lost
     work, margin 500, no fresh-checkpoint stop) and the rules from before issue 29 (critical victims
-    stopped at once, the margin alone deciding who may preempt whom, no strict class order) unless
-    they set them; `test_config.py` checks the tuned defaults, `test_contention_rules.py` the rules."""
+    stopped at once, the margin alone deciding who may preempt whom, no strict class order, every
+    job preempting, no GPUs held for gangs, no moves to Spot) unless they set them; `test_config.py`
+    checks the tuned defaults, `test_contention_rules.py` the rules."""
     overrides.setdefault("protection_period_s", 0.0)
     overrides.setdefault("preemption_delay_s", 0.0)
     overrides.setdefault(
@@ -240,6 +241,9 @@ def config(**overrides: Any) -> SchedulerConfig:
     overrides.setdefault("strategy", VictimStrategy.LEAST_LOST_WORK)
     overrides.setdefault("preemption_margin", 500.0)
     overrides.setdefault("fresh_checkpoint_s", 0.0)
+    overrides.setdefault("preempt_for_class_head_only", frozenset())
+    overrides.setdefault("hold_for_blocked_gang", False)
+    overrides.setdefault("move_to_spot_min_remaining_s", 0.0)
     return SchedulerConfig(**overrides)
 
 

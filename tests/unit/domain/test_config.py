@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from bench.contention import CONTENDED_EVALUATION, CONTENDED_TUNING, STEPS
+from bench.contention import CONTENDED_EVALUATION, CONTENDED_TUNING, FIRST, STEPS
 from spotline.domain import SchedulerConfig
 from spotline.sim.model import SlurmKnobs
 
@@ -19,19 +19,24 @@ ADDED_SINCE = {
     # the deadline guard's changeover and step, settings since issue 30 (the constants they were)
     "deadline_changeover_s": 720.0,
     "deadline_step_s": 300.0,
-    "move_to_spot_min_remaining_s": 0.0,
     "no_preemption_delay_for": [],
     "preempt_below_blocked_class": False,
+    "protect_backfill": True,
 }
 # Issue 29's rules, chosen after it on the tuning set's contended counterparts
-# (`python -m bench.contention --tuning --steps`, recorded in bench/data/contention_tuning.json).
+# (`python -m bench.contention --tuning --steps`, recorded in bench/data/contention_tuning.json
+# for the first three, contention_tuning_2.json for the rest).
 ISSUE_29 = {
     "stop_at_once_within_write": True,
     "preempt_lower_class_only": True,
     "strategy": "lowest-class-least-lost-work",
+    "move_to_spot_min_remaining_s": 86400.0,
+    "hold_for_blocked_gang": True,
+    "preempt_for_class_head_only": ["normal"],
 }
 WEIGHTS_ISSUE_29 = {"strict_class_order": True}
-CONTENTION_RECORD = RECORD.parent / "contention_tuning.json"
+CONTENTION_RECORD = RECORD.parent / "contention_tuning.json"  # the first rules (FIRST)
+CONTENTION_RECORD_2 = RECORD.parent / "contention_tuning_2.json"  # the second ones (the defaults)
 
 
 def test_the_defaults_are_what_bench_tune_chose_on_the_tuning_set() -> None:
@@ -50,8 +55,13 @@ def test_the_defaults_are_what_bench_tune_chose_on_the_tuning_set() -> None:
 
 
 def test_issue_29s_rules_are_the_step_chosen_on_the_contended_tuning_set() -> None:
-    record = json.loads(CONTENTION_RECORD.read_text())
-    assert STEPS[record["defaults"]] == SchedulerConfig()
+    first = json.loads(CONTENTION_RECORD.read_text())
+    assert STEPS[first["defaults"]] == FIRST
+    second = json.loads(CONTENTION_RECORD_2.read_text())
+    assert STEPS[second["defaults"]] == SchedulerConfig()
     tuning = {s.label for s in CONTENDED_TUNING}
-    assert set(record["samples"]) <= tuning and record["samples"]  # tuning samples only
-    assert not {s.label for s in CONTENDED_EVALUATION} & set(record["samples"])
+    for record in (first, second):
+        assert set(record["samples"]) <= tuning and record["samples"]  # tuning samples only
+        assert not {s.label for s in CONTENDED_EVALUATION} & set(record["samples"])
+        for steps in record["samples"].values():
+            assert set(steps) <= set(STEPS)

@@ -214,3 +214,123 @@ def test_lower_classes_do_not_preempt_below_a_blocked_class(
         assert got[1].reason.endswith(
             "a high job found nothing to preempt in this pass, so lower classes do not preempt"
         )
+
+
+# --- preemption for the head of each class only ---------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("head_only", "decisions"),
+    [
+        # Without it, every normal job of the window preempts a low job of its own.
+        (frozenset(), [("preempt", "n1", "od", "l1"), ("preempt", "n2", "od", "l2")]),
+        # With it, the first normal job that neither starts nor claims spare GPUs is the class's
+        # head: it preempts, and the one behind it waits for the GPUs that free up next.
+        (frozenset({Priority.NORMAL}), [("preempt", "n1", "od", "l1"), ("wait", "n2")]),
+        # The rule is per class: a class not in it preempts as before.
+        (frozenset({Priority.HIGH}), [("preempt", "n1", "od", "l1"), ("preempt", "n2", "od", "l2")]),
+    ],
+)
+def test_only_the_head_of_a_class_preempts(
+    head_only: frozenset[Priority], decisions: list[tuple[str, ...]]
+) -> None:
+    policy = config(preempt_for_class_head_only=head_only, preempt_lower_class_only=True)
+    lows = [
+        job(f"l{i}").low().gpus(8).team("b").running_since(NOW - DAY).checkpointed(NOW - 60 * i).on("od")
+        for i in (1, 2)
+    ]
+    pending = [job("n1").gpus(8).submitted(NOW - 20).build(), job("n2").gpus(8).submitted(NOW - 10).build()]
+    got = run_plan(cluster([OD16], lows), pending, policy)
+    assert summary(got) == decisions
+    if head_only == {Priority.NORMAL}:
+        assert got[1].reason.endswith("n1 is the head of its class in this pass, and only the head preempts")
+
+
+def test_a_job_behind_the_head_still_starts_where_it_fits() -> None:
+    # The rule holds back preemption only: a job that fits free GPUs starts.
+    policy = config(preempt_for_class_head_only=frozenset({Priority.NORMAL}), preempt_lower_class_only=True)
+    lows = [job(f"l{i}").low().gpus(8).team("b").running_since(NOW - DAY).on("od") for i in (1, 2)]
+    pending = [job("big").gpus(16).nodes(2).submitted(NOW - 20).build(), job("small").gpus(4).build()]
+    # 12 GPUs free of 28: the gang preempts one low job and takes 8 of the free ones; 4 are left.
+    got = run_plan(cluster([pool("od", capacity=28)], lows), pending, policy)
+    assert summary(got) == [("preempt", "big", "od", "l1"), ("admit", "small", "od")]
+
+
+# --- freed GPUs held for the top blocked gang ----------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("hold", "decisions"),
+    [
+        # Without it, the small normal job takes the 8 free GPUs the blocked gang needs half of.
+        (False, [("wait", "gang"), ("admit", "small", "od")]),
+        # With it, the free GPUs are held for the gang, and the small job waits.
+        (True, [("wait", "gang"), ("wait", "small")]),
+    ],
+)
+def test_free_gpus_are_held_for_the_top_blocked_gang(hold: bool, decisions: list[tuple[str, ...]]) -> None:
+    policy = config(hold_for_blocked_gang=hold, protection_period_s=600.0, preempt_lower_class_only=True)
+    # The low job holding the other 8 GPUs started a minute ago: inside its protection period.
+    fresh = job("f").low().gpus(8).team("b").running_since(NOW - 60).on("od")
+    gang = job("gang").high().gpus(16).nodes(2).submitted(NOW - 10).build()
+    small = job("small").gpus(4).submitted(NOW - 5).build()
+    got = run_plan(cluster([OD16], [fresh]), [gang, small], policy)
+    assert summary(got) == decisions
+    if hold:
+        assert got[1].reason.endswith("the free GPUs of od are held for the blocked multi-node job gang")
+
+
+def test_only_the_first_blocked_gang_holds_and_the_rest_of_the_pool_stays_free() -> None:
+    # 8 GPUs free in a 32-GPU pool: the first gang holds all 8 (it needs 16); the second gang
+    # holds nothing more, and a job that fits elsewhere (the other pool) still starts there.
+    policy = config(hold_for_blocked_gang=True, protection_period_s=600.0, preempt_lower_class_only=True)
+    fresh = [job(f"f{i}").low().gpus(8).team("b").running_since(NOW - 60).on("od") for i in range(3)]
+    other = pool("od2", capacity=8)
+    pending = [
+        job("g1").high().gpus(16).nodes(2).submitted(NOW - 20).build(),
+        job("g2").high().gpus(16).nodes(2).submitted(NOW - 10).build(),
+        job("small").gpus(8).submitted(NOW - 5).build(),
+    ]
+    got = run_plan(cluster([pool("od", capacity=32), other], fresh), pending, policy)
+    assert summary(got) == [("wait", "g1"), ("wait", "g2"), ("admit", "small", "od2")]
+
+
+# --- no protection for jobs that went ahead of a blocked gang or critical job ---------------
+
+
+@pytest.mark.parametrize(
+    ("protect", "preemptor", "decision"),
+    [
+        # With the protection period shielding it, the small low job that started after the
+        # critical job was queued (a minute ago, inside its 600 s) cannot be stopped: the critical
+        # job stops the normal job instead (lowest class first would have taken the low one).
+        (True, job("c").critical().gpus(8).submitted(NOW - 300), ("preempt", "c", "od", "other")),
+        # Without it, the job that went ahead of the critical one is its victim.
+        (False, job("c").critical().gpus(8).submitted(NOW - 300), ("preempt", "c", "od", "small")),
+        # The same for a gang (here it needs both nodes; the other job's node is one it may take).
+        (
+            False,
+            job("g").high().gpus(16).nodes(2).submitted(NOW - 300),
+            ("preempt", "g", "od", "small", "other"),
+        ),
+        (True, job("g").high().gpus(16).nodes(2).submitted(NOW - 300), ("wait", "g")),
+        # A single-node high job gets no such exception.
+        (False, job("h").high().gpus(8).submitted(NOW - 300), ("preempt", "h", "od", "other")),
+        # Nor does a critical job queued after the small one started.
+        (False, job("c").critical().gpus(8).submitted(NOW - 30), ("preempt", "c", "od", "other")),
+    ],
+)
+def test_protection_does_not_shield_a_job_that_went_ahead_of_a_gang_or_critical_job(
+    protect: bool, preemptor: object, decision: tuple[str, ...]
+) -> None:
+    policy = config(
+        protect_backfill=protect,
+        protection_period_s=600.0,
+        preempt_lower_class_only=True,
+        strategy=VictimStrategy.LOWEST_CLASS_LEAST_LOST_WORK,
+    )
+    small = job("small").low().gpus(8).team("b").running_since(NOW - 60).on("od")
+    # The other 8 GPUs: a normal job that started before anything was queued, past its protection.
+    other = job("other").gpus(8).team("b").running_since(NOW - DAY).on("od")
+    got = run_plan(cluster([OD16], [small, other]), [preemptor.build()], policy)  # type: ignore[attr-defined]
+    assert summary(got) == [decision]

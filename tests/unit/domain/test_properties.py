@@ -220,6 +220,10 @@ def policies(draw: st.DrawFn) -> SchedulerConfig:
         fresh_checkpoint_s=draw(st.sampled_from([0.0, 0.0, 60.0, 3600.0])),
         preemption_delay_s=draw(st.sampled_from([0.0, 0.0, 60.0, 3600.0])),
         move_to_spot_min_remaining_s=draw(st.sampled_from([0.0, 0.0, 3600.0])),
+        # Issue 29's second rules, on and off.
+        preempt_for_class_head_only=frozenset(draw(st.sets(st.sampled_from(list(Priority))))),
+        hold_for_blocked_gang=draw(st.booleans()),
+        protect_backfill=draw(st.booleans()),
     )
 
 
