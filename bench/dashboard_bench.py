@@ -86,8 +86,12 @@ def _body(n: int) -> dict[str, Any]:
     }
 
 
-def _measure(browser: Any, endpoint: Endpoint, runs: int, view: str = "queue") -> list[dict[str, Any]]:
-    """Load the page of `view` `runs` times, each in a fresh context; the browser's timings."""
+def _measure(
+    browser: Any, endpoint: Endpoint, runs: int, view: str = "queue", explain: bool = True
+) -> list[dict[str, Any]]:
+    """Load the page of `view` `runs` times, each in a fresh context; the browser's timings.
+    Without `explain`, the page's explain requests are stopped in the browser: each one replays
+    the queue in the API, and those a run starts are still being answered when the next begins."""
     board = Dashboard({TEAM: endpoint}, refresh_s=3600)  # no refresh during a run
     server = board.serve("127.0.0.1", 0)
     server.start()
@@ -98,6 +102,8 @@ def _measure(browser: Any, endpoint: Endpoint, runs: int, view: str = "queue") -
             context = browser.new_context(viewport={"width": 1280, "height": 900})
             context.add_cookies([{"name": "spotline_dashboard", "value": board.token, "url": base}])
             page = context.new_page()
+            if not explain:
+                page.route("**/explain", lambda route: route.abort())
             page.goto(f"{base}/t/{TEAM}/{view}", wait_until="load", timeout=600_000)
             pending = page.locator("#queue tbody tr").count()
             failed = page.locator("main#content[data-refresh=off]").count()  # the error page
@@ -160,6 +166,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument(
         "--live-only", action="store_true", help="skip the runs with the API's answers cached"
     )
+    parser.add_argument(
+        "--no-explain",
+        action="store_true",
+        help="stop the queue page's explain requests (so a run leaves no work in the API for the next)",
+    )
     args = parser.parse_args(argv)
     if args.jobs < (0 if args.state_dir else 1) or args.runs < 1:
         parser.error("--jobs (0 allowed with --state-dir) and --runs must be at least 1")
@@ -191,26 +202,20 @@ def main(argv: Sequence[str] | None = None) -> None:
             )
         assert all(c == 201 for c in codes), sorted(set(codes))
         print(f"submitted {len(codes)} jobs in {time.perf_counter() - began:.0f} s")
-        pending = len(
-            list(
-                pages(
-                    Endpoint(base_url=info["api_url"], kind=LOCAL, team=TEAM, headers=headers),
-                    "/jobs",
-                    "jobs",
-                    {"state": "PENDING", "limit": 100},
-                )
-            )
-        )
         endpoint = Endpoint(base_url=info["api_url"], kind=LOCAL, team=TEAM, headers=headers)
         endpoint.timeout_s = 60.0  # the dashboard's default --api-timeout
+        pending = len(list(pages(endpoint, "/jobs", "jobs", {"state": "PENDING", "limit": 100})))
         with sync_playwright() as driver:
             browser = driver.chromium.launch(executable_path=chromium, args=["--no-sandbox"])
             for view in views:
-                results[(view, "live API")] = _measure(browser, endpoint, args.runs, view)
+                explain = not args.no_explain
+                results[(view, "live API")] = _measure(browser, endpoint, args.runs, view, explain)
                 if not args.live_only:
                     cached = Cached(endpoint)
-                    _measure(browser, cached, 1, view)  # fills the cache
-                    results[(view, "API answers cached")] = _measure(browser, cached, args.runs, view)
+                    _measure(browser, cached, 1, view, explain)  # fills the cache
+                    results[(view, "API answers cached")] = _measure(
+                        browser, cached, args.runs, view, explain
+                    )
             browser.close()
 
     for (view, mode), rows in results.items():
