@@ -26,14 +26,20 @@ from collections.abc import Iterable, Sequence
 from typing import Protocol
 
 from spotline.aws.dynamo import DynamoTable, Expression, TransactItem, serialize_item
-from spotline.aws.job_items import ARRAY_KIND, array_to_item, item_to_array, new_item_put, record_to_item
+from spotline.aws.job_items import (
+    ARRAY_KIND,
+    array_to_item,
+    item_to_array,
+    new_item_put,
+    new_job_write,
+    record_to_item,
+)
 from spotline.aws.timeline import TimelineRepository
 from spotline.control.errors import ConditionFailed, InvalidTransition, JobAlreadyExists, StaleJobError
 from spotline.control.ports import PreparedTransition
 from spotline.control.records import (
     ARRAY_CREATING,
     ARRAY_READY,
-    NO_STATE,
     ArrayRecord,
     JobRecord,
     TimelineEntry,
@@ -114,19 +120,18 @@ def _put_chunk(
     roles: list[tuple[str, str]] = [("array", array.id)]
     created: list[tuple[JobRecord, TimelineEntry]] = []
     for job, reason in chunk:
-        if job.state is not JobState.PENDING:
-            raise InvalidTransition(f"a new job starts PENDING, not {job.state}")
-        record = JobRecord(
-            job=job,
-            updated_at=now,
-            state_reason=reason,
+        write = new_job_write(
+            repo.table.name,
+            repo.timeline,
+            job,
+            reason,
+            now=now,
             request_digest=array.request_digest,
             staged_for_array=array.id,
         )
-        entry = TimelineEntry(job.id, job.version, now, NO_STATE, JobState.PENDING.value, reason)
-        items += [new_item_put(repo.table.name, record_to_item(record)), repo.timeline.append_item(entry)]
-        roles += [("new-job", job.id), ("timeline", job.id)]
-        created.append((record, entry))
+        items += write.items
+        roles += write.roles
+        created.append((write.record, write.entry))
     repo.table.transact(items, roles)
     for record, entry in created:
         repo.notify(record, [entry])

@@ -14,17 +14,20 @@ import json
 import zlib
 from collections.abc import Mapping
 from enum import StrEnum
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from spotline.aws.dynamo import MAX_ITEM_BYTES, Item, item_size_bytes, serialize_item
-from spotline.control.errors import ItemTooLarge, UnreadableRecord
+from spotline.aws.dynamo import MAX_ITEM_BYTES, Item, TransactItem, item_size_bytes, serialize_item
+from spotline.aws.timeline import TimelineRepository
+from spotline.control.errors import InvalidTransition, ItemTooLarge, UnreadableRecord
 from spotline.control.records import (
     ACTIVE_STATES,
+    NO_STATE,
     NODE_HEARTBEAT_PREFIX,
     ArrayRecord,
     JobRecord,
+    TimelineEntry,
     node_heartbeat_field,
 )
 from spotline.domain import Job, JobSpec, JobState, Priority
@@ -176,6 +179,50 @@ def new_item_put(table_name: str, item: Item) -> dict[str, Any]:
             "ConditionExpression": "attribute_not_exists(job_id)",
         }
     }
+
+
+class NewJobWrite(NamedTuple):
+    """What storing a new job writes: its item's Put and its first timeline entry's Put (`items`,
+    with their `roles` for the transaction's error messages), and the record and entry stored."""
+
+    record: JobRecord
+    entry: TimelineEntry
+    items: list[TransactItem]
+    roles: list[tuple[str, str]]
+
+
+def new_job_write(
+    table_name: str,
+    timeline: TimelineRepository,
+    job: Job,
+    reason: str,
+    *,
+    now: float,
+    request_digest: str | None,
+    staged_for_array: str | None = None,
+) -> NewJobWrite:
+    """The transaction items that store `job`, new and PENDING (InvalidTransition otherwise): its
+    item, conditional on its id being free (`new_item_put`: ItemTooLarge if it would not leave
+    room to grow), and its first timeline entry, NO_STATE -> PENDING with `reason`. An array's
+    element passes `staged_for_array`: stored PENDING but in no queue until it is released.
+
+    `JobRepository.create_many` and the array's `add_elements` both store new jobs this way."""
+    if job.state is not JobState.PENDING:
+        raise InvalidTransition(f"a new job starts PENDING, not {job.state}")
+    record = JobRecord(
+        job=job,
+        updated_at=now,
+        state_reason=reason,
+        request_digest=request_digest,
+        staged_for_array=staged_for_array,
+    )
+    entry = TimelineEntry(job.id, job.version, now, NO_STATE, JobState.PENDING.value, reason)
+    return NewJobWrite(
+        record,
+        entry,
+        [new_item_put(table_name, record_to_item(record)), timeline.append_item(entry)],
+        [("new-job", job.id), ("timeline", job.id)],
+    )
 
 
 # An array's own item in the Jobs table (`kind` = ARRAY_KIND): no state and none of the index

@@ -29,7 +29,7 @@ from spotline.aws.dynamo import (
 from spotline.aws.job_items import (
     active_pk_for,
     item_to_record_lenient,
-    new_item_put,
+    new_job_write,
     record_to_item,
 )
 from spotline.aws.job_reads import JobReads
@@ -42,7 +42,6 @@ from spotline.control.errors import (
 from spotline.control.ports import CommitListener, PreparedTransition
 from spotline.control.records import (
     ACTIVE_STATES,
-    NO_STATE,
     JobRecord,
     TimelineEntry,
     charge_run,
@@ -94,13 +93,12 @@ class JobRepository(JobReads):
         roles: list[tuple[str, str]] = []
         created: list[tuple[JobRecord, TimelineEntry]] = []
         for job, reason in zip(jobs, reasons, strict=True):
-            if job.state is not JobState.PENDING:
-                raise InvalidTransition(f"a new job starts PENDING, not {job.state}")
-            record = JobRecord(job=job, updated_at=now, state_reason=reason, request_digest=request_digest)
-            entry = TimelineEntry(job.id, job.version, now, NO_STATE, JobState.PENDING.value, reason)
-            puts += [new_item_put(self.table.name, record_to_item(record)), self.timeline.append_item(entry)]
-            roles += [("new-job", job.id), ("timeline", job.id)]
-            created.append((record, entry))
+            write = new_job_write(
+                self.table.name, self.timeline, job, reason, now=now, request_digest=request_digest
+            )
+            puts += write.items
+            roles += write.roles
+            created.append((write.record, write.entry))
         self.table.transact(puts, roles)
         for record, entry in created:
             self.notify(record, [entry])

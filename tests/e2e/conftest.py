@@ -1,5 +1,6 @@
 """What the end-to-end tests share: a local control plane started and stopped around a test
-(or a module), and the body of a real training job that checkpoints."""
+(or a module), the `spotline` client's environment pointed at one, and the body of a real
+training job that checkpoints."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from typing import Any
 
 import boto3
 import httpx
+import pytest
 
 from spotline.local.runtime import LocalConfig, LocalControlPlane
 
@@ -28,6 +30,26 @@ def running_plane(state_dir: Path, **config: Any) -> Iterator[tuple[LocalControl
         yield local, info
     finally:
         local.stop()
+
+
+@pytest.fixture(scope="module")
+def local_state(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """The state directory of a local control plane that runs while the module's tests do."""
+    state = tmp_path_factory.mktemp("spotline")
+    with running_plane(state):
+        yield state
+
+
+@pytest.fixture
+def client_env(local_state: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
+    """The `spotline` client's environment for one test: the module's local plane as its endpoint
+    (no SPOTLINE_ENDPOINT override), a config folder of its own and wide tables; returns the
+    test's folder for its spec files."""
+    monkeypatch.setenv("SPOTLINE_STATE_DIR", str(local_state))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    monkeypatch.delenv("SPOTLINE_ENDPOINT", raising=False)
+    monkeypatch.setenv("COLUMNS", "200")
+    return tmp_path
 
 
 def train_body(name: str, steps: int, priority: str = "normal", spot: str = "auto") -> dict[str, Any]:

@@ -8,7 +8,6 @@ import json
 import os
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,30 +17,12 @@ from typer.testing import CliRunner
 
 from spotline.cli import app
 
-from .conftest import running_plane
-
 pytestmark = pytest.mark.slow
 
 PRINT_ENV = (
     "import os, time; time.sleep(0.5); "
     "print('index', os.environ.get('SPOTLINE_ARRAY_INDEX'), 'lr', os.environ.get('SPOTLINE_PARAM_LR'))"
 )
-
-
-@pytest.fixture(scope="module")
-def local(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    state = tmp_path_factory.mktemp("spotline-arrays")
-    with running_plane(state):
-        yield state
-
-
-@pytest.fixture
-def env(local: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
-    monkeypatch.setenv("SPOTLINE_STATE_DIR", str(local))
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
-    monkeypatch.delenv("SPOTLINE_ENDPOINT", raising=False)
-    monkeypatch.setenv("COLUMNS", "200")
-    return tmp_path
 
 
 def cli(*args: str) -> Any:
@@ -75,8 +56,8 @@ def wait_until(check: Any, timeout_s: float = 120.0) -> Any:
         time.sleep(0.3)
 
 
-def test_a_sweep_of_16_never_runs_more_than_4(env: Path) -> None:
-    array = ok("submit", str(spec(env, "sweep16", array="0-15", max_running=4)))
+def test_a_sweep_of_16_never_runs_more_than_4(client_env: Path) -> None:
+    array = ok("submit", str(spec(client_env, "sweep16", array="0-15", max_running=4)))
     array_id = array["id"]
     assert array["size"] == 16 and [j["array_index"] for j in array["jobs"]] == list(range(16))
     most = 0
@@ -99,9 +80,11 @@ def test_a_sweep_of_16_never_runs_more_than_4(env: Path) -> None:
     assert logs.exit_code == 0 and "index 7" in logs.stdout
 
 
-def test_a_sweep_matrix_and_cancelling_some_elements(env: Path) -> None:
+def test_a_sweep_matrix_and_cancelling_some_elements(client_env: Path) -> None:
     long = "import time; time.sleep(60)"
-    array = ok("submit", str(spec(env, "grid", code=long, sweep={"lr": [0.1, 0.01, 0.001]}, max_running=1)))
+    array = ok(
+        "submit", str(spec(client_env, "grid", code=long, sweep={"lr": [0.1, 0.01, 0.001]}, max_running=1))
+    )
     array_id = array["id"]
     assert [j["array_params"] for j in array["jobs"]][2] == {"lr": "0.001"}
     explained = wait_until(lambda: "max_running=1" in (ok("explain", array_id).get("summary") or ""), 60)
@@ -112,10 +95,10 @@ def test_a_sweep_matrix_and_cancelling_some_elements(env: Path) -> None:
     assert wait_until(lambda: ok("status", array_id)["counts"] == {"CANCELLED": 3}, 60)
 
 
-def test_a_pipeline_of_three_steps(env: Path) -> None:
-    first = ok("submit", str(spec(env, "prep")))
-    second = ok("submit", str(spec(env, "train", after=[first["id"]])))
-    third = ok("submit", str(spec(env, "eval", after=[second["id"]], dependency="afterok")))
+def test_a_pipeline_of_three_steps(client_env: Path) -> None:
+    first = ok("submit", str(spec(client_env, "prep")))
+    second = ok("submit", str(spec(client_env, "train", after=[first["id"]])))
+    third = ok("submit", str(spec(client_env, "eval", after=[second["id"]], dependency="afterok")))
     waiting = ok("explain", third["id"])
     assert waiting["waiting_for"]["job_id"] == second["id"]
     assert wait_until(lambda: ok("status", third["id"])["state"] == "SUCCEEDED", 120)
@@ -136,24 +119,26 @@ def test_a_pipeline_of_three_steps(env: Path) -> None:
     assert table.exit_code == 0 and first["id"] in table.stdout
 
 
-def test_a_failed_dependency_cancels_the_chain(env: Path) -> None:
-    failing = ok("submit", str(spec(env, "broken", code="import sys, time; time.sleep(0.5); sys.exit(3)")))
-    second = ok("submit", str(spec(env, "after-broken", after=[failing["id"]])))
-    third = ok("submit", str(spec(env, "after-that", after=[second["id"]])))
-    anyway = ok("submit", str(spec(env, "cleanup", after=[failing["id"]], dependency="afterany")))
+def test_a_failed_dependency_cancels_the_chain(client_env: Path) -> None:
+    failing = ok(
+        "submit", str(spec(client_env, "broken", code="import sys, time; time.sleep(0.5); sys.exit(3)"))
+    )
+    second = ok("submit", str(spec(client_env, "after-broken", after=[failing["id"]])))
+    third = ok("submit", str(spec(client_env, "after-that", after=[second["id"]])))
+    anyway = ok("submit", str(spec(client_env, "cleanup", after=[failing["id"]], dependency="afterany")))
     assert wait_until(lambda: ok("status", third["id"])["state"] == "CANCELLED", 120)
     assert ok("status", failing["id"])["state"] == "FAILED"
     reason = ok("status", second["id"])["state_reason"]
     assert reason == f"cancelled: dependency {failing['id']} ended FAILED (afterok needs SUCCEEDED)"
     assert wait_until(lambda: ok("status", anyway["id"])["state"] == "SUCCEEDED", 120)
     # The API refuses another team's job as a dependency, in one line
-    theirs = ok("submit", str(spec(env, "theirs")), "--team", "nlp")
-    refused = cli("submit", str(spec(env, "mine", after=[theirs["id"]])))
+    theirs = ok("submit", str(spec(client_env, "theirs")), "--team", "nlp")
+    refused = cli("submit", str(spec(client_env, "mine", after=[theirs["id"]])))
     assert refused.exit_code == 1 and "after" in refused.stderr and "Traceback" not in refused.output
     assert os.environ["SPOTLINE_STATE_DIR"]
 
 
-def test_the_example_sweep_and_pipeline_step(env: Path) -> None:
+def test_the_example_sweep_and_pipeline_step(client_env: Path) -> None:
     examples = Path(__file__).resolve().parents[2] / "examples"
     array = ok("submit", str(examples / "sweep.yaml"))
     assert array["size"] == 4 and array["max_running"] == 2

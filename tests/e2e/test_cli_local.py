@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -18,25 +17,9 @@ from typer.testing import CliRunner
 
 from spotline.cli import app
 
-from .conftest import running_plane, train_body
+from .conftest import train_body
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(scope="module")
-def local(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    state = tmp_path_factory.mktemp("spotline")
-    with running_plane(state):
-        yield state
-
-
-@pytest.fixture
-def env(local: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
-    monkeypatch.setenv("SPOTLINE_STATE_DIR", str(local))
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
-    monkeypatch.delenv("SPOTLINE_ENDPOINT", raising=False)
-    monkeypatch.setenv("COLUMNS", "200")
-    return tmp_path
 
 
 def env_state() -> Path:
@@ -68,9 +51,11 @@ def wait_state(job_id: str, states: set[str], timeout_s: float = 90) -> dict[str
         time.sleep(0.5)
 
 
-def test_a_team_works_with_the_client(env: Path) -> None:
+def test_a_team_works_with_the_client(client_env: Path) -> None:
     # submit (with --set), status, list
-    job = ok("submit", str(spec_file(env, "cli-long", 400)), "--set", "priority=low", "--team", "vision")
+    job = ok(
+        "submit", str(spec_file(client_env, "cli-long", 400)), "--set", "priority=low", "--team", "vision"
+    )
     job_id = job["id"]
     assert job["priority"] == "low" and job["team"] == "vision"
     assert ok("status", job_id)["id"] == job_id
@@ -103,8 +88,8 @@ def test_a_team_works_with_the_client(env: Path) -> None:
     assert usage["team"] == "vision" and usage["gpu_hours"] > 0 and usage["dollars"] > 0
 
     # a pending job is explained with a forecast
-    short = ok("submit", str(spec_file(env, "cli-short", 10)), "--idempotency-key", "k-1")
-    again = ok("submit", str(spec_file(env, "cli-short", 10)), "--idempotency-key", "k-1")
+    short = ok("submit", str(spec_file(client_env, "cli-short", 10)), "--idempotency-key", "k-1")
+    again = ok("submit", str(spec_file(client_env, "cli-short", 10)), "--idempotency-key", "k-1")
     assert again["id"] == short["id"]
     done = wait_state(short["id"], {"SUCCEEDED", "FAILED"})
     assert done["state"] == "SUCCEEDED"
@@ -121,8 +106,8 @@ def test_a_team_works_with_the_client(env: Path) -> None:
     assert "resumed_from_step" in logs.stdout
 
 
-def test_a_bad_spec_is_one_line_naming_the_field_and_its_line(env: Path) -> None:
-    path = env / "bad.yaml"
+def test_a_bad_spec_is_one_line_naming_the_field_and_its_line(client_env: Path) -> None:
+    path = client_env / "bad.yaml"
     path.write_text("name: bad\nimage: spotline/train:latest\ngpus: 0\ncommand: [python, train.py]\n")
     result = cli("submit", str(path))
     assert result.exit_code == 1

@@ -1,7 +1,7 @@
 """`spotline dashboard` in a real browser (Playwright with Debian's chromium) against the local
-control plane, with jobs of two teams: the queue's order and reasons, a preemption on the victim's
-timeline, a cancel from the page, one team's pages never showing the other's jobs, and a request
-without the session token refused. Screenshots go to $SPOTLINE_DASHBOARD_SHOTS when it is set
+control plane, with jobs of two teams: the queue's order and reasons, its pages, a preemption on
+the victim's timeline, a cancel from the page, one team's pages never showing the other's jobs,
+and a request without the session token refused. Screenshots go to $SPOTLINE_DASHBOARD_SHOTS when it is set
 (docs/images/dashboard holds the ones the docs show)."""
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from typing import Any
 import httpx
 import pytest
 
+from spotline.cli.dashboard import data
 from spotline.cli.dashboard.server import Dashboard, DashboardServer
 from spotline.cli.http import LOCAL, Endpoint
 
@@ -134,6 +135,34 @@ def test_the_queue_shows_the_order_and_the_reasons(page: Any, world: dict[str, A
     positions = [int(rows.nth(i).locator("td.position").inner_text().split(" of ")[0]) for i in range(3)]
     assert positions == sorted(positions)  # the scheduler's order agrees with the page's
     shot(page, "queue")
+
+
+def test_a_long_queue_shows_its_first_page_and_links_the_next(
+    page: Any, world: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given pages of two jobs (the API's largest is 100: three queued jobs make two pages here)
+    monkeypatch.setattr(data, "PAGE", 2)
+    queued = world["queued"]
+
+    # When the queue opens: the API's first page, the two newest, by effective priority
+    page.goto(f"{world['base']}/t/nlp/queue")
+    rows = page.locator("#queue tbody tr")
+    assert [rows.nth(i).get_attribute("data-job") for i in range(rows.count())] == [
+        queued["high"],
+        queued["normal"],
+    ]
+    assert page.locator("#first-page").count() == 0
+
+    # Then its link opens the next page (the API's token in the URL): the older job, and a link back
+    page.click("#next-page")
+    page.wait_for_url("**/t/nlp/queue?page=*")
+    playwright.expect(rows).to_have_count(1)
+    assert rows.first.get_attribute("data-job") == queued["low"]
+    assert page.locator("#next-page").count() == 0
+    page.wait_for_timeout(2500)  # a refresh or two (every second here) keeps this page
+    assert [rows.nth(i).get_attribute("data-job") for i in range(rows.count())] == [queued["low"]]
+    page.click("#first-page")
+    playwright.expect(rows).to_have_count(2)
 
 
 def test_a_preemption_appears_on_the_victims_timeline(page: Any, world: dict[str, Any]) -> None:

@@ -63,11 +63,12 @@ class FakeApi(Endpoint):
         self.sent.append((method, path, body))
         parts = path.strip("/").split("/")
         if path == "/jobs":
-            state = (params or {}).get("state")
-            return {
-                "jobs": [j for j in self.jobs.values() if state in (None, j["state"])],
-                "next_token": None,
-            }
+            # The API's paging, newest first: `next_token` here is the offset of the next page.
+            state, limit = (params or {}).get("state"), int((params or {}).get("limit", 50))
+            listed = [j for j in reversed(self.jobs.values()) if state in (None, j["state"])]
+            start = int((params or {}).get("next_token") or 0)
+            more = start + limit < len(listed)
+            return {"jobs": listed[start : start + limit], "next_token": str(start + limit) if more else None}
         if path == "/usage":
             return {"team": "vision", "gpu_hours": 2.0, "dollars": 4.0, "budget": {"budget_usd": 100.0}}
         found = self.jobs.get(parts[1])
@@ -131,6 +132,33 @@ def test_the_token_url_sets_the_cookie_and_leaves_the_address_bar(
         assert "job-done" not in page.text
         fragment = client.get("/t/vision/queue?fragment=1").text
         assert "<html" not in fragment and "job-high" in fragment
+
+
+def test_a_long_queue_is_one_api_request_a_page_with_a_link_to_the_next(
+    served: tuple[Dashboard, FakeApi, str],
+) -> None:
+    # Given 250 pending jobs (the API gives at most 100 a page, newest first)
+    board, api, base = served
+    api.jobs.update({f"job-{n:03d}": job(f"job-{n:03d}", "normal", float(n)) for n in range(250)})
+    with httpx.Client(base_url=base, cookies={COOKIE: board.token}) as client:
+        # When the queue page is opened
+        api.sent.clear()
+        first = client.get("/t/vision/queue")
+
+        # Then it asked the API for its first page only, shows those 100 by effective priority,
+        # and links the next page with the API's token
+        assert [path for _, path, _ in api.sent] == ["/jobs"]
+        assert first.status_code == 200 and first.text.count('data-job="') == 100
+        assert first.text.index('data-job="job-249"') < first.text.index('data-job="job-150"')
+        assert 'data-job="job-149"' not in first.text and 'href="/t/vision/queue?page=100"' in first.text
+        assert 'id="first-page"' not in first.text
+        # and the next page is the API's next one, its last (no link further, one back to the first)
+        second = client.get("/t/vision/queue?page=100&fragment=1").text
+        assert second.count('data-job="') == 100 and 'data-job="job-149"' in second
+        assert 'data-job="job-249"' not in second and 'href="/t/vision/queue?page=200"' in second
+        third = client.get("/t/vision/queue?page=200").text
+        assert 'data-job="job-high"' in third and 'data-job="job-low"' in third
+        assert 'id="next-page"' not in third and 'href="/t/vision/queue" id="first-page"' in third
 
 
 def test_a_foreign_host_header_is_refused(served: tuple[Dashboard, FakeApi, str]) -> None:
@@ -266,7 +294,7 @@ def test_against_a_url_each_request_is_signed_with_sigv4(
     try:
         found = endpoints(f"http://127.0.0.1:{server.server_address[1]}", [], False, [])
         assert list(found) == ["vision"] and found["vision"].kind == "aws"
-        assert [j["id"] for j in data.queue(found["vision"])] == ["job-a"]
+        assert [j["id"] for j in data.queue(found["vision"])["jobs"]] == ["job-a"]
     finally:
         server.shutdown()
     assert seen and all(auth.startswith("AWS4-HMAC-SHA256 Credential=AKIDEXAMPLE/") for _, auth in seen)

@@ -68,11 +68,14 @@ class Dashboard:
 
     # --- the pages -------------------------------------------------------------------------
 
-    def page(self, team: str, view: str, job_id: str | None = None) -> tuple[str, dict[str, Any]]:
-        """The template and values of one view of one team."""
+    def page(
+        self, team: str, view: str, job_id: str | None = None, page: str | None = None
+    ) -> tuple[str, dict[str, Any]]:
+        """The template and values of one view of one team (`page`: the API's page token of the
+        queue's page to show, None for its first)."""
         api = self.endpoints[team]
         if view == "queue":
-            return "queue.html", {"jobs": data.queue(api)}
+            return "queue.html", data.queue(api, page)
         if view == "running":
             return "running.html", {"jobs": data.running(api)}
         if view == "team":
@@ -278,7 +281,8 @@ class Handler(BaseHTTPRequestHandler):
                 html = self.dash.render("explain_cells.html", team=team, why=found)
                 return self._send(HTTPStatus.OK, html, "text/html; charset=utf-8")
             view = params.get("view", "job" if name == "job" else "queue")
-            template, values = self.dash.page(team, view, params.get("job"))
+            # `?page=`: the API's own page token, passed back to it as is (it refuses a bad one).
+            template, values = self.dash.page(team, view, params.get("job"), query.get("page") or None)
             html = self.dash.render(template, team=team, view=view, fragment=fragment, **values)
         except ClientError as error:
             status = (
