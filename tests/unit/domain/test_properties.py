@@ -317,7 +317,18 @@ class Replay:
         for v in victims:
             assert v.pool == d.pool
             assert v.draining_for is None and v.job.id not in self.gone
-            assert v.job.started_at is not None and NOW - v.job.started_at >= policy.protection_period_s
+            assert v.job.started_at is not None
+            # Inside its protection period only when `protect_backfill` is off and the victim is a
+            # single-node job that started after a gang or critical preemptor was queued.
+            backfilled = (
+                not policy.protect_backfill
+                and v.job.nodes == 1
+                and (d.job.nodes > 1 or d.job.priority is Priority.CRITICAL)
+                and v.job.started_at >= d.job.enqueued_at
+            )
+            assert backfilled or NOW - v.job.started_at >= policy.protection_period_s, (
+                f"{v.job.id} preempted inside its protection period"
+            )
             assert v.job.preemptions < policy.max_preemptions_per_job
             lower = self.priority(v.job) < d.effective_priority - policy.preemption_margin
             theirs = self.snapshot.quotas.get(v.job.team)
