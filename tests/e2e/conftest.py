@@ -16,10 +16,24 @@ from typing import Any
 import boto3
 import httpx
 import pytest
+from typer.testing import CliRunner, Result
 
+from spotline.cli import app
 from spotline.local.runtime import LocalConfig, LocalControlPlane
 
 STEP_TIME_S = 0.15
+
+
+def cli(*args: str) -> Result:
+    """The `spotline` client, run in this process (the environment points it at a local plane)."""
+    return CliRunner().invoke(app, list(args))
+
+
+def ok(*args: str) -> Any:
+    """A `spotline` command that must succeed, its `--output json` parsed."""
+    result = cli(*args, "--output", "json")
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)
 
 
 class Events:
