@@ -7,44 +7,68 @@ Spot-under-deadline benchmark (`bench.deadline_bench`: the paper's Table 3 and t
 many jobs on real Spot capacity (`bench.spot_pools`: the Spot peers and the many-jobs goal rows).
 
 Everything runs as plain Python, the code Lambda runs; the policies' simulations run in a process
-of their own.
+of their own. The evaluation set is simulated once: the policy part saves its runs and the
+contention part's whole-set goals read them.
 
 What each part prints is also written to `bench/results/<UTC start>-<commit>.md` and
-`bench/results/latest.md` (`bench.results`), with the commit and the machine."""
+`bench/results/latest.md` (`bench.results`), with the commit, the machine and each part's wall
+time. `python -m bench --speed` (`make bench-speed`): the whole 82,247-job Philly trace through
+the five policies, a speed figure alone, filed in a dated file of its own (latest.md untouched)."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
 
 
-def _policy_bench() -> None:
-    done = subprocess.run([sys.executable, "-m", "bench.policy_bench"], check=False)
+def _policy_bench(*arguments: str) -> None:
+    done = subprocess.run([sys.executable, "-m", "bench.policy_bench", *arguments], check=False)
     if done.returncode != 0:
         # On standard output too, so the results file says its tables are missing.
         print(f"policy bench failed (exit {done.returncode})", flush=True)
         print(f"policy bench failed (exit {done.returncode})", file=sys.stderr, flush=True)
 
 
-def _contention_bench() -> None:
+def _contention_bench(*arguments: str) -> None:
     """The policy under contention (issue 29): the accounts and the goals, `bench.contention`."""
-    done = subprocess.run([sys.executable, "-m", "bench.contention"], check=False)
+    done = subprocess.run([sys.executable, "-m", "bench.contention", *arguments], check=False)
     if done.returncode != 0:
         print(f"contention bench failed (exit {done.returncode})", flush=True)
         print(f"contention bench failed (exit {done.returncode})", file=sys.stderr, flush=True)
 
 
-def main() -> int:
+def speed() -> int:
+    """`make bench-speed`: the whole-Philly speed run, filed on its own."""
+    from bench.results import Recorder
+
+    record = Recorder("make bench-speed")
+    with record.section("Speed: the whole Philly trace through the five policies"):
+        _policy_bench("--speed")
+    print(f"\nresults: {record.finish(latest=False)}")
+    return 0
+
+
+def main(argv: Sequence[str] = ()) -> int:
+    if list(argv) == ["--speed"]:
+        return speed()
+    if argv:
+        print(f"usage: python -m bench [--speed]; got {' '.join(argv)}", file=sys.stderr)
+        return 2
     from bench import plan_bench
     from bench.results import Recorder
 
     record = Recorder("make bench")
     with record.section("plan() at scale"):
         plan_bench.main()
-    with record.section("Policies on the evaluation set"):
-        _policy_bench()
-    with record.section("The policy under contention"):
-        _contention_bench()
+    with tempfile.TemporaryDirectory(prefix="spotline-bench-") as scratch:
+        evaluation = str(Path(scratch) / "evaluation-runs.json")
+        with record.section("Policies on the evaluation set"):
+            _policy_bench("--save-evaluation", evaluation)
+        with record.section("The policy under contention"):
+            _contention_bench("--evaluation-runs", evaluation)
     from bench import aws_costs, cli_startup, cold_start, pass_scale
 
     with record.section("The scheduling pass on moto"):
@@ -73,4 +97,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv[1:]))

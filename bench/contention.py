@@ -437,6 +437,20 @@ def steps_record(saved: dict[str, Any]) -> dict[str, Any]:
     return {"command": "python -m bench.contention --tuning --steps", "defaults": chosen, "samples": rows}
 
 
+def _saved_runs(path: Path | None) -> dict[str, dict[str, dict[str, Any]]]:
+    """The evaluation's runs policy_bench saved, by sample label (none without a file, or with
+    an unreadable one: then every sample is simulated here). The same simulations, since a run
+    is deterministic wherever it runs (`policy_bench.runs.run_many`)."""
+    if path is None:
+        return {}
+    try:
+        saved: dict[str, dict[str, dict[str, Any]]] = json.loads(path.read_text())
+    except (OSError, ValueError) as error:
+        print(f"(--evaluation-runs {path}: {error}; simulating the evaluation set again)", flush=True)
+        return {}
+    return {label: runs for label, runs in saved.items() if set(pb.EVAL_POLICIES) <= set(runs)}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.contention", description=__doc__.split("\n")[0])
     parser.add_argument("--contended-only", action="store_true", help="the contended samples alone")
@@ -445,6 +459,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, default=None, help="write the contended samples' metrics here")
     parser.add_argument(
         "--steps", action="store_true", help="Spotline with issue 29's rules in turn (with --tuning)"
+    )
+    parser.add_argument(
+        "--evaluation-runs",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="the evaluation set's runs as `bench.policy_bench --save-evaluation FILE` wrote them"
+        " (`make bench`: simulated once, for both); samples missing there are simulated",
     )
     args = parser.parse_args(argv)
     console = Console(width=max(Console().width, 200))
@@ -474,7 +496,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.json.write_text(json.dumps(saved))
     if not args.contended_only and not args.tuning:
         plain = pb.available(pb.EVALUATION)
-        per_plain = [pb_runs.run_sample(s, pb.EVAL_POLICIES) for s in plain]
+        done = _saved_runs(args.evaluation_runs)
+        per_plain = [done.get(s.label) or pb_runs.run_sample(s, pb.EVAL_POLICIES) for s in plain]
         print_goals(
             "Goals on the whole evaluation set (policy_bench's samples and the contended ones)",
             [s.label for s in plain] + labels,

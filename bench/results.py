@@ -1,7 +1,7 @@
 """Where `make bench` puts what it measured: `bench/results/<UTC start>-<commit>.md` for each run
-(the commit, whether the tree had uncommitted changes, the machine, the wall time, and each part's
-output as it printed it), and the same text as `bench/results/latest.md`, which the docs site
-publishes (docs/benchmarks.md). No figure is typed in by hand: every table is the bench's own
+(the commit, whether the tree had uncommitted changes, the machine, the wall time, each part's
+wall time and output as it printed it), and the same text as `bench/results/latest.md`, which
+the docs site publishes (docs/benchmarks.md). No figure is typed in by hand: every table is the bench's own
 output, captured from its standard output (its subprocesses' too).
 
 `python -m bench.results --from-raw FILE ...` files the saved output of an earlier run the same
@@ -18,6 +18,7 @@ import re
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, redirect_stdout
 from dataclasses import dataclass, field
@@ -35,6 +36,7 @@ _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 class Section:
     title: str
     output: str
+    wall_s: float | None = None  # how long the part ran (None for output filed afterwards)
 
 
 @dataclass
@@ -139,10 +141,20 @@ def render(run: Run) -> str:
     ]
     if run.note:
         lines += [run.note.strip(), ""]
+    timed = [section for section in run.sections if section.wall_s is not None]
+    if timed:
+        lines += ["| part | wall time |", "|---|---|"]
+        lines += [f"| {section.title} | {_duration(section.wall_s)} |" for section in timed]
+        lines += [""]
     for section in run.sections:
         text = _ANSI.sub("", section.output).rstrip()
         lines += [f"## {section.title}", "", "```text", text or "(no output)", "```", ""]
     return "\n".join(lines)
+
+
+def _duration(seconds: float | None) -> str:
+    seconds = seconds or 0.0
+    return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.1f} min ({seconds:.0f} s)"
 
 
 def write(run: Run, out_dir: Path | None = None, *, latest: bool = True) -> Path:
@@ -201,11 +213,15 @@ class Recorder:
 
     @contextmanager
     def section(self, title: str) -> Iterator[None]:
+        began = time.perf_counter()
         with captured_stdout() as output:
             yield
-        self.sections.append(Section(title, output.decode(errors="replace")))
+        wall_s = time.perf_counter() - began
+        self.sections.append(Section(title, output.decode(errors="replace"), wall_s))
 
-    def finish(self, out_dir: Path | None = None) -> Path:
+    def finish(self, out_dir: Path | None = None, *, latest: bool = True) -> Path:
+        """Write the run (see `write`); `latest=False` leaves `latest.md` alone (a run of one
+        part, such as `make bench-speed`)."""
         commit, dirty = git_state()
         run = Run(
             started=self.started,
@@ -216,7 +232,7 @@ class Recorder:
             command=self.command,
             sections=self.sections,
         )
-        return write(run, out_dir)
+        return write(run, out_dir, latest=latest)
 
 
 def _utc(text: str) -> datetime:

@@ -54,6 +54,7 @@ def deadline_command(
     every switch to a running state costs D hours without progress at the new state's price; Spot
     costs 1 per hour and On-Demand K; the cost is reported as a fraction of K * C.
     """
+    from spotline.cli.outfile import OutputError, check_file, write_text
     from spotline.sim.availability import AvailabilityError, load_availability
     from spotline.sim.deadline import JobSetup, simulate_deadline
 
@@ -63,16 +64,17 @@ def deadline_command(
         raise _fail("--start-hour: give at least one start hour")
     setup = JobSetup(job_hours, deadline_hours, changeover_hours, price_ratio)
     try:
+        check_file(json_out, "--json")  # before the work, not after it
         setup.check()
         trace = load_availability(availability)
         outcomes = simulate_deadline(trace, setup, start_hour, policy)
-    except (AvailabilityError, ValueError) as error:
+    except (AvailabilityError, OutputError, ValueError) as error:
         raise _fail(str(error)) from None
     document = {"results": [o.to_json() for o in outcomes]}
     try:
-        json_out.write_text(json.dumps(document, indent=2) + "\n")
-    except OSError as error:
-        raise _fail(f"--json: cannot write {json_out} ({error})") from None
+        write_text(json_out, json.dumps(document, indent=2) + "\n", "--json")
+    except OutputError as error:
+        raise _fail(str(error)) from None
     met = sum(o.met_deadline for o in outcomes)
     mean = sum(o.cost_fraction_of_on_demand for o in outcomes) / len(outcomes)
     typer.echo(

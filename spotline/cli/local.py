@@ -24,6 +24,7 @@ local_app = typer.Typer(
 )
 
 DEFAULT_SPOT_TICK_S = 2.0  # wall seconds a tick of a Spot availability trace lasts locally
+MAX_SPOT_TICK_S = 86_400.0  # a day a tick: beyond it a local replay never moves (and timers overflow)
 
 
 def register(app: typer.Typer) -> None:
@@ -57,8 +58,8 @@ def up(
         float,
         typer.Option(
             "--spot-tick-seconds",
-            help="Wall seconds one tick of the --spot-availability trace lasts (its gap_seconds is"
-            " ignored locally, so a trace of hours plays in seconds).",
+            help="Wall seconds one tick of the --spot-availability trace lasts, above 0 and at most"
+            " 86400 (its gap_seconds is ignored locally, so a trace of hours plays in seconds).",
         ),
     ] = DEFAULT_SPOT_TICK_S,
 ) -> None:
@@ -109,9 +110,10 @@ def spot_options(path: Path | None, tick_s: float) -> dict[str, Any]:
     its tick, a reconciler that looks every tick (a Spot launch RUNNABLE is seen within one), and
     On-Demand jobs moved back to Spot room when the deadline guard allows it. A bad file or tick
     ends the command with a clear error (exit 2)."""
-    if not tick_s > 0:
+    if not 0 < tick_s <= MAX_SPOT_TICK_S:  # (refuses nan too)
         raise typer.BadParameter(
-            f"must be a positive number of seconds, got {tick_s:g}", param_hint="--spot-tick-seconds"
+            f"must be a number of seconds above 0 and at most {MAX_SPOT_TICK_S:.0f}, got {tick_s:g}",
+            param_hint="--spot-tick-seconds",
         )
     if path is None:
         return {}

@@ -10,14 +10,15 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 
+from spotline.cli.outfile import OutputError, check_dir, check_file, write_text
 from spotline.domain import SchedulerConfig
 from spotline.sim import DEFAULT_GPUS, DEFAULT_SPOT_FRACTION, POLICIES, SimSettings, simulate
-from spotline.sim.availability import AvailabilityTrace, load_availability
+from spotline.sim.availability import AvailabilityError, AvailabilityTrace, load_availability
 from spotline.sim.model import VictimStop
 from spotline.sim.peers import ESTIMATE_MODELS, KUEUE_DEFAULT
 from spotline.sim.pools import DEFAULT_INSTANCE, DEFAULT_REGION, spot_advice
 from spotline.sim.runner import KNOWN_POLICIES
-from spotline.sim.spot_zones import SpotModel
+from spotline.sim.spot_zones import SpotModel, zone_name
 from spotline.trace import TraceError, read_trace
 
 
@@ -169,8 +170,6 @@ def simulate_command(
             "--deadline-share",
             help="Share of the jobs without a trace deadline that get one (seeded, the same for every"
             " policy): submission + run time x slack, slack uniform in 1.2-3. Default 0: none.",
-            min=0.0,
-            max=1.0,
         ),
     ] = 0.0,
     move_to_spot: Annotated[
@@ -218,12 +217,18 @@ def simulate_command(
         raise typer.BadParameter(
             "--spot-availability needs --spot-model trace", param_hint="--spot-availability"
         )
+    for flag, share in (("--spot-fraction", spot_fraction), ("--deadline-share", deadline_share)):
+        if not 0.0 <= share <= 1.0:  # (refuses nan too)
+            raise typer.BadParameter(f"must be a share in [0, 1], got {share:g}", param_hint=flag)
     try:
+        for path, flag in ((json_out, "--json"), (decisions, "--decisions")):
+            if path is not None:
+                check_file(path, flag)  # before the simulation, not after it
+        if plot is not None:
+            check_dir(plot, "--plot")
         loaded = read_trace(trace)
         advice = spot_advice(region, instance_type, spot_data)
-        zone_traces: list[AvailabilityTrace] | None = (
-            [load_availability(path) for path in spot_availability] if spot_availability else None
-        )
+        zone_traces = zone_availability(spot_availability) if spot_availability else None
     except (TraceError, ValueError, OSError) as error:
         typer.secho(f"error: {error}", err=True, fg="red")
         raise typer.Exit(2) from None
@@ -282,7 +287,11 @@ def simulate_command(
     rate = report.events / report.wall_s if report.wall_s > 0 else 0.0
     console.print(f"{report.events:,} events in {report.wall_s:.1f} s of simulation ({rate:,.0f} events/s)")
     if json_out is not None:
-        json_out.write_text(json.dumps(report.to_json(), indent=2))
+        try:
+            write_text(json_out, json.dumps(report.to_json(), indent=2), "--json")
+        except OutputError as error:
+            typer.secho(f"error: {error}", err=True, fg="red")
+            raise typer.Exit(2) from None
         console.print(f"wrote {json_out}")
     if decisions is not None:
         console.print(f"wrote {decisions}")
@@ -291,3 +300,26 @@ def simulate_command(
 
         for path in write_plots(report, plot):
             console.print(f"wrote {path}")
+
+
+def zone_availability(paths: list[Path]) -> list[AvailabilityTrace]:
+    """The --spot-availability files, one per zone: each read and checked, and refused when a
+    file, or the zone its name gives, comes twice (one zone's capacity counted twice)."""
+    traces: list[AvailabilityTrace] = []
+    seen: dict[Path, Path] = {}
+    zones: dict[str, Path] = {}
+    for index, path in enumerate(paths):
+        same = seen.get(path.resolve())
+        if same is not None:
+            also = "" if str(same) == str(path) else f" (as {same})"
+            raise AvailabilityError(f"--spot-availability: {path} is given twice{also}; one file per zone")
+        seen[path.resolve()] = path
+        trace = load_availability(path)
+        zone = zone_name(trace, index)
+        if zone in zones:
+            raise AvailabilityError(
+                f"--spot-availability: {path} and {zones[zone]} are both zone {zone}; one file per zone"
+            )
+        zones[zone] = path
+        traces.append(trace)
+    return traces

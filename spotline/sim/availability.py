@@ -10,10 +10,12 @@ be obtained at tick i. The capacity is piecewise constant: `n_i` holds over
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from importlib import resources
 from importlib.resources.abc import Traversable
 from pathlib import Path
+from typing import TypeGuard
 
 
 class AvailabilityError(ValueError):
@@ -53,9 +55,11 @@ class AvailabilityTrace:
 def parse_availability(text: str, name: str) -> AvailabilityTrace:
     """Validate a trace's JSON text; `name` labels the errors (usually the file's path)."""
     try:
-        document = json.loads(text)
+        document = json.loads(text, parse_constant=_refuse_constant)
     except json.JSONDecodeError as error:
         raise AvailabilityError(f"{name}: not JSON ({error})") from None
+    except _NonFinite as error:
+        raise AvailabilityError(f"{name}: {error.args[0]} is not a number JSON allows") from None
     if not isinstance(document, dict):
         raise AvailabilityError(f"{name}: expected a JSON object with 'metadata' and 'data'")
     unknown = sorted(set(document) - {"metadata", "data"})
@@ -67,19 +71,35 @@ def parse_availability(text: str, name: str) -> AvailabilityTrace:
     if not isinstance(metadata, dict):
         raise AvailabilityError(f"{name}: 'metadata' missing or not an object")
     gap = metadata.get("gap_seconds")
-    if isinstance(gap, bool) or not isinstance(gap, int | float) or gap <= 0 or gap != int(gap):
+    if not _whole(gap) or gap <= 0:
         raise AvailabilityError(f"{name}: metadata.gap_seconds must be a positive whole number, got {gap!r}")
     data = document.get("data")
     if not isinstance(data, list) or not data:
         raise AvailabilityError(f"{name}: 'data' missing, not a list, or empty")
     counts: list[int] = []
     for index, value in enumerate(data):
-        if isinstance(value, bool) or not isinstance(value, int | float) or value != int(value) or value < 0:
+        if not _whole(value) or value < 0:
             raise AvailabilityError(
                 f"{name}: data[{index}] must be a whole number of instances >= 0, got {value!r}"
             )
         counts.append(int(value))
     return AvailabilityTrace(name=name, gap_seconds=int(gap), counts=tuple(counts))
+
+
+class _NonFinite(ValueError):
+    pass
+
+
+def _refuse_constant(constant: str) -> object:
+    # Python's json reads NaN, Infinity and -Infinity, which JSON itself does not allow.
+    raise _NonFinite(constant)
+
+
+def _whole(value: object) -> TypeGuard[int | float]:
+    """A finite whole number (a JSON integer, or a float such as 600.0); never a bool."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return False
+    return isinstance(value, int) or (math.isfinite(value) and value == int(value))
 
 
 def load_availability(path: Path | str) -> AvailabilityTrace:

@@ -54,6 +54,14 @@ class JobSetup:
     price_ratio: float  # K
 
     def check(self) -> None:
+        for flag, value in (
+            ("--job-hours", self.job_h),
+            ("--deadline-hours", self.deadline_h),
+            ("--changeover-hours", self.changeover_h),
+            ("--price-ratio", self.price_ratio),
+        ):
+            if not math.isfinite(value):
+                raise ValueError(f"{flag} must be a finite number, got {value:g}")
         if not self.job_h > 0:
             raise ValueError(f"--job-hours must be > 0, got {self.job_h:g}")
         if not self.deadline_h > 0:
@@ -110,8 +118,8 @@ Policy = Callable[[Step], Placement]
 
 def first_tick(trace: AvailabilityTrace, setup: JobSetup, start_hour: float) -> int:
     """The tick a start hour falls on; refuses a start off the trace's grid or too late."""
-    if start_hour < 0:
-        raise ValueError(f"--start-hour must be >= 0, got {start_hour:g}")
+    if not (math.isfinite(start_hour) and start_hour >= 0):
+        raise ValueError(f"--start-hour must be a finite number >= 0, got {start_hour:g}")
     ticks = start_hour * 3600.0 / trace.gap_seconds
     tick = round(ticks)
     if abs(ticks - tick) > 1e-6:

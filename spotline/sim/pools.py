@@ -89,10 +89,7 @@ def build_pools(
 ) -> list[Pool]:
     """A Spot pool with `spot_fraction` of the GPUs (rounded to whole instances) and an
     On-Demand pool with the rest; a pool with no GPUs is left out."""
-    if total_gpus <= 0:
-        raise ValueError("the cluster needs at least one GPU")
-    if not 0.0 <= spot_fraction <= 1.0:
-        raise ValueError(f"spot fraction must be in [0, 1], got {spot_fraction}")
+    check_cluster(total_gpus, spot_fraction)
     spot_gpus = min(total_gpus, round(total_gpus * spot_fraction / gpus_per_node) * gpus_per_node)
     pools = [
         Pool(
@@ -104,12 +101,25 @@ def build_pools(
             price=advice.spot_price,
             interruption_rate_per_hour=advice.interruptions_per_instance_hour,
         ),
-        Pool(
-            name=f"{advice.instance_type}-on-demand",
-            gpu_type=gpu_type,
-            purchase=Purchase.ON_DEMAND,
-            capacity_gpus=total_gpus - spot_gpus,
-            gpus_per_node=gpus_per_node,
-        ),
+        on_demand_pool(advice, total_gpus - spot_gpus, gpus_per_node, gpu_type),
     ]
     return [p for p in pools if p.capacity_gpus > 0]
+
+
+def check_cluster(total_gpus: int, spot_fraction: float) -> None:
+    """Refuse a cluster without GPUs or a Spot share outside [0, 1]."""
+    if total_gpus <= 0:
+        raise ValueError("the cluster needs at least one GPU")
+    if not 0.0 <= spot_fraction <= 1.0:
+        raise ValueError(f"spot fraction must be in [0, 1], got {spot_fraction}")
+
+
+def on_demand_pool(advice: SpotAdvice, capacity_gpus: int, gpus_per_node: int, gpu_type: str) -> Pool:
+    """The cluster's On-Demand pool of `advice`'s instance type (at the On-Demand price, 1)."""
+    return Pool(
+        name=f"{advice.instance_type}-on-demand",
+        gpu_type=gpu_type,
+        purchase=Purchase.ON_DEMAND,
+        capacity_gpus=capacity_gpus,
+        gpus_per_node=gpus_per_node,
+    )

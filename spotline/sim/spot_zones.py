@@ -35,7 +35,7 @@ from enum import StrEnum
 
 from spotline.domain.models import Pool, Purchase
 from spotline.sim.availability import AvailabilityError, AvailabilityTrace, load_shipped
-from spotline.sim.pools import DEFAULT_GPU_TYPE, GPUS_PER_NODE, SpotAdvice
+from spotline.sim.pools import DEFAULT_GPU_TYPE, GPUS_PER_NODE, SpotAdvice, check_cluster, on_demand_pool
 
 
 class SpotModel(StrEnum):
@@ -81,10 +81,7 @@ def zone_pools(
     """One Spot pool per trace (zone), with `spot_fraction` of the GPUs in whole instances split
     as evenly as possible (the first zones get one more when it does not divide), and an
     On-Demand pool with the rest; the pools and each Spot pool's trace, by pool name."""
-    if total_gpus <= 0:
-        raise ValueError("the cluster needs at least one GPU")
-    if not 0.0 <= spot_fraction <= 1.0:
-        raise ValueError(f"spot fraction must be in [0, 1], got {spot_fraction}")
+    check_cluster(total_gpus, spot_fraction)
     if not traces:
         raise ValueError("the trace Spot model needs at least one availability trace")
     for trace in traces:
@@ -117,15 +114,7 @@ def zone_pools(
         availability[name] = trace
     on_demand = total_gpus - spot_instances * gpus_per_node
     if on_demand > 0:
-        pools.append(
-            Pool(
-                name=f"{advice.instance_type}-on-demand",
-                gpu_type=gpu_type,
-                purchase=Purchase.ON_DEMAND,
-                capacity_gpus=on_demand,
-                gpus_per_node=gpus_per_node,
-            )
-        )
+        pools.append(on_demand_pool(advice, on_demand, gpus_per_node, gpu_type))
     return pools, availability
 
 

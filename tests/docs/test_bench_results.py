@@ -47,10 +47,12 @@ def test_a_recorded_run_writes_a_dated_file_and_latest(tmp_path: Path) -> None:
 
 def test_make_bench_records_every_part(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     import bench.__main__ as bench_main
-    from bench import aws_costs, cold_start, deadline_bench, pass_scale, plan_bench
+    from bench import aws_costs, cli_startup, cold_start, deadline_bench, pass_scale, plan_bench, spot_pools
 
     # Every part prints a line of its own instead of running (`make bench` takes many minutes).
     parts = {
+        (cli_startup, "main"): "cli table",
+        (spot_pools, "main"): "spot pools table",
         (plan_bench, "main"): "plan table",
         (bench_main, "_policy_bench"): "policy table",
         (bench_main, "_contention_bench"): "contention table",
@@ -141,3 +143,51 @@ def test_the_file_name_sorts_by_start_time() -> None:
     )
     assert run.file_name == "2026-12-02T0224Z-5f3429e.md"
     assert "with uncommitted changes" in results.render(run)
+
+
+def test_make_bench_simulates_the_evaluation_once_and_times_each_part(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    import bench.__main__ as bench_main
+    from bench import aws_costs, cli_startup, cold_start, deadline_bench, pass_scale, plan_bench, spot_pools
+
+    for module, name in ((plan_bench, "main"), (pass_scale, "main"), (cold_start, "main"),
+                         (cli_startup, "main"), (aws_costs, "main"), (deadline_bench, "main"),
+                         (spot_pools, "main")):  # fmt: skip
+        monkeypatch.setattr(module, name, lambda *_: None)
+
+    def policy(*arguments: str) -> None:  # the policy part saves its evaluation where it is told
+        assert arguments[0] == "--save-evaluation"
+        Path(arguments[1]).write_text('{"sample": "its runs"}')
+
+    def contention(*arguments: str) -> None:  # the contention part reads that very file
+        assert arguments[0] == "--evaluation-runs"
+        print("contention read", Path(arguments[1]).read_text(), flush=True)
+
+    monkeypatch.setattr(bench_main, "_policy_bench", policy)
+    monkeypatch.setattr(bench_main, "_contention_bench", contention)
+    monkeypatch.setattr(results, "RESULTS_DIR", tmp_path)
+    assert bench_main.main() == 0
+    latest = (tmp_path / "latest.md").read_text()
+    assert 'contention read {"sample": "its runs"}' in latest
+    assert "| part | wall time |" in latest
+    for part in ("plan() at scale", "Policies on the evaluation set", "The policy under contention"):
+        assert f"| {part} | " in latest
+    assert "speed" not in latest.lower()  # the speed run is `make bench-speed`'s
+
+
+def test_make_bench_speed_files_its_run_and_leaves_latest_alone(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    import bench.__main__ as bench_main
+
+    asked: list[tuple[str, ...]] = []
+    monkeypatch.setattr(bench_main, "_policy_bench", lambda *a: asked.append(a) or print("speed: 1 s"))
+    monkeypatch.setattr(results, "RESULTS_DIR", tmp_path)
+    (tmp_path / "latest.md").write_text("the newest make bench\n")
+    assert bench_main.main(["--speed"]) == 0
+    assert asked == [("--speed",)]
+    [filed] = [p for p in tmp_path.glob("*.md") if p.name != "latest.md"]
+    assert "make bench-speed" in filed.read_text() and "speed: 1 s" in filed.read_text()
+    assert (tmp_path / "latest.md").read_text() == "the newest make bench\n"
+    assert bench_main.main(["--fast"]) == 2

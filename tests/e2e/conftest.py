@@ -1,11 +1,12 @@
 """What the end-to-end tests share: a local control plane started and stopped around a test
-(or a module), the `spotline` client's environment pointed at one, and the body of a real
-training job that checkpoints."""
+(or a module), the `spotline` client's environment pointed at one, the body of a real
+training job that checkpoints, and a recorder of the events a local fleet emits."""
 
 from __future__ import annotations
 
 import json
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -15,10 +16,66 @@ from typing import Any
 import boto3
 import httpx
 import pytest
+from typer.testing import CliRunner, Result
 
+from spotline.cli import app
 from spotline.local.runtime import LocalConfig, LocalControlPlane
 
 STEP_TIME_S = 0.15
+
+
+def cli(*args: str) -> Result:
+    """The `spotline` client, run in this process (the environment points it at a local plane)."""
+    return CliRunner().invoke(app, list(args))
+
+
+def ok(*args: str) -> Any:
+    """A `spotline` command that must succeed, its `--output json` parsed."""
+    result = cli(*args, "--output", "json")
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)
+
+
+class Events:
+    """The events a `LocalFleet` (without the control plane) puts on its bus, recorded as they
+    come (the fleet's sink; its threads call it)."""
+
+    def __init__(self) -> None:
+        self.entries: list[dict[str, Any]] = []
+        self._lock = threading.Lock()
+
+    def __call__(self, entries: list[dict[str, Any]]) -> None:
+        with self._lock:
+            self.entries.extend(entries)
+
+    def warnings(self) -> list[str]:
+        """The instances EC2's Spot interruption warning was sent for, in order."""
+        with self._lock:
+            return [
+                json.loads(e["Detail"])["instance-id"]
+                for e in self.entries
+                if e["DetailType"] == "EC2 Spot Instance Interruption Warning"
+            ]
+
+    def _job_changes(self) -> list[dict[str, Any]]:
+        with self._lock:
+            changes = [e for e in self.entries if e["DetailType"] == "Batch Job State Change"]
+        return [json.loads(e["Detail"]) for e in changes]
+
+    def status(self, job_id: str) -> str | None:
+        """A job's last Batch status so far (None before any)."""
+        mine = [d["status"] for d in self._job_changes() if d["jobId"] == job_id]
+        return mine[-1] if mine else None
+
+    def final(self, job_id: str, timeout_s: float = 30.0) -> dict[str, Any]:
+        """A job's first SUCCEEDED or FAILED change, waited for."""
+        deadline = time.time() + timeout_s
+        while time.time() < deadline:
+            for detail in self._job_changes():
+                if detail["jobId"] == job_id and detail["status"] in ("SUCCEEDED", "FAILED"):
+                    return detail
+            time.sleep(0.05)
+        raise AssertionError(f"{job_id} never finished")
 
 
 @contextmanager

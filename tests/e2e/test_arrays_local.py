@@ -4,7 +4,6 @@ and step is a process that prints its environment and exits."""
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
@@ -13,9 +12,8 @@ from typing import Any
 
 import pytest
 import yaml
-from typer.testing import CliRunner
 
-from spotline.cli import app
+from .conftest import cli, ok
 
 pytestmark = pytest.mark.slow
 
@@ -23,16 +21,6 @@ PRINT_ENV = (
     "import os, time; time.sleep(0.5); "
     "print('index', os.environ.get('SPOTLINE_ARRAY_INDEX'), 'lr', os.environ.get('SPOTLINE_PARAM_LR'))"
 )
-
-
-def cli(*args: str) -> Any:
-    return CliRunner().invoke(app, list(args))
-
-
-def ok(*args: str) -> Any:
-    result = cli(*args, "--output", "json")
-    assert result.exit_code == 0, result.output
-    return json.loads(result.stdout)
 
 
 def spec(folder: Path, name: str, code: str = PRINT_ENV, **fields: Any) -> Path:

@@ -13,27 +13,14 @@ from typing import Any
 import httpx
 import pytest
 import yaml
-from typer.testing import CliRunner
 
-from spotline.cli import app
-
-from .conftest import train_body
+from .conftest import cli, ok, train_body
 
 pytestmark = pytest.mark.slow
 
 
 def env_state() -> Path:
     return Path(os.environ["SPOTLINE_STATE_DIR"])
-
-
-def cli(*args: str) -> Any:
-    return CliRunner().invoke(app, list(args))
-
-
-def ok(*args: str) -> Any:
-    result = cli(*args, "--output", "json")
-    assert result.exit_code == 0, result.output
-    return json.loads(result.stdout)
 
 
 def spec_file(folder: Path, name: str, steps: int) -> Path:

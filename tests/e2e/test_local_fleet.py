@@ -3,35 +3,13 @@ job's command with, and that no error in it leaks a node."""
 
 from __future__ import annotations
 
-import json
 import sys
-import threading
 import time
 from pathlib import Path
-from typing import Any
 
 from spotline.local.fleet import LocalFleet, PoolSpec
 
-
-class Events:
-    def __init__(self) -> None:
-        self.entries: list[dict[str, Any]] = []
-        self._lock = threading.Lock()
-
-    def __call__(self, entries: list[dict[str, Any]]) -> None:
-        with self._lock:
-            self.entries.extend(entries)
-
-    def final(self, job_id: str, timeout_s: float = 30.0) -> dict[str, Any]:
-        deadline = time.time() + timeout_s
-        while time.time() < deadline:
-            with self._lock:
-                for entry in self.entries:
-                    detail = json.loads(entry["Detail"])
-                    if detail["jobId"] == job_id and detail["status"] in ("SUCCEEDED", "FAILED"):
-                        return dict(detail)
-            time.sleep(0.05)
-        raise AssertionError(f"{job_id} never finished")
+from .conftest import Events
 
 
 def fleet(tmp_path: Path, events: Events, **env: str) -> LocalFleet:

@@ -4,8 +4,6 @@ capacity is 0, and starts when capacity returns; the replay plays a trace tick b
 
 from __future__ import annotations
 
-import json
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -16,31 +14,7 @@ from spotline.local.fleet import LocalFleet, PoolSpec
 from spotline.local.spot_trace import SpotTraceReplay
 from spotline.sim.availability import AvailabilityTrace
 
-
-class Events:
-    def __init__(self) -> None:
-        self.entries: list[dict[str, Any]] = []
-        self._lock = threading.Lock()
-
-    def __call__(self, entries: list[dict[str, Any]]) -> None:
-        with self._lock:
-            self.entries.extend(entries)
-
-    def warnings(self) -> list[str]:
-        with self._lock:
-            return [
-                json.loads(e["Detail"])["instance-id"]
-                for e in self.entries
-                if e["DetailType"] == "EC2 Spot Instance Interruption Warning"
-            ]
-
-    def status(self, job_id: str) -> str | None:
-        with self._lock:
-            found = [
-                json.loads(e["Detail"]) for e in self.entries if e["DetailType"] == "Batch Job State Change"
-            ]
-        mine = [d["status"] for d in found if d["jobId"] == job_id]
-        return mine[-1] if mine else None
+from .conftest import Events
 
 
 def wait_until(check: Any, timeout_s: float = 10.0) -> None:

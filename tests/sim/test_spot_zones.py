@@ -18,7 +18,7 @@ from spotline.sim import simulate
 from spotline.sim.availability import AvailabilityTrace, load_shipped
 from spotline.sim.engine import PoolState, Simulation
 from spotline.sim.model import build_jobs, team_shares
-from spotline.sim.pools import spot_advice
+from spotline.sim.pools import build_pools, spot_advice
 from spotline.sim.runner import make_policy
 from spotline.sim.spot_zones import (
     DEFAULT_ZONE_TRACES,
@@ -163,6 +163,20 @@ def test_the_default_cluster_has_one_spot_pool_per_zone() -> None:
     assert [p.capacity_gpus for p in pools] == [128, 128, 128, 128]
     assert set(traces) == set(names[:3])
     assert all(p.interruption_rate_per_hour == 0.0 for p in pools)
+
+
+@pytest.mark.parametrize(("gpus", "share"), [(512, 0.75), (64, 0.5), (40, 0.0)])
+def test_both_spot_models_build_the_same_on_demand_pool(gpus: int, share: float) -> None:
+    advice = spot_advice()
+    zoned, _ = zone_pools(gpus, share, advice, [load_shipped(DEFAULT_ZONE_TRACES[0])])
+    [on_demand] = [p for p in build_pools(gpus, share, advice) if p.purchase is Purchase.ON_DEMAND]
+    assert zoned[-1] == on_demand
+    for bad in ((0, share), (gpus, 1.5)):
+        with pytest.raises(ValueError, match=r"at least one GPU|spot fraction") as zoned_error:
+            zone_pools(*bad, advice, [load_shipped(DEFAULT_ZONE_TRACES[0])])
+        with pytest.raises(ValueError) as single_error:
+            build_pools(*bad, advice)
+        assert str(zoned_error.value) == str(single_error.value)
 
 
 def test_the_advisor_scenario_still_reclaims_at_the_band_rate() -> None:
