@@ -217,11 +217,11 @@ class SchedulerConfig(BaseModel):
     # the jobs ranked after it cannot take them one by one while it waits (`planner._hold_for_gang`).
     # Issue 29: nothing held GPUs for a blocked gang; small jobs took On-Demand as it freed.
     # Off since the trace-driven Spot model (bench/data/contention_tuning_3.json, the contended
-    # tuning set, moves weighing the pools' history): with the hold, average JCT was met on 0 of
-    # 4 samples (mean 1.103x-1.124x the best peer) and low-class JCT on 0-1; without it 2-3 of 4
-    # (0.952x-0.965x). It lost less work (mean 1.107x against 1.228x the best preempting peer,
-    # moves at a day) but met no lost-work row either way; goal rows met 7-9 with it, 10-13
-    # without (docs/contention.md).
+    # tuning set): with the hold, average JCT was met on 0 of 4 samples (mean 1.100x-1.124x the
+    # best peer) and low-class JCT on 0-1; without it, with moves, on 2-3 of 4 (0.952x-0.967x).
+    # It lost less work (mean 1.107x against 1.228x the best preempting peer, moves weighed at a
+    # day) but met no lost-work row either way; goal rows met 7-10 with it, 10-13 without it with
+    # moves (docs/contention.md).
     hold_for_blocked_gang: bool = False
     # The protection period does not shield a single-node job that started while a gang or a
     # critical job was waiting (it started after that job was queued, ahead of it): such a job
