@@ -63,6 +63,7 @@ BEFORE = SchedulerConfig(
     preempt_for_class_head_only=frozenset(),
     hold_for_blocked_gang=False,
     move_to_spot_min_remaining_s=0.0,
+    move_to_spot_weighs_history=False,
 )
 VARIANT = "spotline, before issue 29"
 # Issue 29's rules, one added at a time (`--steps`, on the tuning set's contended counterparts:
@@ -76,9 +77,35 @@ _CLASSES = {
 # The first rules' defaults (the first session's choice, bench/data/contention_tuning.json).
 FIRST = BEFORE.model_copy(update={**_CLASSES, "strategy": VictimStrategy.LOWEST_CLASS_LEAST_LOST_WORK})
 # The second session's rules, added one at a time to FIRST (bench/data/contention_tuning_2.json).
-_SPOT_MOVES = {"move_to_spot_min_remaining_s": 86400.0}
+# (measured under the advisor-band Spot model then, without the pools' history: the moves by the
+# remaining-time threshold alone)
+_SPOT_MOVES = {"move_to_spot_min_remaining_s": 86400.0, "move_to_spot_weighs_history": False}
 _GANG = {**_SPOT_MOVES, "hold_for_blocked_gang": True}
 _HEAD_NORMAL = {**_GANG, "preempt_for_class_head_only": frozenset({Priority.NORMAL})}
+# The third session's (bench/retune_spot_traces.py, bench/data/contention_tuning_3.json): under
+# the trace-driven Spot model, with the pools' history fed to the pass, the second rules' moves
+# and gang hold decided again (each on the head rule for the normal class).
+_HEAD = {"preempt_for_class_head_only": frozenset({Priority.NORMAL})}
+_WEIGHED = {"move_to_spot_weighs_history": True}
+SPOT_TRACE_STEPS: dict[str, SchedulerConfig] = {
+    name: FIRST.model_copy(update={**_HEAD, **moves, "hold_for_blocked_gang": hold})
+    for hold in (False, True)
+    for name, moves in (
+        (
+            f"moves weigh the pool's history (a day left at least), {'' if hold else 'no '}gang hold",
+            {**_WEIGHED, "move_to_spot_min_remaining_s": 86400.0},
+        ),
+        (
+            f"moves weigh the pool's history (6 h left at least), {'' if hold else 'no '}gang hold",
+            {**_WEIGHED, "move_to_spot_min_remaining_s": 21600.0},
+        ),
+        (
+            f"moves by the remaining time alone (a day), {'' if hold else 'no '}gang hold",
+            {"move_to_spot_weighs_history": False, "move_to_spot_min_remaining_s": 86400.0},
+        ),
+        (f"no moves, {'' if hold else 'no '}gang hold", {"move_to_spot_min_remaining_s": 0.0}),
+    )
+}
 STEPS: dict[str, SchedulerConfig] = {
     "before issue 29": BEFORE,
     "+ critical victims checkpoint beyond their write": BEFORE.model_copy(update=_WITHIN_WRITE),
@@ -126,6 +153,7 @@ STEPS: dict[str, SchedulerConfig] = {
     "alternative: moves and gang hold, no protection for jobs ahead of a gang or critical job": (
         FIRST.model_copy(update={**_GANG, "protect_backfill": False})
     ),
+    **{f"spot traces: {name}": config for name, config in SPOT_TRACE_STEPS.items()},
 }
 
 

@@ -178,7 +178,7 @@ def simulate_command(
             "--move-to-spot",
             help="Spotline moves a job running On-Demand to Spot room when it has at least this many"
             " seconds left (SchedulerConfig.move_to_spot_min_remaining_s; default: the policy's,"
-            " 86400, as tuned; 0: off).",
+            " 21600, as tuned; 0: off).",
             min=0.0,
         ),
     ] = None,

@@ -216,7 +216,13 @@ class SchedulerConfig(BaseModel):
     # capacity has the free GPUs of its first candidate pool held for it (up to its demand), so
     # the jobs ranked after it cannot take them one by one while it waits (`planner._hold_for_gang`).
     # Issue 29: nothing held GPUs for a blocked gang; small jobs took On-Demand as it freed.
-    hold_for_blocked_gang: bool = True
+    # Off since the trace-driven Spot model (bench/data/contention_tuning_3.json, the contended
+    # tuning set): with the hold, average JCT was met on 0 of 4 samples (mean 1.100x-1.124x the
+    # best peer) and low-class JCT on 0-1; without it, with moves, on 2-3 of 4 (0.952x-0.967x).
+    # It lost less work (mean 1.107x against 1.228x the best preempting peer, moves weighed at a
+    # day) but met no lost-work row either way; goal rows met 7-10 with it, 10-13 without it with
+    # moves (docs/contention.md).
+    hold_for_blocked_gang: bool = False
     # The protection period does not shield a single-node job that started while a gang or a
     # critical job was waiting (it started after that job was queued, ahead of it): such a job
     # may be preempted for it at once (`preemption.backfilled_past`). Issue 29: arriving critical
@@ -248,10 +254,22 @@ class SchedulerConfig(BaseModel):
     # discount on the rest of the run. Longest remaining first, within the pass's preemption
     # budget; never inside its protection period. 0: off. Issue 29: the cost per useful GPU-hour
     # rose with its first rules because Spot-capable jobs stayed On-Demand (on the long-running
-    # tuning sample 9,754 On-Demand GPU-hours against 7,487 before them, 2,347 fewer on Spot);
-    # a day (chosen on the contended tuning set, docs/contention.md) moves only the jobs whose
-    # remaining run pays many times for the move's write and restart.
-    move_to_spot_min_remaining_s: float = Field(default=86400.0, ge=0)
+    # tuning sample 9,754 On-Demand GPU-hours against 7,487 before them, 2,347 fewer on Spot).
+    # 6 hours with the moves weighing the pool's history (below), under the trace-driven Spot
+    # model (bench/data/contention_tuning_3.json): 13 goal rows met of 28 on the contended tuning
+    # set, against 10 at a day and 11 for a day without the weighing (which lost 1.48x the best
+    # preempting peer's work on average, against 1.26x). 0: off (6 rows: cost met nowhere).
+    move_to_spot_min_remaining_s: float = Field(default=21600.0, ge=0)
+    # Moves to Spot weigh the target pool's history (`move_value.move_value`): a job moves only
+    # when Spot's saving on its remaining run exceeds the move's write and restart plus the
+    # reclaims the pool's outages predict over that run (each a write, a restart and the mean
+    # outage's wait). With less than `move_to_spot_min_history_s` of the pool seen (a day, the
+    # deadline guard's thin-history bound; not tuned), the remaining-time threshold above decides
+    # alone. Issue 29 under trace-driven Spot: moved jobs were reclaimed in the next bulk outage;
+    # weighing cut the lost GPU-hours on the long-running tuning sample from 667.5 to 458.1 (a
+    # day left; Slurm 326.4) and on the Philly one from 812.4 to 656.5 (docs/contention.md).
+    move_to_spot_weighs_history: bool = True
+    move_to_spot_min_history_s: float = Field(default=86400.0, ge=0)
     # After this many interruptions, a job with spot `auto` runs On-Demand (with
     # `spot_cost_aware`: only if Spot is expected to cost it more than On-Demand, see below).
     max_interruptions_on_spot: int = Field(default=2, ge=0)

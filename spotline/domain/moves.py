@@ -5,10 +5,12 @@ could no longer be absorbed (`moves_to_on_demand`)."""
 
 from __future__ import annotations
 
+from spotline.domain.checkpoint_cost import write_s
 from spotline.domain.config import SchedulerConfig
 from spotline.domain.deadline import on_demand_to_spot_note, spot_unsafe, stays_on_demand
 from spotline.domain.decisions import Move
-from spotline.domain.models import Allocation, ClusterSnapshot, JobState, Pool, SpotPreference
+from spotline.domain.models import Allocation, ClusterSnapshot, JobState, Pool, SpotPoolSignal, SpotPreference
+from spotline.domain.move_value import MoveValue, move_value
 from spotline.domain.placement import changeover_h, preference, spot_refusal, step_h
 from spotline.domain.preemption import estimated_remaining_s, shielded
 from spotline.domain.priority import PriorityScorer
@@ -30,7 +32,8 @@ def moves_to_spot(
     that may run on Spot, are neither leaving nor shielded (protection period, preemption cap),
     and have at least `move_to_spot_min_remaining_s` left (a deadline job only when the deadline
     guard lets it return: `spotline.domain.deadline.stays_on_demand`), longest first, each to the first
-    Spot pool (cheapest) where it fits the GPUs still free; at most `budget` of them."""
+    Spot pool (cheapest) where it fits the GPUs still free and, with `move_to_spot_weighs_history`,
+    whose history says the move pays for itself (`_weigh`); at most `budget` of them."""
     spot = sorted(
         (
             p
@@ -47,7 +50,7 @@ def moves_to_spot(
     free = {p.name: ledger.free(p.name) for p in spot}
     moves: list[Move] = []
     for remaining, allocation in candidates:
-        move = _first_room(allocation, remaining, spot, free, now, config, score)
+        move = _first_room(allocation, remaining, spot, free, now, config, score, snapshot)
         if move is not None:
             moves.append(move)
         if len(moves) >= budget or not any(free.values()):
@@ -110,26 +113,61 @@ def _first_room(
     now: float,
     config: SchedulerConfig,
     score: PriorityScorer,
+    snapshot: ClusterSnapshot,
 ) -> Move | None:
     """A move of the job to the first of the `spot` pools that can host it in the GPUs still
-    `free` (taken from them) and whose Spot rules accept it; None when none does."""
+    `free` (taken from them), whose Spot rules accept it, and where the move pays for itself
+    (`_weigh`); None when none does."""
     job = allocation.job
+    source = snapshot.pools.get(allocation.pool)
     for pool in spot:
         demand = pool.demand_gpus(job)
         if not pool.can_host(job) or demand > free[pool.name]:
             continue
         if spot_refusal(job, pool, now, remaining, config) is not None:
             continue
+        value = _weigh(allocation, source, pool, demand, remaining, snapshot.spot.get(pool.name), config)
+        if value is not None and not value.worth:
+            continue
         free[pool.name] -= demand
         reason = (
             f"moving from {allocation.pool} to {pool.name}, which has {demand} GPUs free:"
             f" ~{remaining / 3600.0:.1f} h left to run at Spot's price"
         )
+        if value is not None:
+            reason = f"{reason}; {value.describe()}"
         note = on_demand_to_spot_note(job, now, changeover_h=changeover_h(config), step_h=step_h(config))
         if note is not None:
             reason = f"{reason}; {note}"
         return Move(job, allocation.pool, pool.name, score(job), reason)
     return None
+
+
+def _weigh(
+    allocation: Allocation,
+    source: Pool | None,
+    target: Pool,
+    demand: int,
+    remaining: float,
+    signal: SpotPoolSignal | None,
+    config: SchedulerConfig,
+) -> MoveValue | None:
+    """The move's weighing under the target pool's history (`move_value.move_value`); None
+    when not weighed: `move_to_spot_weighs_history` off, a deadline job (the deadline guard
+    decides its return to Spot: `deadline.stays_on_demand`), or thin history."""
+    job = allocation.job
+    if not config.move_to_spot_weighs_history or job.spec.deadline_at is not None:
+        return None
+    return move_value(
+        remaining_s=remaining,
+        gpus=demand,
+        spot_price=target.price,
+        on_demand_price=1.0 if source is None else source.price,
+        signal=signal,
+        write_s=write_s(job, config),
+        restart_s=config.restart_cost_s,
+        min_history_s=config.move_to_spot_min_history_s,
+    )
 
 
 def moves_to_on_demand(

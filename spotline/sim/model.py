@@ -92,6 +92,11 @@ class SimSettings:
     deadline_share: float = 0.0
     deadline_slack: tuple[float, float] = (1.2, 3.0)
 
+    # A Spot launch that waits this long finds the pool without capacity (the control plane's
+    # `spot_missing_after_s`, its default): what Spotline's pool history observes
+    # (`spotline_policy.SpotlinePolicy`).
+    spot_missing_after_s: float = 300.0
+
     checkpoint_interval_s: float = 1800.0
     checkpoint_write_s: float = 60.0
     restart_min_s: float = 25.0

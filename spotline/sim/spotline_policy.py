@@ -17,6 +17,19 @@ and calls `plan`; it acts on the decisions as the workflows do:
 Spot notices: a job on a reclaimed instance checkpoints inside the 2-minute notice when its write
 fits, then is requeued (architecture.md: checkpoint, then requeue every job on the instance).
 
+The Spot pools' history: the policy folds what the control plane would observe of each Spot pool
+into a `spotline.domain.spot_watch.PoolWatch`, as `spotline.control.spot_signals` does, and each
+pass plans from `PoolWatch.signal(now)` (`ClusterSnapshot.spot`):
+- an interruption notice to one of its jobs there: capacity missing, from the notice;
+- a Spot launch waiting past `SimSettings.spot_missing_after_s`: missing, from the threshold's end.
+  A launch waits while the pool's capacity is 0 (the trace-driven model); the pass reads the pool
+  at that size and places nothing there, so the launch that production would have made is taken
+  to be waiting whenever a job in the window the pass reads could run on that pool (its nominal
+  size, its Spot rules) while the capacity is 0;
+- a Spot launch that starts (an admission there): capacity is there.
+Never the trace itself: a drop that hits none of its jobs, or capacity that comes back while
+nothing launches there, is not seen until one of those observations.
+
 Records are built with pydantic's `model_construct` and copied with `model_copy` (no validation:
 the values come from a validated trace).
 """
@@ -45,8 +58,12 @@ from spotline.domain import (
     TeamQuota,
     plan,
 )
+from spotline.domain.models import PRIORITIES_HIGH_FIRST, SpotPoolSignal
+from spotline.domain.placement import spot_refusal
 from spotline.domain.planner import queue_key
+from spotline.domain.preemption import estimated_remaining_s
 from spotline.domain.running import RunningIndex
+from spotline.domain.spot_watch import PoolWatch
 from spotline.sim.model import Phase, SimJob, SimSettings, TeamShares
 from spotline.sim.peers import estimate_model
 from spotline.sim.usage import DecayedUsage
@@ -87,6 +104,11 @@ class SpotlinePolicy:
         self._capacity_seen = 0
         self._pool_states: dict[str, PoolState] = {}
         self._sim: Simulation | None = None
+        # What the control plane would have seen of each Spot pool (module docstring).
+        self.missing_after_s = settings.spot_missing_after_s
+        self.watches: dict[str, PoolWatch] = {}
+        self._launch_waits: dict[str, float] = {}
+        self._signals: tuple[float, dict[str, SpotPoolSignal]] | None = None
 
     @property
     def sim(self) -> Simulation:
@@ -179,6 +201,7 @@ class SpotlinePolicy:
         )
         self.records[job.idx] = record
         allocation = self.running.held(job.id)
+        self.observe(allocation.pool, False, self.sim.now)
         draining_for = allocation.draining_for or f"spot-reclaim:{job.id}"
         self.running.put(allocation.model_copy(update={"job": record, "draining_for": draining_for}))
 
@@ -200,6 +223,56 @@ class SpotlinePolicy:
         self._timer_seq += 1
         heapq.heappush(self._checkpoints, (job.next_checkpoint_at(now), self._timer_seq, job, job.run_id))
 
+    # --- the Spot pools' history -------------------------------------------------------------
+
+    def observe(self, pool: str, available: bool, at: float) -> None:
+        """Fold an observation of a Spot pool into its watch (other pools are ignored)."""
+        ps = self._pool_states.get(pool)
+        if ps is None or not ps.is_spot:
+            return
+        watch = self.watches.get(pool)
+        if watch is None:
+            self.watches[pool] = PoolWatch.first(available, at)
+        else:
+            changed = watch.observe(available, at)
+            if changed is None:
+                return
+            self.watches[pool] = changed
+        self._signals = None
+
+    def _watch_launches(self, now: float) -> None:
+        """A Spot pool at capacity 0 with a job the pass reads that could launch there: the
+        launch waits; past `missing_after_s`, the pool is seen missing from the threshold's end."""
+        for ps in self.sim.pools:
+            if not ps.is_spot:
+                continue
+            if ps.capacity > 0 or not self._would_launch(ps.pool, now):
+                self._launch_waits.pop(ps.name, None)
+                continue
+            since = self._launch_waits.setdefault(ps.name, now)
+            if now - since >= self.missing_after_s:
+                self.observe(ps.name, False, since + self.missing_after_s)
+
+    def _would_launch(self, pool: Pool, now: float) -> bool:
+        """Whether a queued job in the window a pass reads may run on `pool` at its nominal size."""
+        window = self.config.window_per_class
+        for priority in PRIORITIES_HIGH_FIRST:
+            for _, job in self.queue.by_class[priority][:window]:
+                if not pool.can_host(job):
+                    continue
+                remaining = estimated_remaining_s(job, now, self.config)
+                if spot_refusal(job, pool, now, remaining, self.config) is None:
+                    return True
+        return False
+
+    def spot_signals(self, now: float) -> dict[str, SpotPoolSignal]:
+        """What a pass at `now` plans from: each watched Spot pool's `PoolWatch.signal`."""
+        cached = self._signals
+        if cached is None or cached[0] != now:
+            cached = (now, {name: watch.signal(now) for name, watch in self.watches.items()})
+            self._signals = cached
+        return cached[1]
+
     # --- the pass ---------------------------------------------------------------------------
 
     def _pass_snapshot(self, now: float) -> ClusterSnapshot:
@@ -210,10 +283,12 @@ class SpotlinePolicy:
             allocations=(),
             quotas=self.quotas,
             usage_gpu_hours=self.usage.gpu_hours(now),
+            spot=self.spot_signals(now),
         )
 
     def schedule(self, now: float) -> None:
         self._refresh_checkpoints(now)
+        self._watch_launches(now)
         if self.sim.capacity_changes != self._capacity_seen:
             # A Spot capacity shortage began or ended: the pass reads the pools' current size
             # (Batch reports the compute environment's instances; a launch beyond them finds none).
@@ -251,6 +326,7 @@ class SpotlinePolicy:
         ps = self._pool_states[decision.pool]
         self.queue.remove(decision.job)
         sim.start(job, ps, decision.reason)
+        self.observe(ps.name, True, now)
         record = decision.job.model_copy(
             update={
                 "state": JobState.RUNNING,
