@@ -166,10 +166,12 @@ def shielded(allocation: Allocation, now: float, config: SchedulerConfig) -> str
     job = allocation.job
     if allocation.draining_for is not None:
         return "already leaving"
-    if job.started_at is not None and now - job.started_at < config.protection_period_s:
-        return INSIDE_PROTECTION
+    # The cap before the protection period: `backfilled_past` lifts the protection period alone,
+    # never the cap (Hypothesis found a capped backfilled job preempted when the order was reversed).
     if job.preemptions >= config.max_preemptions_per_job:
         return "reached the preemption cap"
+    if job.started_at is not None and now - job.started_at < config.protection_period_s:
+        return INSIDE_PROTECTION
     return None
 
 

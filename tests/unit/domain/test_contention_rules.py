@@ -334,3 +334,21 @@ def test_protection_does_not_shield_a_job_that_went_ahead_of_a_gang_or_critical_
     other = job("other").gpus(8).team("b").running_since(NOW - DAY).on("od")
     got = run_plan(cluster([OD16], [small, other]), [preemptor.build()], policy)  # type: ignore[attr-defined]
     assert summary(got) == [decision]
+
+
+def test_a_job_that_went_ahead_keeps_the_preemption_cap() -> None:
+    # Without `protect_backfill`, only the protection period is lifted: a job that went ahead of
+    # the critical one but has reached the preemption cap is never its victim (Hypothesis found
+    # the cap skipped when the protection check came first in `preemption.shielded`).
+    policy = config(
+        protect_backfill=False,
+        protection_period_s=600.0,
+        max_preemptions_per_job=1,
+        preempt_lower_class_only=True,
+        strategy=VictimStrategy.LOWEST_CLASS_LEAST_LOST_WORK,
+    )
+    small = job("small").low().gpus(8).team("b").running_since(NOW - 60).preemptions(1).on("od")
+    other = job("other").gpus(8).team("b").running_since(NOW - DAY).on("od")
+    critical = job("c").critical().gpus(8).submitted(NOW - 300).build()
+    got = run_plan(cluster([OD16], [small, other]), [critical], policy)
+    assert summary(got) == [("preempt", "c", "od", "other")]
