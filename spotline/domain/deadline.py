@@ -69,6 +69,10 @@ class Why(StrEnum):
     PLAN_ON_DEMAND = "plan-on-demand"
 
 
+# The decisions the plan made (`spotline.domain.deadline_plan`), not the rules.
+PLANNED = frozenset({Why.PLAN_SPOT, Why.PLAN_WAIT, Why.PLAN_ON_DEMAND})
+
+
 @dataclass(frozen=True, slots=True)
 class SpotHistory:
     """What the control plane has seen of a Spot pool (its own launches, probes, other jobs).
@@ -348,21 +352,11 @@ def explain_deadline(
         and (snapshot.spot.get(p.name) is None or snapshot.spot[p.name].available)
         for p in hosts
     )
-    done_s = job.elapsed_s(now) if job.progress is None else job.progress * expected
     history = SpotHistory.from_signal(signal)
     running_on_spot = placement is Placement.SPOT and job.state is not JobState.ADMITTED
-    decision = guard_job(
-        job_h=expected / 3600.0,
-        submitted_at=job.submitted_at,
-        deadline_at=deadline,
-        now=now,
-        done_s=done_s,
-        placement=placement,
-        spot_available=running_on_spot or spot_free,
-        history=history,
-        settings=GuardSettings(changeover_h=changeover_h),
-        outage_h=0.0 if signal is None else signal.outage_s / 3600.0,
-        step_h=step_h,
+    spot_available = running_on_spot or spot_free
+    decision = _decide(
+        job_state(job, now, placement, spot_available, signal, step_h), signal, changeover_h, use_plan=True
     )
     return {
         "now": placement.value,
@@ -379,7 +373,49 @@ def explain_deadline(
             "availability": round(history.availability, 3) if history.observed_h > 0 else None,
             "outages": len(history.outages),
         },
+        "planned": decision.why in PLANNED,
     }
+
+
+def job_state(
+    job: Job,
+    now: float,
+    placement: Placement,
+    spot_available: bool,
+    signal: SpotPoolSignal | None,
+    step_h: float,
+) -> GuardState:
+    """A control-plane job as the guard sees it: progress from the agent's report (or the work
+    done), times from its submission and deadline, the outage from the pool's signal. The job
+    must have a deadline and a declared runtime."""
+    deadline = job.spec.deadline_at
+    expected = job.spec.expected_runtime_s
+    assert deadline is not None and expected is not None
+    done_s = job.elapsed_s(now) if job.progress is None else job.progress * expected
+    job_h = expected / 3600.0
+    return GuardState(
+        job_h=job_h,
+        deadline_h=max(EPS, (deadline - job.submitted_at) / 3600.0),
+        elapsed_h=max(0.0, (now - job.submitted_at) / 3600.0),
+        progress_h=min(job_h, max(0.0, done_s / 3600.0)),
+        placement=placement,
+        changeover_left_h=0.0,
+        spot_available=spot_available,
+        outage_h=0.0 if spot_available or signal is None else signal.outage_s / 3600.0,
+        step_h=step_h,
+    )
+
+
+def _decide(
+    state: GuardState, signal: SpotPoolSignal | None, changeover_h: float, *, use_plan: bool
+) -> GuardDecision:
+    """The guard's rules, then its plan from the pool's interval history when there is enough of
+    it (`deadline_plan.decide_from_signal`; `use_plan` False: the rules alone, where the caller
+    needs no more, so no plan is solved)."""
+    # deadline_plan builds on this module's rules: imported here, where the plan is wanted.
+    from spotline.domain.deadline_plan import decide_from_signal
+
+    return decide_from_signal(state, signal, GuardSettings(changeover_h=changeover_h), use_plan=use_plan)
 
 
 def _guard(
@@ -390,28 +426,16 @@ def _guard(
     step_h: float,
     signal: SpotPoolSignal | None,
     spot_available: bool,
+    *,
+    use_plan: bool = True,
 ) -> GuardDecision | None:
     """The guard's decision for a deadline job from the job's progress (or its elapsed run time)
     and the pool's signal (its history; how long Spot has been missing); None for a job without a
     deadline or declared runtime."""
-    deadline = job.spec.deadline_at
-    expected = job.spec.expected_runtime_s
-    if deadline is None or expected is None:
+    if job.spec.deadline_at is None or job.spec.expected_runtime_s is None:
         return None
-    done_s = job.elapsed_s(now) if job.progress is None else job.progress * expected
-    return guard_job(
-        job_h=expected / 3600.0,
-        submitted_at=job.submitted_at,
-        deadline_at=deadline,
-        now=now,
-        done_s=done_s,
-        placement=placement,
-        spot_available=spot_available,
-        history=SpotHistory.from_signal(signal),
-        settings=GuardSettings(changeover_h=changeover_h),
-        outage_h=0.0 if spot_available or signal is None else signal.outage_s / 3600.0,
-        step_h=step_h,
-    )
+    state = job_state(job, now, placement, spot_available, signal, step_h)
+    return _decide(state, signal, changeover_h, use_plan=use_plan)
 
 
 def on_demand_to_spot_note(
@@ -471,7 +495,8 @@ def spot_unsafe(
     """
     placement = Placement.SPOT if on_spot else Placement.NONE
     there = on_spot or spot is None or spot.available
-    decision = _guard(job, now, placement, changeover_h, step_h, spot, there)
+    # with Spot there only the safety net refuses it: the plan is wanted when Spot is missing
+    decision = _guard(job, now, placement, changeover_h, step_h, spot, there, use_plan=not there)
     if decision is None:
         return None
     if decision.why is Why.SAFETY_NET or (not there and decision.placement is Placement.ON_DEMAND):

@@ -34,6 +34,7 @@ from spotline.domain.deadline import (
     Why,
     decide,
 )
+from spotline.domain.models import SpotPoolSignal
 
 EPS = 1e-9
 DEFAULT_LONGEST_H = 12.0  # run lengths the model tells apart; longer runs share one state
@@ -316,6 +317,112 @@ def decide_planned(
         state.spot_available,
         run_steps,
     )
+    return _with_action(guarded, action, state)
+
+
+def _with_action(guarded: GuardDecision, action: Placement | None, state: GuardState) -> GuardDecision:
     if action is None or (action is Placement.SPOT and not state.spot_available):
         return guarded
     return GuardDecision(action, PLAN_WHY[action], guarded.slack_h, guarded.line_h, guarded.wait_limit_h)
+
+
+# --- the plan in the control plane: from the pool's interval history --------------------------
+
+# The plan's step in the control plane: the 10 minutes of the traces it was tuned on (a pass
+# runs more often; the plan's grid need not follow it).
+PLAN_STEP_H = 1 / 6
+# The history the plan is fitted on: the week before now (the single-job benchmark's window).
+PLAN_WINDOW_H = 7 * 24.0
+TOLERANCE_S = 1e-6
+
+
+def observations(signal: SpotPoolSignal, step_h: float, window_h: float = PLAN_WINDOW_H) -> list[bool]:
+    """The pool's history as equally spaced observations, oldest first: one every `step_h` before
+    the pass (`n * step` ago down to `1 * step` ago; `n` whole steps of the history observed,
+    within `window_h`), each True unless it falls in a completed outage (`[began, ended)` in time,
+    `signal.spans_s`) or in the outage under way. What `SpotChain.fit` takes, from the past alone:
+    a trace piecewise constant over `step_h` and its interval history give the same list."""
+    if step_h <= 0:
+        raise ValueError(f"step_h must be > 0, got {step_h:g}")
+    step_s = step_h * 3600.0
+    n = math.floor(min(signal.observed_s, window_h * 3600.0) / step_s + EPS)
+    if n <= 0:
+        return []
+    ago = np.arange(n, 0, -1) * step_s
+    missing = np.zeros(n, dtype=bool)
+    for began, ended in signal.spans_s:
+        missing |= (ago > ended + TOLERANCE_S) & (ago <= began + TOLERANCE_S)
+    if not signal.available:
+        missing |= ago <= signal.outage_s + TOLERANCE_S
+    return [not m for m in missing.tolist()]
+
+
+def run_steps(signal: SpotPoolSignal | None, spot_available: bool, step_h: float) -> int:
+    """How many steps (now included) Spot has been there, or missing, in a row: from the pass's
+    signal (the outage under way, or the end of the last outage); 1 when now differs from it."""
+    if signal is None or signal.available != spot_available:
+        return 1
+    if not signal.available:
+        since_s = signal.outage_s
+    else:
+        since_s = signal.spans_s[-1][1] if signal.spans_s else signal.observed_s
+    return 1 + math.floor(since_s / (step_h * 3600.0) + EPS)
+
+
+def plan_now(
+    state: GuardState, signal: SpotPoolSignal, settings: GuardSettings, step_h: float = PLAN_STEP_H
+) -> DeadlinePlan | None:
+    """The plan for what is left of the job, from now: its model fitted on the pool's history
+    before now (`observations`), solved for the work left and the time left. The dynamic programme
+    is the same at every step (the model does not change with time), so its action now is the
+    one a plan solved at the job's start would take in this state, with the latest history. None
+    without enough history (`settings.min_history_h`), with the plan switched off, or when the
+    grid would be too large."""
+    if settings.plan_longest_h is None or len(signal.spans_s) < len(signal.outages_s):
+        return None  # switched off, or a signal that does not place its outages in time
+    seen = observations(signal, step_h)
+    if len(seen) * step_h < settings.min_history_h - EPS:
+        return None
+    work_left = state.job_h - state.progress_h
+    time_left = state.deadline_h - state.elapsed_h
+    if work_left <= EPS or time_left < step_h:
+        return None
+    try:
+        return DeadlinePlan.solve(
+            SpotChain.fit(seen, step_h, settings.plan_longest_h),
+            work_left,
+            time_left,
+            settings.changeover_h,
+            settings.price_ratio,
+        )
+    except ValueError:
+        return None  # too fine a grid for this job: the guard's own rules
+
+
+def decide_from_signal(
+    state: GuardState,
+    signal: SpotPoolSignal | None,
+    settings: GuardSettings,
+    *,
+    use_plan: bool = True,
+    step_h: float = PLAN_STEP_H,
+) -> GuardDecision:
+    """The guard as the control plane runs it, from a pass's signal of the pool (its history):
+    the rules first (the safety net, done and infeasible are final), then, with enough history,
+    the plan's action for now (`plan_now`); the rules where there is no plan (`use_plan` False:
+    the caller needs only the rules, and the plan is not solved)."""
+    guarded = decide(state, SpotHistory.from_signal(signal), settings)
+    if not use_plan or signal is None or guarded.why in FIRM:
+        return guarded
+    plan = plan_now(state, signal, settings, step_h)
+    if plan is None:
+        return guarded
+    action = plan.choose(
+        0.0,
+        0.0,
+        state.placement,
+        state.changeover_left_h,
+        state.spot_available,
+        run_steps(signal, state.spot_available, step_h),
+    )
+    return _with_action(guarded, action, state)

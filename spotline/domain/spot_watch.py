@@ -55,16 +55,20 @@ class PoolWatch:
 
     def signal(self, now: float, window_s: float = WINDOW_S) -> SpotPoolSignal:
         """What a pass plans from at `now`: whether Spot is there, how long it has been missing,
-        and the history over the window (observed and available hours, completed outages)."""
+        and the history over the window (observed and available hours, completed outages, and
+        where they lay: seconds before `now`)."""
         start = max(self.since, now - window_s)
         observed = max(0.0, now - start)
         down = 0.0
         lengths: list[float] = []
+        spans: list[tuple[float, float]] = []
         for begin, end in self.outages:
             clipped = max(0.0, min(end, now) - max(begin, start))
             down += clipped
             if begin >= start:  # an outage cut by the window's start is not counted as one
                 lengths.append(end - begin)
+            if clipped > 0:
+                spans.append((now - max(begin, start), now - min(end, now)))
         outage_s = 0.0 if self.available else max(0.0, now - self.changed_at)
         down += min(outage_s, observed)
         return SpotPoolSignal(
@@ -73,4 +77,5 @@ class PoolWatch:
             observed_s=observed,
             available_s=max(0.0, observed - down),
             outages_s=tuple(sorted(lengths)),
+            spans_s=tuple(spans),
         )

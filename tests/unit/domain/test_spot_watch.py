@@ -109,7 +109,31 @@ def test_the_history_decides_between_waiting_and_on_demand() -> None:
     )
     thin = SpotPoolSignal(available=False, outage_s=2 * H, observed_s=3 * H, available_s=H)
     assert spot_unsafe(job, now, on_spot=False, spot=thin, changeover_h=C, step_h=STEP) is None
+    # (outage lengths without their places in time: the rules decide, not the plan)
     why = spot_unsafe(job, now, on_spot=False, spot=long_outages, changeover_h=C, step_h=STEP)
     assert why is not None and "longer than the slack affords" in why
     short_outages = long_outages.model_copy(update={"outages_s": (0.5 * H,) * 14})
     assert spot_unsafe(job, now, on_spot=False, spot=short_outages, changeover_h=C, step_h=STEP) is None
+    # The histories the control plane keeps place their outages in time: the plan decides. Waiting
+    # is free while the safety net keeps the deadline, so it waits out even a long outage (Spot
+    # may come back before the net fires: a Spot launch that waits is the wait) ...
+    placed_long = watched(spell_h=12, outage_h=12, missing_for_h=2, at=now)
+    assert spot_unsafe(job, now, on_spot=False, spot=placed_long, changeover_h=C, step_h=STEP) is None
+    # ... and covers an outage On-Demand when the pool's hour-long spells and outages make that
+    # the cheapest schedule
+    flapping = watched(spell_h=1, outage_h=1, missing_for_h=0.5, at=now)
+    why = spot_unsafe(job, now, on_spot=False, spot=flapping, changeover_h=C, step_h=STEP)
+    assert why is not None and "On-Demand: the cheapest expected schedule" in why
+
+
+def watched(*, spell_h: float, outage_h: float, missing_for_h: float, at: float) -> SpotPoolSignal:
+    """A pool's signal at `at` as `PoolWatch` keeps it: spells and outages in turn over the 14 days
+    before, then Spot missing for `missing_for_h`."""
+    t = at - WINDOW_S
+    watch = PoolWatch.first(True, t)
+    while t + spell_h * H + outage_h * H < at - missing_for_h * H:
+        watch = watch.observe(False, t + spell_h * H) or watch
+        watch = watch.observe(True, t + (spell_h + outage_h) * H) or watch
+        t += (spell_h + outage_h) * H
+    watch = watch.observe(False, at - missing_for_h * H) or watch
+    return watch.signal(at)
