@@ -23,6 +23,10 @@ the job must run On-Demand to the end. The guard spends the slack where it buys 
    slack-based return, which did worse at C/R 0.95).
 5. **Thin history.** With less than `min_history_h` of the pool's history the guard follows
    Uniform Progress's line instead of (3): On-Demand when idle and behind `elapsed * C / R`.
+6. **A pool at risk** (a rebalance recommendation for one of its instances, recently: the
+   signal's `at_risk`) is taken as Spot about to go missing: a job behind its line does not bet
+   on it (On-Demand, from a placement or from Spot), and a job On-Demand does not return to it.
+   A job ahead of its line stays on Spot (the recommendation has it checkpoint now).
 
 The guard is pure: the control plane passes what it knows now (progress from the last checkpoint
 or heartbeat, the time, where the job runs, whether a Spot launch would succeed, warnings, the
@@ -67,6 +71,7 @@ class Why(StrEnum):
     PLAN_SPOT = "plan-spot"
     PLAN_WAIT = "plan-wait"
     PLAN_ON_DEMAND = "plan-on-demand"
+    SPOT_AT_RISK = "spot-at-risk"
 
 
 # The decisions the plan made (`spotline.domain.deadline_plan`), not the rules.
@@ -153,6 +158,7 @@ class GuardState:
     spot_available: bool  # Spot runs (no warning) or a launch would succeed now
     outage_h: float  # how long Spot has been missing (0 when it is there)
     step_h: float  # time to the next decision
+    at_risk: bool = False  # the Spot pool is at risk (a recent rebalance recommendation)
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,6 +184,7 @@ class GuardDecision:
             Why.PLAN_SPOT: "Spot: the cheapest expected schedule under the pool's history",
             Why.PLAN_WAIT: "waits for Spot: the cheapest expected schedule under the pool's history",
             Why.PLAN_ON_DEMAND: "On-Demand: the cheapest expected schedule under the pool's history",
+            Why.SPOT_AT_RISK: "On-Demand: the Spot pool is at risk (a rebalance recommendation)",
         }
         limit = f", waits at most {span(self.wait_limit_h)}" if self.wait_limit_h is not None else ""
         return f"{reasons[self.why]} (slack {span(self.slack_h)}, {ahead}{limit})"
@@ -260,13 +267,17 @@ def decide(state: GuardState, history: SpotHistory, settings: GuardSettings) -> 
     if on_demand:
         if not state.spot_available:
             return decision(Placement.ON_DEMAND, Why.STAY_ON_DEMAND)
+        if state.at_risk:  # 6. not back to a pool at risk
+            return decision(Placement.ON_DEMAND, Why.SPOT_AT_RISK)
         # 4. Hysteresis: back to Spot once ahead of the line as it will be two changeovers on
         later = (state.elapsed_h + 2 * c) * state.job_h / state.deadline_h
         if state.progress_h < later - EPS:
             return decision(Placement.ON_DEMAND, Why.STAY_ON_DEMAND)
         return decision(Placement.SPOT, Why.SPOT_BACK)
-    # 2. Exploitation.
+    # 2. Exploitation (6. a pool at risk: not while behind the line).
     if state.spot_available:
+        if state.at_risk and line < -EPS:
+            return decision(Placement.ON_DEMAND, Why.SPOT_AT_RISK)
         return decision(Placement.SPOT, Why.SPOT_RUNS)
     # Spot is missing and the job is not On-Demand.
     if thin:
@@ -403,6 +414,7 @@ def job_state(
         spot_available=spot_available,
         outage_h=0.0 if spot_available or signal is None else signal.outage_s / 3600.0,
         step_h=step_h,
+        at_risk=signal is not None and signal.at_risk,
     )
 
 
@@ -499,7 +511,9 @@ def spot_unsafe(
     decision = _guard(job, now, placement, changeover_h, step_h, spot, there, use_plan=not there)
     if decision is None:
         return None
-    if decision.why is Why.SAFETY_NET or (not there and decision.placement is Placement.ON_DEMAND):
+    if decision.why in {Why.SAFETY_NET, Why.SPOT_AT_RISK} or (
+        not there and decision.placement is Placement.ON_DEMAND
+    ):
         if decision.why is Why.INFEASIBLE:
             return None
         return f"deadline guard: {decision.describe()}"

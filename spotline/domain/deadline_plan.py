@@ -292,8 +292,9 @@ PLAN_WHY = {
     Placement.NONE: Why.PLAN_WAIT,
     Placement.ON_DEMAND: Why.PLAN_ON_DEMAND,
 }
-# The guard's rules that a plan never overrides: the deadline comes first.
-FIRM = frozenset({Why.DONE, Why.INFEASIBLE, Why.SAFETY_NET})
+# The guard's rules that a plan never overrides: the deadline comes first, and a pool at risk
+# (the plan's model of the pool knows nothing of a rebalance recommendation).
+FIRM = frozenset({Why.DONE, Why.INFEASIBLE, Why.SAFETY_NET, Why.SPOT_AT_RISK})
 
 
 def decide_planned(

@@ -487,6 +487,9 @@ class SpotPoolSignal(BaseModel):
     available_s: float = Field(default=0.0, ge=0)
     outages_s: tuple[float, ...] = ()
     spans_s: tuple[tuple[float, float], ...] = ()
+    # A rebalance recommendation for one of the pool's instances within the last
+    # `spot_watch.AT_RISK_S`, with Spot there: capacity at elevated risk of reclaim.
+    at_risk: bool = False
 
 
 class ClusterSnapshot(BaseModel):

@@ -189,3 +189,13 @@ def test_explain_says_when_the_plan_decided() -> None:
     }
     rules = explain_deadline(deadline_job, now, ClusterSnapshot.build(pools), changeover_h=0.2)
     assert rules is not None and rules["planned"] is False
+
+
+def test_the_plan_never_sends_a_job_back_to_a_pool_at_risk() -> None:
+    # far ahead on On-Demand, Spot there: without the risk the plan may send it back to Spot
+    ahead = state(placement=Placement.ON_DEMAND, progress_h=9.0, spot_available=True, outage_h=0.0)
+    signal = flapping(6 * H, 0.5).model_copy(update={"available": True, "outage_s": 0.0})
+    risky = signal.model_copy(update={"at_risk": True})
+    decision = decide_from_signal(replace(ahead, at_risk=True), risky, SETTINGS)
+    assert decision.why is Why.SPOT_AT_RISK and decision.placement is Placement.ON_DEMAND
+    assert decide_from_signal(ahead, signal, SETTINGS).placement is Placement.SPOT

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from spotline.domain.deadline import SpotHistory, spot_unsafe, stays_on_demand
 from spotline.domain.models import Job, SpotPoolSignal
-from spotline.domain.spot_watch import WINDOW_S, PoolWatch
+from spotline.domain.spot_watch import AT_RISK_S, WINDOW_S, PoolWatch
 
 from .builders import job
 
@@ -137,3 +137,41 @@ def watched(*, spell_h: float, outage_h: float, missing_for_h: float, at: float)
         t += (spell_h + outage_h) * H
     watch = watch.observe(False, at - missing_for_h * H) or watch
     return watch.signal(at)
+
+
+def test_a_rebalance_recommendation_holds_the_pool_at_risk_for_a_while() -> None:
+    watch = PoolWatch.first(True, 0.0)
+    risky = watch.observe_risk(10 * H)
+    assert risky is not None and risky.at_risk_at == 10 * H
+    assert risky.observe_risk(10 * H) is None  # delivered twice
+    assert risky.observe_risk(9 * H) is None  # an older one, delivered late
+    assert not watch.signal(10 * H).at_risk
+    assert risky.signal(10 * H + 60).at_risk
+    assert risky.signal(10 * H + AT_RISK_S).at_risk
+    assert not risky.signal(10 * H + AT_RISK_S + 1).at_risk  # the risk has passed
+    # Spot gone: missing, not at risk (the outage rules decide)
+    gone = risky.observe(False, 10 * H + 60)
+    assert gone is not None and not gone.signal(10 * H + 120).at_risk
+    # the risk and the history survive each other's writes
+    back = gone.observe(True, 10 * H + 600)
+    assert back is not None and back.at_risk_at == 10 * H and back.signal(10 * H + 660).at_risk
+
+
+def test_a_pool_at_risk_is_not_bet_on_by_a_job_behind_its_line() -> None:
+    # 2 h done of a 10 h job, 8 h in, due at 20 h: behind its line (8 * 10 / 20 = 4 h)
+    behind = deadline_job(0.0, runtime_h=10, deadline_h=20, progress=0.2)
+    at_risk = SpotPoolSignal(observed_s=600, available_s=600, at_risk=True)
+    for on_spot in (False, True):  # not placed on it, and moved off it (checkpoint-then-move)
+        why = spot_unsafe(behind, 8 * H, on_spot=on_spot, spot=at_risk, changeover_h=C, step_h=STEP)
+        assert why is not None and "at risk (a rebalance recommendation)" in why
+        assert spot_unsafe(behind, 8 * H, on_spot=on_spot, spot=None, changeover_h=C, step_h=STEP) is None
+    # ahead of its line: Spot still (its checkpoint is taken now)
+    ahead = deadline_job(0.0, runtime_h=10, deadline_h=20, progress=0.6)
+    for on_spot in (False, True):
+        assert spot_unsafe(ahead, 8 * H, on_spot=on_spot, spot=at_risk, changeover_h=C, step_h=STEP) is None
+    # On-Demand, far ahead: it does not return to a pool at risk, and does once the risk has passed
+    far = deadline_job(0.0, runtime_h=10, deadline_h=30, progress=0.9)
+    why = stays_on_demand(far, 5 * H, spot=at_risk, changeover_h=C, step_h=STEP)
+    assert why is not None and "at risk" in why
+    calm = at_risk.model_copy(update={"at_risk": False})
+    assert stays_on_demand(far, 5 * H, spot=calm, changeover_h=C, step_h=STEP) is None
