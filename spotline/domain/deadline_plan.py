@@ -150,18 +150,24 @@ class DeadlinePlan:
 
     @classmethod
     def solve(
-        cls, chain: SpotChain, job_h: float, deadline_h: float, changeover_h: float, price_ratio: float
+        cls,
+        chain: SpotChain,
+        job_h: float,
+        deadline_h: float,
+        changeover_h: float,
+        price_ratio: float,
+        max_cells: int = MAX_PLAN_CELLS,
     ) -> DeadlinePlan:
         """Backward induction over the job's steps: each state's cheapest expected cost to finish
         by the deadline (Spot 1 per hour, On-Demand `price_ratio`, each switch into a running state
         `changeover_h` without progress at the new state's price; a reclaim when the chain says Spot
-        is gone). Raises ValueError when the grid would be too large."""
+        is gone). Raises ValueError when the grid would be larger than `max_cells`."""
         step_s = round(chain.step_h * 3600.0)
         change_s = round(changeover_h * 3600.0)
         steps = math.floor(deadline_h / chain.step_h + EPS)
         n_chain = 2 * chain.buckets
         finest = math.gcd(step_s, change_s) if change_s else step_s
-        # progress units: the finest grid that fits MAX_PLAN_CELLS (a coarser one rounds the
+        # progress units: the finest grid that fits `max_cells` (a coarser one rounds the
         # changeover up to whole units: the plan then counts a changeover a little long)
         for per_step in sorted({step_s // finest, 12, 10, 6, 5, 4, 3, 2, 1}, reverse=True):
             if step_s % per_step or per_step > step_s // finest:
@@ -173,7 +179,7 @@ class DeadlinePlan:
             phases = math.ceil(change_u / step_u) if change_u else 0
             n_modes = 1 + 2 * (phases + 1)  # 0 idle; 1 + j Spot at phase j; 2 + phases + j On-Demand
             band = max(0, min(job_u, steps * step_u - job_u)) + 1
-            if steps * band * n_modes * n_chain <= MAX_PLAN_CELLS:
+            if steps * band * n_modes * n_chain <= max_cells:
                 break
         else:
             raise ValueError("the deadline plan's grid is too large for this job and step")
@@ -334,6 +340,10 @@ def _with_action(guarded: GuardDecision, action: Placement | None, state: GuardS
 PLAN_STEP_H = 1 / 6
 # The history the plan is fitted on: the week before now (the single-job benchmark's window).
 PLAN_WINDOW_H = 7 * 24.0
+# The largest grid a pass solves for one job (the benchmark's MAX_PLAN_CELLS / 15): about 0.3 s
+# of a loaded 2-core machine at most (docs/spot-and-deadlines.md); a larger job's grid is
+# coarsened to fit, and beyond that the guard's rules decide.
+PLAN_NOW_MAX_CELLS = 4_000_000
 TOLERANCE_S = 1e-6
 
 
@@ -395,9 +405,10 @@ def plan_now(
             time_left,
             settings.changeover_h,
             settings.price_ratio,
+            PLAN_NOW_MAX_CELLS,
         )
     except ValueError:
-        return None  # too fine a grid for this job: the guard's own rules
+        return None  # too large a grid for this job: the guard's own rules
 
 
 def decide_from_signal(
