@@ -450,6 +450,17 @@ def _guard(
     return _decide(state, signal, changeover_h, use_plan=use_plan)
 
 
+def _leaving_on_demand(
+    job: Job, now: float, changeover_h: float, step_h: float, spot: SpotPoolSignal | None
+) -> GuardDecision | None:
+    """The guard's decision for a deadline job running On-Demand, with `spot` the target Spot
+    pool's signal (Spot counts as there unless it was last seen missing); None for a job without
+    a deadline or declared runtime. The one path behind `on_demand_to_spot_note` and
+    `stays_on_demand`."""
+    there = spot is None or spot.available
+    return _guard(job, now, Placement.ON_DEMAND, changeover_h, step_h, spot, there)
+
+
 def on_demand_to_spot_note(
     job: Job,
     now: float,
@@ -460,8 +471,7 @@ def on_demand_to_spot_note(
 ) -> str | None:
     """The guard's word on a deadline job leaving On-Demand for Spot (its slack and line), for
     the move's reason; None for a job without a deadline or declared runtime."""
-    there = spot is None or spot.available
-    decision = _guard(job, now, Placement.ON_DEMAND, changeover_h, step_h, spot, there)
+    decision = _leaving_on_demand(job, now, changeover_h, step_h, spot)
     return None if decision is None else f"deadline guard: {decision.describe()}"
 
 
@@ -478,8 +488,7 @@ def stays_on_demand(
     plane has seen of the target pool; Spot counts as there unless it was last seen missing. The
     guard's hysteresis keeps the job On-Demand until it is far enough ahead of its line, and its
     safety net when no Spot loss can be absorbed any more."""
-    there = spot is None or spot.available
-    decision = _guard(job, now, Placement.ON_DEMAND, changeover_h, step_h, spot, there)
+    decision = _leaving_on_demand(job, now, changeover_h, step_h, spot)
     if decision is None or decision.placement is Placement.SPOT:
         return None
     return f"deadline guard: {decision.describe()}"
