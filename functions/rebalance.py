@@ -1,5 +1,5 @@
 """EC2 Instance Rebalance Recommendation -> ask the jobs on the instance for a checkpoint now, and
-record their Spot pool at risk (the deadline guard's rule 6)."""
+record their Spot pool at risk (the deadline guard's rule 7)."""
 
 from __future__ import annotations
 

@@ -80,7 +80,7 @@ def handle_spot_warning(
 def handle_rebalance(cp: ControlPlane, instance_id: str, event_time: float | None = None) -> list[str]:
     """Early warning: ask every job on the instance for a checkpoint now; they keep running. The
     Spot pools of the jobs on it are recorded at risk from the event's time (`event_time`, else
-    now): the deadline guard's rule 6."""
+    now): the deadline guard's rule 7."""
     now = cp.clock()
     asked: list[str] = []
     records = _jobs_on(cp, instance_id)

@@ -7,7 +7,7 @@
 - a Spot launch that starts: capacity is there.
 
 A rebalance recommendation is only a risk, not a loss: besides the checkpoint it asks for, it
-records the pool as at risk (`observe_risk`; the deadline guard's rule 6). Recording never fails
+records the pool as at risk (`observe_risk`; the deadline guard's rule 7). Recording never fails
 the reaction it rides on: a storage error is logged and the next signal records again
 (observations are idempotent).
 """

@@ -10,7 +10,7 @@ same dynamic programme as the omniscient policy, with the expectation over the m
 the known trace. The plan is a table (steps since the start, where the job runs, how long Spot has
 been there or missing, work left) -> idle, Spot or On-Demand.
 
-The plan never decides alone: the guard's safety net (`spotline.domain.deadline`) runs first and
+The plan never decides alone: the guard's safety net (`spotline.domain.deadline_rules`) runs first and
 keeps every deadline that is still feasible, whatever the model says. The model is fitted once, at
 the job's start, from the history the control plane has seen (never a later step). Pure: numpy
 arithmetic on the arguments, no clock, no randomness.
@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from spotline.domain.deadline import (
+from spotline.domain.deadline_rules import (
     GuardDecision,
     GuardSettings,
     GuardState,
