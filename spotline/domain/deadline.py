@@ -44,6 +44,7 @@ __all__ = [
     "job_state",
     "line_h",
     "on_demand_to_spot_note",
+    "plan_asked",
     "slack_h",
     "span",
     "spot_unsafe",
@@ -124,9 +125,7 @@ def explain_deadline(
     history = SpotHistory.from_signal(signal)
     running_on_spot = placement is Placement.SPOT and job.state is not JobState.ADMITTED
     spot_available = running_on_spot or spot_free
-    decision = _decide(
-        job_state(job, now, placement, spot_available, signal, step_h), signal, changeover_h, use_plan=True
-    )
+    decision = _decide(job_state(job, now, placement, spot_available, signal, step_h), signal, changeover_h)
     return {
         "now": placement.value,
         "advice": decision.placement.value,
@@ -176,13 +175,24 @@ def job_state(
     )
 
 
-def _decide(
-    state: GuardState, signal: SpotPoolSignal | None, changeover_h: float, *, use_plan: bool
-) -> GuardDecision:
+def plan_asked(placement: Placement, spot_available: bool) -> bool:
+    """Where the control plane asks the plan (rule 6): a job On-Demand with Spot there (back to
+    Spot or not), or a job off On-Demand with Spot missing (wait, or On-Demand). Elsewhere the
+    answer the pass needs is the rules' alone: Spot runs (only rules 1 and 7 refuse it), or a job
+    On-Demand stays while Spot is missing; no plan is solved."""
+    return (placement is Placement.ON_DEMAND) == spot_available
+
+
+def _decide(state: GuardState, signal: SpotPoolSignal | None, changeover_h: float) -> GuardDecision:
     """The guard's rules, then its plan from the pool's interval history when there is enough of
-    it (`deadline_plan.decide_from_signal`; `use_plan` False: the rules alone, where the caller
-    needs no more, so no plan is solved)."""
-    return decide_from_signal(state, signal, GuardSettings(changeover_h=changeover_h), use_plan=use_plan)
+    it and the plan is asked (`plan_asked`; `deadline_plan.decide_from_signal`). The pass, the
+    reconciler and `explain` all decide through here, so `explain` says what the pass does."""
+    return decide_from_signal(
+        state,
+        signal,
+        GuardSettings(changeover_h=changeover_h),
+        use_plan=plan_asked(state.placement, state.spot_available),
+    )
 
 
 def _guard(
@@ -193,8 +203,6 @@ def _guard(
     step_h: float,
     signal: SpotPoolSignal | None,
     spot_available: bool,
-    *,
-    use_plan: bool = True,
 ) -> GuardDecision | None:
     """The guard's decision for a deadline job from the job's progress (or its elapsed run time)
     and the pool's signal (its history; how long Spot has been missing); None for a job without a
@@ -202,7 +210,7 @@ def _guard(
     if job.spec.deadline_at is None or job.spec.expected_runtime_s is None:
         return None
     state = job_state(job, now, placement, spot_available, signal, step_h)
-    return _decide(state, signal, changeover_h, use_plan=use_plan)
+    return _decide(state, signal, changeover_h)
 
 
 def _leaving_on_demand(
@@ -271,8 +279,7 @@ def spot_unsafe(
     """
     placement = Placement.SPOT if on_spot else Placement.NONE
     there = on_spot or spot is None or spot.available
-    # with Spot there only the safety net refuses it: the plan is wanted when Spot is missing
-    decision = _guard(job, now, placement, changeover_h, step_h, spot, there, use_plan=not there)
+    decision = _guard(job, now, placement, changeover_h, step_h, spot, there)
     if decision is None:
         return None
     if decision.why in {Why.SAFETY_NET, Why.SPOT_AT_RISK} or (

@@ -7,7 +7,14 @@ from dataclasses import replace
 
 import pytest
 
-from spotline.domain.deadline import GuardSettings, GuardState, Placement, Why, explain_deadline
+from spotline.domain.deadline import (
+    GuardSettings,
+    GuardState,
+    Placement,
+    Why,
+    explain_deadline,
+    plan_asked,
+)
 from spotline.domain.deadline_plan import (
     PLAN_STEP_H,
     PLAN_WINDOW_H,
@@ -199,3 +206,30 @@ def test_the_plan_never_sends_a_job_back_to_a_pool_at_risk() -> None:
     decision = decide_from_signal(replace(ahead, at_risk=True), risky, SETTINGS)
     assert decision.why is Why.SPOT_AT_RISK and decision.placement is Placement.ON_DEMAND
     assert decide_from_signal(ahead, signal, SETTINGS).placement is Placement.SPOT
+
+
+def test_the_plan_is_asked_where_the_pass_asks_it() -> None:
+    assert plan_asked(Placement.ON_DEMAND, True)  # back to Spot or not
+    assert plan_asked(Placement.NONE, False) and plan_asked(Placement.SPOT, False)  # wait or On-Demand
+    assert not plan_asked(Placement.ON_DEMAND, False)  # stays On-Demand while Spot is missing
+    assert not plan_asked(Placement.NONE, True) and not plan_asked(Placement.SPOT, True)  # rules 1, 7
+    # explain says what the pass does: with Spot there, a waiting job follows the rules
+    now = 1_700_000_000.0 + 6 * H
+    submitted = now - 6 * H
+    waiting = (
+        job("j")
+        .expected_runtime(10 * H)
+        .deadline(submitted + 12.5 * H)
+        .submitted(submitted)
+        .progress(0.5)
+        .build()
+    )
+    pools = [Pool(name="spot", gpu_type="a100", purchase=Purchase.SPOT, capacity_gpus=8)]
+    there = flapping(now, 0.5).model_copy(update={"available": True, "outage_s": 0.0})
+    guard = explain_deadline(
+        waiting, now, ClusterSnapshot.build(pools, spot={"spot": there}), changeover_h=0.2
+    )
+    assert guard is not None and guard["planned"] is False and guard["why"] == "spot-runs"
+    # (asked, the plan would have decided this state itself)
+    asked = decide_from_signal(state(spot_available=True, outage_h=0.0), there, SETTINGS)
+    assert asked.why in {Why.PLAN_SPOT, Why.PLAN_WAIT, Why.PLAN_ON_DEMAND}
