@@ -7,7 +7,8 @@ Rules 1 to 5 and 7 are in `deadline_rules`; rule 6, the plan, in `deadline_plan`
 
 from __future__ import annotations
 
-from spotline.domain.deadline_plan import decide_from_signal
+from spotline.domain.deadline_budget import PassPlans
+from spotline.domain.deadline_plan import decide_from_signal, plan_now
 from spotline.domain.deadline_rules import (
     DEFAULT_CHANGEOVER_H,
     DEFAULT_STEP_H,
@@ -35,6 +36,7 @@ __all__ = [
     "GuardDecision",
     "GuardSettings",
     "GuardState",
+    "PassPlans",
     "Placement",
     "SpotHistory",
     "Why",
@@ -94,12 +96,15 @@ def explain_deadline(
     *,
     changeover_h: float = DEFAULT_CHANGEOVER_H,
     step_h: float = DEFAULT_STEP_H,
+    plans: PassPlans | None = None,
 ) -> dict[str, object] | None:
     """What the guard says about a job with a deadline and a declared runtime (None otherwise):
     where it should be, why, how far ahead of or behind its line it is, and the Spot history it
     used (`snapshot.spot`: what the control plane has seen of the pool). Spot counts as there
     when the job runs on Spot, or a Spot pool that could host it has free GPUs now and was not
-    last seen without capacity."""
+    last seen without capacity. `plans`: the pass's (`PassPlans.for_pass` over the same snapshot
+    and window), so a job the pass's plan budget left to the rules is explained by the rules,
+    and says so (`plan_left_to_rules`); None: the plan is solved for the job when asked."""
     deadline = job.spec.deadline_at
     expected = job.spec.expected_runtime_s
     if deadline is None or expected is None or job.state in TERMINAL_STATES:
@@ -125,8 +130,9 @@ def explain_deadline(
     history = SpotHistory.from_signal(signal)
     running_on_spot = placement is Placement.SPOT and job.state is not JobState.ADMITTED
     spot_available = running_on_spot or spot_free
-    decision = _decide(job_state(job, now, placement, spot_available, signal, step_h), signal, changeover_h)
-    return {
+    state = job_state(job, now, placement, spot_available, signal, step_h)
+    decision = _decide(state, signal, changeover_h, job.id, plans)
+    out: dict[str, object] = {
         "now": placement.value,
         "advice": decision.placement.value,
         "why": decision.why.value,
@@ -143,6 +149,12 @@ def explain_deadline(
         },
         "planned": decision.why in PLANNED,
     }
+    if plans is not None and job.id in plans.left_to_rules and plan_asked(placement, spot_available):
+        out["plan_left_to_rules"] = (
+            f"the pass's plan budget (deadline_plans_per_pass = {plans.budget}) went to jobs with"
+            " sooner deadlines: the guard's rules decide this pass"
+        )
+    return out
 
 
 def job_state(
@@ -183,15 +195,25 @@ def plan_asked(placement: Placement, spot_available: bool) -> bool:
     return (placement is Placement.ON_DEMAND) == spot_available
 
 
-def _decide(state: GuardState, signal: SpotPoolSignal | None, changeover_h: float) -> GuardDecision:
+def _decide(
+    state: GuardState,
+    signal: SpotPoolSignal | None,
+    changeover_h: float,
+    job_id: str,
+    plans: PassPlans | None,
+) -> GuardDecision:
     """The guard's rules, then its plan from the pool's interval history when there is enough of
-    it and the plan is asked (`plan_asked`; `deadline_plan.decide_from_signal`). The pass, the
-    reconciler and `explain` all decide through here, so `explain` says what the pass does."""
+    it, the plan is asked (`plan_asked`; `deadline_plan.decide_from_signal`) and the pass's plan
+    budget allows the job (`plans`: the pass's `PassPlans`, which also reuses its plans; None:
+    no budget). The pass, the reconciler and `explain` all decide through here, so `explain`
+    says what the pass does."""
+    asked = plan_asked(state.placement, state.spot_available)
     return decide_from_signal(
         state,
         signal,
         GuardSettings(changeover_h=changeover_h),
-        use_plan=plan_asked(state.placement, state.spot_available),
+        use_plan=asked and (plans is None or plans.allows(job_id)),
+        solve=plan_now if plans is None else plans.plan,
     )
 
 
@@ -203,6 +225,7 @@ def _guard(
     step_h: float,
     signal: SpotPoolSignal | None,
     spot_available: bool,
+    plans: PassPlans | None = None,
 ) -> GuardDecision | None:
     """The guard's decision for a deadline job from the job's progress (or its elapsed run time)
     and the pool's signal (its history; how long Spot has been missing); None for a job without a
@@ -210,18 +233,23 @@ def _guard(
     if job.spec.deadline_at is None or job.spec.expected_runtime_s is None:
         return None
     state = job_state(job, now, placement, spot_available, signal, step_h)
-    return _decide(state, signal, changeover_h)
+    return _decide(state, signal, changeover_h, job.id, plans)
 
 
 def _leaving_on_demand(
-    job: Job, now: float, changeover_h: float, step_h: float, spot: SpotPoolSignal | None
+    job: Job,
+    now: float,
+    changeover_h: float,
+    step_h: float,
+    spot: SpotPoolSignal | None,
+    plans: PassPlans | None = None,
 ) -> GuardDecision | None:
     """The guard's decision for a deadline job running On-Demand, with `spot` the target Spot
     pool's signal (Spot counts as there unless it was last seen missing); None for a job without
     a deadline or declared runtime. The one path behind `on_demand_to_spot_note` and
     `stays_on_demand`."""
     there = spot is None or spot.available
-    return _guard(job, now, Placement.ON_DEMAND, changeover_h, step_h, spot, there)
+    return _guard(job, now, Placement.ON_DEMAND, changeover_h, step_h, spot, there, plans)
 
 
 def on_demand_to_spot_note(
@@ -231,10 +259,12 @@ def on_demand_to_spot_note(
     changeover_h: float = DEFAULT_CHANGEOVER_H,
     step_h: float = DEFAULT_STEP_H,
     spot: SpotPoolSignal | None = None,
+    plans: PassPlans | None = None,
 ) -> str | None:
     """The guard's word on a deadline job leaving On-Demand for Spot (its slack and line), for
-    the move's reason; None for a job without a deadline or declared runtime."""
-    decision = _leaving_on_demand(job, now, changeover_h, step_h, spot)
+    the move's reason; None for a job without a deadline or declared runtime. `plans`: the
+    pass's (`PassPlans`: its plan budget, and the plans it solved)."""
+    decision = _leaving_on_demand(job, now, changeover_h, step_h, spot, plans)
     return None if decision is None else f"deadline guard: {decision.describe()}"
 
 
@@ -245,13 +275,14 @@ def stays_on_demand(
     changeover_h: float = DEFAULT_CHANGEOVER_H,
     step_h: float = DEFAULT_STEP_H,
     spot: SpotPoolSignal | None = None,
+    plans: PassPlans | None = None,
 ) -> str | None:
     """Why a deadline job running On-Demand should not move to free Spot room now (None: the
     guard lets it go, or the job has no deadline or declared runtime). `spot`: what the control
     plane has seen of the target pool; Spot counts as there unless it was last seen missing. The
     guard's hysteresis keeps the job On-Demand until it is far enough ahead of its line, and its
-    safety net when no Spot loss can be absorbed any more."""
-    decision = _leaving_on_demand(job, now, changeover_h, step_h, spot)
+    safety net when no Spot loss can be absorbed any more. `plans`: the pass's (`PassPlans`)."""
+    decision = _leaving_on_demand(job, now, changeover_h, step_h, spot, plans)
     if decision is None or decision.placement is Placement.SPOT:
         return None
     return f"deadline guard: {decision.describe()}"
@@ -265,6 +296,7 @@ def spot_unsafe(
     changeover_h: float = DEFAULT_CHANGEOVER_H,
     step_h: float = DEFAULT_STEP_H,
     spot: SpotPoolSignal | None = None,
+    plans: PassPlans | None = None,
 ) -> str | None:
     """Why a deadline job may not start (or stay) on Spot now, None otherwise (and for a job
     without a deadline or declared runtime, or whose deadline no longer fits even On-Demand: the
@@ -276,10 +308,12 @@ def spot_unsafe(
       the guard sends it On-Demand (behind its line, or the outage longer than its slack
       affords, from the pool's history). When the guard would wait, Spot is allowed: a Spot
       launch that waits for capacity is the wait (RUNNABLE in Batch, its checkpoint kept).
+
+    `plans`: the pass's (`PassPlans`: its plan budget, and the plans it solved); None: none.
     """
     placement = Placement.SPOT if on_spot else Placement.NONE
     there = on_spot or spot is None or spot.available
-    decision = _guard(job, now, placement, changeover_h, step_h, spot, there)
+    decision = _guard(job, now, placement, changeover_h, step_h, spot, there, plans)
     if decision is None:
         return None
     if decision.why in {Why.SAFETY_NET, Why.SPOT_AT_RISK} or (

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_right
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -388,27 +388,44 @@ def plan_now(
     is the same at every step (the model does not change with time), so its action now is the
     one a plan solved at the job's start would take in this state, with the latest history. None
     without enough history (`settings.min_history_h`), with the plan switched off, or when the
-    grid would be too large."""
+    grid would be too large. (`fitted_chain`, then `solve_now`; a pass reuses both within it:
+    `deadline_budget.PassPlans`.)"""
+    chain = fitted_chain(signal, settings, step_h)
+    return None if chain is None else solve_now(state, chain, settings, step_h)
+
+
+def fitted_chain(
+    signal: SpotPoolSignal, settings: GuardSettings, step_h: float = PLAN_STEP_H
+) -> SpotChain | None:
+    """The pool's model for the plan, fitted on its history before now (`observations`); None
+    with the plan switched off, a signal that does not place its outages in time, or less
+    history than `settings.min_history_h`."""
     if settings.plan_longest_h is None or len(signal.spans_s) < len(signal.outages_s):
         return None  # switched off, or a signal that does not place its outages in time
     seen = observations(signal, step_h)
     if len(seen) * step_h < settings.min_history_h - EPS:
         return None
+    return SpotChain.fit(seen, step_h, settings.plan_longest_h)
+
+
+def solve_now(
+    state: GuardState, chain: SpotChain, settings: GuardSettings, step_h: float = PLAN_STEP_H
+) -> DeadlinePlan | None:
+    """The plan under `chain` for the work left and the time left (None when nothing is left to
+    plan, or the grid would be larger than `PLAN_NOW_MAX_CELLS`)."""
     work_left = state.job_h - state.progress_h
     time_left = state.deadline_h - state.elapsed_h
     if work_left <= EPS or time_left < step_h:
         return None
     try:
         return DeadlinePlan.solve(
-            SpotChain.fit(seen, step_h, settings.plan_longest_h),
-            work_left,
-            time_left,
-            settings.changeover_h,
-            settings.price_ratio,
-            PLAN_NOW_MAX_CELLS,
+            chain, work_left, time_left, settings.changeover_h, settings.price_ratio, PLAN_NOW_MAX_CELLS
         )
     except ValueError:
         return None  # too large a grid for this job: the guard's own rules
+
+
+PlanSolver = Callable[[GuardState, SpotPoolSignal, GuardSettings, float], "DeadlinePlan | None"]
 
 
 def decide_from_signal(
@@ -418,15 +435,17 @@ def decide_from_signal(
     *,
     use_plan: bool = True,
     step_h: float = PLAN_STEP_H,
+    solve: PlanSolver = plan_now,
 ) -> GuardDecision:
     """The guard as the control plane runs it, from a pass's signal of the pool (its history):
     the rules first (the safety net, done and infeasible are final), then, with enough history,
     the plan's action for now (`plan_now`); the rules where there is no plan (`use_plan` False:
-    the caller needs only the rules, and the plan is not solved)."""
+    the caller needs only the rules, and the plan is not solved). `solve`: where the plan comes
+    from (`plan_now`, or a pass's `deadline_budget.PassPlans.plan`, which reuses plans)."""
     guarded = decide(state, SpotHistory.from_signal(signal), settings)
     if not use_plan or signal is None or guarded.why in FIRM:
         return guarded
-    plan = plan_now(state, signal, settings, step_h)
+    plan = solve(state, signal, settings, step_h)
     if plan is None:
         return guarded
     action = plan.choose(
