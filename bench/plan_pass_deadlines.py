@@ -127,7 +127,7 @@ def counting_solves() -> tuple[list[int], Callable[[], None]]:
         count[0] += 1
         return original(*args, **kwargs)
 
-    deadline_plan.DeadlinePlan.solve = solve  # type: ignore[method-assign,assignment]
+    deadline_plan.DeadlinePlan.solve = solve  # type: ignore[method-assign]
 
     def undo() -> None:
         deadline_plan.DeadlinePlan.solve = original  # type: ignore[method-assign]
@@ -156,7 +156,7 @@ def measure(name: str, n: int, budget: int | str | None, repeat: int) -> tuple[f
     count, undo = counting_solves()
     planner = deadline_plan.plan_now
     if budget == "patched":  # a commit without the budget: no plan, by patching it out
-        deadline_plan.plan_now = lambda *args, **kwargs: None  # type: ignore[assignment]
+        deadline_plan.plan_now = lambda *args, **kwargs: None
     times: list[float] = []
     solves: list[int] = []
     decided = 0
@@ -181,6 +181,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--before", action="store_true", help="a commit without deadline_plans_per_pass")
     args = parser.parse_args(argv)
     sizes = [int(s) for s in args.jobs.split(",") if s]
+    if args.before and "deadline_plans_per_pass" in SchedulerConfig.model_fields:
+        raise SystemExit("--before is for a commit without deadline_plans_per_pass (its plan is patched out)")
     budgets: list[tuple[str, int | str | None]] = [("plan, unbounded", None), ("no plan", "patched")]
     if not args.before:
         budgets = [("plan, default budget", "default"), ("plan, unbounded", None), ("no plan (budget 0)", 0)]
