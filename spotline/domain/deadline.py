@@ -102,8 +102,8 @@ def explain_deadline(
     where it should be, why, how far ahead of or behind its line it is, and the Spot history it
     used (`snapshot.spot`: what the control plane has seen of the pool). Spot counts as there
     when the job runs on Spot, or a Spot pool that could host it has free GPUs now and was not
-    last seen without capacity. `plans`: the pass's (`PassPlans.for_pass` over the same snapshot
-    and window), so a job the pass's plan budget left to the rules is explained by the rules,
+    last seen without capacity. `plans`: the pass's (`PassPlans.for_pass` over the same snapshot,
+    window, settings and time), so a job the pass's plan budget left to the rules is explained by the rules,
     and says so (`plan_left_to_rules`); None: the plan is solved for the job when asked."""
     deadline = job.spec.deadline_at
     expected = job.spec.expected_runtime_s

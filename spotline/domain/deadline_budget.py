@@ -21,6 +21,7 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from spotline.domain.config import SchedulerConfig
 from spotline.domain.deadline_plan import EPS, DeadlinePlan, SpotChain, fitted_chain, solve_now
 from spotline.domain.deadline_rules import GuardSettings, GuardState
 from spotline.domain.models import (
@@ -37,21 +38,23 @@ _PlanKey = tuple[int, int, GuardSettings, int, int]
 _ChainKey = tuple[int, int, GuardSettings]
 
 
-def may_ask(job: Job, snapshot: ClusterSnapshot, *, pending: bool) -> bool:
+def may_ask(
+    job: Job, snapshot: ClusterSnapshot, config: SchedulerConfig, now: float, *, pending: bool
+) -> bool:
     """Whether the pass may ask the plan for `job` (`deadline.plan_asked`): a deadline job with a
     declared runtime, either pending (spot `auto`) with a Spot pool that could host it last seen
-    missing, or running On-Demand with such a pool seen there (a move back to Spot)."""
+    missing, or running On-Demand with such a pool seen there and at least
+    `move_to_spot_min_remaining_s` left (a move back to Spot, `moves.moves_to_spot`)."""
     if job.spec.deadline_at is None or job.spec.expected_runtime_s is None:
         return False
-    if pending:
-        if job.spec.spot is not SpotPreference.AUTO:
-            return False
-    elif (
-        job.state is not JobState.RUNNING
-        or (pool := snapshot.pools.get(job.pool or "")) is None
-        or pool.is_spot
-    ):
+    if pending and job.spec.spot is not SpotPreference.AUTO:
         return False
+    if not pending:
+        pool = snapshot.pools.get(job.pool or "")
+        if job.state is not JobState.RUNNING or pool is None or pool.is_spot:
+            return False
+        if not 0 < config.move_to_spot_min_remaining_s <= (job.remaining_s(now) or 0.0):
+            return False
     for candidate in snapshot.pools.values():
         signal = snapshot.spot.get(candidate.name)
         if (
@@ -83,18 +86,21 @@ class PassPlans:
         cls,
         snapshot: ClusterSnapshot,
         pending: Iterable[Job],
-        budget: int | None,
+        config: SchedulerConfig,
+        now: float,
         running: Iterable[Allocation] | None = None,
     ) -> PassPlans:
-        """The plans of a pass over `pending` (its window) and the running jobs (`running`, else
-        the snapshot's allocations): with a `budget`, the `budget` jobs that may ask (`may_ask`)
-        with the soonest deadlines (then by id) are allowed a plan, the others left to the rules;
-        None: every job is allowed."""
-        if budget is None:
-            return cls()
+        """The plans of a pass at `now` over `pending` (its window) and the running jobs
+        (`running`, else the snapshot's allocations): with a budget
+        (`config.deadline_plans_per_pass`), that many jobs that may ask (`may_ask`), the soonest
+        deadlines first (then by id), are allowed a plan, the others left to the rules; None:
+        every job is allowed."""
+        budget = config.deadline_plans_per_pass
+        if budget is None or not snapshot.spot:
+            return cls(budget=budget)  # no bound, or no pool's signal: no plan to solve
         held = snapshot.allocations if running is None else running
-        asking = [j for j in pending if may_ask(j, snapshot, pending=True)]
-        asking += [a.job for a in held if may_ask(a.job, snapshot, pending=False)]
+        asking = [j for j in pending if may_ask(j, snapshot, config, now, pending=True)]
+        asking += [a.job for a in held if may_ask(a.job, snapshot, config, now, pending=False)]
         order = sorted({j.id: j for j in asking}.values(), key=lambda j: (j.spec.deadline_at or 0.0, j.id))
         ids = [j.id for j in order]
         return cls(budget=budget, allowed=frozenset(ids[:budget]), left_to_rules=frozenset(ids[budget:]))

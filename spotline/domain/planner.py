@@ -149,7 +149,7 @@ def plan_with_stats(
         snapshot, RunningJobs(snapshot, indexed, score, now, config), score, now, config, rng, explain
     )
     state.indexed = indexed
-    state.plans = PassPlans.for_pass(snapshot, window, config.deadline_plans_per_pass, indexed.allocations())
+    state.plans = PassPlans.for_pass(snapshot, window, config, now, indexed.allocations())
     state.reserve_for_draining(window)
     decisions: list[Decision] = []
     for job, priority in ranked(window, parts, score):

@@ -82,7 +82,7 @@ def test_a_pass_solves_plans_for_at_most_the_budget_the_soonest_deadlines(
     soonest = sorted(jobs, key=lambda j: (j.spec.deadline_at or 0.0, j.id))[:budget]
     # each job solved once (its admission's reason reuses its plan), and only the soonest
     assert sorted(solves) == sorted((j.spec.expected_runtime_s or 0.0) / H for j in soonest)
-    plans = PassPlans.for_pass(snapshot, jobs, budget)
+    plans = PassPlans.for_pass(snapshot, jobs, config(deadline_plans_per_pass=budget), NOW)
     assert plans.allowed == frozenset(j.id for j in soonest)
     assert plans.left_to_rules == frozenset(j.id for j in jobs) - plans.allowed
 
@@ -157,8 +157,13 @@ def test_moves_to_spot_solve_plans_for_at_most_the_budget(solves: list[float]) -
         running.append(built.running_since(NOW - 2 * H).on("od"))
     pools = [pool("spot", purchase="spot", capacity=64), pool("od", capacity=64)]
     snapshot = ClusterSnapshot.build(pools, running, spot={"spot": signal(missing=False)})
-    assert all(may_ask(a.job, snapshot, pending=False) for a in running)
     policy = {"move_to_spot_min_remaining_s": 3600.0, "max_preemptions_per_pass": 16}
+    assert all(may_ask(a.job, snapshot, config(**policy), NOW, pending=False) for a in running)
+    # with moves to Spot off, or less left than they ask, a running job takes no place
+    assert not may_ask(running[0].job, snapshot, config(), NOW, pending=False)
+    assert not may_ask(
+        running[0].job, snapshot, config(move_to_spot_min_remaining_s=40 * H), NOW, pending=False
+    )
     unbounded = run_plan(snapshot, [], config(**policy, deadline_plans_per_pass=None))
     assert len(solves) == 5
     solves.clear()
@@ -171,12 +176,14 @@ def test_moves_to_spot_solve_plans_for_at_most_the_budget(solves: list[float]) -
 def test_explain_decides_as_the_pass_and_says_when_the_budget_left_a_job_to_the_rules() -> None:
     jobs = pending(4)
     snapshot = missing_spot()
-    plans = PassPlans.for_pass(snapshot, jobs, 1)
+    plans = PassPlans.for_pass(snapshot, jobs, config(deadline_plans_per_pass=1), NOW)
     assert plans.allowed is not None and len(plans.allowed) == 1
     (allowed,) = plans.allowed
     for j in jobs:
         guard = explain_deadline(j, NOW, snapshot, plans=plans)
-        alone = explain_deadline(j, NOW, snapshot, plans=PassPlans.for_pass(snapshot, [j], 0))
+        alone = explain_deadline(
+            j, NOW, snapshot, plans=PassPlans.for_pass(snapshot, [j], config(deadline_plans_per_pass=0), NOW)
+        )
         assert guard is not None and alone is not None
         if j.id == allowed:
             assert "plan_left_to_rules" not in guard
@@ -198,7 +205,9 @@ def test_jobs_that_cannot_ask_take_no_place_in_the_budget() -> None:
     on_spot = job("s").gpus(8).expected_runtime(4 * H).deadline(NOW + 5 * H).on("spot")
     asking = pending(2)
     with_spot = ClusterSnapshot.build(snapshot.pools.values(), [on_spot], spot=snapshot.spot)
-    plans = PassPlans.for_pass(with_spot, [never, undeclared, *asking], 2)
+    plans = PassPlans.for_pass(
+        with_spot, [never, undeclared, *asking], config(deadline_plans_per_pass=2), NOW
+    )
     assert plans.allowed == frozenset(j.id for j in asking)
     assert plans.left_to_rules == frozenset()
     assert on_spot.job.state is JobState.RUNNING
