@@ -22,7 +22,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from spotline.domain.config import SchedulerConfig
-from spotline.domain.deadline_plan import EPS, DeadlinePlan, SpotChain, fitted_chain, solve_now
+from spotline.domain.deadline_plan import EPS, DeadlinePlan, SpotChain, fitted_chain, plan_fits, solve_now
 from spotline.domain.deadline_rules import GuardSettings, GuardState
 from spotline.domain.models import (
     Allocation,
@@ -44,7 +44,8 @@ def may_ask(
     """Whether the pass may ask the plan for `job` (`deadline.plan_asked`): a deadline job with a
     declared runtime, either pending (spot `auto`) with a Spot pool that could host it last seen
     missing, or running On-Demand with such a pool seen there and at least
-    `move_to_spot_min_remaining_s` left (a move back to Spot, `moves.moves_to_spot`)."""
+    `move_to_spot_min_remaining_s` left (a move back to Spot, `moves.moves_to_spot`); and whose
+    plan's grid fits (`PLAN_NOW_MAX_CELLS`: beyond it the guard keeps its rules anyway)."""
     if job.spec.deadline_at is None or job.spec.expected_runtime_s is None:
         return False
     if pending and job.spec.spot is not SpotPreference.AUTO:
@@ -55,6 +56,8 @@ def may_ask(
             return False
         if not 0 < config.move_to_spot_min_remaining_s <= (job.remaining_s(now) or 0.0):
             return False
+    if not _fits(job, config, now):
+        return False
     for candidate in snapshot.pools.values():
         signal = snapshot.spot.get(candidate.name)
         if (
@@ -65,6 +68,18 @@ def may_ask(
         ):
             return True
     return False
+
+
+def _fits(job: Job, config: SchedulerConfig, now: float) -> bool:
+    """Whether a plan would be solved for the job's work and time left (`deadline_plan.plan_fits`,
+    with the guard's settings as the pass has them: `deadline.job_state`); a job whose grid is
+    too large keeps the rules whatever the budget, so it takes no place in it."""
+    deadline, expected = job.spec.deadline_at, job.spec.expected_runtime_s
+    assert deadline is not None and expected is not None
+    done_s = job.elapsed_s(now) if job.progress is None else job.progress * expected
+    work_left_h = (expected - min(expected, max(0.0, done_s))) / 3600.0
+    settings = GuardSettings(changeover_h=config.deadline_changeover_s / 3600.0)
+    return plan_fits(work_left_h, (deadline - now) / 3600.0, settings)
 
 
 @dataclass(slots=True)

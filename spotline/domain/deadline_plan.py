@@ -133,6 +133,32 @@ class SpotChain:
         return to_up, to_down
 
 
+def grid_units(
+    step_h: float, buckets: int, job_h: float, deadline_h: float, changeover_h: float, max_cells: int
+) -> tuple[int, int, int, int, int] | None:
+    """The plan's grid for a job (`DeadlinePlan.solve`), from the chain's run-length `buckets`:
+    (progress unit in seconds, units per step, per changeover, per job, a changeover's phases)
+    for the finest unit whose grid (steps x band x modes x chain states) fits `max_cells`; None
+    when none does. A coarser unit rounds the changeover up to whole units: the plan then counts
+    a changeover a little long."""
+    step_s = round(step_h * 3600.0)
+    change_s = round(changeover_h * 3600.0)
+    steps = math.floor(deadline_h / step_h + EPS)
+    finest = math.gcd(step_s, change_s) if change_s else step_s
+    for per_step in sorted({step_s // finest, 12, 10, 6, 5, 4, 3, 2, 1}, reverse=True):
+        if step_s % per_step or per_step > step_s // finest:
+            continue
+        unit_s = step_s // per_step
+        change_u = math.ceil(change_s / unit_s - 1e-9)
+        job_u = math.ceil(job_h * 3600.0 / unit_s - 1e-9)
+        phases = math.ceil(change_u / per_step) if change_u else 0
+        n_modes = 1 + 2 * (phases + 1)
+        band = max(0, min(job_u, steps * per_step - job_u)) + 1
+        if steps * band * n_modes * 2 * buckets <= max_cells:
+            return unit_s, per_step, change_u, job_u, phases
+    return None
+
+
 @dataclass(frozen=True, slots=True)
 class DeadlinePlan:
     """The solved plan: `choose` reads the action for a state; None outside what was solved."""
@@ -162,27 +188,13 @@ class DeadlinePlan:
         by the deadline (Spot 1 per hour, On-Demand `price_ratio`, each switch into a running state
         `changeover_h` without progress at the new state's price; a reclaim when the chain says Spot
         is gone). Raises ValueError when the grid would be larger than `max_cells`."""
-        step_s = round(chain.step_h * 3600.0)
-        change_s = round(changeover_h * 3600.0)
         steps = math.floor(deadline_h / chain.step_h + EPS)
         n_chain = 2 * chain.buckets
-        finest = math.gcd(step_s, change_s) if change_s else step_s
-        # progress units: the finest grid that fits `max_cells` (a coarser one rounds the
-        # changeover up to whole units: the plan then counts a changeover a little long)
-        for per_step in sorted({step_s // finest, 12, 10, 6, 5, 4, 3, 2, 1}, reverse=True):
-            if step_s % per_step or per_step > step_s // finest:
-                continue
-            unit_s = step_s // per_step
-            step_u = per_step
-            change_u = math.ceil(change_s / unit_s - 1e-9)
-            job_u = math.ceil(job_h * 3600.0 / unit_s - 1e-9)
-            phases = math.ceil(change_u / step_u) if change_u else 0
-            n_modes = 1 + 2 * (phases + 1)  # 0 idle; 1 + j Spot at phase j; 2 + phases + j On-Demand
-            band = max(0, min(job_u, steps * step_u - job_u)) + 1
-            if steps * band * n_modes * n_chain <= max_cells:
-                break
-        else:
+        grid = grid_units(chain.step_h, chain.buckets, job_h, deadline_h, changeover_h, max_cells)
+        if grid is None:
             raise ValueError("the deadline plan's grid is too large for this job and step")
+        unit_s, step_u, change_u, job_u, phases = grid
+        n_modes = 1 + 2 * (phases + 1)  # 0 idle; 1 + j Spot at phase j; 2 + phases + j On-Demand
         unit_h = unit_s / 3600.0
         to_up, to_down = chain.transitions()
         spot_there = np.arange(n_chain) < chain.buckets
@@ -423,6 +435,18 @@ def solve_now(
         )
     except ValueError:
         return None  # too large a grid for this job: the guard's own rules
+
+
+def plan_fits(
+    work_left_h: float, time_left_h: float, settings: GuardSettings, step_h: float = PLAN_STEP_H
+) -> bool:
+    """Whether `solve_now` would solve a plan for this work and time left (the grid within
+    `PLAN_NOW_MAX_CELLS`, something left to plan, the plan switched on); cheap: no model fitted."""
+    if settings.plan_longest_h is None or work_left_h <= EPS or time_left_h < step_h:
+        return False
+    buckets = len(run_edges(step_h, settings.plan_longest_h))
+    fits = grid_units(step_h, buckets, work_left_h, time_left_h, settings.changeover_h, PLAN_NOW_MAX_CELLS)
+    return fits is not None
 
 
 PlanSolver = Callable[[GuardState, SpotPoolSignal, GuardSettings, float], "DeadlinePlan | None"]

@@ -61,8 +61,9 @@ def solves(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[float]]:
     original = DeadlinePlan.solve
 
     def counting(*args: Any, **kwargs: Any) -> DeadlinePlan:
+        solved = original(*args, **kwargs)  # a grid too large raises: not counted
         seen.append(args[1])
-        return original(*args, **kwargs)
+        return solved
 
     monkeypatch.setattr(DeadlinePlan, "solve", counting)
     yield seen
@@ -149,8 +150,8 @@ def test_moves_to_spot_solve_plans_for_at_most_the_budget(solves: list[float]) -
         built = (
             job(f"r{i}")
             .gpus(8)
-            .expected_runtime((30 + i) * H)
-            .deadline(NOW + (60 + i) * H)
+            .expected_runtime((8 + i) * H)
+            .deadline(NOW + (14 + i) * H)
             .submitted(NOW - 2 * H)
             .progress(0.05)
         )
@@ -170,7 +171,7 @@ def test_moves_to_spot_solve_plans_for_at_most_the_budget(solves: list[float]) -
     assert reasons(run_plan(snapshot, [], config(**policy, deadline_plans_per_pass=5))) == reasons(unbounded)
     solves.clear()
     run_plan(snapshot, [], config(**policy, deadline_plans_per_pass=2))
-    assert sorted(solves) == [30 * 0.95, 31 * 0.95]  # the two soonest deadlines, their work left
+    assert sorted(solves) == pytest.approx([8 * 0.95, 9 * 0.95])  # the two soonest deadlines' work left
 
 
 def test_explain_decides_as_the_pass_and_says_when_the_budget_left_a_job_to_the_rules() -> None:
@@ -203,10 +204,14 @@ def test_jobs_that_cannot_ask_take_no_place_in_the_budget() -> None:
     never = job("n").gpus(8).expected_runtime(4 * H).deadline(NOW + 5 * H).spot("never").build()
     undeclared = job("u").gpus(8).deadline(NOW + 5 * H).build()
     on_spot = job("s").gpus(8).expected_runtime(4 * H).deadline(NOW + 5 * H).on("spot")
+    # beyond the plan's grid (PLAN_NOW_MAX_CELLS): the rules decide it whatever the budget
+    too_large = job("x").gpus(8).expected_runtime(48 * H).deadline(NOW + 60 * H).submitted(NOW).build()
     asking = pending(2)
+    assert not may_ask(too_large, snapshot, config(), NOW, pending=True)
+    assert all(may_ask(j, snapshot, config(), NOW, pending=True) for j in asking)
     with_spot = ClusterSnapshot.build(snapshot.pools.values(), [on_spot], spot=snapshot.spot)
     plans = PassPlans.for_pass(
-        with_spot, [never, undeclared, *asking], config(deadline_plans_per_pass=2), NOW
+        with_spot, [never, undeclared, too_large, *asking], config(deadline_plans_per_pass=2), NOW
     )
     assert plans.allowed == frozenset(j.id for j in asking)
     assert plans.left_to_rules == frozenset()
