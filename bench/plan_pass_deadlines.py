@@ -8,8 +8,12 @@ deterministic pattern of spells and outages of 10 minutes to 3 hours):
   declared, deadlines 1.2-3x their runtime after submission, submitted up to 6 h ago): each asks
   the plan in placement (`placement.spot_refusal`), and again when admitted On-Demand (the
   admission's "not Spot" reason); a 256-GPU On-Demand pool admits 32 of them.
-- **spot-back**: Spot there, N deadline jobs running On-Demand with more than a day left and the
-  Spot pool empty: `moves.moves_to_spot` asks the plan for each (may it return to Spot?).
+- **spot-back**: Spot there, N deadline jobs running On-Demand and the Spot pool empty:
+  `moves.moves_to_spot` asks the plan for each with at least `move_to_spot_min_remaining_s` (a
+  day) left (may it return to Spot?).
+
+And `explain`'s start forecast for the spot-missing job with the latest deadline (it replays the
+pass three times, one per run-time scale).
 
 For N in 50 and 200, each pass is timed `--repeat` times (median ms per pass), with the plan
 (at `deadline_plans_per_pass`'s default, and unbounded), and without it (budget 0: the guard's
@@ -43,6 +47,7 @@ from spotline.domain import (
     deadline_plan,
     plan,
 )
+from spotline.domain.forecast import forecast_start
 from spotline.domain.models import SpotPoolSignal
 from spotline.domain.spot_watch import PoolWatch
 
@@ -177,6 +182,24 @@ def measure(name: str, n: int, budget: int | str | None, repeat: int) -> tuple[f
     return statistics.median(times), max(solves), decided
 
 
+def measure_forecast(n: int, budget: int | str | None) -> tuple[float, int]:
+    """(seconds, plans solved) of `explain`'s start forecast (`forecast.forecast_start`: three
+    replays of the pass, one per run-time scale) for the latest deadline of spot-missing's N."""
+    snapshot, pending = scenario("spot-missing", n)
+    target = max(pending, key=lambda j: (j.spec.deadline_at or 0.0, j.id)).id
+    count, undo = counting_solves()
+    planner = deadline_plan.plan_now
+    if budget == "patched":
+        deadline_plan.plan_now = lambda *args, **kwargs: None
+    try:
+        started = time.perf_counter()
+        forecast_start(target, snapshot, pending, NOW, settings(budget), random.Random(0))
+        return time.perf_counter() - started, count[0]
+    finally:
+        undo()
+        deadline_plan.plan_now = planner
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--jobs", default="50,200", help="deadline jobs per pass, comma-separated")
@@ -196,6 +219,13 @@ def main(argv: Sequence[str] | None = None) -> None:
             for label, budget in budgets:
                 ms, solved, decided = measure(name, n, budget, args.repeat)
                 print(f"| {name} | {n} | {label} | {ms:,.0f} | {solved} | {decided} |", flush=True)
+    print()
+    print("| explain's start forecast, spot-missing | deadline jobs | plan | seconds | plans solved |")
+    print("|---|---:|---|---:|---:|")
+    for n in sizes:
+        for label, budget in budgets:
+            seconds, solved = measure_forecast(n, budget)
+            print(f"| latest deadline | {n} | {label} | {seconds:.1f} | {solved} |", flush=True)
 
 
 if __name__ == "__main__":
