@@ -1,4 +1,5 @@
-"""EC2 Instance Rebalance Recommendation -> ask the jobs on the instance for a checkpoint now."""
+"""EC2 Instance Rebalance Recommendation -> ask the jobs on the instance for a checkpoint now, and
+record their Spot pool at risk (the deadline guard's rule 7)."""
 
 from __future__ import annotations
 
@@ -22,8 +23,9 @@ from spotline.control.events import handle_rebalance
 
 @idempotent_on_event_id("rebalance")
 def _handle(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
-    detail = parse(event=event, model=RebalanceEvent).detail
-    jobs = handle_rebalance(control_plane(), detail.instance_id)
+    recommendation = parse(event=event, model=RebalanceEvent)
+    detail = recommendation.detail
+    jobs = handle_rebalance(control_plane(), detail.instance_id, recommendation.time.timestamp())
     logger.info("rebalance recommendation handled", extra={"instance_id": detail.instance_id, "jobs": jobs})
     metrics.add_metric(name="RebalanceCheckpointRequests", unit=MetricUnit.Count, value=len(jobs))
     return {"instance_id": detail.instance_id, "jobs": jobs}

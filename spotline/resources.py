@@ -265,7 +265,13 @@ FUNCTIONS: tuple[Function, ...] = (
         reads=("Jobs", "Instances", "Ledger"),
         writes=("Jobs", "Timeline", "Idempotency", "Ledger"),
     ),
-    Function("rebalance", "rebalance", reads=("Jobs", "Instances"), writes=("Jobs", "Idempotency")),
+    # A rebalance recommendation records its pool at risk (Ledger: the Spot pool history).
+    Function(
+        "rebalance",
+        "rebalance",
+        reads=("Jobs", "Instances", "Ledger"),
+        writes=("Jobs", "Idempotency", "Ledger"),
+    ),
     Function(
         "checkpoint_completed",
         "checkpoint_completed",

@@ -2,8 +2,9 @@
 
 Item "SPOTPOOL#<pool>" holds the pool's `spotline.domain.spot_watch.PoolWatch`: its first
 observation (`since`), its last observed state (`available`, `changed_at`) and its completed
-outages over the last 14 days (`outages`, `[start, end]` pairs, at most `MAX_OUTAGES`), with a
-`version` that each write checks and bumps. An observation reads the item and writes it back
+outages over the last 14 days (`outages`, `[start, end]` pairs, at most `MAX_OUTAGES`), the time
+of its latest rebalance recommendation (`at_risk_at`, one number), with a `version` that each
+write checks and bumps. An observation reads the item and writes it back
 only when it changes the state (a repeated or late one writes nothing), under the condition that
 no other writer got there first (then it reads again). A pass reads the pools it plans with in
 one BatchGetItem. No scans.
@@ -11,7 +12,7 @@ one BatchGetItem. No scans.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from spotline.aws.dynamo import DynamoTable, Expression, Item, serialize_item
@@ -35,6 +36,7 @@ def _watch(item: Item) -> PoolWatch:
         available=bool(item["available"]),
         changed_at=float(item["changed_at"]),
         outages=tuple((float(o[0]), float(o[1])) for o in item.get("outages", [])),
+        at_risk_at=None if item.get("at_risk_at") is None else float(item["at_risk_at"]),
     )
 
 
@@ -49,16 +51,27 @@ class SpotPoolHistory:
         return None if item is None else (_watch(item), int(item.get("version", 0)))
 
     def observe(self, pool: str, available: bool, at: float) -> bool:
+        return self._apply(
+            pool,
+            lambda watch: PoolWatch.first(available, at) if watch is None else watch.observe(available, at),
+        )
+
+    def observe_risk(self, pool: str, at: float) -> bool:
+        # a recommendation for a running instance: capacity was there when it came
+        return self._apply(
+            pool,
+            lambda watch: (PoolWatch.first(True, at) if watch is None else watch).observe_risk(at),
+        )
+
+    def _apply(self, pool: str, change: Callable[[PoolWatch | None], PoolWatch | None]) -> bool:
+        """Read the pool's item, apply `change` (None: nothing to write), write it back under the
+        condition that no other writer got there first (else read again)."""
         for _ in range(ATTEMPTS):
             found = self.watch(pool)
-            if found is None:
-                after, version = PoolWatch.first(available, at), 0
-            else:
-                before, version = found
-                changed = before.observe(available, at)
-                if changed is None:
-                    return False
-                after = changed
+            before, version = (None, 0) if found is None else found
+            after = change(before)
+            if after is None:
+                return False
             try:
                 self._write(pool, after, version)
             except ConditionFailed:
@@ -74,6 +87,7 @@ class SpotPoolHistory:
             "available": watch.available,
             "changed_at": watch.changed_at,
             "outages": [[start, end] for start, end in watch.outages],
+            "at_risk_at": watch.at_risk_at,
             "version": version + 1,
         }
         condition = (

@@ -33,6 +33,7 @@ from spotline.control.records import (
     parse_run_id,
 )
 from spotline.control.spot_signals import observe as observe_spot
+from spotline.control.spot_signals import observe_risk as observe_spot_risk
 from spotline.domain import TERMINAL_STATES, JobState
 
 logger = logging.getLogger(__name__)
@@ -76,11 +77,18 @@ def handle_spot_warning(
     return affected
 
 
-def handle_rebalance(cp: ControlPlane, instance_id: str) -> list[str]:
-    """Early warning: ask every job on the instance for a checkpoint now; they keep running."""
+def handle_rebalance(cp: ControlPlane, instance_id: str, event_time: float | None = None) -> list[str]:
+    """Early warning: ask every job on the instance for a checkpoint now; they keep running. The
+    Spot pools of the jobs on it are recorded at risk from the event's time (`event_time`, else
+    now): the deadline guard's rule 7."""
     now = cp.clock()
     asked: list[str] = []
-    for record in _jobs_on(cp, instance_id):
+    records = _jobs_on(cp, instance_id)
+    at = now if event_time is None else event_time
+    observe_spot_risk(
+        cp, [r.job.pool for r in records if r.job.pool], at, f"rebalance recommendation for {instance_id}"
+    )
+    for record in records:
         if record.state is not JobState.RUNNING:
             continue
         try:

@@ -418,6 +418,11 @@ class SpotPoolStore(Protocol):
         the last change)."""
         ...
 
+    def observe_risk(self, pool: str, at: float) -> bool:
+        """Record a rebalance recommendation for one of the pool's instances at `at` (the pool
+        at risk); False when it changes nothing (a repeat, or older than the latest one)."""
+        ...
+
     def signals(self, pools: Sequence[str], now: float) -> dict[str, SpotPoolSignal]:
         """What a pass plans from, for the pools seen at least once (one BatchGetItem)."""
         ...

@@ -6,19 +6,21 @@
   from the threshold's end);
 - a Spot launch that starts: capacity is there.
 
-A rebalance recommendation is only a risk, not a loss: it asks for a checkpoint and records
-nothing. Recording never fails the reaction it rides on: a storage error is logged and the next
-signal records again (observations are idempotent).
+A rebalance recommendation is only a risk, not a loss: besides the checkpoint it asks for, it
+records the pool as at risk (`observe_risk`; the deadline guard's rule 7). Recording never fails
+the reaction it rides on: a storage error is logged and the next signal records again
+(observations are idempotent).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 from spotline.control.errors import InvalidTransition, StaleJobError
 from spotline.control.lifecycle import requeue_unstarted, stop_runs
 from spotline.control.plane import ControlPlane
+from spotline.control.ports import SpotPoolStore
 from spotline.control.records import JobRecord
 from spotline.domain import JobState
 from spotline.domain.deadline import spot_unsafe
@@ -35,6 +37,23 @@ def spot_pools(cp: ControlPlane) -> list[str]:
 def observe(cp: ControlPlane, pools: Iterable[str], available: bool, at: float, why: str) -> list[str]:
     """Record the observation for each of `pools` that is a Spot pool; the pools whose record it
     changed."""
+    state = "there" if available else "missing"
+    return _record(cp, pools, lambda store, pool: store.observe(pool, available, at), state, why)
+
+
+def observe_risk(cp: ControlPlane, pools: Iterable[str], at: float, why: str) -> list[str]:
+    """Record each of `pools` that is a Spot pool as at risk from `at` (a rebalance
+    recommendation); the pools whose record it changed."""
+    return _record(cp, pools, lambda store, pool: store.observe_risk(pool, at), "at risk", why)
+
+
+def _record(
+    cp: ControlPlane,
+    pools: Iterable[str],
+    write: Callable[[SpotPoolStore, str], bool],
+    state: str,
+    why: str,
+) -> list[str]:
     store = cp.spot_pools
     if store is None:
         return []
@@ -44,9 +63,9 @@ def observe(cp: ControlPlane, pools: Iterable[str], available: bool, at: float, 
         if pool not in spot:
             continue
         try:
-            if store.observe(pool, available, at):
+            if write(store, pool):
                 changed.append(pool)
-                logger.info("Spot capacity %s in %s (%s)", "there" if available else "missing", pool, why)
+                logger.info("Spot capacity %s in %s (%s)", state, pool, why)
         except Exception:
             logger.warning("Spot observation not recorded", extra={"pool": pool, "why": why}, exc_info=True)
     return changed

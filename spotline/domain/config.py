@@ -281,6 +281,11 @@ class SchedulerConfig(BaseModel):
     # the guard's next look at a job (a scheduling pass's cadence). A local demo shrinks both.
     deadline_changeover_s: float = Field(default=720.0, gt=0)
     deadline_step_s: float = Field(default=300.0, ge=0)
+    # The deadline guard's plans a pass may solve (each up to ~0.3 s: docs/spot-and-deadlines.md):
+    # the jobs that may ask one with the soonest deadlines get it, the others the guard's rules
+    # this pass (its safety net keeps their deadlines). None: no bound (a pass may then solve one
+    # per deadline job; the scheduler Lambda has 60 s).
+    deadline_plans_per_pass: int | None = Field(default=16, ge=0)
     # What one interruption costs a job besides its restart: the agent checkpoints inside the
     # 2-minute Spot notice (architecture.md), so a checkpoint write (`checkpoint_write_s`); False
     # for an agent that cannot, whose job loses half a checkpoint interval on average.

@@ -10,7 +10,7 @@ same dynamic programme as the omniscient policy, with the expectation over the m
 the known trace. The plan is a table (steps since the start, where the job runs, how long Spot has
 been there or missing, work left) -> idle, Spot or On-Demand.
 
-The plan never decides alone: the guard's safety net (`spotline.domain.deadline`) runs first and
+The plan never decides alone: the guard's safety net (`spotline.domain.deadline_rules`) runs first and
 keeps every deadline that is still feasible, whatever the model says. The model is fitted once, at
 the job's start, from the history the control plane has seen (never a later step). Pure: numpy
 arithmetic on the arguments, no clock, no randomness.
@@ -20,12 +20,12 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_right
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from spotline.domain.deadline import (
+from spotline.domain.deadline_rules import (
     GuardDecision,
     GuardSettings,
     GuardState,
@@ -34,6 +34,7 @@ from spotline.domain.deadline import (
     Why,
     decide,
 )
+from spotline.domain.models import SpotPoolSignal
 
 EPS = 1e-9
 DEFAULT_LONGEST_H = 12.0  # run lengths the model tells apart; longer runs share one state
@@ -132,6 +133,32 @@ class SpotChain:
         return to_up, to_down
 
 
+def grid_units(
+    step_h: float, buckets: int, job_h: float, deadline_h: float, changeover_h: float, max_cells: int
+) -> tuple[int, int, int, int, int] | None:
+    """The plan's grid for a job (`DeadlinePlan.solve`), from the chain's run-length `buckets`:
+    (progress unit in seconds, units per step, per changeover, per job, a changeover's phases)
+    for the finest unit whose grid (steps x band x modes x chain states) fits `max_cells`; None
+    when none does. A coarser unit rounds the changeover up to whole units: the plan then counts
+    a changeover a little long."""
+    step_s = round(step_h * 3600.0)
+    change_s = round(changeover_h * 3600.0)
+    steps = math.floor(deadline_h / step_h + EPS)
+    finest = math.gcd(step_s, change_s) if change_s else step_s
+    for per_step in sorted({step_s // finest, 12, 10, 6, 5, 4, 3, 2, 1}, reverse=True):
+        if step_s % per_step or per_step > step_s // finest:
+            continue
+        unit_s = step_s // per_step
+        change_u = math.ceil(change_s / unit_s - 1e-9)
+        job_u = math.ceil(job_h * 3600.0 / unit_s - 1e-9)
+        phases = math.ceil(change_u / per_step) if change_u else 0
+        n_modes = 1 + 2 * (phases + 1)
+        band = max(0, min(job_u, steps * per_step - job_u)) + 1
+        if steps * band * n_modes * 2 * buckets <= max_cells:
+            return unit_s, per_step, change_u, job_u, phases
+    return None
+
+
 @dataclass(frozen=True, slots=True)
 class DeadlinePlan:
     """The solved plan: `choose` reads the action for a state; None outside what was solved."""
@@ -149,33 +176,25 @@ class DeadlinePlan:
 
     @classmethod
     def solve(
-        cls, chain: SpotChain, job_h: float, deadline_h: float, changeover_h: float, price_ratio: float
+        cls,
+        chain: SpotChain,
+        job_h: float,
+        deadline_h: float,
+        changeover_h: float,
+        price_ratio: float,
+        max_cells: int = MAX_PLAN_CELLS,
     ) -> DeadlinePlan:
         """Backward induction over the job's steps: each state's cheapest expected cost to finish
         by the deadline (Spot 1 per hour, On-Demand `price_ratio`, each switch into a running state
         `changeover_h` without progress at the new state's price; a reclaim when the chain says Spot
-        is gone). Raises ValueError when the grid would be too large."""
-        step_s = round(chain.step_h * 3600.0)
-        change_s = round(changeover_h * 3600.0)
+        is gone). Raises ValueError when the grid would be larger than `max_cells`."""
         steps = math.floor(deadline_h / chain.step_h + EPS)
         n_chain = 2 * chain.buckets
-        finest = math.gcd(step_s, change_s) if change_s else step_s
-        # progress units: the finest grid that fits MAX_PLAN_CELLS (a coarser one rounds the
-        # changeover up to whole units: the plan then counts a changeover a little long)
-        for per_step in sorted({step_s // finest, 12, 10, 6, 5, 4, 3, 2, 1}, reverse=True):
-            if step_s % per_step or per_step > step_s // finest:
-                continue
-            unit_s = step_s // per_step
-            step_u = per_step
-            change_u = math.ceil(change_s / unit_s - 1e-9)
-            job_u = math.ceil(job_h * 3600.0 / unit_s - 1e-9)
-            phases = math.ceil(change_u / step_u) if change_u else 0
-            n_modes = 1 + 2 * (phases + 1)  # 0 idle; 1 + j Spot at phase j; 2 + phases + j On-Demand
-            band = max(0, min(job_u, steps * step_u - job_u)) + 1
-            if steps * band * n_modes * n_chain <= MAX_PLAN_CELLS:
-                break
-        else:
+        grid = grid_units(chain.step_h, chain.buckets, job_h, deadline_h, changeover_h, max_cells)
+        if grid is None:
             raise ValueError("the deadline plan's grid is too large for this job and step")
+        unit_s, step_u, change_u, job_u, phases = grid
+        n_modes = 1 + 2 * (phases + 1)  # 0 idle; 1 + j Spot at phase j; 2 + phases + j On-Demand
         unit_h = unit_s / 3600.0
         to_up, to_down = chain.transitions()
         spot_there = np.arange(n_chain) < chain.buckets
@@ -291,8 +310,9 @@ PLAN_WHY = {
     Placement.NONE: Why.PLAN_WAIT,
     Placement.ON_DEMAND: Why.PLAN_ON_DEMAND,
 }
-# The guard's rules that a plan never overrides: the deadline comes first.
-FIRM = frozenset({Why.DONE, Why.INFEASIBLE, Why.SAFETY_NET})
+# The guard's rules that a plan never overrides: the deadline comes first, and a pool at risk
+# (the plan's model of the pool knows nothing of a rebalance recommendation).
+FIRM = frozenset({Why.DONE, Why.INFEASIBLE, Why.SAFETY_NET, Why.SPOT_AT_RISK})
 
 
 def decide_planned(
@@ -316,6 +336,148 @@ def decide_planned(
         state.spot_available,
         run_steps,
     )
+    return _with_action(guarded, action, state)
+
+
+def _with_action(guarded: GuardDecision, action: Placement | None, state: GuardState) -> GuardDecision:
     if action is None or (action is Placement.SPOT and not state.spot_available):
         return guarded
     return GuardDecision(action, PLAN_WHY[action], guarded.slack_h, guarded.line_h, guarded.wait_limit_h)
+
+
+# --- the plan in the control plane: from the pool's interval history --------------------------
+
+# The plan's step in the control plane: the 10 minutes of the traces it was tuned on (a pass
+# runs more often; the plan's grid need not follow it).
+PLAN_STEP_H = 1 / 6
+# The history the plan is fitted on: the week before now (the single-job benchmark's window).
+PLAN_WINDOW_H = 7 * 24.0
+# The largest grid a pass solves for one job (the benchmark's MAX_PLAN_CELLS / 15): about 0.3 s
+# of a loaded 2-core machine at most (docs/spot-and-deadlines.md); a larger job's grid is
+# coarsened to fit, and beyond that the guard's rules decide.
+PLAN_NOW_MAX_CELLS = 4_000_000
+TOLERANCE_S = 1e-6
+
+
+def observations(signal: SpotPoolSignal, step_h: float, window_h: float = PLAN_WINDOW_H) -> list[bool]:
+    """The pool's history as equally spaced observations, oldest first: one every `step_h` before
+    the pass (`n * step` ago down to `1 * step` ago; `n` whole steps of the history observed,
+    within `window_h`), each True unless it falls in a completed outage (`[began, ended)` in time,
+    `signal.spans_s`) or in the outage under way. What `SpotChain.fit` takes, from the past alone:
+    a trace piecewise constant over `step_h` and its interval history give the same list."""
+    if step_h <= 0:
+        raise ValueError(f"step_h must be > 0, got {step_h:g}")
+    step_s = step_h * 3600.0
+    n = math.floor(min(signal.observed_s, window_h * 3600.0) / step_s + EPS)
+    if n <= 0:
+        return []
+    ago = np.arange(n, 0, -1) * step_s
+    missing = np.zeros(n, dtype=bool)
+    for began, ended in signal.spans_s:
+        missing |= (ago > ended + TOLERANCE_S) & (ago <= began + TOLERANCE_S)
+    if not signal.available:
+        missing |= ago <= signal.outage_s + TOLERANCE_S
+    return [not m for m in missing.tolist()]
+
+
+def run_steps(signal: SpotPoolSignal | None, spot_available: bool, step_h: float) -> int:
+    """How many steps (now included) Spot has been there, or missing, in a row: from the pass's
+    signal (the outage under way, or the end of the last outage); 1 when now differs from it."""
+    if signal is None or signal.available != spot_available:
+        return 1
+    if not signal.available:
+        since_s = signal.outage_s
+    else:
+        since_s = signal.spans_s[-1][1] if signal.spans_s else signal.observed_s
+    return 1 + math.floor(since_s / (step_h * 3600.0) + EPS)
+
+
+def plan_now(
+    state: GuardState, signal: SpotPoolSignal, settings: GuardSettings, step_h: float = PLAN_STEP_H
+) -> DeadlinePlan | None:
+    """The plan for what is left of the job, from now: its model fitted on the pool's history
+    before now (`observations`), solved for the work left and the time left. The dynamic programme
+    is the same at every step (the model does not change with time), so its action now is the
+    one a plan solved at the job's start would take in this state, with the latest history. None
+    without enough history (`settings.min_history_h`), with the plan switched off, or when the
+    grid would be too large. (`fitted_chain`, then `solve_now`; a pass reuses both within it:
+    `deadline_budget.PassPlans`.)"""
+    chain = fitted_chain(signal, settings, step_h)
+    return None if chain is None else solve_now(state, chain, settings, step_h)
+
+
+def fitted_chain(
+    signal: SpotPoolSignal, settings: GuardSettings, step_h: float = PLAN_STEP_H
+) -> SpotChain | None:
+    """The pool's model for the plan, fitted on its history before now (`observations`); None
+    with the plan switched off, a signal that does not place its outages in time, or less
+    history than `settings.min_history_h`."""
+    if settings.plan_longest_h is None or len(signal.spans_s) < len(signal.outages_s):
+        return None  # switched off, or a signal that does not place its outages in time
+    seen = observations(signal, step_h)
+    if len(seen) * step_h < settings.min_history_h - EPS:
+        return None
+    return SpotChain.fit(seen, step_h, settings.plan_longest_h)
+
+
+def solve_now(
+    state: GuardState, chain: SpotChain, settings: GuardSettings, step_h: float = PLAN_STEP_H
+) -> DeadlinePlan | None:
+    """The plan under `chain` for the work left and the time left (None when nothing is left to
+    plan, or the grid would be larger than `PLAN_NOW_MAX_CELLS`)."""
+    work_left = state.job_h - state.progress_h
+    time_left = state.deadline_h - state.elapsed_h
+    if work_left <= EPS or time_left < step_h:
+        return None
+    try:
+        return DeadlinePlan.solve(
+            chain, work_left, time_left, settings.changeover_h, settings.price_ratio, PLAN_NOW_MAX_CELLS
+        )
+    except ValueError:
+        return None  # too large a grid for this job: the guard's own rules
+
+
+def plan_fits(
+    work_left_h: float, time_left_h: float, settings: GuardSettings, step_h: float = PLAN_STEP_H
+) -> bool:
+    """Whether `solve_now` would solve a plan for this work and time left (the grid within
+    `PLAN_NOW_MAX_CELLS`, something left to plan, the plan switched on); cheap: no model fitted."""
+    if settings.plan_longest_h is None or work_left_h <= EPS or time_left_h < step_h:
+        return False
+    buckets = len(run_edges(step_h, settings.plan_longest_h))
+    fits = grid_units(step_h, buckets, work_left_h, time_left_h, settings.changeover_h, PLAN_NOW_MAX_CELLS)
+    return fits is not None
+
+
+PlanSolver = Callable[[GuardState, SpotPoolSignal, GuardSettings, float], "DeadlinePlan | None"]
+
+
+def decide_from_signal(
+    state: GuardState,
+    signal: SpotPoolSignal | None,
+    settings: GuardSettings,
+    *,
+    use_plan: bool = True,
+    step_h: float = PLAN_STEP_H,
+    solve: PlanSolver = plan_now,
+) -> GuardDecision:
+    """The guard as the control plane runs it, from a pass's signal of the pool (its history):
+    the rules first (the safety net, done and infeasible are final), then, with enough history,
+    the plan's action for now (`plan_now`); the rules where there is no plan (`use_plan` False:
+    the caller needs only the rules, and the plan is not solved). `solve`: where the plan comes
+    from (`plan_now`, or a pass's `deadline_budget.PassPlans.plan`, which reuses plans)."""
+    guarded = decide(state, SpotHistory.from_signal(signal), settings)
+    if not use_plan or signal is None or guarded.why in FIRM:
+        return guarded
+    plan = solve(state, signal, settings, step_h)
+    if plan is None:
+        return guarded
+    action = plan.choose(
+        0.0,
+        0.0,
+        state.placement,
+        state.changeover_left_h,
+        state.spot_available,
+        run_steps(signal, state.spot_available, step_h),
+    )
+    return _with_action(guarded, action, state)

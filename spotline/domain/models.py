@@ -473,7 +473,11 @@ class Allocation(BaseModel):
 class SpotPoolSignal(BaseModel):
     """What the control plane knows of a Spot pool's capacity at a pass (`spot_watch.PoolWatch`):
     whether Spot is there (its last observation), how long it has been missing, and its history
-    over a bounded window (observed and available seconds, completed outage lengths, ascending)."""
+    over a bounded window (observed and available seconds, completed outage lengths, ascending).
+
+    `spans_s` places the completed outages in time: `(began, ended)` in seconds before the pass,
+    oldest first, clipped to the window (at most `spot_watch.MAX_OUTAGES` of them). The deadline
+    guard's plan samples the history from them (`deadline_plan.observations`); only the past."""
 
     model_config = ConfigDict(defer_build=True, frozen=True)
 
@@ -482,6 +486,10 @@ class SpotPoolSignal(BaseModel):
     observed_s: float = Field(default=0.0, ge=0)
     available_s: float = Field(default=0.0, ge=0)
     outages_s: tuple[float, ...] = ()
+    spans_s: tuple[tuple[float, float], ...] = ()
+    # A rebalance recommendation for one of the pool's instances within the last
+    # `spot_watch.AT_RISK_S`, with Spot there: capacity at elevated risk of reclaim.
+    at_risk: bool = False
 
 
 class ClusterSnapshot(BaseModel):

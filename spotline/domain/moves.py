@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from spotline.domain.checkpoint_cost import write_s
 from spotline.domain.config import SchedulerConfig
-from spotline.domain.deadline import on_demand_to_spot_note, spot_unsafe, stays_on_demand
+from spotline.domain.deadline import PassPlans, on_demand_to_spot_note, spot_unsafe, stays_on_demand
 from spotline.domain.decisions import Move
 from spotline.domain.models import Allocation, ClusterSnapshot, JobState, Pool, SpotPoolSignal, SpotPreference
 from spotline.domain.move_value import MoveValue, move_value
@@ -27,6 +27,7 @@ def moves_to_spot(
     now: float,
     config: SchedulerConfig,
     budget: int,
+    plans: PassPlans | None = None,
 ) -> list[Move]:
     """The On-Demand jobs to move to Spot room left after the pass's decisions (`Move`): those
     that may run on Spot, are neither leaving nor shielded (protection period, preemption cap),
@@ -44,7 +45,7 @@ def moves_to_spot(
     )
     if not spot:
         return []
-    candidates = _movable(snapshot, running, taken, now, config, spot[0].name)
+    candidates = _movable(snapshot, running, taken, now, config, spot[0].name, plans)
     if not candidates:
         return []
     free = {p.name: ledger.free(p.name) for p in spot}
@@ -71,6 +72,7 @@ def _movable(
     now: float,
     config: SchedulerConfig,
     target: str,
+    plans: PassPlans | None = None,
 ) -> list[tuple[float, Allocation]]:
     """The running On-Demand jobs that may move, with their estimated remaining run times,
     longest first (then by id): not leaving, not taken by the pass, not shielded, and with at
@@ -97,6 +99,7 @@ def _movable(
                         spot=snapshot.spot.get(target),
                         changeover_h=changeover_h(config),
                         step_h=step_h(config),
+                        plans=plans,
                     )
                     is None
                 ):

@@ -6,7 +6,7 @@ from collections.abc import Iterable, Mapping
 
 from spotline.domain.checkpoint_cost import interruption_lost_s
 from spotline.domain.config import SchedulerConfig
-from spotline.domain.deadline import spot_unsafe
+from spotline.domain.deadline import PassPlans, spot_unsafe
 from spotline.domain.models import Job, Pool, SpotPoolSignal, SpotPreference
 
 
@@ -45,6 +45,7 @@ def spot_refusal(
     remaining_s: float,
     config: SchedulerConfig,
     signal: SpotPoolSignal | None = None,
+    plans: PassPlans | None = None,
 ) -> str | None:
     """None when `job` may run on Spot `pool`; otherwise why not.
 
@@ -58,7 +59,8 @@ def spot_refusal(
        a job whose slack is already negative (On-Demand cannot save its deadline) may use Spot;
        and, with a declared runtime, only while the deadline guard allows it
        (`deadline.spot_unsafe`: its safety net, and, when the pool was last seen without capacity
-       (`signal`), its rules for an outage, from the pool's history).
+       (`signal`), its rules for an outage, from the pool's history; `plans`: the pass's plan
+       budget and plans, `deadline_budget.PassPlans`).
     """
     spec = job.spec
     if spec.spot is SpotPreference.NEVER:
@@ -81,7 +83,13 @@ def spot_refusal(
         if slack < needed and not (config.spot_cost_aware and slack < 0):
             return f"deadline slack {slack:.0f}s below the {needed:.0f}s that Spot interruptions may cost"
         return spot_unsafe(
-            job, now, on_spot=False, spot=signal, changeover_h=changeover_h(config), step_h=step_h(config)
+            job,
+            now,
+            on_spot=False,
+            spot=signal,
+            changeover_h=changeover_h(config),
+            step_h=step_h(config),
+            plans=plans,
         )
     return None
 
@@ -103,6 +111,7 @@ def candidate_pools(
     remaining_s: float,
     config: SchedulerConfig,
     spot: Mapping[str, SpotPoolSignal] | None = None,
+    plans: PassPlans | None = None,
 ) -> list[Pool]:
     """The pools `job` may run in, in order of preference.
 
@@ -117,7 +126,7 @@ def candidate_pools(
         if not pool.can_host(job):
             continue
         if pool.is_spot:
-            if spot_refusal(job, pool, now, remaining_s, config, (spot or {}).get(pool.name)) is None:
+            if spot_refusal(job, pool, now, remaining_s, config, (spot or {}).get(pool.name), plans) is None:
                 spot_ok.append(pool)
         elif job.spec.spot is not SpotPreference.REQUIRED:
             on_demand.append(pool)

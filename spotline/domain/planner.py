@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 
 from spotline.domain.checkpoint_cost import write_s
 from spotline.domain.config import SchedulerConfig
+from spotline.domain.deadline import PassPlans
 from spotline.domain.decisions import (
     MOVE_TO,
     Admit,
@@ -148,6 +149,7 @@ def plan_with_stats(
         snapshot, RunningJobs(snapshot, indexed, score, now, config), score, now, config, rng, explain
     )
     state.indexed = indexed
+    state.plans = PassPlans.for_pass(snapshot, window, config, now, indexed.allocations())
     state.reserve_for_draining(window)
     decisions: list[Decision] = []
     for job, priority in ranked(window, parts, score):
@@ -174,6 +176,7 @@ def plan_with_stats(
                 now,
                 config,
                 state.preemptions_left - len(leaving),
+                state.plans,
             )
         )
     return decisions, PlanStats(candidates_examined=len(window), running_considered=len(indexed))
@@ -243,6 +246,7 @@ class _Pass:
         self.array_held: dict[str, int] | None = None
         self.window: list[Job] = []
         self.indexed = RunningIndex()
+        self.plans = PassPlans()  # the deadline guard's plans: the pass's budget, those solved
         # The head of each class in this pass: the first of its jobs that neither started nor
         # claimed spare GPUs (`_behind_class_head`).
         self.heads: dict[Priority, str] = {}
@@ -353,8 +357,9 @@ class _Pass:
         pools = self.placements.get(alike) if alike is not None else None
         if pools is None:
             remaining = estimated_remaining_s(job, self.now, self.config)
+            snapshot = self.snapshot
             pools = candidate_pools(
-                job, self.snapshot.pools.values(), self.now, remaining, self.config, self.snapshot.spot
+                job, snapshot.pools.values(), self.now, remaining, self.config, snapshot.spot, self.plans
             )
             if alike is not None:
                 self.placements[alike] = pools
@@ -389,7 +394,8 @@ class _Pass:
         for pool in sorted(self.snapshot.pools.values(), key=lambda p: p.name):
             if not pool.is_spot or not pool.can_host(job):
                 continue
-            why = spot_refusal(job, pool, self.now, remaining, self.config, self.snapshot.spot.get(pool.name))
+            signal = self.snapshot.spot.get(pool.name)
+            why = spot_refusal(job, pool, self.now, remaining, self.config, signal, self.plans)
             if why is not None and why.startswith("deadline guard"):
                 return f"{pool.name}: {why}"
         return None

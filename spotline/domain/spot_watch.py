@@ -2,11 +2,13 @@
 
 The control plane observes a Spot pool through its own runs: a Spot interruption warning (the pool
 is losing capacity), a Spot launch that sits RUNNABLE past a threshold (no capacity), a Spot
-launch that starts (capacity is there). `PoolWatch` folds those observations into the pool's
-current state and its outages (intervals without capacity) over a bounded window (`WINDOW_S`,
-14 days: the length of SkyPilot's traces). `PoolWatch.signal` turns it into what a scheduling pass
-plans from (`SpotPoolSignal`, carried by the `ClusterSnapshot`), and the guard reads the pool's
-`SpotHistory` from that (`spotline.domain.deadline`).
+launch that starts (capacity is there), and a rebalance recommendation (capacity at risk: kept
+as its time, `at_risk_at`; the pool is at risk for `AT_RISK_S` after it while Spot is there).
+`PoolWatch` folds those observations into the pool's current state and its outages (intervals
+without capacity) over a bounded window (`WINDOW_S`, 14 days: the length of SkyPilot's traces).
+`PoolWatch.signal` turns it into what a scheduling pass plans from (`SpotPoolSignal`, carried by
+the `ClusterSnapshot`), and the guard reads the pool's `SpotHistory` from that
+(`spotline.domain.deadline`).
 
 Pure: the adapter (`spotline.aws.spot_pools`) stores one item per pool and applies `observe` with
 a conditional write; the simulator can fold its own observations the same way.
@@ -20,6 +22,10 @@ from spotline.domain.models import SpotPoolSignal
 
 WINDOW_S = 14 * 24 * 3600.0
 MAX_OUTAGES = 500  # outages kept at most (the oldest go first): bounds the item's size
+# How long a rebalance recommendation keeps its pool at risk. EC2 sends it when an instance's
+# interruption risk rises, before (or without) the 2-minute warning; half an hour covers the
+# usual lead time without holding a pool at risk for good.
+AT_RISK_S = 30 * 60.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,13 +34,15 @@ class PoolWatch:
 
     `since`: the first observation; `available`: the state last observed; `changed_at`: when the
     state last changed (the start of the outage under way when not `available`); `outages`:
-    completed outages `(start, end)`, oldest first, within the window.
+    completed outages `(start, end)`, oldest first, within the window; `at_risk_at`: the latest
+    rebalance recommendation for one of the pool's instances.
     """
 
     since: float
     available: bool
     changed_at: float
     outages: tuple[tuple[float, float], ...] = ()
+    at_risk_at: float | None = None
 
     @classmethod
     def first(cls, available: bool, at: float) -> PoolWatch:
@@ -53,18 +61,29 @@ class PoolWatch:
         kept = tuple(o for o in outages if o[1] > cutoff)[-MAX_OUTAGES:]
         return replace(self, available=available, changed_at=at, outages=kept)
 
+    def observe_risk(self, at: float) -> PoolWatch | None:
+        """The watch after a rebalance recommendation at `at`, or None when it changes nothing
+        (a duplicate, or older than the latest one known)."""
+        if self.at_risk_at is not None and at <= self.at_risk_at:
+            return None
+        return replace(self, at_risk_at=at)
+
     def signal(self, now: float, window_s: float = WINDOW_S) -> SpotPoolSignal:
         """What a pass plans from at `now`: whether Spot is there, how long it has been missing,
-        and the history over the window (observed and available hours, completed outages)."""
+        and the history over the window (observed and available hours, completed outages, and
+        where they lay: seconds before `now`)."""
         start = max(self.since, now - window_s)
         observed = max(0.0, now - start)
         down = 0.0
         lengths: list[float] = []
+        spans: list[tuple[float, float]] = []
         for begin, end in self.outages:
             clipped = max(0.0, min(end, now) - max(begin, start))
             down += clipped
             if begin >= start:  # an outage cut by the window's start is not counted as one
                 lengths.append(end - begin)
+            if clipped > 0:
+                spans.append((now - max(begin, start), now - min(end, now)))
         outage_s = 0.0 if self.available else max(0.0, now - self.changed_at)
         down += min(outage_s, observed)
         return SpotPoolSignal(
@@ -73,4 +92,8 @@ class PoolWatch:
             observed_s=observed,
             available_s=max(0.0, observed - down),
             outages_s=tuple(sorted(lengths)),
+            spans_s=tuple(spans),
+            at_risk=self.available
+            and self.at_risk_at is not None
+            and now - AT_RISK_S <= self.at_risk_at <= now,
         )

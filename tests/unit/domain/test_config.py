@@ -19,6 +19,9 @@ ADDED_SINCE = {
     # the deadline guard's changeover and step, settings since issue 30 (the constants they were)
     "deadline_changeover_s": 720.0,
     "deadline_step_s": 300.0,
+    # the deadline plans a pass may solve (issue 30): no plan is solved in the simulator's passes
+    # (its snapshot carries no Spot signals), so the tuning's behaviour at any value
+    "deadline_plans_per_pass": 16,
     "no_preemption_delay_for": [],
     "preempt_below_blocked_class": False,
     "protect_backfill": True,
