@@ -20,7 +20,7 @@ from spotline.control.records import JobRecord, TimelineEntry
 from spotline.control.scheduling import build_snapshot
 from spotline.domain import JobState
 from spotline.domain.checkpoint_cost import describe as describe_checkpoint
-from spotline.domain.deadline import explain_deadline
+from spotline.domain.deadline import PassPlans, explain_deadline
 from spotline.domain.explain import explain_pools, position, priority_terms, scores
 from spotline.domain.forecast import forecast_start
 from spotline.domain.placement import changeover_h, step_h
@@ -78,7 +78,18 @@ def explain_job(cp: ControlPlane, team: str, job_id: str) -> dict[str, Any]:
         },
     }
     # a deadline job: Spot or On-Demand, its line, and the Spot history the guard used
-    guard = explain_deadline(job, now, snapshot, changeover_h=changeover_h(config), step_h=step_h(config))
+    plans = None
+    held = cp.config.pools_by_name.get(job.pool or "") if job.state in HOLDING else None
+    on_spot = held is not None and held.is_spot
+    if job.spec.deadline_at is not None and job.spec.expected_runtime_s is not None and not on_spot:
+        # The pass's plan budget over the window it reads, so `explain` says what a pass does for
+        # the jobs the budget ranks (waiting, or On-Demand); a job held on Spot is not one of
+        # them, and its advice is the guard's with its plan.
+        window = read_window(StorePendingQueue(cp.jobs), config.window_per_class)
+        plans = PassPlans.for_pass(snapshot, window, config, now)
+    guard = explain_deadline(
+        job, now, snapshot, changeover_h=changeover_h(config), step_h=step_h(config), plans=plans
+    )
     if guard is not None:
         out["deadline_guard"] = guard
     checkpoint = describe_checkpoint(job, float(cp.config.grace_period_s))

@@ -151,8 +151,10 @@ def explain_deadline(
     }
     if plans is not None and job.id in plans.left_to_rules and plan_asked(placement, spot_available):
         out["plan_left_to_rules"] = (
-            f"the pass's plan budget (deadline_plans_per_pass = {plans.budget}) went to jobs with"
-            " sooner deadlines: the guard's rules decide this pass"
+            "the pass solves no plan (deadline_plans_per_pass = 0): the guard's rules decide"
+            if plans.budget == 0
+            else f"the pass's plan budget (deadline_plans_per_pass = {plans.budget}) went to jobs"
+            " with sooner deadlines: the guard's rules decide this pass"
         )
     return out
 

@@ -134,7 +134,11 @@ def forecast_start(
     horizon_s: float = 7 * 86400.0,
 ) -> StartForecast:
     """The replayed start of `target`, with the band of replays whose remaining run times are
-    scaled by `band`."""
+    scaled by `band`. The replayed passes solve no deadline plan (`deadline_plans_per_pass` 0:
+    the guard's rules decide there, and their safety net is the same): a plan costs up to about
+    0.3 s, and three replays of many passes would otherwise keep `explain` past API Gateway's
+    29 s (`bench/plan_pass_deadlines.py`)."""
+    config = config.model_copy(update={"deadline_plans_per_pass": 0})
     state = rng.getstate()
     at, reason = replay_start(
         target, snapshot, pending, now, config, rng, leave_s=leave_s, horizon_s=horizon_s

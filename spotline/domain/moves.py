@@ -51,7 +51,7 @@ def moves_to_spot(
     free = {p.name: ledger.free(p.name) for p in spot}
     moves: list[Move] = []
     for remaining, allocation in candidates:
-        move = _first_room(allocation, remaining, spot, free, now, config, score, snapshot)
+        move = _first_room(allocation, remaining, spot, free, now, config, score, snapshot, plans)
         if move is not None:
             moves.append(move)
         if len(moves) >= budget or not any(free.values()):
@@ -117,6 +117,7 @@ def _first_room(
     config: SchedulerConfig,
     score: PriorityScorer,
     snapshot: ClusterSnapshot,
+    plans: PassPlans | None = None,
 ) -> Move | None:
     """A move of the job to the first of the `spot` pools that can host it in the GPUs still
     `free` (taken from them), whose Spot rules accept it, and where the move pays for itself
@@ -139,7 +140,16 @@ def _first_room(
         )
         if value is not None:
             reason = f"{reason}; {value.describe()}"
-        note = on_demand_to_spot_note(job, now, changeover_h=changeover_h(config), step_h=step_h(config))
+        # The guard's word with the target pool's history, as `_movable` asked it (the plan's
+        # reason where the plan let the job go, not the rules' alone).
+        note = on_demand_to_spot_note(
+            job,
+            now,
+            changeover_h=changeover_h(config),
+            step_h=step_h(config),
+            spot=snapshot.spot.get(pool.name),
+            plans=plans,
+        )
         if note is not None:
             reason = f"{reason}; {note}"
         return Move(job, allocation.pool, pool.name, score(job), reason)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
+from spotline.control.records import JobRecord
 from spotline.control.scheduling import scheduling_pass
 from spotline.domain.deadline import GuardSettings, Placement, job_state
 from spotline.domain.deadline_plan import decide_from_signal
@@ -22,9 +23,11 @@ def iso(at: float) -> str:
     return datetime.fromtimestamp(at, UTC).isoformat()
 
 
-def test_the_pass_decides_from_the_plan_fitted_on_the_pools_history(deployment: Deployment) -> None:
-    plane = deployment.plane
-    store = plane.spot_pools
+def _flapping_history(deployment: Deployment) -> tuple[JobRecord, float]:
+    """An 8 h job due in 12 h, submitted an hour ago, and the pool's last three days as the
+    control plane saw them: Spot there an hour, missing an hour, over and over; missing again for
+    the last half hour."""
+    store = deployment.plane.spot_pools
     assert store is not None
     start = deployment.clock.freeze()
     # an 8 h job due in 12 h, not started an hour later
@@ -39,6 +42,14 @@ def test_the_pass_decides_from_the_plan_fitted_on_the_pools_history(deployment: 
         store.observe(SPOT, True, t + 2 * H)
         t += 2 * H
     store.observe(SPOT, False, now - 0.5 * H)
+    return job, now
+
+
+def test_the_pass_decides_from_the_plan_fitted_on_the_pools_history(deployment: Deployment) -> None:
+    plane = deployment.plane
+    store = plane.spot_pools
+    assert store is not None
+    job, now = _flapping_history(deployment)
     signal = store.signals([SPOT], now)[SPOT]
     assert not signal.available and len(signal.spans_s) == 35
     # the guard's rules alone would send it On-Demand (the outage is longer than its slack affords
@@ -59,3 +70,23 @@ def test_the_pass_decides_from_the_plan_fitted_on_the_pools_history(deployment: 
     assert guard["why"] == "plan-wait" and guard["planned"] is True
     assert "the cheapest expected schedule under the pool's history" in guard["summary"]
     assert guard["spot_history"]["observed_h"] == 71.5 and guard["spot_history"]["outages"] == 35
+
+
+def test_explain_says_when_the_pass_budget_leaves_a_job_to_the_rules(deployment: Deployment) -> None:
+    # With no plan in a pass (`deadline_plans_per_pass` 0), the pass decides by the guard's rules
+    # (On-Demand: the outage is too long for its slack), and `explain` says so, as the pass does.
+    plane = deployment.plane
+    scheduler = plane.config.scheduler.model_copy(update={"deadline_plans_per_pass": 0})
+    plane.settings = plane.settings.model_copy(
+        update={"config": plane.config.model_copy(update={"scheduler": scheduler})}
+    )
+    job, _ = _flapping_history(deployment)
+
+    status, body = explain(job.id, VISION)
+    assert status == 200
+    guard = body["deadline_guard"]
+    assert guard["planned"] is False and guard["advice"] == "on-demand"
+    assert "plan_left_to_rules" in guard
+
+    result = scheduling_pass(plane)
+    assert [pool for _, pool in result.admitted] != [SPOT]
