@@ -23,7 +23,7 @@ from spotline.control.plane import ControlPlane
 from spotline.control.ports import SpotPoolStore
 from spotline.control.records import JobRecord
 from spotline.domain import JobState
-from spotline.domain.deadline import spot_unsafe
+from spotline.domain.deadline import PassPlans, spot_unsafe
 from spotline.domain.models import SpotPoolSignal
 from spotline.domain.placement import changeover_h, step_h
 
@@ -108,11 +108,12 @@ def leave_missing_spot(cp: ControlPlane, active: Iterable[JobRecord], now: float
         return []
     seen = signals(cp, now)
     scheduler = cp.config.scheduler
+    missing = [r for r in waiting if (s := seen.get(r.job.pool or "")) is not None and not s.available]
+    # The pass's plan budget, here too: the soonest deadlines get the plan, the rest the rules.
+    plans = PassPlans.for_waiting([r.job for r in missing], scheduler, now)
     left: list[tuple[str, str]] = []
-    for record in waiting:
-        signal = seen.get(record.job.pool or "")
-        if signal is None or signal.available:
-            continue
+    for record in missing:
+        signal = seen[record.job.pool or ""]
         why = spot_unsafe(
             record.job,
             now,
@@ -120,6 +121,7 @@ def leave_missing_spot(cp: ControlPlane, active: Iterable[JobRecord], now: float
             spot=signal,
             changeover_h=changeover_h(scheduler),
             step_h=step_h(scheduler),
+            plans=plans,
         )
         if why is None:
             continue

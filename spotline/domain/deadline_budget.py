@@ -116,6 +116,30 @@ class PassPlans:
         held = snapshot.allocations if running is None else running
         asking = [j for j in pending if may_ask(j, snapshot, config, now, pending=True)]
         asking += [a.job for a in held if may_ask(a.job, snapshot, config, now, pending=False)]
+        return cls.ranked(asking, budget)
+
+    @classmethod
+    def for_waiting(cls, waiting: Iterable[Job], config: SchedulerConfig, now: float) -> PassPlans:
+        """The plans of the reconciler's look at deadline jobs waiting on a Spot launch in a pool
+        last seen missing (`control.spot_signals.leave_missing_spot`): the same budget
+        (`config.deadline_plans_per_pass`), the soonest deadlines first, over those whose plan's
+        grid fits."""
+        budget = config.deadline_plans_per_pass
+        if budget is None:
+            return cls(budget=budget)
+        asking = [
+            j
+            for j in waiting
+            if j.spec.deadline_at is not None
+            and j.spec.expected_runtime_s is not None
+            and _fits(j, config, now)
+        ]
+        return cls.ranked(asking, budget)
+
+    @classmethod
+    def ranked(cls, asking: Iterable[Job], budget: int) -> PassPlans:
+        """The first `budget` of the jobs `asking`, soonest deadline first (then by id), allowed a
+        plan; the others left to the rules."""
         order = sorted({j.id: j for j in asking}.values(), key=lambda j: (j.spec.deadline_at or 0.0, j.id))
         ids = [j.id for j in order]
         return cls(budget=budget, allowed=frozenset(ids[:budget]), left_to_rules=frozenset(ids[budget:]))

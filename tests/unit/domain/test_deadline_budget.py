@@ -216,3 +216,27 @@ def test_jobs_that_cannot_ask_take_no_place_in_the_budget() -> None:
     assert plans.allowed == frozenset(j.id for j in asking)
     assert plans.left_to_rules == frozenset()
     assert on_spot.job.state is JobState.RUNNING
+
+
+@pytest.mark.parametrize("budget", [0, 2, None])
+def test_the_reconcilers_look_at_waiting_jobs_keeps_the_budget(
+    budget: int | None, solves: list[float]
+) -> None:
+    # Jobs admitted to a missing Spot pool, waiting on their launch (the reconciler's
+    # `leave_missing_spot`): the same budget, the soonest deadlines get the plan.
+    jobs = pending(5)
+    policy = config(deadline_plans_per_pass=budget)
+    plans = PassPlans.for_waiting([*jobs, job("plain").gpus(8).build()], policy, NOW)
+    sooner = sorted(jobs, key=lambda j: j.spec.deadline_at or 0.0)
+    if budget is None:
+        assert plans.allowed is None
+    else:
+        assert plans.allowed == {j.id for j in sooner[:budget]}
+        assert plans.left_to_rules == {j.id for j in sooner[budget:]}
+    for waiting in jobs:
+        spot_unsafe(waiting, NOW, on_spot=False, spot=signal(missing=True), plans=plans)
+    assert len(solves) <= (len(jobs) if budget is None else budget)
+    if budget == 0:
+        assert solves == []
+    else:
+        assert solves
