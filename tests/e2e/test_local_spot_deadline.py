@@ -82,4 +82,4 @@ def test_local_up_refuses_a_bad_trace_file_with_a_clear_error(tmp_path: Path) ->
             "0",
         ],
     )
-    assert tick.exit_code == 2 and "positive number of seconds" in tick.output
+    assert tick.exit_code == 2 and "must be a number of seconds above 0" in tick.output
