@@ -18,7 +18,7 @@ from spotline.control.pending import StorePendingQueue
 from spotline.control.plane import ControlPlane
 from spotline.control.records import JobRecord, TimelineEntry
 from spotline.control.scheduling import build_snapshot
-from spotline.domain import JobState
+from spotline.domain import Job, JobState
 from spotline.domain.checkpoint_cost import describe as describe_checkpoint
 from spotline.domain.deadline import PassPlans, explain_deadline
 from spotline.domain.explain import explain_pools, position, priority_terms, scores
@@ -79,6 +79,7 @@ def explain_job(cp: ControlPlane, team: str, job_id: str) -> dict[str, Any]:
     }
     # a deadline job: Spot or On-Demand, its line, and the Spot history the guard used
     plans = None
+    window: list[Job] | None = None  # the window a pass reads, read once (here or for `_pending`)
     held = cp.config.pools_by_name.get(job.pool or "") if job.state in HOLDING else None
     on_spot = held is not None and held.is_spot
     if job.spec.deadline_at is not None and job.spec.expected_runtime_s is not None and not on_spot:
@@ -100,7 +101,7 @@ def explain_job(cp: ControlPlane, team: str, job_id: str) -> dict[str, Any]:
     if record.held_for_dependencies:
         out.update(dependency_explanation(cp, record))
     elif job.state is JobState.PENDING:
-        out.update(_pending(cp, record, snapshot, now))
+        out.update(_pending(cp, record, snapshot, now, window))
         preempted = _last_preemption(timeline)
         if preempted is not None:
             out["preempted_by"] = preempted
@@ -154,11 +155,13 @@ def _last_preemption(timeline: list[TimelineEntry]) -> dict[str, Any] | None:
     return None
 
 
-def _pending(cp: ControlPlane, record: JobRecord, snapshot: Any, now: float) -> dict[str, Any]:
+def _pending(
+    cp: ControlPlane, record: JobRecord, snapshot: Any, now: float, window: list[Job] | None = None
+) -> dict[str, Any]:
     config = cp.config.scheduler
     job = record.job
-    queue = StorePendingQueue(cp.jobs)
-    window = read_window(queue, config.window_per_class)
+    if window is None:
+        window = read_window(StorePendingQueue(cp.jobs), config.window_per_class)
     in_window = any(j.id == job.id for j in window)
     pending = window if in_window else [*window, job]
     pools = explain_pools(job, snapshot, now, config)
