@@ -25,7 +25,7 @@ from spotline.domain.deadline_plan import (
     plan_now,
     run_steps,
 )
-from spotline.domain.models import ClusterSnapshot, Pool, Purchase, SpotPoolSignal
+from spotline.domain.models import ClusterSnapshot, Job, Pool, Purchase, SpotPoolSignal
 from spotline.domain.spot_watch import PoolWatch
 
 from .builders import job
@@ -167,10 +167,10 @@ def test_the_safety_net_stays_final_whatever_the_plan() -> None:
     assert decide_from_signal(tight, signal, SETTINGS).why is Why.SAFETY_NET
 
 
-def test_explain_says_when_the_plan_decided() -> None:
-    now = 1_700_000_000.0 + 6 * H
+def half_done_with_deadline(now: float) -> Job:
+    """A 10 h job submitted 6 h before `now`, half done, due 12.5 h after its submission."""
     submitted = now - 6 * H
-    deadline_job = (
+    return (
         job("j")
         .expected_runtime(10 * H)
         .deadline(submitted + 12.5 * H)
@@ -178,6 +178,11 @@ def test_explain_says_when_the_plan_decided() -> None:
         .progress(0.5)
         .build()
     )
+
+
+def test_explain_says_when_the_plan_decided() -> None:
+    now = 1_700_000_000.0 + 6 * H
+    deadline_job = half_done_with_deadline(now)
     pools = [
         Pool(name="spot", gpu_type="a100", purchase=Purchase.SPOT, capacity_gpus=8),
         Pool(name="od", gpu_type="a100", purchase=Purchase.ON_DEMAND, capacity_gpus=8),
@@ -215,15 +220,7 @@ def test_the_plan_is_asked_where_the_pass_asks_it() -> None:
     assert not plan_asked(Placement.NONE, True) and not plan_asked(Placement.SPOT, True)  # rules 1, 7
     # explain says what the pass does: with Spot there, a waiting job follows the rules
     now = 1_700_000_000.0 + 6 * H
-    submitted = now - 6 * H
-    waiting = (
-        job("j")
-        .expected_runtime(10 * H)
-        .deadline(submitted + 12.5 * H)
-        .submitted(submitted)
-        .progress(0.5)
-        .build()
-    )
+    waiting = half_done_with_deadline(now)
     pools = [Pool(name="spot", gpu_type="a100", purchase=Purchase.SPOT, capacity_gpus=8)]
     there = flapping(now, 0.5).model_copy(update={"available": True, "outage_s": 0.0})
     guard = explain_deadline(
