@@ -137,15 +137,20 @@ def job_table(job: dict[str, Any]) -> Table:
 
 
 def jobs_table(jobs: list[dict[str, Any]]) -> Table:
+    # Short values (ids, states, counts, ages) never wrap or truncate: at 80 columns the prose
+    # columns (the name, the pool, the wait reason) fold instead, so nothing is cut off.
     table = Table(
         Column("ID", no_wrap=True),
-        "NAME",
-        "STATE",
-        "PRIORITY",
-        "GPUS",
-        "POOL",
-        "SUBMITTED",
-        "WAIT REASON / PROGRESS",
+        Column("NAME", overflow="fold"),
+        Column("STATE", no_wrap=True),
+        Column("PRIORITY", overflow="fold", min_width=8),
+        Column("GPUS", no_wrap=True),
+        Column("POOL", overflow="fold"),
+        Column("SUBMITTED", no_wrap=True),
+        Column("WAIT REASON / PROGRESS", overflow="fold", min_width=8),
+        box=None,
+        header_style="bold",
+        pad_edge=False,
     )
     for job in jobs:
         note = job.get("wait_reason") or ""
@@ -165,7 +170,18 @@ def jobs_table(jobs: list[dict[str, Any]]) -> Table:
 
 
 def events_table(timeline: dict[str, Any]) -> Table:
-    table = Table("WHEN", "AGE", "FROM", "TO", "REASON", title=f"events of {timeline['job_id']}")
+    # The time and the states never wrap; the reason folds, so the job ids it names stay whole.
+    table = Table(
+        Column("WHEN", no_wrap=True),
+        Column("AGE", no_wrap=True),
+        Column("FROM", no_wrap=True),
+        Column("TO", no_wrap=True),
+        Column("REASON", overflow="fold"),
+        title=f"events of {timeline['job_id']}",
+        box=None,
+        header_style="bold",
+        pad_edge=False,
+    )
     for event in timeline["events"]:
         table.add_row(
             iso(event.get("t")) or "",

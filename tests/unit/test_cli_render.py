@@ -93,3 +93,41 @@ def test_the_jobs_table_fits_a_narrow_terminal() -> None:
     text = _text(jobs_table([job]), width=80)
     assert max(len(line) for line in text.splitlines()) <= 80
     assert "job-0123456789abcdef" in text  # ids never wrap
+
+
+def test_the_events_table_keeps_times_states_and_ids_whole_at_80_columns() -> None:
+    from spotline.cli.render import events_table
+
+    timeline = {
+        "job_id": "job-0b2306f1c9fc8d02",
+        "events": [
+            {
+                "t": 1_764_779_716.0,
+                "from": "RUNNING",
+                "to": "CHECKPOINTING",
+                "reason": "preempted for job-0fbc165d396d0a8a (critical): preempting 1 job(s) in"
+                " a100-on-demand by lowest-class-least-lost-work",
+            }
+        ],
+    }
+    text = _text(events_table(timeline), width=80)
+    assert max(len(line) for line in text.splitlines()) <= 80
+    assert "2025-12-03T16:35:16Z" in text and "CHECKPOINTING" in text and "RUNNING" in text
+    assert "job-0fbc165d396d0a8a" in text.replace("\n", "").replace(" ", "")  # folded, never cut
+    assert "…" not in text
+
+
+def test_the_jobs_table_never_cuts_a_state() -> None:
+    job = {
+        "id": "job-0123456789abcdef",
+        "name": "a-rather-long-job-name",
+        "state": "CHECKPOINTING",
+        "priority": "normal",
+        "effective_priority": 4464.1,
+        "gpus": 4,
+        "pool": "a100-on-demand",
+        "submitted_at": None,
+        "progress": 0.5,
+    }
+    text = _text(jobs_table([job]), width=80)
+    assert "CHECKPOINTING" in text and "…" not in text.split("\n", 1)[1]
