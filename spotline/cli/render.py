@@ -124,7 +124,10 @@ def cost_text(cost: dict[str, Any]) -> str:
 
 
 def _num(value: Any) -> str:
-    return "-" if value is None else f"{float(value):.1f}"
+    if value is None:
+        return "-"
+    text = f"{float(value):.1f}"
+    return "0.0" if text == "-0.0" else text  # a tiny negative term reads as 0, not -0
 
 
 def job_table(job: dict[str, Any]) -> Table:

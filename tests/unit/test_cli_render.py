@@ -131,3 +131,12 @@ def test_the_jobs_table_never_cuts_a_state() -> None:
     }
     text = _text(jobs_table([job]), width=80)
     assert "CHECKPOINTING" in text and "…" not in text.split("\n", 1)[1]
+
+
+def test_a_tiny_negative_priority_term_prints_as_zero() -> None:
+    text = _text(
+        explain_view(
+            {"job_id": "j", "state": "RUNNING", "priority": {"effective": 1.0, "terms": {"attained": -0.001}}}
+        )
+    )
+    assert "-0.0" not in text
