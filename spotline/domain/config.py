@@ -240,6 +240,15 @@ class SchedulerConfig(BaseModel):
     # the margin alone decides, and the age (900) and deadline (1,500) terms exceed it (500): on
     # the contended samples, jobs preempted their own class and the class above (docs/contention.md).
     preempt_lower_class_only: bool = True
+    # Victims' deadlines (`preemption.deadline_at_risk`): within the victim order, after the class
+    # rank, the candidates whose deadline a preemption would put at risk come last (a job with a
+    # deadline and a known remaining run time whose slack, deadline - now - remaining, is not
+    # negative yet but would fall below this reserve once the preemption's write, restart and
+    # restore are paid); and a preemptor prefers the pool where it takes the fewest of them. Who
+    # may be a victim is unchanged (the order only), so no preemptor waits longer. None: off.
+    # Issue 30: in the many-jobs Spot bench nearly all of Spotline's missed deadlines were
+    # low-class jobs, most of them preempted at least once (docs/spot-and-deadlines.md).
+    deadline_victim_reserve_s: float | None = Field(default=None, ge=0)
     # Preempting at checkpoint boundaries: when every victim of a preemption made a durable
     # checkpoint at most this many seconds ago, they are stopped at once (they lose at most that
     # much work) instead of writing another checkpoint while the preemptor waits for it. With

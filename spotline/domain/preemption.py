@@ -107,6 +107,28 @@ def preemption_cost_gpu_s(job: Job, gpus: int, now: float, config: SchedulerConf
     return gpus * (unsaved + config.restart_cost_s + restore_s(job))
 
 
+def deadline_at_risk(job: Job, now: float, config: SchedulerConfig) -> bool:
+    """Whether preempting `job` now would put its deadline at risk (`deadline_victim_reserve_s`).
+
+    A job with a deadline and a known remaining run time (reported progress or a declared run
+    time; nothing is assumed otherwise) whose slack, deadline - now - remaining, is not negative
+    (its deadline is still within reach as it runs) but would fall below the reserve once a
+    preemption's checkpoint write, restart and restore are paid. False when the reserve is off,
+    and for a job whose deadline is already out of reach: a preemption puts nothing at risk there.
+    """
+    reserve = config.deadline_victim_reserve_s
+    deadline = job.spec.deadline_at
+    if reserve is None or deadline is None:
+        return False
+    remaining = job.remaining_s(now)
+    if remaining is None:
+        return False
+    slack = deadline - now - remaining
+    if slack < 0:
+        return False
+    return slack - (write_s(job, config) + config.restart_cost_s + restore_s(job)) < reserve
+
+
 def eligibility(
     candidate: Candidate,
     preemptor: Job,
@@ -286,6 +308,24 @@ def order_random(candidates: Sequence[Candidate], rng: random.Random) -> list[Ca
     return ordered
 
 
+# The strategies whose first key is the class (the lowest first).
+CLASS_FIRST = frozenset({VictimStrategy.LOWEST_CLASS_LEAST_LOST_WORK, VictimStrategy.LOWEST_CLASS_LEAST_COST})
+
+
+def spare_deadlines(
+    ordered: Sequence[Candidate], strategy: VictimStrategy, now: float, config: SchedulerConfig
+) -> list[Candidate]:
+    """`ordered` with the candidates whose deadline a preemption would put at risk
+    (`deadline_at_risk`) moved last: after the others of their class with a class-first
+    strategy (the class still comes first), after all the others otherwise. Stable: the
+    strategy's order is kept within each part."""
+    if config.deadline_victim_reserve_s is None:
+        return list(ordered)
+    if strategy in CLASS_FIRST:
+        return sorted(ordered, key=lambda c: (c.job.priority.rank, deadline_at_risk(c.job, now, config)))
+    return sorted(ordered, key=lambda c: deadline_at_risk(c.job, now, config))
+
+
 ORDERINGS: Mapping[VictimStrategy, Callable[[Sequence[Candidate], random.Random], list[Candidate]]] = {
     VictimStrategy.LEAST_LOST_WORK: order_least_lost_work,
     VictimStrategy.LOWEST_CLASS_LEAST_LOST_WORK: order_lowest_class_least_lost_work,
@@ -309,15 +349,50 @@ def select_victims(
 ) -> list[Candidate] | None:
     """The victims in `pool` whose departure lets `preemptor` fit, or None.
 
-    Greedy: take eligible candidates in the strategy's order until the preemptor fits (pool
-    capacity and its team's quota), skipping a candidate that is eligible only as borrowed
-    capacity once its team is back within its nominal quota; then a reverse pass puts back each
-    victim without which it still fits, so no victim is unnecessary. The ledger is not changed.
+    Greedy: take eligible candidates in the strategy's order (with `deadline_victim_reserve_s`,
+    the ones whose deadline a preemption would put at risk last within their class:
+    `spare_deadlines`) until the preemptor fits (pool capacity and its team's quota), skipping a
+    candidate that is eligible only as borrowed capacity once its team is back within its
+    nominal quota; then a reverse pass puts back each victim without which it still fits, so no
+    victim is unnecessary. The ledger is not changed.
     """
+    chosen = select_victims_sparing(
+        preemptor, preemptor_priority, pool, candidates, ledger, now, config, rng, strategy
+    )
+    return None if chosen is None else chosen.victims
+
+
+class Chosen:
+    """`select_victims_sparing`'s answer: the victims, and how many eligible candidates whose
+    deadline a preemption would put at risk were left running (`spared`)."""
+
+    __slots__ = ("spared", "victims")
+
+    def __init__(self, victims: list[Candidate], spared: int) -> None:
+        self.victims = victims
+        self.spared = spared
+
+    def at_risk(self, now: float, config: SchedulerConfig) -> int:
+        """How many of the victims have a deadline the preemption puts at risk."""
+        return sum(deadline_at_risk(v.job, now, config) for v in self.victims)
+
+
+def select_victims_sparing(
+    preemptor: Job,
+    preemptor_priority: float,
+    pool: Pool,
+    candidates: Sequence[Candidate],
+    ledger: Ledger,
+    now: float,
+    config: SchedulerConfig,
+    rng: random.Random,
+    strategy: VictimStrategy | None = None,
+) -> Chosen | None:
+    """`select_victims`, with how many eligible candidates at risk were spared."""
     if not pool.can_host(preemptor):
         return None
     if ledger.fits_without(preemptor, pool, []):
-        return []
+        return Chosen([], 0)
     usage = ledger.team_used
     eligible = [
         c
@@ -332,11 +407,12 @@ def select_victims(
     short = pool.demand_gpus(preemptor) - ledger.free(pool.name)
     if sum(c.allocation.gpus for c in eligible) < short:
         return None
-    order = ORDERINGS[strategy or config.strategy]
+    chosen_strategy = strategy or config.strategy
+    ordered = spare_deadlines(ORDERINGS[chosen_strategy](eligible, rng), chosen_strategy, now, config)
     victims: list[Candidate] = []
     usage_left = dict(usage)
     freed = 0
-    for candidate in order(eligible, rng):
+    for candidate in ordered:
         team = candidate.job.team
         reclaim_only = not _is_lower(candidate, preemptor, preemptor_priority, config)
         if reclaim_only and borrowed_gpus(team, usage_left, ledger.quotas) <= 0:
@@ -356,4 +432,8 @@ def select_victims(
         trial = [v for v in victims if v is not candidate]
         if ledger.fits_without(preemptor, pool, [v.allocation for v in trial]):
             victims = trial
-    return victims
+    spared = 0
+    if config.deadline_victim_reserve_s is not None:
+        taken = {v.job_id for v in victims}
+        spared = sum(c.job_id not in taken and deadline_at_risk(c.job, now, config) for c in eligible)
+    return Chosen(victims, spared)

@@ -38,7 +38,16 @@ from spotline.domain import (
     plan,
     select_victims,
 )
-from spotline.domain.preemption import _may_reclaim, estimated_remaining_s, reclaim_allowed_between, shielded
+from spotline.domain.preemption import (
+    CLASS_FIRST,
+    ORDERINGS,
+    _may_reclaim,
+    deadline_at_risk,
+    estimated_remaining_s,
+    reclaim_allowed_between,
+    shielded,
+    spare_deadlines,
+)
 from spotline.domain.priority import PriorityScorer, fairshare_factors, score_floor, shortness
 from spotline.domain.quota import borrowed_gpus
 from spotline.domain.running import RunningIndex
@@ -158,6 +167,8 @@ def running(draw: st.DrawFn, job_id: str) -> JobBuilder:
         builder = builder.progress(draw(st.floats(0.0, 1.0)))
     if draw(st.booleans()):
         builder = builder.utilization(draw(st.floats(0.0, 1.0)))
+    if draw(st.integers(0, 3)) == 0:  # a deadline, maybe already out of reach
+        builder = builder.deadline(NOW + draw(st.floats(-HOUR, 2 * DAY)))
     return builder
 
 
@@ -224,6 +235,8 @@ def policies(draw: st.DrawFn) -> SchedulerConfig:
         preempt_for_class_head_only=frozenset(draw(st.sets(st.sampled_from(list(Priority))))),
         hold_for_blocked_gang=draw(st.booleans()),
         protect_backfill=draw(st.booleans()),
+        # Issue 30: victims' deadlines, off and on.
+        deadline_victim_reserve_s=draw(st.sampled_from([None, 0.0, 3600.0])),
     )
 
 
@@ -498,6 +511,55 @@ def test_select_victims_returns_a_minimal_set_of_eligible_victims(
         borrowing = theirs is not None and used.get(c.job.team, 0) > theirs.nominal_gpus
         lower = c.effective_priority < priority - policy.preemption_margin
         assert lower or (may_reclaim and borrowing and c.job.team != preemptor.team)
+
+
+# --- victims' deadlines: the order only (issue 30) ------------------------------------------
+
+
+@PROPERTY
+@given(snapshots(max_running=12), st.data())
+def test_sparing_deadlines_only_moves_the_at_risk_candidates_last_within_their_class(
+    snapshot: ClusterSnapshot, data: st.DataObject
+) -> None:
+    policy = data.draw(policies()).model_copy(update={"deadline_victim_reserve_s": 3600.0})
+    strategy = data.draw(st.sampled_from(list(VictimStrategy)))
+    candidates = [candidate(a, policy=policy) for a in snapshot.allocations]
+    ordered = ORDERINGS[strategy](candidates, random.Random(0))
+    spared = spare_deadlines(ordered, strategy, NOW, policy)
+    assert sorted(c.job_id for c in spared) == sorted(c.job_id for c in ordered)
+    risky = [deadline_at_risk(c.job, NOW, policy) for c in spared]
+    event(f"at risk: {min(2, sum(risky))}")
+    # Within each part the strategy's order is kept.
+    for flag in (False, True):
+        assert [c for c, r in zip(spared, risky, strict=True) if r is flag] == [
+            c for c in ordered if deadline_at_risk(c.job, NOW, policy) is flag
+        ]
+    for (a, a_risky), (b, b_risky) in itertools.pairwise(zip(spared, risky, strict=True)):
+        if strategy in CLASS_FIRST:
+            assert a.job.priority.rank <= b.job.priority.rank
+            assert a.job.priority.rank < b.job.priority.rank or a_risky <= b_risky
+        else:
+            assert a_risky <= b_risky
+
+
+@PROPERTY
+@given(scenarios())
+def test_without_running_deadlines_the_victim_reserve_changes_no_decision(
+    scenario: tuple[ClusterSnapshot, list[Job], SchedulerConfig, int],
+) -> None:
+    snapshot, queue, policy, seed = scenario
+    undated = tuple(
+        a.model_copy(
+            update={
+                "job": a.job.model_copy(update={"spec": a.job.spec.model_copy(update={"deadline": None})})
+            }
+        )
+        for a in snapshot.allocations
+    )
+    snapshot = snapshot.model_copy(update={"allocations": undated})
+    off = policy.model_copy(update={"deadline_victim_reserve_s": None})
+    on = policy.model_copy(update={"deadline_victim_reserve_s": 3600.0})
+    assert outcome(run(snapshot, queue, off, seed)) == outcome(run(snapshot, queue, on, seed))
 
 
 # --- effective priority is monotone -------------------------------------------------------
