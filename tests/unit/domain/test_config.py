@@ -25,6 +25,9 @@ ADDED_SINCE = {
     "no_preemption_delay_for": [],
     "preempt_below_blocked_class": False,
     "protect_backfill": True,
+    # victims' deadlines (issue 30): off, measured on the many-jobs Spot bench without a gain
+    # (docs/spot-and-deadlines.md)
+    "deadline_victim_reserve_s": None,
 }
 # Issue 29's rules, chosen after it on the tuning set's contended counterparts
 # (`python -m bench.contention --tuning --steps`, recorded in bench/data/contention_tuning.json
