@@ -463,9 +463,8 @@ class _Pass:
     def _preempt(self, turn: _Turn) -> Decision:
         """Preempt the fewest eligible victims in one of its pools; else it waits."""
         job, priority = turn.job, turn.priority
-        # The pool where it takes the fewest victims whose deadline the preemption puts at risk
-        # (none counted without `deadline_victim_reserve_s`), then the fewest victims.
-        best: tuple[Pool, Chosen, tuple[int, int]] | None = None
+        # With `deadline_victim_reserve_s`, first the fewest victims with a deadline put at risk.
+        best: tuple[Pool, Chosen] | None = None
         for pool in turn.pools:
             possible = self.running.possible_victims(job, priority, pool.name, self.ledger, self.taken)
             possible += self._backfilled_past(job, pool)
@@ -474,11 +473,8 @@ class _Pass:
             chosen = select_victims_sparing(
                 job, priority, pool, possible, self.ledger, self.now, self.config, self.rng
             )
-            if chosen is None or not chosen.victims:
-                continue
-            rank = (chosen.at_risk(self.now, self.config), len(chosen.victims))
-            if best is None or rank < best[2]:
-                best = (pool, chosen, rank)
+            if chosen is not None and chosen.victims and (best is None or chosen.rank < best[1].rank):
+                best = (pool, chosen)
         if best is None:
             # An alike job ranked lower waits too: a lower priority only narrows who is lower by
             # the margin, so it finds no victim, or no set that frees enough.
@@ -487,7 +483,7 @@ class _Pass:
                 self.blocked = job.priority
             return self._wait(turn, NoVictim(self._shortfall(turn), names), holds_for=priority)
         shortfall = self._shortfall(turn, needed=True)
-        pool, chosen, (at_risk, _) = best
+        pool, chosen = best
         victims = chosen.victims
         self.taken.update(v.job_id for v in victims)
         self.preemptions_left -= 1
@@ -501,10 +497,7 @@ class _Pass:
         at_once = stops_at_once(job, [v.job for v in victims], now, config)
         if at_once is not None:
             reason += f"; {at_once}"
-        if chosen.spared:
-            reason += f"; {chosen.spared} job(s) whose deadline a preemption would put at risk left running"
-        if at_risk:
-            reason += f"; {at_risk} of the victims with a deadline it puts at risk"
+        reason += chosen.words()
         return Preempt(job, pool.name, ids, priority, reason, checkpoint=at_once is None)
 
     def _hold_for_gang(self, turn: _Turn, wait: Wait) -> None:

@@ -363,18 +363,30 @@ def select_victims(
 
 
 class Chosen:
-    """`select_victims_sparing`'s answer: the victims, and how many eligible candidates whose
-    deadline a preemption would put at risk were left running (`spared`)."""
+    """`select_victims_sparing`'s answer: the victims; how many of them have a deadline the
+    preemption puts at risk (`at_risk`); and how many eligible candidates at risk were left
+    running (`spared`). Both are 0 without `deadline_victim_reserve_s`."""
 
-    __slots__ = ("spared", "victims")
+    __slots__ = ("at_risk", "spared", "victims")
 
-    def __init__(self, victims: list[Candidate], spared: int) -> None:
+    def __init__(self, victims: list[Candidate], at_risk: int = 0, spared: int = 0) -> None:
         self.victims = victims
+        self.at_risk = at_risk
         self.spared = spared
 
-    def at_risk(self, now: float, config: SchedulerConfig) -> int:
-        """How many of the victims have a deadline the preemption puts at risk."""
-        return sum(deadline_at_risk(v.job, now, config) for v in self.victims)
+    @property
+    def rank(self) -> tuple[int, int]:
+        """A preemptor takes the pool of the lowest: the fewest victims at risk, then the fewest."""
+        return (self.at_risk, len(self.victims))
+
+    def words(self) -> str:
+        """What the preempt reason adds about victims' deadlines ("" when nothing)."""
+        said = ""
+        if self.spared:
+            said += f"; {self.spared} job(s) whose deadline a preemption would put at risk left running"
+        if self.at_risk:
+            said += f"; {self.at_risk} of the victims with a deadline it puts at risk"
+        return said
 
 
 def select_victims_sparing(
@@ -392,7 +404,7 @@ def select_victims_sparing(
     if not pool.can_host(preemptor):
         return None
     if ledger.fits_without(preemptor, pool, []):
-        return Chosen([], 0)
+        return Chosen([])
     usage = ledger.team_used
     eligible = [
         c
@@ -432,8 +444,8 @@ def select_victims_sparing(
         trial = [v for v in victims if v is not candidate]
         if ledger.fits_without(preemptor, pool, [v.allocation for v in trial]):
             victims = trial
-    spared = 0
-    if config.deadline_victim_reserve_s is not None:
-        taken = {v.job_id for v in victims}
-        spared = sum(c.job_id not in taken and deadline_at_risk(c.job, now, config) for c in eligible)
-    return Chosen(victims, spared)
+    if config.deadline_victim_reserve_s is None:
+        return Chosen(victims)
+    taken = {v.job_id for v in victims}
+    at_risk = {c.job_id for c in eligible if deadline_at_risk(c.job, now, config)}
+    return Chosen(victims, len(at_risk & taken), len(at_risk - taken))

@@ -145,7 +145,7 @@ def test_an_at_risk_job_is_still_taken_when_needed() -> None:
     chosen = select_victims_sparing(preemptor, 5000.0, P, cands, ledger, NOW, policy(), random.Random(0))
     assert chosen is not None
     assert sorted(v.job_id for v in chosen.victims) == ["risky", "safe"]
-    assert (chosen.spared, chosen.at_risk(NOW, policy())) == (0, 1)
+    assert (chosen.spared, chosen.at_risk, chosen.rank) == (0, 1, (1, 2))
 
 
 def test_a_lost_cause_is_not_spared() -> None:
