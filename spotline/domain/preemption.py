@@ -400,7 +400,8 @@ def select_victims_sparing(
     rng: random.Random,
     strategy: VictimStrategy | None = None,
 ) -> Chosen | None:
-    """`select_victims`, with how many eligible candidates at risk were spared."""
+    """`select_victims`, with how many of the victims, and of the eligible candidates left
+    running, have a deadline a preemption puts at risk (`Chosen`)."""
     if not pool.can_host(preemptor):
         return None
     if ledger.fits_without(preemptor, pool, []):
