@@ -245,6 +245,11 @@ class SchedulerConfig(BaseModel):
     # much work) instead of writing another checkpoint while the preemptor waits for it. With
     # least-lost-work the victims with the freshest checkpoints are picked first. 0: off.
     fresh_checkpoint_s: float = Field(default=0.0, ge=0)
+    # Waiting for ends instead of preempting (`finishing.ending_soon`): when running jobs of one
+    # of a preemptor's pools are estimated to end (declared run time, or reported progress)
+    # within the checkpoint write its victims would take, and their GPUs and quota make room
+    # for it, it waits for their end instead: no longer a wait, and no victim loses work.
+    wait_for_ending_jobs: bool = False
     # Classes that go to On-Demand when their spot setting is `auto`.
     on_demand_classes: frozenset[Priority] = frozenset({Priority.CRITICAL})
     # Moving to Spot: a job that started On-Demand because Spot was full, and that may run on

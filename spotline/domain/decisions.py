@@ -110,6 +110,18 @@ class HeldForGang:
     pool: str
 
 
+@dataclass(frozen=True, slots=True)
+class EndingSoon:
+    """It does not fit (`shortfall`), and running jobs `jobs` of `pool` are estimated to end
+    within `within_s`, the checkpoint write its victims would take, freeing enough for it: it
+    waits for their end instead of preempting (`SchedulerConfig.wait_for_ending_jobs`)."""
+
+    shortfall: str
+    pool: str
+    jobs: tuple[str, ...]
+    within_s: float
+
+
 WaitReason = (
     ArrayCap
     | Draining
@@ -122,6 +134,7 @@ WaitReason = (
     | ClassAboveBlocked
     | BehindClassHead
     | HeldForGang
+    | EndingSoon
 )
 
 

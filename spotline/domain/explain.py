@@ -16,6 +16,7 @@ from spotline.domain.decisions import (
     BudgetSpent,
     ClassAboveBlocked,
     Draining,
+    EndingSoon,
     HeldForGang,
     NoGpuType,
     NoPool,
@@ -87,6 +88,12 @@ def wait_text(why: WaitReason) -> str:
             return (
                 f"waiting: {shortfall}; the free GPUs of {pool} are held for the blocked"
                 f" multi-node job {gang}"
+            )
+        case EndingSoon(shortfall, pool, jobs, within_s):
+            return (
+                f"waiting: {shortfall}; {', '.join(jobs)} in {pool} end within {within_s:.0f} s"
+                " by their estimated run times, before a preemption's checkpoint write would"
+                " finish, so it waits for them instead of preempting"
             )
 
 

@@ -32,6 +32,7 @@ from spotline.domain.decisions import (
     ClassAboveBlocked,
     Decision,
     Draining,
+    EndingSoon,
     HeldForGang,
     Move,
     NoGpuType,
@@ -45,6 +46,7 @@ from spotline.domain.decisions import (
     WaitReason,
 )
 from spotline.domain.explain import wait_text
+from spotline.domain.finishing import ending_soon
 from spotline.domain.models import Allocation, ClusterSnapshot, Job, Pool, Priority
 from spotline.domain.moves import moves_to_on_demand, moves_to_spot
 from spotline.domain.placement import candidate_pools, spot_refusal
@@ -480,8 +482,12 @@ class _Pass:
             if self.config.preempt_below_blocked_class and job.priority.rank > self.blocked.rank:
                 self.blocked = job.priority
             return self._wait(turn, NoVictim(self._shortfall(turn), names), holds_for=priority)
-        shortfall = self._shortfall(turn, needed=True)
         pool, victims = best
+        if self.config.wait_for_ending_jobs:
+            ending = self._ending_soon(turn, victims)
+            if ending is not None:
+                return ending
+        shortfall = self._shortfall(turn, needed=True)
         self.taken.update(v.job_id for v in victims)
         self.preemptions_left -= 1
         leaving = [v.allocation for v in victims]
@@ -495,6 +501,21 @@ class _Pass:
         if at_once is not None:
             reason += f"; {at_once}"
         return Preempt(job, pool.name, ids, priority, reason, checkpoint=at_once is None)
+
+    def _ending_soon(self, turn: _Turn, victims: list[Candidate]) -> Wait | None:
+        """Running jobs of one of its pools end within the victims' checkpoint write and free
+        enough for it: it waits for them (`finishing.ending_soon`), which no other job counts on."""
+        job, now, config = turn.job, self.now, self.config
+        if stops_at_once(job, [v.job for v in victims], now, config) is not None:
+            return None  # no write to wait for
+        within = max(write_s(v.job, config) for v in victims)
+        found = ending_soon(job, turn.pools, self.ledger, self.indexed, self.taken, now, within)
+        if found is None:
+            return None
+        ids = tuple(a.job.id for a in found.ending)
+        self.taken.update(ids)
+        self.changes += 1
+        return self._wait(turn, EndingSoon(self._shortfall(turn), found.pool, ids, within))
 
     def _hold_for_gang(self, turn: _Turn, wait: Wait) -> None:
         """After a job's wait: the first multi-node job of the pass that waits for capacity has
