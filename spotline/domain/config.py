@@ -250,6 +250,10 @@ class SchedulerConfig(BaseModel):
     # within the checkpoint write its victims would take, and their GPUs and quota make room
     # for it, it waits for their end instead: no longer a wait, and no victim loses work.
     wait_for_ending_jobs: bool = False
+    # With it, a preemptor of a class that waits `preemption_delay_s` also waits for ends up to
+    # its victims' loss (GPUs x (write + restart + restore)) over its own GPUs beyond the write
+    # (`finishing.horizon_s`).
+    wait_for_ending_weighs_loss: bool = False
     # Classes that go to On-Demand when their spot setting is `auto`.
     on_demand_classes: frozenset[Priority] = frozenset({Priority.CRITICAL})
     # Moving to Spot: a job that started On-Demand because Spot was full, and that may run on
@@ -275,6 +279,12 @@ class SchedulerConfig(BaseModel):
     # day left; Slurm 326.4) and on the Philly one from 812.4 to 656.5 (docs/contention.md).
     move_to_spot_weighs_history: bool = True
     move_to_spot_min_history_s: float = Field(default=86400.0, ge=0)
+    # Unsettled Spot pools last (`placement.unsettled`): a Spot pool last seen without capacity,
+    # or whose capacity came back less than this long ago, is a job's last choice, after the
+    # On-Demand pools (a job that may use Spot still goes there when nothing else has room).
+    # On real capacity reclaims come in bursts: capacity that comes back is often taken again
+    # within half an hour, and the jobs launched last are the ones reclaimed. 0: off.
+    spot_settle_s: float = Field(default=0.0, ge=0)
     # After this many interruptions, a job with spot `auto` runs On-Demand (with
     # `spot_cost_aware`: only if Spot is expected to cost it more than On-Demand, see below).
     max_interruptions_on_spot: int = Field(default=2, ge=0)

@@ -19,9 +19,25 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
+from spotline.domain.checkpoint_cost import restore_s, write_s
+from spotline.domain.config import SchedulerConfig
 from spotline.domain.models import Allocation, Job, Pool
 from spotline.domain.quota import Ledger
 from spotline.domain.running import RunningIndex
+
+
+def horizon_s(preemptor: Job, demand: int, victims: Sequence[Allocation], config: SchedulerConfig) -> float:
+    """How long `preemptor` may wait for ends instead of preempting `victims`: the longest of
+    their checkpoint writes (it waits that long for them anyway); with
+    `wait_for_ending_weighs_loss`, for a class that waits `preemption_delay_s`, plus the
+    victims' loss (GPUs x (write + restart + restore)) over its `demand` GPUs, so the extra
+    wait in its GPU-seconds is at most the lost work avoided."""
+    within = max(write_s(v.job, config) for v in victims)
+    if config.wait_for_ending_weighs_loss and not config.waives_preemption_delay(preemptor.priority):
+        restart = config.restart_cost_s
+        lost = sum(v.gpus * (write_s(v.job, config) + restart + restore_s(v.job)) for v in victims)
+        within += lost / max(1, demand)
+    return within
 
 
 @dataclass(frozen=True, slots=True)

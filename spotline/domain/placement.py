@@ -119,6 +119,7 @@ def candidate_pools(
     2. Spot pools the job may use (`spot_refusal`, with what was seen of each: `spot`), then
        On-Demand ones unless it requires Spot.
     3. Within each, lower price first, then lower interruption rate, then name.
+    4. With `spot_settle_s`, Spot pools `unsettled` go after the On-Demand ones.
     """
     spot_ok: list[Pool] = []
     on_demand: list[Pool] = []
@@ -131,7 +132,23 @@ def candidate_pools(
         elif job.spec.spot is not SpotPreference.REQUIRED:
             on_demand.append(pool)
 
-    return sorted(spot_ok, key=preference) + sorted(on_demand, key=preference)
+    ordered = sorted(spot_ok, key=preference)
+    if config.spot_settle_s > 0 and spot:
+        settled = [p for p in ordered if not unsettled(spot.get(p.name), config.spot_settle_s)]
+        if len(settled) < len(ordered):
+            last = [p for p in ordered if p not in settled]
+            return settled + sorted(on_demand, key=preference) + last
+    return ordered + sorted(on_demand, key=preference)
+
+
+def unsettled(signal: SpotPoolSignal | None, settle_s: float) -> bool:
+    """Whether a Spot pool was last seen without capacity, or saw it come back less than
+    `settle_s` ago (the end of its latest completed outage, `SpotPoolSignal.spans_s`)."""
+    if signal is None:
+        return False
+    if not signal.available:
+        return True
+    return bool(signal.spans_s) and signal.spans_s[-1][1] < settle_s
 
 
 def preference(pool: Pool) -> tuple[float, float, str]:

@@ -46,7 +46,7 @@ from spotline.domain.decisions import (
     WaitReason,
 )
 from spotline.domain.explain import wait_text
-from spotline.domain.finishing import ending_soon
+from spotline.domain.finishing import ending_soon, horizon_s
 from spotline.domain.models import Allocation, ClusterSnapshot, Job, Pool, Priority
 from spotline.domain.moves import moves_to_on_demand, moves_to_spot
 from spotline.domain.placement import candidate_pools, spot_refusal
@@ -484,7 +484,7 @@ class _Pass:
             return self._wait(turn, NoVictim(self._shortfall(turn), names), holds_for=priority)
         pool, victims = best
         if self.config.wait_for_ending_jobs:
-            ending = self._ending_soon(turn, victims)
+            ending = self._ending_soon(turn, pool, victims)
             if ending is not None:
                 return ending
         shortfall = self._shortfall(turn, needed=True)
@@ -502,13 +502,13 @@ class _Pass:
             reason += f"; {at_once}"
         return Preempt(job, pool.name, ids, priority, reason, checkpoint=at_once is None)
 
-    def _ending_soon(self, turn: _Turn, victims: list[Candidate]) -> Wait | None:
+    def _ending_soon(self, turn: _Turn, pool: Pool, victims: list[Candidate]) -> Wait | None:
         """Running jobs of one of its pools end within the victims' checkpoint write and free
         enough for it: it waits for them (`finishing.ending_soon`), which no other job counts on."""
         job, now, config = turn.job, self.now, self.config
         if stops_at_once(job, [v.job for v in victims], now, config) is not None:
             return None  # no write to wait for
-        within = max(write_s(v.job, config) for v in victims)
+        within = horizon_s(job, pool.demand_gpus(job), [v.allocation for v in victims], config)
         found = ending_soon(job, turn.pools, self.ledger, self.indexed, self.taken, now, within)
         if found is None:
             return None

@@ -28,6 +28,9 @@ ADDED_SINCE = {
     # waiting for jobs ending within the victims' write (the fourth round, lost work): off, it
     # never fired on the contended tuning samples (docs/contention.md)
     "wait_for_ending_jobs": False,
+    "wait_for_ending_weighs_loss": False,
+    # unsettled Spot pools last (the fourth round): off
+    "spot_settle_s": 0.0,
 }
 # Issue 29's rules, chosen after it on the tuning set's contended counterparts
 # (`python -m bench.contention --tuning --steps`, recorded in bench/data/contention_tuning.json

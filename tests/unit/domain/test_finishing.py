@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from spotline.domain import Allocation
+from spotline.domain import Allocation, Priority
 from spotline.domain.decisions import EndingSoon
 from spotline.domain.explain import wait_text
+from spotline.domain.finishing import horizon_s
 from spotline.domain.planner import Preempt, Wait
 
 from .builders import DAY, NOW, cluster, config, job, pool, run_plan, summary
@@ -107,3 +108,42 @@ def test_no_wait_when_the_victims_stop_at_once() -> None:
     [decision] = run_plan(snapshot, [HIGH.build()], policy)
     assert isinstance(decision, Preempt)
     assert not decision.checkpoint
+
+
+@pytest.mark.parametrize(
+    ("weighs_loss", "no_delay_for", "waits"),
+    [
+        (False, frozenset(), False),  # 1,000 s is past the 60 s write
+        (True, frozenset(), True),  # within 60 + 8 x (60 + 120) / 1 = 1,500 s
+        (True, frozenset({Priority.HIGH}), False),  # a class that does not wait: the write only
+    ],
+)
+def test_weighing_the_loss_waits_longer_for_a_small_preemptor(
+    weighs_loss: bool, no_delay_for: frozenset[Priority], waits: bool
+) -> None:
+    ending = job("ending").critical().gpus(8).team("b").running_since(NOW - DAY).expected_runtime(DAY + 1000)
+    snapshot = cluster([OD16], [ending.on("od"), low_ending_in("other", None)])
+    policy = config(
+        wait_for_ending_jobs=True,
+        wait_for_ending_weighs_loss=weighs_loss,
+        no_preemption_delay_for=no_delay_for,
+        checkpoint_write_s=60.0,
+        restart_cost_s=120.0,
+    )
+    [decision] = run_plan(snapshot, [HIGH.gpus(1).build()], policy)
+    if waits:
+        assert isinstance(decision, Wait)
+        assert decision.why == EndingSoon(
+            "pool od has 0 free GPUs of the 1 needed", "od", ("ending",), 1500.0
+        )
+    else:
+        assert summary([decision]) == [("preempt", "p", "od", "other")]
+
+
+def test_horizon_counts_each_victims_gpus_write_restart_and_restore() -> None:
+    victim = job("v").low().gpus(4).running_since(NOW - DAY).build().with_changes(checkpoint_restore_s=30.0)
+    allocation = Allocation(job=victim, pool="od", gpus=4)
+    preemptor = HIGH.gpus(2).build()
+    policy = config(wait_for_ending_weighs_loss=True, checkpoint_write_s=60.0, restart_cost_s=120.0)
+    assert horizon_s(preemptor, 2, [allocation], policy) == 60.0 + 4 * (60.0 + 120.0 + 30.0) / 2
+    assert horizon_s(preemptor, 2, [allocation], config(checkpoint_write_s=60.0)) == 60.0
