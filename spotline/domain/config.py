@@ -285,6 +285,9 @@ class SchedulerConfig(BaseModel):
     # On real capacity reclaims come in bursts: capacity that comes back is often taken again
     # within half an hour, and the jobs launched last are the ones reclaimed. 0: off.
     spot_settle_s: float = Field(default=0.0, ge=0)
+    spot_settle_missing: bool = True
+    spot_settle_before_on_demand: bool = False
+    spot_settle_min_gpus: int = Field(default=1, ge=1)
     # After this many interruptions, a job with spot `auto` runs On-Demand (with
     # `spot_cost_aware`: only if Spot is expected to cost it more than On-Demand, see below).
     max_interruptions_on_spot: int = Field(default=2, ge=0)

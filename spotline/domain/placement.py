@@ -133,21 +133,27 @@ def candidate_pools(
             on_demand.append(pool)
 
     ordered = sorted(spot_ok, key=preference)
-    if config.spot_settle_s > 0 and spot:
-        settled = [p for p in ordered if not unsettled(spot.get(p.name), config.spot_settle_s)]
+    if config.spot_settle_s > 0 and spot and job.gpus >= config.spot_settle_min_gpus:
+        settled = [
+            p
+            for p in ordered
+            if not unsettled(spot.get(p.name), config.spot_settle_s, config.spot_settle_missing)
+        ]
         if len(settled) < len(ordered):
             last = [p for p in ordered if p not in settled]
+            if config.spot_settle_before_on_demand:
+                return settled + last + sorted(on_demand, key=preference)
             return settled + sorted(on_demand, key=preference) + last
     return ordered + sorted(on_demand, key=preference)
 
 
-def unsettled(signal: SpotPoolSignal | None, settle_s: float) -> bool:
+def unsettled(signal: SpotPoolSignal | None, settle_s: float, missing: bool = True) -> bool:
     """Whether a Spot pool was last seen without capacity, or saw it come back less than
     `settle_s` ago (the end of its latest completed outage, `SpotPoolSignal.spans_s`)."""
     if signal is None:
         return False
     if not signal.available:
-        return True
+        return missing
     return bool(signal.spans_s) and signal.spans_s[-1][1] < settle_s
 
 
