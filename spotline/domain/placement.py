@@ -153,7 +153,7 @@ def unsettled(signal: SpotPoolSignal | None, settle_s: float, missing: bool = Tr
     if signal is None:
         return False
     if not signal.available:
-        return missing
+        return missing and signal.outage_s < settle_s
     return bool(signal.spans_s) and signal.spans_s[-1][1] < settle_s
 
 
