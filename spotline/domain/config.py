@@ -249,10 +249,13 @@ class SchedulerConfig(BaseModel):
     # of a preemptor's pools are estimated to end (declared run time, or reported progress)
     # within the checkpoint write its victims would take, and their GPUs and quota make room
     # for it, it waits for their end instead: no longer a wait, and no victim loses work.
+    # Off: on the contended tuning set it never fired (no running job was estimated to end
+    # within a write when a preemption was chosen: declared run times are Slurm-like time
+    # limits, loose upper bounds; docs/contention.md, the fourth round).
     wait_for_ending_jobs: bool = False
     # With it, a preemptor of a class that waits `preemption_delay_s` also waits for ends up to
     # its victims' loss (GPUs x (write + restart + restore)) over its own GPUs beyond the write
-    # (`finishing.horizon_s`).
+    # (`finishing.horizon_s`). Off: on the tuning set it lost as much work as without (noise).
     wait_for_ending_weighs_loss: bool = False
     # Classes that go to On-Demand when their spot setting is `auto`.
     on_demand_classes: frozenset[Priority] = frozenset({Priority.CRITICAL})
@@ -279,15 +282,14 @@ class SchedulerConfig(BaseModel):
     # day left; Slurm 326.4) and on the Philly one from 812.4 to 656.5 (docs/contention.md).
     move_to_spot_weighs_history: bool = True
     move_to_spot_min_history_s: float = Field(default=86400.0, ge=0)
-    # Unsettled Spot pools last (`placement.unsettled`): a Spot pool last seen without capacity,
-    # or whose capacity came back less than this long ago, is a job's last choice, after the
-    # On-Demand pools (a job that may use Spot still goes there when nothing else has room).
-    # On real capacity reclaims come in bursts: capacity that comes back is often taken again
-    # within half an hour, and the jobs launched last are the ones reclaimed. 0: off.
+    # Unsettled Spot pools last (`placement.unsettled`): a Spot pool seen losing capacity, or
+    # seen with capacity back, less than this long ago is a job's last choice, after the
+    # On-Demand pools (a job still goes there when nothing else has room). On the shipped Spot
+    # traces capacity that comes back is taken again within 30 minutes about twice as often as
+    # at a random time with capacity, and a withdrawal hits the jobs launched last. Off (0): on
+    # the contended tuning set it cut no lost work beyond a run's noise, and cost goal rows
+    # (docs/contention.md, the fourth round).
     spot_settle_s: float = Field(default=0.0, ge=0)
-    spot_settle_missing: bool = True
-    spot_settle_before_on_demand: bool = False
-    spot_settle_min_gpus: int = Field(default=1, ge=1)
     # After this many interruptions, a job with spot `auto` runs On-Demand (with
     # `spot_cost_aware`: only if Spot is expected to cost it more than On-Demand, see below).
     max_interruptions_on_spot: int = Field(default=2, ge=0)

@@ -133,27 +133,27 @@ def candidate_pools(
             on_demand.append(pool)
 
     ordered = sorted(spot_ok, key=preference)
-    if config.spot_settle_s > 0 and spot and job.gpus >= config.spot_settle_min_gpus:
-        settled = [
-            p
-            for p in ordered
-            if not unsettled(spot.get(p.name), config.spot_settle_s, config.spot_settle_missing)
-        ]
+    if config.spot_settle_s > 0 and spot:
+        settled = [p for p in ordered if not unsettled(spot.get(p.name), config.spot_settle_s)]
         if len(settled) < len(ordered):
             last = [p for p in ordered if p not in settled]
-            if config.spot_settle_before_on_demand:
-                return settled + last + sorted(on_demand, key=preference)
             return settled + sorted(on_demand, key=preference) + last
     return ordered + sorted(on_demand, key=preference)
 
 
-def unsettled(signal: SpotPoolSignal | None, settle_s: float, missing: bool = True) -> bool:
-    """Whether a Spot pool was last seen without capacity, or saw it come back less than
-    `settle_s` ago (the end of its latest completed outage, `SpotPoolSignal.spans_s`)."""
+def unsettled(signal: SpotPoolSignal | None, settle_s: float) -> bool:
+    """Whether a Spot pool is unsettled: seen losing capacity (an interruption notice, a launch
+    left waiting) less than `settle_s` ago and not seen back since, or seen back (a launch that
+    started) less than `settle_s` after its latest completed outage (`SpotPoolSignal.spans_s`).
+
+    A pool last seen without capacity is unsettled only for `settle_s`: the control plane sees
+    it back only through a launch there, and a pool kept last would get none (tuning: demoted
+    for good, such pools looked missing for long, and the moves and the deadline guard, which
+    read the same history, kept jobs off Spot)."""
     if signal is None:
         return False
     if not signal.available:
-        return missing and signal.outage_s < settle_s
+        return signal.outage_s < settle_s
     return bool(signal.spans_s) and signal.spans_s[-1][1] < settle_s
 
 

@@ -31,9 +31,6 @@ ADDED_SINCE = {
     "wait_for_ending_weighs_loss": False,
     # unsettled Spot pools last (the fourth round): off
     "spot_settle_s": 0.0,
-    "spot_settle_missing": True,
-    "spot_settle_before_on_demand": False,
-    "spot_settle_min_gpus": 1,
 }
 # Issue 29's rules, chosen after it on the tuning set's contended counterparts
 # (`python -m bench.contention --tuning --steps`, recorded in bench/data/contention_tuning.json

@@ -1,6 +1,6 @@
 """Unsettled Spot pools last (`SchedulerConfig.spot_settle_s`, `placement.unsettled`): a Spot pool
-last seen without capacity, or whose capacity came back less than `spot_settle_s` ago, goes after
-the On-Demand pools."""
+seen losing capacity, or seen with it back, less than `spot_settle_s` ago goes after the On-Demand
+pools."""
 
 from __future__ import annotations
 
@@ -37,7 +37,8 @@ MISSING = SpotPoolSignal(available=False, outage_s=600.0, observed_s=DAY, availa
     [
         (None, False),  # nothing seen
         (SpotPoolSignal(observed_s=DAY, available_s=DAY), False),  # never missing
-        (MISSING, True),
+        (MISSING, True),  # missing for 10 minutes
+        (MISSING.model_copy(update={"outage_s": 2 * HOUR}), False),  # for two hours: no longer
         (back_since(600.0), True),
         (back_since(1800.0), False),
         (back_since(3 * HOUR), False),
