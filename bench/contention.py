@@ -106,6 +106,17 @@ SPOT_TRACE_STEPS: dict[str, SchedulerConfig] = {
         (f"no moves, {'' if hold else 'no '}gang hold", {"move_to_spot_min_remaining_s": 0.0}),
     )
 }
+# The fourth session's (bench/retune_gang_backfill.py, bench/data/contention_tuning_4.json): the
+# gang hold made backfill-aware (`gang_hold_backfill`), beside the third rules' defaults and their
+# plain gang hold (the third record's peers are reused).
+_THIRD = SPOT_TRACE_STEPS["moves weigh the pool's history (6 h left at least), no gang hold"]
+GANG_BACKFILL_STEPS: dict[str, SchedulerConfig] = {
+    "the third rules' defaults (no gang hold)": _THIRD,
+    "gang hold": _THIRD.model_copy(update={"hold_for_blocked_gang": True}),
+    "gang hold, backfill by declared run time": _THIRD.model_copy(
+        update={"hold_for_blocked_gang": True, "gang_hold_backfill": True}
+    ),
+}
 STEPS: dict[str, SchedulerConfig] = {
     "before issue 29": BEFORE,
     "+ critical victims checkpoint beyond their write": BEFORE.model_copy(update=_WITHIN_WRITE),

@@ -223,6 +223,12 @@ class SchedulerConfig(BaseModel):
     # day) but met no lost-work row either way; goal rows met 7-10 with it, 10-13 without it with
     # moves (docs/contention.md).
     hold_for_blocked_gang: bool = False
+    # With `hold_for_blocked_gang`, EASY backfill into the hold (`gang_hold.GangHold`): a job
+    # ranked after the gang may still take held GPUs when its declared run time ends before the
+    # gang's projected start (when enough GPUs of the pool free, by the running jobs' estimated
+    # ends, to fit it), or when it fits what the gang leaves free at that start. A job without a
+    # declared run time (`Job.remaining_s` None) never backfills into the hold.
+    gang_hold_backfill: bool = False
     # The protection period does not shield a single-node job that started while a gang or a
     # critical job was waiting (it started after that job was queued, ahead of it): such a job
     # may be preempted for it at once (`preemption.backfilled_past`). Issue 29: arriving critical

@@ -45,6 +45,7 @@ from spotline.domain.decisions import (
     WaitReason,
 )
 from spotline.domain.explain import wait_text
+from spotline.domain.gang_hold import GangHold, backfill_into, hold_for
 from spotline.domain.models import Allocation, ClusterSnapshot, Job, Pool, Priority
 from spotline.domain.moves import moves_to_on_demand, moves_to_spot
 from spotline.domain.placement import candidate_pools, spot_refusal
@@ -250,8 +251,8 @@ class _Pass:
         # The head of each class in this pass: the first of its jobs that neither started nor
         # claimed spare GPUs (`_behind_class_head`).
         self.heads: dict[Priority, str] = {}
-        # The GPUs held for the top blocked gang: (its id, the pool, how many), or None.
-        self.gang_hold: tuple[str, str, int] | None = None
+        # The GPUs held for the top blocked gang, or None.
+        self.gang_hold: GangHold | None = None
         self.checks: tuple[Callable[[_Turn], Decision | None], ...] = (
             self._draining,
             self._array_cap,
@@ -293,8 +294,12 @@ class _Pass:
     def nothing_left_to_decide(self, priority: float, classes_left: Mapping[Priority, int]) -> bool:
         """For a pass without explanations: whether no job from this one on (priority at most
         `priority`, classes `classes_left`) can be admitted or preempt (`RunningJobs`)."""
-        if self.decided and self.running.nothing_left_to_decide(
-            priority, classes_left, self.preemptions_left, self.surplus, self.taken, self.changes
+        hold = self.gang_hold  # held GPUs a job may still backfill into: not full
+        if not (hold is not None and hold.gpus > 0 and self.config.gang_hold_backfill) and (
+            self.decided
+            and self.running.nothing_left_to_decide(
+                priority, classes_left, self.preemptions_left, self.surplus, self.taken, self.changes
+            )
         ):
             return True
         self.decided += 1
@@ -401,15 +406,22 @@ class _Pass:
         return None
 
     def _held_for_gang(self, turn: _Turn) -> Decision | None:
-        """It would fit but for the GPUs held for a blocked gang ranked before it: it waits
-        (with `hold_for_blocked_gang`)."""
+        """It would fit but for the GPUs held for a blocked gang ranked before it: it waits (with
+        `hold_for_blocked_gang`), unless, with `gang_hold_backfill`, it may backfill into them
+        (`gang_hold.backfill_into`): then it is admitted there."""
         hold = self.gang_hold
         if hold is None:
             return None
-        gang, pool_name, gpus = hold
         for pool in turn.pools:
-            if pool.name == pool_name and pool.demand_gpus(turn.job) <= self.ledger.free(pool_name) + gpus:
-                return self._wait(turn, HeldForGang(self._shortfall(turn), gang, pool_name))
+            if pool.name != hold.pool or pool.demand_gpus(turn.job) > self.ledger.free(pool.name) + hold.gpus:
+                continue
+            why = None
+            if self.config.gang_hold_backfill:
+                admitted, why = backfill_into(hold, turn.job, pool, self.ledger, self.now)
+                if admitted is not None:
+                    self._changed_ledger()
+                    return Admit(turn.job, pool.name, turn.priority, admitted)
+            return self._wait(turn, HeldForGang(self._shortfall(turn), hold.gang, hold.pool, why))
         return None
 
     def _claim_spare(self, turn: _Turn) -> Decision | None:
@@ -506,12 +518,10 @@ class _Pass:
         if not self.config.hold_for_blocked_gang or self.gang_hold is not None or job.nodes <= 1:
             return
         pool = turn.pools[0]
-        gpus = min(self.ledger.free(pool.name), pool.demand_gpus(job))
-        if gpus <= 0:
-            return
-        self.ledger.pool_used[pool.name] = self.ledger.pool_used.get(pool.name, 0) + gpus
-        self.gang_hold = (job.id, pool.name, gpus)
-        self._changed_ledger()
+        running = (a for members in self.indexed.groups.get(pool.name, {}).values() for a in members.values())
+        self.gang_hold = hold_for(job, pool, self.ledger, running, self.now, self.config)
+        if self.gang_hold is not None:
+            self._changed_ledger()
 
     def _backfilled_past(self, job: Job, pool: Pool) -> list[Candidate]:
         """Without `protect_backfill`, for a gang or a critical `job`: the single-node jobs of
