@@ -20,7 +20,6 @@ import random
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from spotline.domain.checkpoint_cost import write_s
 from spotline.domain.config import SchedulerConfig
 from spotline.domain.deadline import PassPlans
 from spotline.domain.decisions import (
@@ -56,6 +55,7 @@ from spotline.domain.preemption import (
     estimated_remaining_s,
     select_victims,
     shielded,
+    stops_at_once,
 )
 from spotline.domain.priority import PriorityScorer, fairshare_factors, wait_s
 from spotline.domain.queue import (
@@ -154,10 +154,13 @@ def plan_with_stats(
     state.reserve_for_draining(window)
     decisions: list[Decision] = []
     for job, priority in ranked(window, parts, score):
+        checks = state.checks
         if not explain and state.nothing_left_to_decide(priority, classes_left):
-            break
-        decision = state.decide(job, priority)
-        if explain or not isinstance(decision, Wait):
+            if not state.may_backfill():
+                break
+            checks = state.backfill_checks  # only backfill into the gang hold may start a job
+        decision = state.decide(job, priority, checks)
+        if decision is not None and (explain or not isinstance(decision, Wait)):
             decisions.append(decision)
         if not explain:
             _count_decided(classes_left, job.spec.priority)
@@ -203,6 +206,9 @@ class _Turn:
     pools: list[Pool] = field(default_factory=list)
     # Why it does not fit the first of them, when found (`_Pass._shortfall`).
     shortfall: str | None = None
+
+
+_Check = Callable[[_Turn], "Decision | None"]
 
 
 class _Pass:
@@ -253,7 +259,7 @@ class _Pass:
         self.heads: dict[Priority, str] = {}
         # The GPUs held for the top blocked gang, or None.
         self.gang_hold: GangHold | None = None
-        self.checks: tuple[Callable[[_Turn], Decision | None], ...] = (
+        self.checks: tuple[_Check, ...] = (
             self._draining,
             self._array_cap,
             self._waits_alike,
@@ -267,6 +273,7 @@ class _Pass:
             self._preemption_delay,
             self._preempt,
         )
+        self.backfill_checks = self.checks[: self.checks.index(self._held_for_gang) + 1]
 
     def reserve_for_draining(self, window: list[Job]) -> None:
         """Hold what earlier passes reserved: a preemptor whose victims are still checkpointing
@@ -294,20 +301,24 @@ class _Pass:
     def nothing_left_to_decide(self, priority: float, classes_left: Mapping[Priority, int]) -> bool:
         """For a pass without explanations: whether no job from this one on (priority at most
         `priority`, classes `classes_left`) can be admitted or preempt (`RunningJobs`)."""
-        hold = self.gang_hold  # held GPUs a job may still backfill into: not full
-        if not (hold is not None and hold.gpus > 0 and self.config.gang_hold_backfill) and (
-            self.decided
-            and self.running.nothing_left_to_decide(
-                priority, classes_left, self.preemptions_left, self.surplus, self.taken, self.changes
-            )
+        if self.decided and self.running.nothing_left_to_decide(
+            priority, classes_left, self.preemptions_left, self.surplus, self.taken, self.changes
         ):
             return True
         self.decided += 1
         return False
 
-    def decide(self, job: Job, priority: float) -> Decision:
+    def may_backfill(self) -> bool:
+        """Whether GPUs are held for a gang that a job may still backfill into: with nothing
+        else left to decide (every pool full, no victim), the pass's other jobs still try that
+        (`backfill_checks`: the checks up to the hold's)."""
+        hold = self.gang_hold
+        return hold is not None and hold.gpus > 0 and self.config.gang_hold_backfill
+
+    def decide(self, job: Job, priority: float, checks: Sequence[_Check]) -> Decision | None:
+        """The first decision of `checks` for the job (None only when `checks` is not all)."""
         turn = _Turn(job, priority, _alike(job))
-        for check in self.checks:
+        for check in checks:
             decision = check(turn)
             if decision is not None:
                 if job.array_id is not None and isinstance(decision, (Admit, Preempt)):
@@ -316,7 +327,7 @@ class _Pass:
                 if isinstance(decision, Wait):
                     self._hold_for_gang(turn, decision)
                 return decision
-        raise AssertionError("the last check always decides")
+        return None
 
     # --- the checks, in order ---------------------------------------------------------------
 
@@ -577,27 +588,6 @@ class _Pass:
 
 # The waits of a job short of capacity (it could use GPUs, and found none it may take).
 _SHORT_OF_CAPACITY = (NoVictim, PreemptionDelay, BudgetSpent, ClassAboveBlocked, BehindClassHead)
-
-
-def stops_at_once(preemptor: Job, victims: Sequence[Job], now: float, config: SchedulerConfig) -> str | None:
-    """Why `preemptor` stops `victims` at once instead of letting them checkpoint, or None.
-
-    1. Its class is in `stop_at_once_for`, and, with `stop_at_once_within_write`, each victim's
-       unsaved work is no more than its checkpoint write (a write would cost what it saves).
-    2. Each victim checkpointed in the last `fresh_checkpoint_s` (when that is on).
-    """
-    if preemptor.priority in config.stop_at_once_for:
-        if not config.stop_at_once_within_write:
-            return f"stopped at once for a {preemptor.priority.value} job"
-        if all(v.unsaved_work_s(now) <= write_s(v, config) for v in victims):
-            return (
-                f"stopped at once for a {preemptor.priority.value} job: each has no more unsaved work"
-                " than its checkpoint write"
-            )
-    fresh = config.fresh_checkpoint_s
-    if fresh > 0 and all(v.unsaved_work_s(now) <= fresh for v in victims):
-        return f"stopped at once: each checkpointed in the last {fresh:.0f} s"
-    return None
 
 
 def _alike(job: Job) -> tuple[object, ...] | None:
