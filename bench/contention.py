@@ -116,6 +116,12 @@ GANG_BACKFILL_STEPS: dict[str, SchedulerConfig] = {
     "gang hold, backfill by declared run time": _THIRD.model_copy(
         update={"hold_for_blocked_gang": True, "gang_hold_backfill": True}
     ),
+    **{
+        f"gang hold after {label}, backfill by declared run time": _THIRD.model_copy(
+            update={"hold_for_blocked_gang": True, "gang_hold_backfill": True, "gang_hold_after_s": after}
+        )
+        for label, after in (("15 min", 900.0), ("1 h", 3600.0))
+    },
 }
 STEPS: dict[str, SchedulerConfig] = {
     "before issue 29": BEFORE,

@@ -229,6 +229,10 @@ class SchedulerConfig(BaseModel):
     # ends, to fit it), or when it fits what the gang leaves free at that start. A job without a
     # declared run time (`Job.remaining_s` None) never backfills into the hold.
     gang_hold_backfill: bool = False
+    # With `hold_for_blocked_gang`: GPUs are held only for a gang that has waited at least this
+    # long (`priority.wait_s`); a gang ranked first that has waited less holds nothing, and the
+    # first one that has waited long enough holds. 0: any blocked gang holds at once.
+    gang_hold_after_s: float = Field(default=0.0, ge=0.0)
     # The protection period does not shield a single-node job that started while a gang or a
     # critical job was waiting (it started after that job was queued, ahead of it): such a job
     # may be preempted for it at once (`preemption.backfilled_past`). Issue 29: arriving critical

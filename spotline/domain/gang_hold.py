@@ -45,6 +45,12 @@ class GangHold:
     shadow_at: float = math.inf
     extra: int = 0
 
+    def may_fit(self, job: Job, pool: Pool, ledger: Ledger, now: float) -> bool:
+        """A first sieve: `job` declares a run time and fits the hold's `pool` with its GPUs."""
+        return (
+            job.remaining_s(now) is not None and pool.demand_gpus(job) <= ledger.free(pool.name) + self.gpus
+        )
+
     def backfill(self, job: Job, demand: int, now: float) -> tuple[str | None, str | None]:
         """Whether `job` (needing `demand` GPUs of the pool) may take held GPUs: (how, None) when
         it may, (None, why not) when it may not. Taking the extra GPUs uses them up."""

@@ -273,7 +273,10 @@ class _Pass:
             self._preemption_delay,
             self._preempt,
         )
-        self.backfill_checks = self.checks[: self.checks.index(self._held_for_gang) + 1]
+        self.backfill_checks = (
+            self._cannot_backfill,
+            *self.checks[: self.checks.index(self._held_for_gang) + 1],
+        )
 
     def reserve_for_draining(self, window: list[Job]) -> None:
         """Hold what earlier passes reserved: a preemptor whose victims are still checkpointing
@@ -309,9 +312,8 @@ class _Pass:
         return False
 
     def may_backfill(self) -> bool:
-        """Whether GPUs are held for a gang that a job may still backfill into: with nothing
-        else left to decide (every pool full, no victim), the pass's other jobs still try that
-        (`backfill_checks`: the checks up to the hold's)."""
+        """Whether a job may backfill into GPUs held for a gang: with nothing else left to decide,
+        the pass's other jobs still try that (`backfill_checks`)."""
         hold = self.gang_hold
         return hold is not None and hold.gpus > 0 and self.config.gang_hold_backfill
 
@@ -435,6 +437,14 @@ class _Pass:
             return self._wait(turn, HeldForGang(self._shortfall(turn), hold.gang, hold.pool, why))
         return None
 
+    def _cannot_backfill(self, turn: _Turn) -> Decision | None:
+        """(In `backfill_checks` only, whose waits are not shown.) It waits at once when it
+        cannot backfill into the hold (`GangHold.may_fit`), before its placement is sought."""
+        hold = self.gang_hold
+        if hold is not None and hold.may_fit(turn.job, self.snapshot.pools[hold.pool], self.ledger, self.now):
+            return None
+        return self._wait(turn, HeldForGang("", "", ""))
+
     def _claim_spare(self, turn: _Turn) -> Decision | None:
         """GPUs that leaving victims free beyond their preemptors' needs fit it: it claims them
         and waits for them instead of preempting more."""
@@ -527,6 +537,8 @@ class _Pass:
             return
         job = turn.job
         if not self.config.hold_for_blocked_gang or self.gang_hold is not None or job.nodes <= 1:
+            return
+        if self.config.gang_hold_after_s > 0 and wait_s(job, self.now) < self.config.gang_hold_after_s:
             return
         pool = turn.pools[0]
         running = (a for members in self.indexed.groups.get(pool.name, {}).values() for a in members.values())

@@ -25,6 +25,8 @@ ADDED_SINCE = {
     "no_preemption_delay_for": [],
     "preempt_below_blocked_class": False,
     "protect_backfill": True,
+    "gang_hold_backfill": False,
+    "gang_hold_after_s": 0.0,
 }
 # Issue 29's rules, chosen after it on the tuning set's contended counterparts
 # (`python -m bench.contention --tuning --steps`, recorded in bench/data/contention_tuning.json

@@ -110,3 +110,24 @@ def test_the_projected_start_is_when_enough_gpus_free_by_the_running_jobs_ends()
     assert projected_start(12, 2, [first, second, leaving], NOW, policy) == (NOW + 3 * HOUR, 2)
     assert projected_start(12, 16, [], NOW, policy) == (NOW, 4)
     assert projected_start(20, 2, [first, second, leaving], NOW, policy) == (math.inf, 0)
+
+
+@pytest.mark.parametrize(
+    ("waited", "decisions"),
+    [
+        # The gang has waited 10 minutes, under `gang_hold_after_s`: nothing is held, the small job
+        # that declares no run time takes 4 of the free GPUs.
+        (600.0, [("wait", "gang"), ("admit", "small", "od")]),
+        # 20 minutes: the free GPUs are held for it; the small job may not backfill.
+        (1200.0, [("wait", "gang"), ("wait", "small")]),
+    ],
+)
+def test_the_hold_waits_until_the_gang_has_waited_gang_hold_after_s(
+    waited: float, decisions: list[tuple[str, ...]]
+) -> None:
+    policy = _policy(True).model_copy(update={"gang_hold_after_s": 900.0})
+    pending = [
+        job("gang").high().gpus(16).nodes(2).submitted(NOW - waited).build(),
+        job("small").gpus(4).submitted(NOW - 5).build(),
+    ]
+    assert summary(run_plan(_snapshot(), pending, policy)) == decisions
