@@ -62,6 +62,8 @@ BEFORE = SchedulerConfig(
     strategy=VictimStrategy.LEAST_LOST_WORK,
     preempt_for_class_head_only=frozenset(),
     hold_for_blocked_gang=False,
+    gang_hold_backfill=False,
+    gang_hold_after_s=0.0,
     move_to_spot_min_remaining_s=0.0,
     move_to_spot_weighs_history=False,
 )
