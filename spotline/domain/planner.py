@@ -47,7 +47,7 @@ from spotline.domain.explain import wait_text
 from spotline.domain.gang_hold import GangHold, backfill_into, hold_for
 from spotline.domain.models import Allocation, ClusterSnapshot, Job, Pool, Priority
 from spotline.domain.moves import moves_to_on_demand, moves_to_spot
-from spotline.domain.placement import candidate_pools, spot_refusal
+from spotline.domain.placement import candidate_pools, guard_refused_spot
 from spotline.domain.preemption import (
     INSIDE_PROTECTION,
     Candidate,
@@ -400,22 +400,12 @@ class _Pass:
                 self._changed_ledger()
                 reason = f"admitted to {pool.name}: {demand} of {free} free GPUs"
                 if not pool.is_spot and job.spec.deadline_at is not None:
-                    refused = self._guard_refused_spot(job)
+                    remaining = estimated_remaining_s(job, self.now, self.config)
+                    refused = guard_refused_spot(
+                        job, self.snapshot, self.now, remaining, self.config, self.plans
+                    )
                     reason += f"; not Spot: {refused}" if refused else ""
                 return Admit(job, pool.name, turn.priority, reason)
-        return None
-
-    def _guard_refused_spot(self, job: Job) -> str | None:
-        """Why the deadline guard kept a deadline job off a Spot pool that could host it (what
-        the timeline says of an On-Demand admission); None when it did not."""
-        remaining = estimated_remaining_s(job, self.now, self.config)
-        for pool in sorted(self.snapshot.pools.values(), key=lambda p: p.name):
-            if not pool.is_spot or not pool.can_host(job):
-                continue
-            signal = self.snapshot.spot.get(pool.name)
-            why = spot_refusal(job, pool, self.now, remaining, self.config, signal, self.plans)
-            if why is not None and why.startswith("deadline guard"):
-                return f"{pool.name}: {why}"
         return None
 
     def _held_for_gang(self, turn: _Turn) -> Decision | None:
