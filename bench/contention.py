@@ -62,6 +62,8 @@ BEFORE = SchedulerConfig(
     strategy=VictimStrategy.LEAST_LOST_WORK,
     preempt_for_class_head_only=frozenset(),
     hold_for_blocked_gang=False,
+    gang_hold_backfill=False,
+    gang_hold_after_s=0.0,
     move_to_spot_min_remaining_s=0.0,
     move_to_spot_weighs_history=False,
 )
@@ -105,6 +107,23 @@ SPOT_TRACE_STEPS: dict[str, SchedulerConfig] = {
         ),
         (f"no moves, {'' if hold else 'no '}gang hold", {"move_to_spot_min_remaining_s": 0.0}),
     )
+}
+# The fourth session's (bench/retune_gang_backfill.py, bench/data/contention_tuning_4.json): the
+# gang hold made backfill-aware (`gang_hold_backfill`), beside the third rules' defaults and their
+# plain gang hold (the third record's peers are reused).
+_THIRD = SPOT_TRACE_STEPS["moves weigh the pool's history (6 h left at least), no gang hold"]
+GANG_BACKFILL_STEPS: dict[str, SchedulerConfig] = {
+    "the third rules' defaults (no gang hold)": _THIRD,
+    "gang hold": _THIRD.model_copy(update={"hold_for_blocked_gang": True}),
+    "gang hold, backfill by declared run time": _THIRD.model_copy(
+        update={"hold_for_blocked_gang": True, "gang_hold_backfill": True}
+    ),
+    **{
+        f"gang hold after {label}, backfill by declared run time": _THIRD.model_copy(
+            update={"hold_for_blocked_gang": True, "gang_hold_backfill": True, "gang_hold_after_s": after}
+        )
+        for label, after in (("15 min", 900.0), ("1 h", 3600.0))
+    },
 }
 STEPS: dict[str, SchedulerConfig] = {
     "before issue 29": BEFORE,

@@ -21,7 +21,7 @@ import argparse
 import json
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -42,16 +42,17 @@ KEYS = (
 )
 
 
-def _kept(m: dict[str, Any]) -> dict[str, Any]:
+def kept(m: dict[str, Any]) -> dict[str, Any]:
     out = {k: m[k] for k in KEYS if k in m}
     out["loss_account"] = {"lost_gpu_hours_by_cause": m["loss_account"]["lost_gpu_hours_by_cause"]}
     return out
 
 
-def summarise(record: dict[str, Any]) -> dict[str, Any]:
-    """Per configuration: each goal's ratio and whether it is met per sample, rows met, means."""
+def summarise(record: dict[str, Any], steps: Iterable[str] = SPOT_TRACE_STEPS) -> dict[str, Any]:
+    """Per configuration of `steps`: each goal's ratio and whether it is met per sample, rows
+    met, means."""
     goals: dict[str, Any] = {}
-    for name in SPOT_TRACE_STEPS:
+    for name in steps:
         rows: dict[str, Any] = {}
         met_total = 0
         for goal in GOALS:
@@ -116,7 +117,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not entry["peers"]:
             began = time.perf_counter()
             peers = run_contended(sample, pb.PEERS, workers=1)
-            entry["peers"] = {p: _kept(m) for p, m in peers.items()}
+            entry["peers"] = {p: kept(m) for p, m in peers.items()}
             entry["wall_s"]["peers"] = round(time.perf_counter() - began, 1)
             save()
         for name, config in SPOT_TRACE_STEPS.items():
@@ -124,7 +125,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 continue
             began = time.perf_counter()
             m = run_contended(sample, ["spotline"], config=config, workers=1)["spotline"]
-            entry["spotline"][name] = _kept(m)
+            entry["spotline"][name] = kept(m)
             entry["wall_s"][name] = round(time.perf_counter() - began, 1)
             print(f"{sample.label} | {name}: {entry['wall_s'][name]} s", flush=True)
             save()

@@ -216,13 +216,22 @@ class SchedulerConfig(BaseModel):
     # capacity has the free GPUs of its first candidate pool held for it (up to its demand), so
     # the jobs ranked after it cannot take them one by one while it waits (`planner._hold_for_gang`).
     # Issue 29: nothing held GPUs for a blocked gang; small jobs took On-Demand as it freed.
-    # Off since the trace-driven Spot model (bench/data/contention_tuning_3.json, the contended
-    # tuning set): with the hold, average JCT was met on 0 of 4 samples (mean 1.100x-1.124x the
-    # best peer) and low-class JCT on 0-1; without it, with moves, on 2-3 of 4 (0.952x-0.967x).
-    # It lost less work (mean 1.107x against 1.228x the best preempting peer, moves weighed at a
-    # day) but met no lost-work row either way; goal rows met 7-10 with it, 10-13 without it with
-    # moves (docs/contention.md).
-    hold_for_blocked_gang: bool = False
+    # Alone (as in the third round, bench/data/contention_tuning_3.json), it cost average and
+    # low-class JCT (0 of 4 tuning samples met); on since the fourth, with the next two
+    # (bench/data/contention_tuning_4.json, docs/contention.md): 15 goal rows of 28 met on the
+    # contended tuning set, against 14 without a hold and 7 with the plain hold.
+    hold_for_blocked_gang: bool = True
+    # With `hold_for_blocked_gang`, EASY backfill into the hold (`gang_hold.GangHold`): a job
+    # ranked after the gang may still take held GPUs when its declared run time ends before the
+    # gang's projected start (when enough GPUs of the pool free, by the running jobs' estimated
+    # ends, to fit it), or when it fits what the gang leaves free at that start. A job without a
+    # declared run time (`Job.remaining_s` None) never backfills into the hold.
+    gang_hold_backfill: bool = True
+    # With `hold_for_blocked_gang`: GPUs are held only for a gang that has waited at least this
+    # long (`priority.wait_s`); a gang ranked first that has waited less holds nothing, and the
+    # first one that has waited long enough holds. 0: any blocked gang holds at once. 15 minutes
+    # and an hour met the same rows on the tuning set (15 each); the first was chosen.
+    gang_hold_after_s: float = Field(default=900.0, ge=0.0)
     # The protection period does not shield a single-node job that started while a gang or a
     # critical job was waiting (it started after that job was queued, ahead of it): such a job
     # may be preempted for it at once (`preemption.backfilled_past`). Issue 29: arriving critical

@@ -103,11 +103,13 @@ class BehindClassHead:
 @dataclass(frozen=True, slots=True)
 class HeldForGang:
     """It does not fit (`shortfall`): the free GPUs of `pool` are held for the blocked multi-node
-    job `gang` ranked before it (`SchedulerConfig.hold_for_blocked_gang`)."""
+    job `gang` ranked before it (`SchedulerConfig.hold_for_blocked_gang`); with
+    `gang_hold_backfill`, `backfill` says why it may not backfill into them (`gang_hold`)."""
 
     shortfall: str
     gang: str
     pool: str
+    backfill: str | None = None
 
 
 WaitReason = (

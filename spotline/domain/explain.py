@@ -83,10 +83,10 @@ def wait_text(why: WaitReason) -> str:
                 f"waiting: {shortfall}; {head} is the head of its class in this pass,"
                 " and only the head preempts"
             )
-        case HeldForGang(shortfall, gang, pool):
+        case HeldForGang(shortfall, gang, pool, backfill):
             return (
                 f"waiting: {shortfall}; the free GPUs of {pool} are held for the blocked"
-                f" multi-node job {gang}"
+                f" multi-node job {gang}" + (f" ({backfill})" if backfill else "")
             )
 
 

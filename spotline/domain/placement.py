@@ -7,7 +7,7 @@ from collections.abc import Iterable, Mapping
 from spotline.domain.checkpoint_cost import interruption_lost_s
 from spotline.domain.config import SchedulerConfig
 from spotline.domain.deadline import PassPlans, spot_unsafe
-from spotline.domain.models import Job, Pool, SpotPoolSignal, SpotPreference
+from spotline.domain.models import ClusterSnapshot, Job, Pool, SpotPoolSignal, SpotPreference
 
 
 def interruption_cost_s(job: Job, config: SchedulerConfig) -> float:
@@ -137,3 +137,23 @@ def candidate_pools(
 def preference(pool: Pool) -> tuple[float, float, str]:
     """The order of pools of one kind: lower price first, then lower interruption rate, then name."""
     return (pool.price, pool.interruption_rate_per_hour, pool.name)
+
+
+def guard_refused_spot(
+    job: Job,
+    snapshot: ClusterSnapshot,
+    now: float,
+    remaining_s: float,
+    config: SchedulerConfig,
+    plans: PassPlans,
+) -> str | None:
+    """Why the deadline guard kept a deadline job (`remaining_s` left) off a Spot pool of
+    `snapshot` that could host it (what the timeline says of an On-Demand admission); None when
+    it did not."""
+    for pool in sorted(snapshot.pools.values(), key=lambda p: p.name):
+        if not pool.is_spot or not pool.can_host(job):
+            continue
+        why = spot_refusal(job, pool, now, remaining_s, config, snapshot.spot.get(pool.name), plans)
+        if why is not None and why.startswith("deadline guard"):
+            return f"{pool.name}: {why}"
+    return None

@@ -20,7 +20,6 @@ import random
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from spotline.domain.checkpoint_cost import write_s
 from spotline.domain.config import SchedulerConfig
 from spotline.domain.deadline import PassPlans
 from spotline.domain.decisions import (
@@ -45,9 +44,10 @@ from spotline.domain.decisions import (
     WaitReason,
 )
 from spotline.domain.explain import wait_text
+from spotline.domain.gang_hold import GangHold, backfill_into, hold_for
 from spotline.domain.models import Allocation, ClusterSnapshot, Job, Pool, Priority
 from spotline.domain.moves import moves_to_on_demand, moves_to_spot
-from spotline.domain.placement import candidate_pools, spot_refusal
+from spotline.domain.placement import candidate_pools, guard_refused_spot
 from spotline.domain.preemption import (
     INSIDE_PROTECTION,
     Candidate,
@@ -55,6 +55,7 @@ from spotline.domain.preemption import (
     estimated_remaining_s,
     select_victims,
     shielded,
+    stops_at_once,
 )
 from spotline.domain.priority import PriorityScorer, fairshare_factors, wait_s
 from spotline.domain.queue import (
@@ -153,10 +154,13 @@ def plan_with_stats(
     state.reserve_for_draining(window)
     decisions: list[Decision] = []
     for job, priority in ranked(window, parts, score):
+        checks = state.checks
         if not explain and state.nothing_left_to_decide(priority, classes_left):
-            break
-        decision = state.decide(job, priority)
-        if explain or not isinstance(decision, Wait):
+            if not state.may_backfill():
+                break
+            checks = state.backfill_checks  # only backfill into the gang hold may start a job
+        decision = state.decide(job, priority, checks)
+        if decision is not None and (explain or not isinstance(decision, Wait)):
             decisions.append(decision)
         if not explain:
             _count_decided(classes_left, job.spec.priority)
@@ -202,6 +206,9 @@ class _Turn:
     pools: list[Pool] = field(default_factory=list)
     # Why it does not fit the first of them, when found (`_Pass._shortfall`).
     shortfall: str | None = None
+
+
+_Check = Callable[[_Turn], "Decision | None"]
 
 
 class _Pass:
@@ -250,9 +257,9 @@ class _Pass:
         # The head of each class in this pass: the first of its jobs that neither started nor
         # claimed spare GPUs (`_behind_class_head`).
         self.heads: dict[Priority, str] = {}
-        # The GPUs held for the top blocked gang: (its id, the pool, how many), or None.
-        self.gang_hold: tuple[str, str, int] | None = None
-        self.checks: tuple[Callable[[_Turn], Decision | None], ...] = (
+        # The GPUs held for the top blocked gang, or None.
+        self.gang_hold: GangHold | None = None
+        self.checks: tuple[_Check, ...] = (
             self._draining,
             self._array_cap,
             self._waits_alike,
@@ -265,6 +272,10 @@ class _Pass:
             self._class_above_blocked,
             self._preemption_delay,
             self._preempt,
+        )
+        self.backfill_checks = (
+            self._cannot_backfill,
+            *self.checks[: self.checks.index(self._held_for_gang) + 1],
         )
 
     def reserve_for_draining(self, window: list[Job]) -> None:
@@ -300,9 +311,16 @@ class _Pass:
         self.decided += 1
         return False
 
-    def decide(self, job: Job, priority: float) -> Decision:
+    def may_backfill(self) -> bool:
+        """Whether a job may backfill into GPUs held for a gang: with nothing else left to decide,
+        the pass's other jobs still try that (`backfill_checks`)."""
+        hold = self.gang_hold
+        return hold is not None and hold.gpus > 0 and self.config.gang_hold_backfill
+
+    def decide(self, job: Job, priority: float, checks: Sequence[_Check]) -> Decision | None:
+        """The first decision of `checks` for the job (None only when `checks` is not all)."""
         turn = _Turn(job, priority, _alike(job))
-        for check in self.checks:
+        for check in checks:
             decision = check(turn)
             if decision is not None:
                 if job.array_id is not None and isinstance(decision, (Admit, Preempt)):
@@ -311,7 +329,7 @@ class _Pass:
                 if isinstance(decision, Wait):
                     self._hold_for_gang(turn, decision)
                 return decision
-        raise AssertionError("the last check always decides")
+        return None
 
     # --- the checks, in order ---------------------------------------------------------------
 
@@ -382,35 +400,40 @@ class _Pass:
                 self._changed_ledger()
                 reason = f"admitted to {pool.name}: {demand} of {free} free GPUs"
                 if not pool.is_spot and job.spec.deadline_at is not None:
-                    refused = self._guard_refused_spot(job)
+                    remaining = estimated_remaining_s(job, self.now, self.config)
+                    refused = guard_refused_spot(
+                        job, self.snapshot, self.now, remaining, self.config, self.plans
+                    )
                     reason += f"; not Spot: {refused}" if refused else ""
                 return Admit(job, pool.name, turn.priority, reason)
         return None
 
-    def _guard_refused_spot(self, job: Job) -> str | None:
-        """Why the deadline guard kept a deadline job off a Spot pool that could host it (what
-        the timeline says of an On-Demand admission); None when it did not."""
-        remaining = estimated_remaining_s(job, self.now, self.config)
-        for pool in sorted(self.snapshot.pools.values(), key=lambda p: p.name):
-            if not pool.is_spot or not pool.can_host(job):
-                continue
-            signal = self.snapshot.spot.get(pool.name)
-            why = spot_refusal(job, pool, self.now, remaining, self.config, signal, self.plans)
-            if why is not None and why.startswith("deadline guard"):
-                return f"{pool.name}: {why}"
-        return None
-
     def _held_for_gang(self, turn: _Turn) -> Decision | None:
-        """It would fit but for the GPUs held for a blocked gang ranked before it: it waits
-        (with `hold_for_blocked_gang`)."""
+        """It would fit but for the GPUs held for a blocked gang ranked before it: it waits (with
+        `hold_for_blocked_gang`), unless, with `gang_hold_backfill`, it may backfill into them
+        (`gang_hold.backfill_into`): then it is admitted there."""
         hold = self.gang_hold
         if hold is None:
             return None
-        gang, pool_name, gpus = hold
         for pool in turn.pools:
-            if pool.name == pool_name and pool.demand_gpus(turn.job) <= self.ledger.free(pool_name) + gpus:
-                return self._wait(turn, HeldForGang(self._shortfall(turn), gang, pool_name))
+            if pool.name != hold.pool or pool.demand_gpus(turn.job) > self.ledger.free(pool.name) + hold.gpus:
+                continue
+            why = None
+            if self.config.gang_hold_backfill:
+                admitted, why = backfill_into(hold, turn.job, pool, self.ledger, self.now)
+                if admitted is not None:
+                    self._changed_ledger()
+                    return Admit(turn.job, pool.name, turn.priority, admitted)
+            return self._wait(turn, HeldForGang(self._shortfall(turn), hold.gang, hold.pool, why))
         return None
+
+    def _cannot_backfill(self, turn: _Turn) -> Decision | None:
+        """(In `backfill_checks` only, whose waits are not shown.) It waits at once when it
+        cannot backfill into the hold (`GangHold.may_fit`), before its placement is sought."""
+        hold = self.gang_hold
+        if hold is not None and hold.may_fit(turn.job, self.snapshot.pools[hold.pool], self.ledger, self.now):
+            return None
+        return self._wait(turn, HeldForGang("", "", ""))
 
     def _claim_spare(self, turn: _Turn) -> Decision | None:
         """GPUs that leaving victims free beyond their preemptors' needs fit it: it claims them
@@ -505,13 +528,13 @@ class _Pass:
         job = turn.job
         if not self.config.hold_for_blocked_gang or self.gang_hold is not None or job.nodes <= 1:
             return
-        pool = turn.pools[0]
-        gpus = min(self.ledger.free(pool.name), pool.demand_gpus(job))
-        if gpus <= 0:
+        if self.config.gang_hold_after_s > 0 and wait_s(job, self.now) < self.config.gang_hold_after_s:
             return
-        self.ledger.pool_used[pool.name] = self.ledger.pool_used.get(pool.name, 0) + gpus
-        self.gang_hold = (job.id, pool.name, gpus)
-        self._changed_ledger()
+        pool = turn.pools[0]
+        running = (a for members in self.indexed.groups.get(pool.name, {}).values() for a in members.values())
+        self.gang_hold = hold_for(job, pool, self.ledger, running, self.now, self.config)
+        if self.gang_hold is not None:
+            self._changed_ledger()
 
     def _backfilled_past(self, job: Job, pool: Pool) -> list[Candidate]:
         """Without `protect_backfill`, for a gang or a critical `job`: the single-node jobs of
@@ -567,27 +590,6 @@ class _Pass:
 
 # The waits of a job short of capacity (it could use GPUs, and found none it may take).
 _SHORT_OF_CAPACITY = (NoVictim, PreemptionDelay, BudgetSpent, ClassAboveBlocked, BehindClassHead)
-
-
-def stops_at_once(preemptor: Job, victims: Sequence[Job], now: float, config: SchedulerConfig) -> str | None:
-    """Why `preemptor` stops `victims` at once instead of letting them checkpoint, or None.
-
-    1. Its class is in `stop_at_once_for`, and, with `stop_at_once_within_write`, each victim's
-       unsaved work is no more than its checkpoint write (a write would cost what it saves).
-    2. Each victim checkpointed in the last `fresh_checkpoint_s` (when that is on).
-    """
-    if preemptor.priority in config.stop_at_once_for:
-        if not config.stop_at_once_within_write:
-            return f"stopped at once for a {preemptor.priority.value} job"
-        if all(v.unsaved_work_s(now) <= write_s(v, config) for v in victims):
-            return (
-                f"stopped at once for a {preemptor.priority.value} job: each has no more unsaved work"
-                " than its checkpoint write"
-            )
-    fresh = config.fresh_checkpoint_s
-    if fresh > 0 and all(v.unsaved_work_s(now) <= fresh for v in victims):
-        return f"stopped at once: each checkpointed in the last {fresh:.0f} s"
-    return None
 
 
 def _alike(job: Job) -> tuple[object, ...] | None:

@@ -100,7 +100,7 @@ def lost_work_gpu_s(job: Job, gpus: int, now: float, config: SchedulerConfig) ->
 
 def preemption_cost_gpu_s(job: Job, gpus: int, now: float, config: SchedulerConfig) -> float:
     """GPU-seconds a checkpoint-then-preempt of `job` now wastes: the checkpoint write (or its
-    unsaved work, when less: it is then stopped at once, `planner.stops_at_once`), the restart
+    unsaved work, when less: it is then stopped at once, `stops_at_once`), the restart
     and its measured restore, on all of its GPUs. Unlike `lost_work_gpu_s`, the work since the
     last checkpoint is saved by the write, so what tells victims apart is mostly their size."""
     unsaved = min(job.unsaved_work_s(now), write_s(job, config))
@@ -357,3 +357,24 @@ def select_victims(
         if ledger.fits_without(preemptor, pool, [v.allocation for v in trial]):
             victims = trial
     return victims
+
+
+def stops_at_once(preemptor: Job, victims: Sequence[Job], now: float, config: SchedulerConfig) -> str | None:
+    """Why `preemptor` stops `victims` at once instead of letting them checkpoint, or None.
+
+    1. Its class is in `stop_at_once_for`, and, with `stop_at_once_within_write`, each victim's
+       unsaved work is no more than its checkpoint write (a write would cost what it saves).
+    2. Each victim checkpointed in the last `fresh_checkpoint_s` (when that is on).
+    """
+    if preemptor.priority in config.stop_at_once_for:
+        if not config.stop_at_once_within_write:
+            return f"stopped at once for a {preemptor.priority.value} job"
+        if all(v.unsaved_work_s(now) <= write_s(v, config) for v in victims):
+            return (
+                f"stopped at once for a {preemptor.priority.value} job: each has no more unsaved work"
+                " than its checkpoint write"
+            )
+    fresh = config.fresh_checkpoint_s
+    if fresh > 0 and all(v.unsaved_work_s(now) <= fresh for v in victims):
+        return f"stopped at once: each checkpointed in the last {fresh:.0f} s"
+    return None

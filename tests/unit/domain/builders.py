@@ -243,6 +243,9 @@ def config(**overrides: Any) -> SchedulerConfig:
     overrides.setdefault("fresh_checkpoint_s", 0.0)
     overrides.setdefault("preempt_for_class_head_only", frozenset())
     overrides.setdefault("hold_for_blocked_gang", False)
+    # the plain hold, at once, when a test turns it on (`test_gang_hold.py` the backfill-aware one)
+    overrides.setdefault("gang_hold_backfill", False)
+    overrides.setdefault("gang_hold_after_s", 0.0)
     overrides.setdefault("move_to_spot_min_remaining_s", 0.0)
     return SchedulerConfig(**overrides)
 

@@ -5,7 +5,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from bench.contention import CONTENDED_EVALUATION, CONTENDED_TUNING, FIRST, SPOT_TRACE_STEPS, STEPS
+from bench.contention import (
+    CONTENDED_EVALUATION,
+    CONTENDED_TUNING,
+    FIRST,
+    GANG_BACKFILL_STEPS,
+    SPOT_TRACE_STEPS,
+    STEPS,
+)
 from spotline.domain import SchedulerConfig
 from spotline.sim.model import SlurmKnobs
 
@@ -31,7 +38,8 @@ ADDED_SINCE = {
 # for the first three, contention_tuning_2.json for the head rule; the moves and the gang hold
 # decided again under the trace-driven Spot model by `python -m bench.retune_spot_traces`,
 # contention_tuning_3.json, with the moves weighing the pool's history; its thin-history bound, a
-# day, is the deadline guard's, not tuned).
+# day, is the deadline guard's, not tuned); the gang hold, made backfill-aware and held only for a
+# gang that has waited 15 minutes, by `python -m bench.retune_gang_backfill`, contention_tuning_4.json).
 ISSUE_29 = {
     "stop_at_once_within_write": True,
     "preempt_lower_class_only": True,
@@ -39,13 +47,18 @@ ISSUE_29 = {
     "move_to_spot_min_remaining_s": 21600.0,
     "move_to_spot_weighs_history": True,
     "move_to_spot_min_history_s": 86400.0,
-    "hold_for_blocked_gang": False,
+    "hold_for_blocked_gang": True,
+    "gang_hold_backfill": True,
+    "gang_hold_after_s": 900.0,
     "preempt_for_class_head_only": ["normal"],
 }
 WEIGHTS_ISSUE_29 = {"strict_class_order": True}
 CONTENTION_RECORD = RECORD.parent / "contention_tuning.json"  # the first rules (FIRST)
 CONTENTION_RECORD_2 = RECORD.parent / "contention_tuning_2.json"  # the second ones
 CONTENTION_RECORD_3 = RECORD.parent / "contention_tuning_3.json"  # moves and gang hold, Spot traces
+CONTENTION_RECORD_4 = RECORD.parent / "contention_tuning_4.json"  # the backfill-aware gang hold
+# The gang hold's fields, which the fourth round chose after the third.
+GANG_HOLD = ("hold_for_blocked_gang", "gang_hold_backfill", "gang_hold_after_s")
 
 
 def test_the_defaults_are_what_bench_tune_chose_on_the_tuning_set() -> None:
@@ -71,11 +84,16 @@ def test_issue_29s_rules_are_the_step_chosen_on_the_contended_tuning_set() -> No
         STEPS[second["defaults"]].preempt_for_class_head_only == SchedulerConfig().preempt_for_class_head_only
     )
     third = json.loads(CONTENTION_RECORD_3.read_text())
-    assert third["complete"] and SPOT_TRACE_STEPS[third["chosen"]] == SchedulerConfig()
-    rows_met = {name: goals["rows_met"] for name, goals in third["goals"].items()}
-    assert rows_met[third["chosen"]] == max(rows_met.values())
+    defaults = SchedulerConfig()
+    gang_hold = {name: getattr(defaults, name) for name in GANG_HOLD}
+    assert third["complete"] and SPOT_TRACE_STEPS[third["chosen"]].model_copy(update=gang_hold) == defaults
+    fourth = json.loads(CONTENTION_RECORD_4.read_text())
+    assert fourth["complete"] and GANG_BACKFILL_STEPS[fourth["chosen"]] == defaults
+    for record in (third, fourth):
+        rows_met = {name: goals["rows_met"] for name, goals in record["goals"].items()}
+        assert rows_met[record["chosen"]] == max(rows_met.values())
     tuning = {s.label for s in CONTENDED_TUNING}
-    for record in (first, second, third):
+    for record in (first, second, third, fourth):
         assert set(record["samples"]) <= tuning and record["samples"]  # tuning samples only
         assert not {s.label for s in CONTENDED_EVALUATION} & set(record["samples"])
     for record in (first, second):
@@ -83,3 +101,5 @@ def test_issue_29s_rules_are_the_step_chosen_on_the_contended_tuning_set() -> No
             assert set(steps) <= set(STEPS)
     for sample in third["samples"].values():
         assert set(sample["spotline"]) == set(SPOT_TRACE_STEPS)
+    for sample in fourth["samples"].values():
+        assert set(sample["spotline"]) == set(GANG_BACKFILL_STEPS)

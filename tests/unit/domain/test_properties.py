@@ -223,6 +223,8 @@ def policies(draw: st.DrawFn) -> SchedulerConfig:
         # Issue 29's second rules, on and off.
         preempt_for_class_head_only=frozenset(draw(st.sets(st.sampled_from(list(Priority))))),
         hold_for_blocked_gang=draw(st.booleans()),
+        gang_hold_backfill=draw(st.booleans()),
+        gang_hold_after_s=draw(st.sampled_from([0.0, 0.0, 3600.0])),
         protect_backfill=draw(st.booleans()),
     )
 
