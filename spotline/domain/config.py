@@ -9,7 +9,7 @@ from enum import StrEnum
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from spotline.domain.models import Priority
+from spotline.domain.models import PRIORITIES_HIGH_FIRST, Priority
 
 
 class VictimStrategy(StrEnum):
@@ -34,6 +34,9 @@ class ReclaimPolicy(StrEnum):
     LOWER_PRIORITY = "lower-priority"  # only jobs of a lower priority class (Kueue's LowerPriority)
     SAME_OR_LOWER_PRIORITY = "same-or-lower-priority"  # also the lender's peers of its own class
     ANY = "any"
+
+
+_BY_RANK = {p.rank: p for p in PRIORITIES_HIGH_FIRST}
 
 
 class PriorityWeights(BaseModel):
@@ -104,6 +107,19 @@ class PriorityWeights(BaseModel):
     # one of the class over it, for admission or preemption. Issue 29: without it, aged low jobs
     # took the GPUs that fresh high jobs waited for, and preempted their own class.
     strict_class_order: bool = True
+    # Deadline lift (issue 30): a pending job whose deadline is still in reach (slack >= 0, slack =
+    # deadline - now - its estimated remaining run time) with less than this much slack ranks as
+    # one class up (`lifted`), never above `deadline_lift_ceiling`; 0: off. Under strict class
+    # order the deadline term alone only orders a class, so a low job whose deadline was about to
+    # become unreachable still waited behind every normal job: in the Spot-pools benchmark
+    # (docs/spot-and-deadlines.md) 131 of 161 missed deadlines waited longer than their whole slack
+    # before they first started. The lift orders the queue only: a lifted job keeps its declared
+    # class for `preempt_lower_class_only` and the reclaim policy (it takes GPUs as they free,
+    # ahead of the class it is lifted into, and stops none of that class's jobs), and a running
+    # job is never lifted (its score decides who is preempted, and `score_floor` stays a floor).
+    # A job whose deadline is already out of reach is not lifted: it would take GPUs and still miss.
+    deadline_lift_slack_s: float = Field(default=0.0, ge=0)
+    deadline_lift_ceiling: Priority = Priority.NORMAL
 
     @property
     def within_class_span(self) -> float:
@@ -120,6 +136,19 @@ class PriorityWeights(BaseModel):
     def class_term(self, priority: Priority) -> float:
         """The class term of a job of `priority`."""
         return self.effective_class_step * priority.rank
+
+    def lifted(self, priority: Priority, slack_s: float) -> Priority:
+        """The class a pending job of `priority` with a deadline and `slack_s` seconds of slack
+        ranks as: one class up while 0 <= slack < `deadline_lift_slack_s`, never above
+        `deadline_lift_ceiling` (nor lowered by it); otherwise `priority`."""
+        if not 0.0 <= slack_s < self.deadline_lift_slack_s:
+            return priority
+        rank = min(priority.rank + 1, self.deadline_lift_ceiling.rank)
+        return priority if rank <= priority.rank else _BY_RANK[rank]
+
+    def lift_ceiling_of(self, priority: Priority) -> Priority:
+        """The highest class a job of `priority` with a deadline may rank as (`lifted`)."""
+        return self.lifted(priority, 0.0)
 
 
 class SchedulerConfig(BaseModel):

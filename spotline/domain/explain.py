@@ -27,7 +27,14 @@ from spotline.domain.decisions import (
 from spotline.domain.models import ClusterSnapshot, Job, Pool
 from spotline.domain.placement import spot_refusal
 from spotline.domain.preemption import Candidate, eligibility, estimated_remaining_s
-from spotline.domain.priority import PriorityScorer, deadline_urgency, fairshare_factors, shortness, wait_s
+from spotline.domain.priority import (
+    PriorityScorer,
+    deadline_urgency,
+    fairshare_factors,
+    lifted_class,
+    shortness,
+    wait_s,
+)
 from spotline.domain.quota import Ledger
 
 
@@ -36,8 +43,11 @@ def priority_terms(
 ) -> dict[str, float]:
     """The terms of `effective_priority` (they add up to it; tested)."""
     disruptions = job.preemptions + job.interruptions
+    declared = weights.class_term(job.priority)
     return {
-        "class": weights.class_term(job.priority),
+        "class": declared,
+        # Issue 30's deadline lift: a pending job near its deadline ranks as the class above.
+        "deadline_lift": weights.class_term(lifted_class(job, now, weights, remaining_s)) - declared,
         "age": weights.age * min(1.0, wait_s(job, now) / weights.max_age_s),
         "urgency": weights.deadline * deadline_urgency(job, now, weights, remaining_s),
         "size": weights.size * min(1.0, job.gpus / weights.size_norm_gpus),

@@ -98,6 +98,15 @@ def effective_priority(
     return PriorityScorer(now, weights, {job.team: fairshare}, lambda _: remaining_s)(job)
 
 
+def lifted_class(job: Job, now: float, weights: PriorityWeights, remaining_s: float) -> Priority:
+    """The class `job` ranks as at `now` (`PriorityWeights.lifted`): its own, or for a pending
+    job whose deadline is near and still in reach, with the deadline lift on, one class up."""
+    deadline = job.spec.deadline_at
+    if weights.deadline_lift_slack_s <= 0.0 or deadline is None or job.started_at is not None:
+        return job.priority
+    return weights.lifted(job.priority, deadline - now - remaining_s)
+
+
 def score_floor(job: Job, weights: PriorityWeights) -> tuple[float, float, float]:
     """What `effective_priority` of a running `job` less its team's fair-share term never falls
     below, as long as no weight is negative (the caller checks): (a floor until a time, that time,
@@ -138,7 +147,7 @@ class PriorityScorer:
     value and kept by the scorer, whose life is one pass (tested: scoring many jobs with one
     scorer gives each job its own score).
     `remaining_s(job)`, the job's estimated remaining run time, is asked for only for a job with
-    a deadline, the one term that reads it.
+    a deadline, the terms that read it (its urgency, and its class's `PriorityWeights.lifted`).
     """
 
     def __init__(
@@ -176,7 +185,8 @@ class PriorityScorer:
         """A number no job's score exceeds when its class term is at most `class_term` (and it
         has no deadline, unless `deadline`): each other term at its largest, the attained-service
         term (which only lowers a score) at 0, with room for rounding. Infinite when a weight is
-        negative (a term's largest value is then not its weight)."""
+        negative (a term's largest value is then not its weight). A part of the window with a
+        deadline is bounded with the class its jobs may be lifted to (`queue.ranked`)."""
         weights = self._weights
         terms = (weights.age, weights.deadline, weights.size, weights.history, weights.fairshare)
         if min(terms) < 0.0 or weights.attained < 0.0 or weights.shortest < 0.0:
@@ -203,10 +213,16 @@ class PriorityScorer:
         )
         classes, teams, sizes, histories = self._class, self._team, self._size, self._history
         out: list[float] = []
+        lift = weights.deadline_lift_slack_s > 0.0
         for job in jobs:
             spec = job.spec
-            score = classes[spec.priority]
             started = job.started_at
+            deadline = spec.deadline_at
+            remaining_s = 0.0 if deadline is None else self._remaining_s(job)
+            cls = spec.priority
+            if lift and deadline is not None and started is None:
+                cls = weights.lifted(cls, deadline - now - remaining_s)
+            score = classes[cls]
             wait = (now if started is None else started) - job.enqueued_at
             if wait <= 0.0:
                 age = w_age * 0.0
@@ -215,8 +231,8 @@ class PriorityScorer:
             else:
                 age = w_age * (wait / max_age)
             score += age
-            if spec.deadline is not None:
-                score += w_deadline * deadline_urgency(job, now, weights, self._remaining_s(job))
+            if deadline is not None:
+                score += w_deadline * deadline_urgency(job, now, weights, remaining_s)
             team = teams.get(job.team)
             if team is None:
                 team = self._team_term(job.team)

@@ -172,7 +172,13 @@ def ranked(
     whole window scored at once."""
     weights = score.weights
     unscored = [
-        (-score.upper_bound(weights.class_term(cls), deadline), index, (start, end))
+        (
+            -score.upper_bound(
+                weights.class_term(weights.lift_ceiling_of(cls) if deadline else cls), deadline
+            ),
+            index,
+            (start, end),
+        )
         for index, (start, end, cls, deadline) in enumerate(parts)
     ]
     heapq.heapify(unscored)

@@ -53,6 +53,7 @@ def test_a_waiting_job_is_explained_with_terms_blockers_position_and_a_forecast(
     terms = body["priority"]["terms"]
     assert set(terms) == {
         "class",
+        "deadline_lift",
         "age",
         "urgency",
         "size",

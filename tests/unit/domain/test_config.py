@@ -43,6 +43,9 @@ ISSUE_29 = {
     "preempt_for_class_head_only": ["normal"],
 }
 WEIGHTS_ISSUE_29 = {"strict_class_order": True}
+# Issue 30's deadline lift (docs/spot-and-deadlines.md, "Deadline lift"): off, the behaviour the
+# tuning measured.
+WEIGHTS_ADDED_SINCE = {"deadline_lift_slack_s": 0.0, "deadline_lift_ceiling": "normal"}
 CONTENTION_RECORD = RECORD.parent / "contention_tuning.json"  # the first rules (FIRST)
 CONTENTION_RECORD_2 = RECORD.parent / "contention_tuning_2.json"  # the second ones
 CONTENTION_RECORD_3 = RECORD.parent / "contention_tuning_3.json"  # moves and gang hold, Spot traces
@@ -54,6 +57,7 @@ def test_the_defaults_are_what_bench_tune_chose_on_the_tuning_set() -> None:
     defaults = json.loads(SchedulerConfig().model_dump_json())
     weights = defaults["weights"]
     assert {k: weights.pop(k) for k in WEIGHTS_ISSUE_29} == WEIGHTS_ISSUE_29
+    assert {k: weights.pop(k) for k in WEIGHTS_ADDED_SINCE} == WEIGHTS_ADDED_SINCE
     assert {k: defaults.pop(k) for k in ISSUE_29} == ISSUE_29
     assert {k: v for k, v in defaults.items() if k not in chosen} == ADDED_SINCE
     chosen = {k: v for k, v in chosen.items() if k not in ISSUE_29}

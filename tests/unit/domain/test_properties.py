@@ -40,6 +40,7 @@ from spotline.domain import (
 )
 from spotline.domain.preemption import _may_reclaim, estimated_remaining_s, reclaim_allowed_between, shielded
 from spotline.domain.priority import PriorityScorer, fairshare_factors, score_floor, shortness
+from spotline.domain.queue import ranked, window_parts
 from spotline.domain.quota import borrowed_gpus
 from spotline.domain.running import RunningIndex
 from spotline.domain.victims import RunningJobs
@@ -598,6 +599,7 @@ def test_a_shorter_declared_run_time_never_lowers_effective_priority(
             PriorityWeights(size=0.0, age=1500.0, max_age_s=3600.0),
             PriorityWeights(attained=400.0, attained_norm_gpu_h=8.0),
             PriorityWeights(shortest=900.0, shortest_norm_s=6 * 3600.0),
+            PriorityWeights(deadline_lift_slack_s=DAY, deadline_lift_ceiling=Priority.HIGH),
         ]
     ),
 )
@@ -634,6 +636,27 @@ def test_the_pass_scorer_gives_exactly_effective_priority(
     ]
 
 
+@PROPERTY
+@given(
+    st.integers(1, 12).flatmap(lambda n: st.tuples(*(pending(f"j{i:02d}") for i in range(n)))),
+    st.integers(1, 6),
+    st.sampled_from([0.0, HOUR, 6 * HOUR, DAY]),
+    st.sampled_from([Priority.NORMAL, Priority.HIGH, Priority.CRITICAL]),
+)
+def test_the_pass_order_is_the_whole_window_scored_with_the_deadline_lift(
+    subjects: tuple[Job, ...], limit: int, lift_s: float, ceiling: Priority
+) -> None:
+    """`queue.ranked` scores a part of the window only when its bound (`upper_bound`, with the
+    class a deadline part may be lifted to) reaches the heap's best: the order is still that of
+    the whole window scored at once, lifted jobs included."""
+    weights = PriorityWeights(deadline_lift_slack_s=lift_s, deadline_lift_ceiling=ceiling)
+    window, _, parts = window_parts(SortedQueue.of(subjects), limit)
+    scorer = PriorityScorer(NOW, weights, {}, lambda subject: 3600.0)
+    order = [(subject.id, priority) for subject, priority in ranked(window, parts, scorer)]
+    whole = sorted(window, key=lambda subject: (-scorer(subject), subject.submitted_at, subject.id))
+    assert order == [(subject.id, scorer(subject)) for subject in whole]
+
+
 def documented_formula(
     subject: Job, now: float, weights: PriorityWeights, remaining: float, fairshare: Mapping[str, float]
 ) -> float:
@@ -646,8 +669,15 @@ def documented_formula(
     if deadline is not None:
         urgency = min(1.0, max(0.0, 1.0 - (deadline - now - remaining) / weights.deadline_horizon_s))
     disruptions = subject.preemptions + subject.interruptions
+    rank = subject.priority.rank
+    # The deadline lift: a pending job with 0 <= slack < deadline_lift_slack_s ranks one class up,
+    # up to the ceiling (never lowered by it).
+    if deadline is not None and subject.started_at is None:
+        slack = deadline - now - remaining
+        if 0.0 <= slack < weights.deadline_lift_slack_s:
+            rank = max(rank, min(rank + 1, weights.deadline_lift_ceiling.rank))
     return (
-        weights.effective_class_step * subject.priority.rank
+        weights.effective_class_step * rank
         + weights.age * min(wait / weights.max_age_s, 1.0)
         + weights.deadline * urgency
         + weights.size * min(1.0, subject.gpus / weights.size_norm_gpus)
