@@ -396,9 +396,12 @@ class _Pass:
             if ledger.fits(job, pool):
                 demand = pool.demand_gpus(job)
                 free = ledger.free(pool.name)
+                # The pool it prefers, when it had no room (found before the ledger takes this).
+                first = turn.pools[0]
+                passed = "" if pool is first else f"; not {first.name}: {self._shortfall(turn, needed=True)}"
                 ledger.take(job.team, pool.name, demand)
                 self._changed_ledger()
-                reason = f"admitted to {pool.name}: {demand} of {free} free GPUs"
+                reason = f"admitted to {pool.name}: {demand} of {free} free GPUs{passed}"
                 if not pool.is_spot and job.spec.deadline_at is not None:
                     remaining = estimated_remaining_s(job, self.now, self.config)
                     refused = guard_refused_spot(

@@ -72,7 +72,7 @@ CASES: dict[str, Case] = {
         cluster([OD16, SPOT16], [job("r").gpus(16).nodes(2).on("spot")]),
         [job("j").gpus(8).build()],
         [("admit", "j", "od")],
-        {"j": "admitted to od: 8 of 16 free GPUs"},
+        {"j": "admitted to od: 8 of 16 free GPUs; not spot: pool spot has 0 free GPUs of the 8 needed"},
     ),
     "gang-takes-whole-nodes": Case(
         cluster([pool("g", capacity=32, per_node=8)]),
