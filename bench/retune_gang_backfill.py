@@ -16,14 +16,13 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from bench.contention import CONTENDED_TUNING, GANG_BACKFILL_STEPS, available, run_contended
+from bench.contention import CONTENDED_TUNING, GANG_BACKFILL_STEPS, available
 from bench.retune_spot_traces import RECORD as PEERS_RECORD
-from bench.retune_spot_traces import kept, summarise
+from bench.retune_spot_traces import run_steps, summarise
 
 RECORD = Path(__file__).resolve().parent / "data" / "contention_tuning_4.json"
 
@@ -74,15 +73,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for sample in samples:
         peers = peers_record["samples"][sample.label]["peers"]
         entry = record["samples"].setdefault(sample.label, {"peers": peers, "spotline": {}, "wall_s": {}})
-        for name, config in steps.items():
-            if name in entry["spotline"]:
-                continue
-            began = time.perf_counter()
-            m = run_contended(sample, ["spotline"], config=config, workers=1)["spotline"]
-            entry["spotline"][name] = kept(m)
-            entry["wall_s"][name] = round(time.perf_counter() - began, 1)
-            print(f"{sample.label} | {name}: {entry['wall_s'][name]} s", flush=True)
-            save()
+        run_steps(sample, steps, entry, save)
     save()
     for name, summary in record["goals"].items():
         print(f"{summary['rows_met']:3d} rows met  {name}")

@@ -21,12 +21,21 @@ import argparse
 import json
 import sys
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from bench.contention import CONTENDED_TUNING, GOALS, SPOT_TRACE_STEPS, available, judge, run_contended
+from bench.contention import (
+    CONTENDED_TUNING,
+    GOALS,
+    SPOT_TRACE_STEPS,
+    Contended,
+    available,
+    judge,
+    run_contended,
+)
 from bench.policy_bench import setup as pb
+from spotline.domain.config import SchedulerConfig
 
 RECORD = Path(__file__).resolve().parent / "data" / "contention_tuning_3.json"
 KEYS = (
@@ -79,6 +88,22 @@ def summarise(record: dict[str, Any], steps: Iterable[str] = SPOT_TRACE_STEPS) -
     return goals
 
 
+def run_steps(
+    sample: Contended, steps: Mapping[str, SchedulerConfig], entry: dict[str, Any], save: Callable[[], None]
+) -> None:
+    """Spotline in each configuration of `steps` on `sample` not yet in `entry` (a resumable
+    record's sample), each run's kept metrics and wall time filed there and saved at once."""
+    for name, config in steps.items():
+        if name in entry["spotline"]:
+            continue
+        began = time.perf_counter()
+        m = run_contended(sample, ["spotline"], config=config, workers=1)["spotline"]
+        entry["spotline"][name] = kept(m)
+        entry["wall_s"][name] = round(time.perf_counter() - began, 1)
+        print(f"{sample.label} | {name}: {entry['wall_s'][name]} s", flush=True)
+        save()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m bench.retune_spot_traces", description=__doc__.split("\n")[0]
@@ -120,15 +145,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             entry["peers"] = {p: kept(m) for p, m in peers.items()}
             entry["wall_s"]["peers"] = round(time.perf_counter() - began, 1)
             save()
-        for name, config in SPOT_TRACE_STEPS.items():
-            if name in entry["spotline"]:
-                continue
-            began = time.perf_counter()
-            m = run_contended(sample, ["spotline"], config=config, workers=1)["spotline"]
-            entry["spotline"][name] = kept(m)
-            entry["wall_s"][name] = round(time.perf_counter() - began, 1)
-            print(f"{sample.label} | {name}: {entry['wall_s'][name]} s", flush=True)
-            save()
+        run_steps(sample, SPOT_TRACE_STEPS, entry, save)
     record["complete"] = True
     save()
     for name, summary in record["goals"].items():
