@@ -55,12 +55,16 @@ def main(argv: Sequence[str] | None = None) -> None:
     print_evaluation(results, console)
     ablated = ", ".join(f"s{s.seed}" for s in ABLATION_SAMPLES)
     where = f"synth {ABLATION_SAMPLE.jobs} jobs load {ABLATION_SAMPLE.load:g}, {ABLATION_SAMPLE.gpus} GPUs"
+    ablated_runs = [ablations(s) for s in ABLATION_SAMPLES]
     print_rows(
         f"Ablations ({where}, seeds {ablated}): mean over the seeds, x its ratio to the defaults'"
         " (mean ± 95% CI of the ratios, seed by seed)",
-        over_samples([ablations(s) for s in ABLATION_SAMPLES], lambda _: "spotline (defaults)"),
+        over_samples([rows for rows, _ in ablated_runs], lambda _: "spotline (defaults)"),
         console,
     )
+    for _, cycles in ablated_runs:
+        for cycle in cycles:
+            console.print(f"left out of the best peer (its run cannot finish): {cycle}")
     print_rows(
         f"Slurm's time-limit model ({where}, seeds {ablated}): sensitivity; mean, x its ratio to"
         " the same policy's with the uniform model",

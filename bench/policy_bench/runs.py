@@ -29,7 +29,7 @@ from bench.policy_bench.setup import (
 from spotline.domain import SchedulerConfig
 from spotline.domain.config import VictimStrategy
 from spotline.domain.models import Pool, Priority
-from spotline.sim import POLICIES, SimSettings, simulate
+from spotline.sim import POLICIES, PreemptionCycle, SimSettings, simulate
 from spotline.sim.model import VictimStop
 from spotline.sim.peers import ESTIMATE_MODELS
 from spotline.sim.pools import BANDS, build_pools, spot_advice
@@ -71,6 +71,14 @@ _Run = tuple[Sample, str, SimSettings | None, SchedulerConfig | None, list[Pool]
 def _run_one(run: _Run) -> dict[str, Any]:
     sample, policy, settings, config, pools = run
     return run_sample(sample, [policy], settings=settings, config=config, pools=pools, workers=1)[policy]
+
+
+def _run_one_or_cycle(run: _Run) -> dict[str, Any] | str:
+    """`_run_one`, or the message of the preemption cycle that stopped it."""
+    try:
+        return _run_one(run)
+    except PreemptionCycle as cycle:
+        return str(cycle)
 
 
 def run_many(runs: Sequence[_Run]) -> list[dict[str, Any]]:
@@ -144,8 +152,9 @@ def evaluate(samples: Sequence[Sample]) -> dict[str, Any]:
     }
 
 
-def ablations(sample: Sample) -> dict[str, dict[str, Any]]:
-    """Spotline without each mechanism, each victim strategy, and the best peer both ways."""
+def ablations(sample: Sample) -> tuple[dict[str, dict[str, Any]], list[str]]:
+    """Spotline without each mechanism, each victim strategy, and the best peer both ways; and
+    the peers' runs that ended in a preemption cycle (left out of the best peer)."""
     base = SchedulerConfig()
     variants: list[tuple[str, SchedulerConfig, SimSettings]] = [
         ("spotline (defaults)", base, SimSettings()),
@@ -184,12 +193,27 @@ def ablations(sample: Sample) -> dict[str, dict[str, Any]]:
             )
     results = run_many([(sample, "spotline", settings, config, None) for _, config, settings in variants])
     out: dict[str, dict[str, Any]] = {label: r for (label, _, _), r in zip(variants, results, strict=True)}
-    for stop in VictimStop:
-        runs = run_sample(sample, PEERS, settings=SimSettings(victim_stop=stop))
+    peer_runs: list[_Run] = [
+        (sample, peer, SimSettings(victim_stop=stop), None, None) for stop in VictimStop for peer in PEERS
+    ]
+    if WORKERS > 1:
+        with ProcessPoolExecutor(max_workers=WORKERS) as pool:
+            finished = list(pool.map(_run_one_or_cycle, peer_runs))
+    else:
+        finished = [_run_one_or_cycle(r) for r in peer_runs]
+    cycles: list[str] = []
+    by_stop: dict[VictimStop, dict[str, dict[str, Any]]] = {stop: {} for stop in VictimStop}
+    for (_, peer, settings, _, _), result in zip(peer_runs, finished, strict=True):
+        assert settings is not None
+        if isinstance(result, str):
+            cycles.append(f"{sample.label}, victims {settings.victim_stop.value}: {result}")
+        else:
+            by_stop[settings.victim_stop][peer] = result
+    for stop, runs in by_stop.items():
         for metric in COLUMNS:
             peer, _ = best_peer(metric, runs)
             out.setdefault(f"best peer per metric, {stop.value}", {})[metric] = runs[peer]
-    return out
+    return out, cycles
 
 
 def slurm_sensitivity(sample: Sample) -> dict[str, dict[str, Any]]:

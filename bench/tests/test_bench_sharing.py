@@ -14,7 +14,7 @@ import pytest
 import bench.policy_bench.__main__ as pb_main
 from bench import contention
 from bench.policy_bench import runs as pb
-from bench.policy_bench.setup import EVAL_POLICIES
+from bench.policy_bench.setup import EVAL_POLICIES, Sample
 
 SMALL = pb.Sample("synth", 7, jobs=150, load=1.0, gpus=32)
 
@@ -42,8 +42,9 @@ def _quiet_policy_bench(monkeypatch: pytest.MonkeyPatch, per_sample: list[dict[s
     evaluation = {"samples": ["s1", "s2"], "per_sample": per_sample}
     monkeypatch.setattr(pb_main, "available", lambda samples: list(samples))
     monkeypatch.setattr(pb_main, "evaluate", lambda samples: called.append("evaluate") or evaluation)
-    for name in ("print_evaluation", "print_rows", "over_samples", "ablations", "slurm_sensitivity", "churn"):
+    for name in ("print_evaluation", "print_rows", "over_samples", "slurm_sensitivity", "churn"):
         monkeypatch.setattr(pb_main, name, lambda *_, name=name, **__: called.append(name))
+    monkeypatch.setattr(pb_main, "ablations", lambda *_: called.append("ablations") or ({}, []))
     monkeypatch.setattr(pb_main, "print_churn", lambda *_: {})
     monkeypatch.setattr(pb_main, "speed", lambda *_: called.append("speed"))
     return called
@@ -66,3 +67,32 @@ def test_the_speed_run_alone(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(pb_main, "REDUCED", False)
     pb_main.main(["--speed"])
     assert called == ["speed"]
+
+
+def test_a_peer_in_a_preemption_cycle_is_left_out_of_the_ablations_best_peer(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # One peer's hard-kill run never ends (a preemption cycle): the ablations name it and pick
+    # the best peer among the others, instead of waiting on it for ever.
+    from spotline.sim import PreemptionCycle
+    from spotline.sim.model import VictimStop
+
+    def one(run: Any) -> dict[str, Any]:
+        _, policy, settings, _, _ = run
+        if policy == "kueue-bwc" and settings.victim_stop is VictimStop.HARD_KILL:
+            raise PreemptionCycle("kueue-bwc: j was preempted 10000 times in a row")
+        # the metrics the best peer reads; "kueue-bwc" would be the best on each
+        value = 0.0 if policy == "kueue-bwc" else float(len(policy))
+        metrics = {"avg_jct_s": value, "lost_gpu_hours": value, "cost_per_useful_gpu_hour": value}
+        return {"policy": policy, **metrics}
+
+    monkeypatch.setattr(pb, "_run_one", one)
+    monkeypatch.setattr(pb, "WORKERS", 1)
+    monkeypatch.setattr(
+        pb, "best_peer", lambda metric, runs: min(runs.items(), key=lambda kv: kv[1]["avg_jct_s"])
+    )
+    rows, cycles = pb.ablations(Sample("synth", 1, jobs=10, load=1.0, gpus=8))
+    assert len(cycles) == 1 and "victims hard-kill: kueue-bwc: j was preempted" in cycles[0]
+    hard = rows["best peer per metric, hard-kill"]
+    assert {run["policy"] for run in hard.values()} != {"kueue-bwc"}
+    assert all(run["policy"] == "kueue-bwc" for run in rows["best peer per metric, checkpoint"].values())

@@ -12,7 +12,7 @@ from rich.console import Console
 
 from spotline.cli.outfile import OutputError, check_dir, check_file, write_text
 from spotline.domain import SchedulerConfig
-from spotline.sim import DEFAULT_GPUS, DEFAULT_SPOT_FRACTION, POLICIES, SimSettings, simulate
+from spotline.sim import DEFAULT_GPUS, DEFAULT_SPOT_FRACTION, POLICIES, PreemptionCycle, SimSettings, simulate
 from spotline.sim.availability import AvailabilityError, AvailabilityTrace, load_availability
 from spotline.sim.model import VictimStop
 from spotline.sim.peers import ESTIMATE_MODELS, KUEUE_DEFAULT
@@ -271,11 +271,14 @@ def simulate_command(
                 spot_model=spot_model,
                 availability=zone_traces,
             )
-        except ValueError as error:
+        except (ValueError, PreemptionCycle) as error:
             if sink_file is not None and decisions is not None:
                 sink_file.close()
                 decisions.unlink(missing_ok=True)  # nothing half-written
             typer.secho(f"error: {error}", err=True, fg="red")
+            if isinstance(error, PreemptionCycle):
+                typer.secho("(run the other policies without it: --policy NAME, repeated)", err=True)
+                raise typer.Exit(1) from None
             raise typer.Exit(2) from None
     finally:
         if sink_file is not None:

@@ -1,7 +1,7 @@
 """The trace simulator: a discrete-event replay of a trace through Spotline's production
 scheduling core and four peer policies, on the same cluster, jobs and Spot reclaims."""
 
-from spotline.sim.engine import Simulation
+from spotline.sim.engine import PreemptionCycle, Simulation
 from spotline.sim.model import SimSettings
 from spotline.sim.runner import (
     DEFAULT_GPUS,
@@ -19,6 +19,7 @@ __all__ = [
     "POLICIES",
     "PREEMPTING_PEERS",
     "PolicyRun",
+    "PreemptionCycle",
     "SimSettings",
     "Simulation",
     "SimulationReport",

@@ -180,6 +180,9 @@ class SimJob:
     restart_cause: int = 0
     last_preempted_at: float = -math.inf
     leaving_for: int = -1
+    # Preemptions in a row before its run made any progress (a preemption cycle's mark, see
+    # `Simulation.MAX_FUTILE_PREEMPTIONS`).
+    futile_preemptions: int = 0
 
     @property
     def end_if_undisturbed(self) -> float:

@@ -235,3 +235,25 @@ def test_unknown_policy_and_format_are_refused(tmp_path: Path) -> None:
         app, ["trace", "convert", "--from", "alibaba", str(trace), str(tmp_path / "o.csv")]
     )
     assert result.exit_code != 0
+
+
+def test_a_policy_in_a_preemption_cycle_is_an_error_naming_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # (The cycle itself: tests/sim/test_preemption_cycle.py; here, what the user sees.)
+    from spotline.cli import simulate as command
+    from spotline.sim import PreemptionCycle
+
+    def cycling(*args: object, **kwargs: object) -> None:
+        raise PreemptionCycle("kueue-bwc: j was preempted 10000 times in a row before making any progress")
+
+    monkeypatch.setattr(command, "simulate", cycling)
+    trace = tmp_path / "t.csv"
+    trace.write_text("job_id,submit_s,duration_s,gpus,team,priority\na,0,60,8,t,low\n")
+    decisions = tmp_path / "d.jsonl"
+    result = runner.invoke(
+        app, ["simulate", "--trace", str(trace), "--policy", "kueue-bwc", "--decisions", str(decisions)]
+    )
+    assert result.exit_code == 1
+    assert "kueue-bwc: j was preempted 10000 times" in result.output and "--policy" in result.output
+    assert not decisions.exists()
