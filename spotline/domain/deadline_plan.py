@@ -22,8 +22,7 @@ import math
 from bisect import bisect_right
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from spotline.domain.deadline_rules import (
     GuardDecision,
@@ -35,6 +34,14 @@ from spotline.domain.deadline_rules import (
     decide,
 )
 from spotline.domain.models import SpotPoolSignal
+
+if TYPE_CHECKING:
+    import numpy as np
+
+# numpy is imported where the plan is fitted or solved, not with the module: every Lambda
+# handler imports this module (through the control plane's Spot signals), and numpy's import
+# alone more than doubled their cold start (bench.cold_start: 1.6-1.8x boto3's import before,
+# 2.9-3.7x with it); a handler pays it only when it plans a deadline job.
 
 EPS = 1e-9
 DEFAULT_LONGEST_H = 12.0  # run lengths the model tells apart; longer runs share one state
@@ -83,6 +90,8 @@ class SpotChain:
     ) -> SpotChain:
         """From equally spaced observations (True: Spot there). Each bucket's odds are shrunk
         toward its kind's average by `PRIOR_WEIGHT` observations, and kept within (0.001, 0.999)."""
+        import numpy as np
+
         if step_h <= 0:
             raise ValueError(f"step_h must be > 0, got {step_h:g}")
         if longest_h < 0:
@@ -114,6 +123,8 @@ class SpotChain:
     def transitions(self) -> tuple[np.ndarray, np.ndarray]:
         """(to_up, to_down): the chance of each next state, split by whether Spot is there then.
         Within a bucket a run moves on to the next bucket with chance 1 / (the bucket's width)."""
+        import numpy as np
+
         n = self.buckets
         to_up = np.zeros((2 * n, 2 * n))
         to_down = np.zeros((2 * n, 2 * n))
@@ -188,6 +199,8 @@ class DeadlinePlan:
         by the deadline (Spot 1 per hour, On-Demand `price_ratio`, each switch into a running state
         `changeover_h` without progress at the new state's price; a reclaim when the chain says Spot
         is gone). Raises ValueError when the grid would be larger than `max_cells`."""
+        import numpy as np
+
         steps = math.floor(deadline_h / chain.step_h + EPS)
         n_chain = 2 * chain.buckets
         grid = grid_units(chain.step_h, chain.buckets, job_h, deadline_h, changeover_h, max_cells)
@@ -365,6 +378,8 @@ def observations(signal: SpotPoolSignal, step_h: float, window_h: float = PLAN_W
     within `window_h`), each True unless it falls in a completed outage (`[began, ended)` in time,
     `signal.spans_s`) or in the outage under way. What `SpotChain.fit` takes, from the past alone:
     a trace piecewise constant over `step_h` and its interval history give the same list."""
+    import numpy as np
+
     if step_h <= 0:
         raise ValueError(f"step_h must be > 0, got {step_h:g}")
     step_s = step_h * 3600.0

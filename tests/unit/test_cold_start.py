@@ -1,6 +1,6 @@
 """A handler's cold start imports only what it runs: the X-Ray SDK only when tracing is on, the
 idempotency utility only when a handler that uses it is first invoked, the planner only in the
-scheduler; and pydantic models build their validators when first used, not at import
+scheduler, numpy only when a deadline plan is solved; and pydantic models build their validators when first used, not at import
 (`bench/cold_start.py` measures the time)."""
 
 from __future__ import annotations
@@ -93,6 +93,13 @@ def test_only_the_scheduler_imports_the_planner() -> None:
         "'spotline.control.insight') if m in sys.modules))"
     )
     assert loaded == ""
+
+
+def test_no_handler_imports_numpy_at_cold_start() -> None:
+    # numpy is the deadline plan's, imported when a plan is fitted or solved: at import it more
+    # than doubled every handler's cold start (`spotline.domain.deadline_plan`).
+    handlers = ", ".join(f"functions.{h}" for h in HANDLERS)
+    assert probe(f"import sys, {handlers}; print('numpy' in sys.modules)") == "False"
 
 
 def test_the_scheduler_imports_the_planner() -> None:
