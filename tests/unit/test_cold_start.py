@@ -1,7 +1,7 @@
 """A handler's cold start imports only what it runs: the X-Ray SDK only when tracing is on, the
 idempotency utility only when a handler that uses it is first invoked, the planner only in the
-scheduler, numpy only when a deadline plan is solved; and pydantic models build their validators when first used, not at import
-(`bench/cold_start.py` measures the time)."""
+scheduler, numpy only when a deadline plan is solved; and pydantic models build their validators
+when first used, not at import (`bench/cold_start.py` measures the time)."""
 
 from __future__ import annotations
 
