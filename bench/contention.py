@@ -47,7 +47,7 @@ from bench.policy_bench.tables import _fmt
 from spotline.domain import Priority, SchedulerConfig
 from spotline.domain.config import PriorityWeights, VictimStrategy
 from spotline.sim import SimSettings, simulate
-from spotline.sim.accounts import LOSS_CAUSES, RESTART_LABELS, WAIT_CAUSES
+from spotline.sim.accounts import LOSS_CAUSES, RESTART_LABELS, SPOT, WAIT_CAUSES
 from spotline.trace import Trace
 from spotline.trace.synth import synth_trace
 
@@ -367,6 +367,46 @@ def best_preempting(runs: dict[str, dict[str, Any]]) -> str:
     return min((p for p in PREEMPTING if p in runs), key=lambda p: runs[p]["lost_gpu_hours"])
 
 
+def spot_loss(run: dict[str, Any]) -> float:
+    """GPU-hours a run lost to Spot interruptions, with the restarts after them."""
+    by_cause = run["loss_account"]["lost_gpu_hours_by_cause"]
+    spot = LOSS_CAUSES[SPOT]
+    return float(by_cause.get(spot, 0.0)) + float(by_cause.get(RESTART_LABELS[SPOT], 0.0))
+
+
+@dataclass(frozen=True)
+class LossBudget:
+    """What Spot leaves of the lost-work goal in one sample: the goal's budget (the target times
+    the best preempting peer's loss), the least any policy of the sample lost to Spot, and the
+    rest, which is all a policy with that little Spot loss may lose to preemptions and still meet
+    the goal. Each preemption costs a write and a restart whoever schedules, so a budget near 0
+    (or below it) says the goal is out of reach of the queue's order, whatever it preempts."""
+
+    peer: str
+    budget: float
+    least_spot: float
+    least_spot_policy: str
+    peer_preemption_loss: float
+
+    @property
+    def left_for_preemptions(self) -> float:
+        return self.budget - self.least_spot
+
+
+def loss_budget(runs: dict[str, dict[str, Any]]) -> LossBudget:
+    goal = GOALS[0]
+    peer = best_preempting(runs)
+    budget = goal.target * float(runs[peer]["lost_gpu_hours"])
+    policy = min(runs, key=lambda p: spot_loss(runs[p]))
+    return LossBudget(
+        peer=peer,
+        budget=budget,
+        least_spot=spot_loss(runs[policy]),
+        least_spot_policy=policy,
+        peer_preemption_loss=float(runs[peer]["lost_gpu_hours"]) - spot_loss(runs[peer]),
+    )
+
+
 def print_accounts(label: str, runs: dict[str, dict[str, Any]], console: Console) -> None:
     peer = best_preempting(runs)
     names = ("spotline", peer)
@@ -379,6 +419,10 @@ def print_accounts(label: str, runs: dict[str, dict[str, Any]], console: Console
         if any(values):
             table.add_row(cause, *(f"{v:.1f}" for v in values))
     table.add_row("all (lost_gpu_hours)", *(f"{runs[n]['lost_gpu_hours']:.1f}" for n in names))
+    table.add_row(
+        "of which Spot / preemptions (each with its restarts)",
+        *(f"{spot_loss(runs[n]):.1f} / {runs[n]['lost_gpu_hours'] - spot_loss(runs[n]):.1f}" for n in names),
+    )
     table.add_row("preemptions", *(str(runs[n]["preemptions"]) for n in names))
     table.add_row(
         "jobs preempted 0 / 1 / 2 / 3-5 / 6-10 / >10 times",
@@ -410,6 +454,13 @@ def print_accounts(label: str, runs: dict[str, dict[str, Any]], console: Console
                 for n in names
             ),
         )
+    budget = loss_budget(runs)
+    table.caption = (
+        f"Lost-work goal ({GOALS[0].target:g}x {budget.peer}'s loss): {budget.budget:.1f} GPU-h; the least"
+        f" any policy lost to Spot here: {budget.least_spot:.1f} ({budget.least_spot_policy}); left for"
+        f" preemptions at that Spot loss: {budget.left_for_preemptions:.1f}, against"
+        f" {budget.peer_preemption_loss:.1f} for {budget.peer}'s preemptions"
+    )
     console.print(table)
     waits = Table(
         title=f"Wait account: {label}: what the p99 tail of each class waited for (share of its wait)"
