@@ -11,11 +11,12 @@ from rich.console import Console
 from bench import contention
 from bench.policy_bench import runs as pb
 from bench.policy_bench.setup import EVAL_POLICIES
+from spotline.sim import accounts
 
-SPOT = "Spot interruption"
-SPOT_RESTART = "restart after: Spot interruption"
-CHECKPOINT = "preempted with checkpoint"
-CHECKPOINT_RESTART = "restart after: preempted with checkpoint"
+SPOT = accounts.LOSS_CAUSES[accounts.SPOT]
+SPOT_RESTART = accounts.RESTART_LABELS[accounts.SPOT]
+CHECKPOINT = accounts.LOSS_CAUSES[accounts.CHECKPOINT]
+CHECKPOINT_RESTART = accounts.RESTART_LABELS[accounts.CHECKPOINT]
 
 
 def _run(spot: float, spot_restart: float, preempted: float, preempted_restart: float) -> dict[str, Any]:
@@ -42,6 +43,15 @@ def test_the_budget_is_the_goal_less_the_least_spot_loss_of_any_policy() -> None
     assert budget.left_for_preemptions == pytest.approx(210.0 - 150.0)
     assert budget.peer_preemption_loss == pytest.approx(100.0)
     assert contention.spot_loss(runs["spotline"]) == pytest.approx(205.0)
+
+
+def test_the_earlier_variant_beside_spotline_is_not_the_spot_floor() -> None:
+    runs = {
+        "slurm": _run(60.0, 140.0, 25.0, 75.0),
+        "spotline": _run(62.0, 143.0, 36.0, 88.0),
+        "spotline, before issue 29": _run(10.0, 20.0, 100.0, 300.0),
+    }
+    assert contention.loss_budget(runs).least_spot_policy == "slurm"
 
 
 def test_a_sample_where_spot_alone_is_over_the_goal_leaves_a_negative_budget() -> None:
