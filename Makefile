@@ -9,7 +9,7 @@ DEMO_STAMP := $(VENV)/.installed-demo
 
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: venv chromium test test-fast lint demo synth bench bench-speed clean
+.PHONY: venv chromium hostnet test test-fast lint demo synth bench bench-speed clean
 
 venv: $(STAMP)
 
@@ -39,7 +39,15 @@ chromium:
 	  && $(SUDO) apt-get update -q && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q \
 	  --no-install-recommends chromium; } || echo "chromium is not installed: the browser tests will skip"
 
-test: lint chromium
+# The host-isolation tests (tests/infra/test_host_isolation_netns.py) run the instances' boot
+# script in network namespaces: they need iptables, iproute2 and curl (installed here as for chromium).
+hostnet:
+	@command -v iptables >/dev/null 2>&1 && command -v ip >/dev/null 2>&1 && command -v curl >/dev/null 2>&1 \
+	  || { command -v apt-get >/dev/null 2>&1 && $(SUDO) apt-get update -q \
+	  && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q --no-install-recommends \
+	  iptables iproute2 curl; } || echo "iptables/iproute2/curl missing: the host-isolation tests will skip"
+
+test: lint chromium hostnet
 	bash scripts/pytest.sh
 
 # The unit tier with a small Hypothesis budget (conftest.py): a minute, for the edit-test loop.

@@ -9,6 +9,7 @@ Spotline, from its checkpoint, in priority order).
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 from aws_cdk import Aws, Duration, RemovalPolicy, Size, Stack, Token
 from aws_cdk import aws_batch as batch
@@ -45,24 +46,16 @@ AGENT_DETAIL_TYPES = (r.DETAIL_CHECKPOINT_COMPLETED, r.DETAIL_JOB_HEARTBEAT)
 EFA_DEVICE_PATTERN = "/dev/infiniband/uverbs{}"
 EFA_ENVIRONMENT = {"FI_PROVIDER": "efa", "FI_EFA_FORK_SAFE": "1"}
 # Instance metadata (IMDS) is closed to training containers (docs/security.md, "Host
-# isolation"): with its instance role a container could impersonate the ECS agent and take the
+# isolation"): with the instance role a container could impersonate the ECS agent and take the
 # job-role credentials of every other container on the instance (AWS's ECS guidance, the 2025
-# "ECScape" research). Batch runs single-node jobs in host network mode, where the hop limit does
-# not apply, so an iptables rule drops IMDS traffic from every process in ECS's task cgroups
-# (ecstasks.slice, cgroup v2 on the AL2023 ECS AMI); the ECS agent and the OS keep IMDS. Gang
-# jobs run in awsvpc mode, which ECS_AWSVPC_BLOCK_IMDS closes; the hop limit of 1 closes bridge
-# mode. The agent learns of a Spot notice from the control plane instead (the EventBridge
-# warning asks the job for a checkpoint through its signal item), and its instance id from
-# Batch's events; the job's environment turns the SDK's IMDS lookups off.
+# "ECScape" research). The boot script closes IMDS and the ECS agent's API to every ECS task
+# (host network mode: by cgroup; bridge mode: DOCKER-USER; awsvpc: ECS_AWSVPC_BLOCK_IMDS) and
+# fails closed; tests/infra/test_host_isolation_netns.py runs it. The hop limit of 1 also keeps an
+# IMDSv2 token off any bridge. The agent learns of a Spot notice from the control plane instead
+# (the EventBridge warning asks the job for a checkpoint through its signal item), and its
+# instance id from Batch's events; the job's environment turns the SDK's IMDS lookups off.
 IMDS_HOP_LIMIT = 1
-IMDS_BLOCK_COMMANDS = (
-    "echo ECS_AWSVPC_BLOCK_IMDS=true >> /etc/ecs/ecs.config",
-    "iptables --insert OUTPUT 1 --destination 169.254.169.254/32 --match cgroup --path ecstasks.slice"
-    " --jump DROP",
-    "ip6tables --insert OUTPUT 1 --destination fd00:ec2::254/128 --match cgroup --path ecstasks.slice"
-    " --jump DROP",
-    "iptables --insert FORWARD 1 --in-interface docker+ --destination 169.254.169.254/32 --jump DROP",
-)
+HOST_ISOLATION_SCRIPT = Path(__file__).parent / "userdata" / "host-isolation.sh"
 CONTAINER_IMDS_ENVIRONMENT = {"AWS_EC2_METADATA_DISABLED": "true"}
 # A team's checkpoint key (checkpoint_kms_per_team): what the team's role does with it through
 # S3, and what the account may do (administration, no use).
@@ -87,6 +80,11 @@ KEY_ADMIN_ACTIONS = (
 _ECR_IMAGE = re.compile(
     r"^(?P<account>[0-9]{12})\.dkr\.ecr\.(?P<region>[a-z0-9-]+)\.amazonaws\.com(?:\.cn)?/(?P<repo>[^:@]+)"
 )
+
+
+def host_isolation_user_data() -> str:
+    """The instances' boot script, as the launch template carries it (the file, unchanged)."""
+    return HOST_ISOLATION_SCRIPT.read_text()
 
 
 def team_repository_pattern(team: str) -> str:
@@ -120,12 +118,11 @@ class TrainingCompute(Construct):
         super().__init__(scope, construct_id)
         # On a Spot interruption warning ECS drains the instance, so Batch places no new job on
         # an instance that is about to be reclaimed (Batch needs MIME multi-part user data).
+        # (The boot script also sets the ECS agent's options: Spot draining among them.)
         user_data = ec2.MultipartUserData()
-        ecs_config = ec2.UserData.for_linux()
-        ecs_config.add_commands(
-            "echo ECS_ENABLE_SPOT_INSTANCE_DRAINING=true >> /etc/ecs/ecs.config", *IMDS_BLOCK_COMMANDS
+        user_data.add_user_data_part(
+            ec2.UserData.custom(host_isolation_user_data()), ec2.MultipartBody.SHELL_SCRIPT, True
         )
-        user_data.add_user_data_part(ecs_config, ec2.MultipartBody.SHELL_SCRIPT, True)
         self.launch_template = self._launch_template("LaunchTemplate", user_data)
         self.efa_launch_template: ec2.LaunchTemplate | None = None
         self.placement_groups: dict[str, ec2.PlacementGroup] = {}
@@ -434,7 +431,7 @@ class TrainingCompute(Construct):
 
     def _launch_template(self, construct_id: str, user_data: ec2.UserData) -> ec2.LaunchTemplate:
         # IMDSv2 only, with a hop limit of 1: a token cannot leave the host's own network stack
-        # (containers are also cut off by the user data's rules: IMDS_BLOCK_COMMANDS).
+        # (containers are also cut off by the boot script's rules: HOST_ISOLATION_SCRIPT).
         return ec2.LaunchTemplate(
             self,
             construct_id,

@@ -1,12 +1,13 @@
-"""Issue 31, host isolation: what a team's container can reach on its instance and on the bus,
-asserted on the synthesized template (nothing here is deployed; docs/security.md)."""
+"""Host isolation on the template: what a team's container can reach on its instance and on the
+bus (nothing here is deployed; docs/security.md). The boot script's rules themselves run in
+network namespaces in test_host_isolation_netns.py."""
 
 from __future__ import annotations
 
 import json
 from typing import Any
 
-from stacks.batch import CONTAINER_IMDS_ENVIRONMENT, IMDS_BLOCK_COMMANDS, ecr_repository_arn
+from stacks.batch import CONTAINER_IMDS_ENVIRONMENT, HOST_ISOLATION_SCRIPT, ecr_repository_arn
 from tests.infra.support import Synthesized
 from tests.infra.test_stack import as_list, getatt_arn
 
@@ -40,14 +41,11 @@ def test_training_containers_cannot_reach_instance_metadata(synthesized: Synthes
         "HttpPutResponseHopLimit": 1,
         "HttpTokens": "required",
     }
-    # And the user data closes IMDS to awsvpc tasks (gangs) and, by cgroup, to host-mode tasks
-    # (Batch's single-node jobs), before the ECS agent starts any task
-    user_data = _user_data_text(data)
-    for command in IMDS_BLOCK_COMMANDS:
-        assert command in user_data
-    assert "ECS_AWSVPC_BLOCK_IMDS=true" in user_data
-    assert "--match cgroup --path ecstasks.slice --jump DROP" in user_data
-    assert "169.254.169.254/32" in user_data and "fd00:ec2::254/128" in user_data
+    # And the user data is the boot script that tests/infra/test_host_isolation_netns.py runs in
+    # network namespaces, byte for byte (one MIME part of Batch's multi-part user data)
+    script = HOST_ISOLATION_SCRIPT.read_text()
+    assert script.startswith("#!/bin/bash\n") and "\nset -euo pipefail\n" in script
+    assert script in _user_data_text(data)
 
 
 def test_every_job_definition_turns_the_sdks_metadata_lookups_off(synthesized: Synthesized) -> None:
