@@ -14,7 +14,13 @@ from cdk_nag import AwsSolutionsChecks
 from stacks.config import CONTEXT_KEYS, parse_context
 from stacks.spotline_stack import SpotlineStack
 
-STACK_NAME = "Spotline"
+STACK_NAME_PREFIX = "Spotline"
+
+
+def stack_name(stage: str) -> str:
+    """The stack's name for a stage (`Spotline-dev`, `Spotline-prod`): two stages deploy side by
+    side in one account instead of one replacing the other's resources."""
+    return f"{STACK_NAME_PREFIX}-{stage}"
 
 
 def build_app(app: App, **stack_options: Any) -> SpotlineStack:
@@ -24,7 +30,7 @@ def build_app(app: App, **stack_options: Any) -> SpotlineStack:
     config = parse_context({k: v for k, v in context.items() if v is not None})
     stack = SpotlineStack(
         app,
-        STACK_NAME,
+        stack_name(config.stage),
         config=config,
         env=Environment(account=config.account, region=config.region),
         description="Spotline: priority-based, checkpoint-aware scheduling of training jobs on GPUs",

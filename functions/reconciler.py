@@ -73,7 +73,9 @@ def _invalid_environments(plane: ControlPlane) -> list[str] | None:
     if not isinstance(launcher, AwsBatchLauncher):
         return None
     try:
-        invalid = invalid_compute_environments(launcher.client, [p.job_queue for p in plane.config.pools])
+        invalid = invalid_compute_environments(
+            launcher.client, [q for p in plane.config.pools for q in p.job_queues]
+        )
     except Exception:
         logger.warning("could not read the compute environments' status", exc_info=True)
         return None

@@ -52,5 +52,6 @@ if failed:
     sys.exit(1)
 PY
 fi
-resources=$(.venv/bin/python -c "import json; print(len(json.load(open('$out/Spotline.template.json'))['Resources']))")
-echo "synth: ok ($out/Spotline.template.json, $resources resources, no unacknowledged cdk-nag findings)"
+template=$(ls "$out"/Spotline-*.template.json)
+resources=$(.venv/bin/python -c "import json, sys; print(len(json.load(open(sys.argv[1]))['Resources']))" "$template")
+echo "synth: ok ($template, $resources resources, no unacknowledged cdk-nag findings)"

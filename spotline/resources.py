@@ -314,6 +314,8 @@ FUNCTION_ACTIONS: dict[str, dict[str, str]] = {
         "batch:TerminateJob": "Spotline's Batch jobs",
         "batch:DescribeJobs": "*",
         "logs:GetLogEvents": "the training log group",
+        # A submitted job's image tag is pinned to its digest (spotline.aws.images).
+        "ecr:DescribeImages": "the teams' and the shared training image's repositories",
     },
     # Admissions start the launch workflow; preemptions the preempt workflow; a victim that was
     # admitted but not started is stopped directly.

@@ -25,7 +25,7 @@ from constructs import Construct
 
 from spotline import resources as r
 from spotline.control.sizing import efa_interfaces
-from stacks.config import DeploymentConfig
+from stacks.config import DeploymentConfig, PoolConfig, job_queue_name
 from stacks.nag import acknowledge, finding_resource
 from stacks.network import Network
 from stacks.observability import EncryptedLogs
@@ -41,8 +41,8 @@ AGENT_DETAIL_TYPES = (r.DETAIL_CHECKPOINT_COMPLETED, r.DETAIL_JOB_HEARTBEAT)
 # The EFAs' devices (the launch template attaches every EFA interface the instance type has:
 # uverbs0 .. uverbs<n-1>), and what the container's libfabric and NCCL need to use them in EFA
 # pools: the EFA provider (not TCP sockets), and fork-safety for PyTorch's data loader workers.
-# The image must carry libfabric with the EFA provider and the aws-ofi-nccl plugin (README, "EFA");
-# without them NCCL runs over TCP sockets.
+# The image must carry libfabric with the EFA provider and the aws-ofi-nccl plugin (the training
+# Dockerfile's `efa` target, docs/deploy.md "EFA"): without them NCCL runs over TCP sockets.
 EFA_DEVICE_PATTERN = "/dev/infiniband/uverbs{}"
 EFA_ENVIRONMENT = {"FI_PROVIDER": "efa", "FI_EFA_FORK_SAFE": "1"}
 # Instance metadata (IMDS) is closed to training containers (docs/security.md, "Host
@@ -126,80 +126,15 @@ class TrainingCompute(Construct):
         self.launch_template = self._launch_template("LaunchTemplate", user_data)
         self.efa_launch_template: ec2.LaunchTemplate | None = None
         self.placement_groups: dict[str, ec2.PlacementGroup] = {}
-        self.compute_environments: dict[str, batch.ManagedEc2EcsComputeEnvironment] = {}
-        self.job_queues: dict[str, batch.JobQueue] = {}
+        # Keyed by (pool, team): the team's own instances of the pool with `team_instances`, else
+        # (pool, None), the pool's instances that every team shares.
+        self.compute_environments: dict[tuple[str, str | None], batch.ManagedEc2EcsComputeEnvironment] = {}
+        self.job_queues: dict[tuple[str, str | None], batch.JobQueue] = {}
         self.pool_zones: dict[str, str] = {}
+        self._user_data = user_data
         for pool in config.pools:
-            gang_pool = pool.placement_group
-            subnets = network.subnets
-            if gang_pool:
-                # A cluster placement group lives in one AZ: the pool's instances launch in that
-                # AZ's subnet only (a CE spanning two AZs leaves gangs RUNNABLE for ever).
-                zone = self._gang_zone(pool.name, pool.availability_zone, network)
-                subnets = ec2.SubnetSelection(
-                    subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS, availability_zones=[zone]
-                )
-            environment = batch.ManagedEc2EcsComputeEnvironment(
-                self,
-                f"{pool.name}-compute",
-                vpc=network.vpc,
-                vpc_subnets=subnets,
-                security_groups=[
-                    network.gang_security_group if gang_pool else network.training_security_group
-                ],
-                instance_types=[ec2.InstanceType(t) for t in pool.instance_types],
-                use_optimal_instance_classes=False,
-                images=[batch.EcsMachineImage(image_type=batch.EcsMachineImageType.ECS_AL2023_NVIDIA)],
-                spot=pool.is_spot,
-                allocation_strategy=(
-                    batch.AllocationStrategy.SPOT_PRICE_CAPACITY_OPTIMIZED
-                    if pool.is_spot
-                    else batch.AllocationStrategy.BEST_FIT_PROGRESSIVE
-                ),
-                minv_cpus=0,
-                maxv_cpus=pool.max_vcpus,
-                launch_template=(
-                    self._efa_launch_template(user_data, network, efa_interfaces(pool.instance_types))
-                    if pool.efa
-                    else self.launch_template
-                ),
-                placement_group=self._placement_group(pool.name) if pool.placement_group else None,
-                update_to_latest_image_version=True,
-                # A deploy that changes the instances leaves running jobs alone for as long as
-                # Batch allows (6 hours), instead of terminating them after 30 minutes; a job
-                # still running then is stopped and requeued from its checkpoint (host lost).
-                terminate_on_update=False,
-                update_timeout=JOB_EXECUTION_UPDATE_TIMEOUT,
-            )
-            cfn_environment = environment.node.default_child
-            assert isinstance(cfn_environment, batch.CfnComputeEnvironment)
-            # The launch template's version as deployed, not $Default: a user-data change makes a
-            # new version, which updates the compute environment, so new instances get it.
-            template = self._efa_launch_template(user_data, network, 0) if pool.efa else self.launch_template
-            cfn_environment.add_property_override(
-                "ComputeResources.LaunchTemplate.Version", template.latest_version_number
-            )
-            if pool.efa:
-                # The launch template's EFA interface carries the security group; EC2 refuses
-                # security groups given both there and for the instance.
-                cfn_environment.add_property_deletion_override("ComputeResources.SecurityGroupIds")
-            self.compute_environments[pool.name] = environment
-            self.job_queues[pool.name] = batch.JobQueue(
-                self,
-                f"{pool.name}-queue",
-                job_queue_name=f"spotline-{config.stage}-{pool.name}",
-                priority=1,
-                compute_environments=[
-                    batch.OrderedComputeEnvironment(compute_environment=environment, order=1)
-                ],
-            )
-            acknowledge(
-                environment,
-                "AwsSolutions-IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/service-role/"
-                "AmazonEC2ContainerServiceforEC2Role]",
-                "The ECS agent on Batch-managed instances needs AWS's ECS instance policy (register "
-                "the instance, pull images, ship logs); Batch documents this managed policy for it.",
-            )
+            for owner in config.queue_owners:
+                self._pool_compute(config, network, pool, owner)
 
         # One job role and one job definition per team (Batch cannot override a job's role at
         # SubmitJob, so the definition carries it): a team's code reaches its own checkpoints,
@@ -215,6 +150,8 @@ class TrainingCompute(Construct):
         # One execution role per team (image pull and log delivery, used by the ECS agent): a
         # team pulls only its own repositories and the shared training image.
         self.execution_roles: dict[str, iam.Role] = {}
+        # Every repository an execution role pulls from (the control plane pins tags from them).
+        self.image_repository_arns: list[str] = []
         image = self._training_image(config)
         efa_counts = {efa_interfaces(pool.instance_types) for pool in config.pools if pool.efa}
         self.efa_interfaces = max(efa_counts, default=0)
@@ -255,6 +192,80 @@ class TrainingCompute(Construct):
             *self.team_roles.values(),
             *self.execution_roles.values(),
         ]
+
+    def _pool_compute(
+        self, config: DeploymentConfig, network: Network, pool: PoolConfig, owner: str | None
+    ) -> None:
+        """The compute environment and job queue of `pool`'s instances: `owner`'s own (a team),
+        or the pool's shared ones (None)."""
+        suffix = f"-{owner}" if owner else ""
+        user_data = self._user_data
+        gang_pool = pool.placement_group
+        subnets = network.subnets
+        if gang_pool:
+            # A cluster placement group lives in one AZ: the pool's instances launch in that
+            # AZ's subnet only (a CE spanning two AZs leaves gangs RUNNABLE for ever).
+            zone = self._gang_zone(pool.name, pool.availability_zone, network)
+            subnets = ec2.SubnetSelection(
+                subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS, availability_zones=[zone]
+            )
+        environment = batch.ManagedEc2EcsComputeEnvironment(
+            self,
+            f"{pool.name}{suffix}-compute",
+            vpc=network.vpc,
+            vpc_subnets=subnets,
+            security_groups=[network.gang_security_group if gang_pool else network.training_security_group],
+            instance_types=[ec2.InstanceType(t) for t in pool.instance_types],
+            use_optimal_instance_classes=False,
+            images=[batch.EcsMachineImage(image_type=batch.EcsMachineImageType.ECS_AL2023_NVIDIA)],
+            spot=pool.is_spot,
+            allocation_strategy=(
+                batch.AllocationStrategy.SPOT_PRICE_CAPACITY_OPTIMIZED
+                if pool.is_spot
+                else batch.AllocationStrategy.BEST_FIT_PROGRESSIVE
+            ),
+            minv_cpus=0,
+            maxv_cpus=pool.max_vcpus,
+            launch_template=(
+                self._efa_launch_template(user_data, network, efa_interfaces(pool.instance_types))
+                if pool.efa
+                else self.launch_template
+            ),
+            placement_group=self._placement_group(pool.name) if pool.placement_group else None,
+            update_to_latest_image_version=True,
+            # A deploy that changes the instances leaves running jobs alone for as long as
+            # Batch allows (6 hours), instead of terminating them after 30 minutes; a job
+            # still running then is stopped and requeued from its checkpoint (host lost).
+            terminate_on_update=False,
+            update_timeout=JOB_EXECUTION_UPDATE_TIMEOUT,
+        )
+        cfn_environment = environment.node.default_child
+        assert isinstance(cfn_environment, batch.CfnComputeEnvironment)
+        # The launch template's version as deployed, not $Default: a user-data change makes a
+        # new version, which updates the compute environment, so new instances get it.
+        template = self._efa_launch_template(user_data, network, 0) if pool.efa else self.launch_template
+        cfn_environment.add_property_override(
+            "ComputeResources.LaunchTemplate.Version", template.latest_version_number
+        )
+        if pool.efa:
+            # The launch template's EFA interface carries the security group; EC2 refuses
+            # security groups given both there and for the instance.
+            cfn_environment.add_property_deletion_override("ComputeResources.SecurityGroupIds")
+        self.compute_environments[pool.name, owner] = environment
+        self.job_queues[pool.name, owner] = batch.JobQueue(
+            self,
+            f"{pool.name}{suffix}-queue",
+            job_queue_name=job_queue_name(config.stage, pool.name, owner),
+            priority=1,
+            compute_environments=[batch.OrderedComputeEnvironment(compute_environment=environment, order=1)],
+        )
+        acknowledge(
+            environment,
+            "AwsSolutions-IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/service-role/"
+            "AmazonEC2ContainerServiceforEC2Role]",
+            "The ECS agent on Batch-managed instances needs AWS's ECS instance policy (register "
+            "the instance, pull images, ship logs); Batch documents this managed policy for it.",
+        )
 
     def _job_definition(
         self,
@@ -489,7 +500,10 @@ class TrainingCompute(Construct):
         return zone
 
     def _placement_group(self, pool_name: str) -> ec2.PlacementGroup:
-        # A gang job's nodes close together (one AZ, low latency); On-Demand pools only.
+        # A gang job's nodes close together (one AZ, low latency); On-Demand pools only. One per
+        # pool, whichever team's instances launch in it.
+        if pool_name in self.placement_groups:
+            return self.placement_groups[pool_name]
         group = ec2.PlacementGroup(
             self, f"{pool_name}-placement", strategy=ec2.PlacementGroupStrategy.CLUSTER
         )
@@ -516,6 +530,7 @@ class TrainingCompute(Construct):
             repositories.append(self.training_repository.repository_arn)
         elif (shared := ecr_repository_arn(config.training_image or "")) is not None:
             repositories.append(shared)
+        self.image_repository_arns.extend(r for r in repositories if r not in self.image_repository_arns)
         role.add_to_policy(
             iam.PolicyStatement(
                 actions=[

@@ -23,6 +23,18 @@ GPU_INSTANCE_SHAPES: Mapping[str, tuple[int, int]] = {
     t: (s.vcpus, s.gpus) for t, s in INSTANCE_SHAPES.items()
 }
 
+# A created VPC without `availability_zones` spans the region's first this many AZs.
+DEFAULT_AZ_COUNT = 2
+# AWS Batch's default quota of compute environments (and of job queues) per account and Region.
+BATCH_COMPUTE_ENVIRONMENTS_QUOTA = 50
+
+
+def job_queue_name(stage: str, pool: str, team: str | None = None) -> str:
+    """A pool's Batch job queue (`spotline-<stage>-<pool>`), or with `team_instances` the queue
+    of that team's own instances in the pool (`spotline-<stage>-<pool>-<team>`)."""
+    return f"spotline-{stage}-{pool}" + (f"-{team}" if team else "")
+
+
 PURCHASE_SPOT = "spot"
 PURCHASE_ON_DEMAND = "on-demand"
 
@@ -64,6 +76,9 @@ CONTEXT_KEYS = frozenset(
         "agent_poll_s",
         "scheduler_reserved_concurrency",
         "nat_gateways",
+        "nat_per_zone",
+        "vpc_endpoints",
+        "team_instances",
         "control_plane",
         "tracing",
         "checkpoint_kms_per_team",
@@ -138,6 +153,16 @@ class DeploymentConfig:
     alarm_topic_arn: str | None = None
     # NAT gateways of a created VPC (1 keeps the fixed cost low; one per AZ for zonal resilience).
     nat_gateways: int = 1
+    # One NAT gateway in each AZ of a created VPC (`nat_gateways` = the number of AZs): with one,
+    # losing its AZ cuts the other AZ's instances off from everything NAT reaches (docs/deploy.md).
+    nat_per_zone: bool = False
+    # Interface endpoints in a created VPC for what the instances call (ECR, ECS and its agent's
+    # channels, CloudWatch Logs, STS, EventBridge): AWS traffic stays in each AZ, off the NAT.
+    vpc_endpoints: bool = False
+    # Each team's jobs run on instances of its own (a compute environment and job queue per
+    # team and pool): Batch runs single-node jobs in host network mode, where a container
+    # reaches every other container's network on its instance (docs/security.md, "Host isolation").
+    team_instances: bool = True
     api_rate_limit: float = 50.0
     api_burst_limit: int = 100
     # The job definition's image. None: `<the stack's training repository>:latest`, the image
@@ -166,6 +191,12 @@ class DeploymentConfig:
     @property
     def team_names(self) -> tuple[str, ...]:
         return tuple(str(t["team"]) for t in self.teams)
+
+    @property
+    def queue_owners(self) -> tuple[str | None, ...]:
+        """Whose instances each pool has: one compute environment and queue per entry (a team,
+        or None for the pool's instances shared by every team)."""
+        return self.team_names if self.team_instances and self.team_names else (None,)
 
     def pool(self, name: str) -> PoolConfig:
         for pool in self.pools:
@@ -311,6 +342,30 @@ def parse_context(context: Mapping[str, Any]) -> DeploymentConfig:
         raise ConfigError(
             "context 'availability_zones' is for a created VPC; an imported one uses 'vpc_availability_zones'"
         )
+    nat_per_zone = _bool(raw.get("nat_per_zone", False), "context 'nat_per_zone'")
+    vpc_endpoints = _bool(raw.get("vpc_endpoints", False), "context 'vpc_endpoints'")
+    if vpc_id and (nat_per_zone or vpc_endpoints):
+        raise ConfigError(
+            "context 'nat_per_zone' and 'vpc_endpoints' are for a created VPC; an imported one "
+            "('vpc_id') brings its own NAT and endpoints"
+        )
+    if nat_per_zone and "nat_gateways" in raw:
+        raise ConfigError("context: give 'nat_per_zone' or 'nat_gateways', not both")
+    team_instances = _bool(raw.get("team_instances", True), "context 'team_instances'")
+    if team_instances and len(pools) * max(1, len(teams)) > BATCH_COMPUTE_ENVIRONMENTS_QUOTA:
+        raise ConfigError(
+            f"context 'team_instances': {len(pools)} pools x {len(teams)} teams make "
+            f"{len(pools) * len(teams)} compute environments and job queues, over AWS Batch's default "
+            f"quota of {BATCH_COMPUTE_ENVIRONMENTS_QUOTA}: fewer pools, or 'team_instances': false "
+            "(docs/security.md)"
+        )
+    if team_instances:
+        queues = [job_queue_name(stage, p.name, str(t["team"])) for p in pools for t in teams]
+        clashing = sorted({q for q in queues if queues.count(q) > 1})
+        if clashing:
+            raise ConfigError(
+                f"context 'pools' and 'teams': pool and team names make the same job queues {clashing}"
+            )
     topic = raw.get("alarm_topic_arn") or None
     if topic is not None and not str(topic).startswith("arn:"):
         raise ConfigError(f"context 'alarm_topic_arn': expected an SNS topic ARN, got {topic!r}")
@@ -330,9 +385,14 @@ def parse_context(context: Mapping[str, Any]) -> DeploymentConfig:
         vpc_availability_zones=azs,
         availability_zones=created_azs,
         alarm_topic_arn=str(topic) if topic is not None else None,
-        nat_gateways=_positive_int(
-            int(raw.get("nat_gateways", defaults.nat_gateways)), "context 'nat_gateways'"
+        nat_gateways=(
+            (len(created_azs) or DEFAULT_AZ_COUNT)
+            if nat_per_zone
+            else _positive_int(int(raw.get("nat_gateways", defaults.nat_gateways)), "context 'nat_gateways'")
         ),
+        nat_per_zone=nat_per_zone,
+        vpc_endpoints=vpc_endpoints,
+        team_instances=team_instances,
         api_rate_limit=float(raw.get("api_rate_limit", defaults.api_rate_limit)),
         api_burst_limit=int(raw.get("api_burst_limit", defaults.api_burst_limit)),
         training_image=str(raw["training_image"]) if raw.get("training_image") else None,

@@ -80,6 +80,8 @@ class ActionScopes:
     job_definition_role_arns: Sequence[str]
     # The training containers' log group (arn:...:log-group:<name>:*): `GET /jobs/{id}/logs`.
     training_log_group_arn: str | None = None
+    # The ECR repositories the teams' jobs pull from (each team's `<team>/*`, the shared one).
+    image_repository_arns: Sequence[str] = ()
     # Reasons for the wildcard resources used below, keyed by the resource (for cdk-nag).
     wildcard_reasons: dict[str, str] = field(default_factory=dict)
 
@@ -124,6 +126,14 @@ class ActionScopes:
                 "A run's log stream is named by ECS when the task starts; the statement is limited to "
                 "the streams of the one training log group."
             )
+        elif action == "ecr:DescribeImages" and self.image_repository_arns:
+            resources = list(self.image_repository_arns)
+            for arn in resources:
+                if arn.endswith("/*"):
+                    self.wildcard_reasons[arn] = (
+                        "A team's image repositories are named under its prefix (<team>/...), unknown "
+                        "at deploy time; DescribeImages reads a tag's digest, nothing else."
+                    )
         elif action == "iam:PassRole":
             resources = list(self.job_definition_role_arns)
         elif action == "ecs:DescribeContainerInstances":

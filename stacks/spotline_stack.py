@@ -17,7 +17,7 @@ from spotline.aws.published import STANDARD_PARAMETER_BYTES, PublishedConfig, Pu
 from spotline.control.settings import SpotlineConfig
 from stacks.api import HttpApi
 from stacks.batch import TrainingCompute
-from stacks.config import ConfigError, DeploymentConfig
+from stacks.config import ConfigError, DeploymentConfig, job_queue_name
 from stacks.data import Tables
 from stacks.functions import ActionScopes, Functions, runtime_version
 from stacks.messaging import Messaging
@@ -76,6 +76,7 @@ class SpotlineStack(Stack):
             "Network",
             logs=self.logs,
             nat_gateways=config.nat_gateways,
+            interface_endpoints=config.vpc_endpoints,
             vpc_id=config.vpc_id,
             subnet_ids=config.vpc_subnet_ids,
             availability_zones=config.vpc_availability_zones,
@@ -154,6 +155,7 @@ class SpotlineStack(Stack):
                 ),
                 job_definition_role_arns=[role.role_arn for role in self.compute.job_definition_roles],
                 training_log_group_arn=self.compute.log_group.log_group_arn,
+                image_repository_arns=self.compute.image_repository_arns,
             ),
             environment=environment,
             dead_letters=self.messaging.events_dead_letters,
@@ -282,7 +284,7 @@ class SpotlineStack(Stack):
                     purchase=pool.purchase,
                     instance_types=pool.instance_types,
                     max_vcpus=pool.max_vcpus,
-                    job_queue=f"spotline-{config.stage}-{pool.name}",
+                    **self._pool_queues(pool.name, arn=False),
                     efa=pool.efa,
                     availability_zone=self.compute.pool_zones.get(pool.name),
                 )
@@ -299,6 +301,15 @@ class SpotlineStack(Stack):
             scheduler_reserved_concurrency=config.scheduler_reserved_concurrency,
         )
 
+    def _pool_queues(self, pool: str, *, arn: bool = True) -> dict[str, Any]:
+        """A pool's queue: its ARN (or name), or with `team_instances` each team's queue by name
+        (short: SPOTLINE_CONFIG lives in a 4 KB environment)."""
+        owners = self.config.queue_owners
+        if owners == (None,):
+            queue = self.compute.job_queues[pool, None]
+            return {"job_queue": queue.job_queue_arn if arn else job_queue_name(self.config.stage, pool)}
+        return {"team_job_queues": {t: job_queue_name(self.config.stage, pool, t) for t in owners if t}}
+
     def spotline_config(self) -> dict[str, Any]:
         """SPOTLINE_CONFIG: the pools (with their Batch job queues), the job definition, teams,
         identities and scheduler overrides, checked here against the model the functions parse
@@ -311,7 +322,7 @@ class SpotlineStack(Stack):
                 "purchase": pool.purchase,
                 "capacity_gpus": pool.max_gpus,
                 "gpus_per_node": pool.gpus_per_node,
-                "job_queue": self.compute.job_queues[pool.name].job_queue_arn,
+                **self._pool_queues(pool.name),
                 "instance_types": list(pool.instance_types),
             }
             if pool.price is not None:

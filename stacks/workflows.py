@@ -97,10 +97,12 @@ class Workflows(Construct):
                     name: _current_version(fn).function_arn for name, fn in invoked.items()
                 },
                 role=role,
+                # Every event, without states' input and output: the preempt workflow's carry
+                # the checkpoint request's task token, which would let a log reader answer it.
                 logs=sfn.LogOptions(
                     destination=logs.log_group(self, f"{machine.name}-logs"),
                     level=sfn.LogLevel.ALL,
-                    include_execution_data=True,
+                    include_execution_data=False,
                 ),
                 tracing_enabled=True,
             )

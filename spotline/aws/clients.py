@@ -69,6 +69,22 @@ class AwsClients:
                 )
             return self._clients[service]
 
+    def client_in(self, service: str, region: str) -> Any:
+        """The client for `service` in another region (this one's own in its region)."""
+        if region == self.region:
+            return self.client(service)
+        key = f"{service}@{region}"
+        with self._lock:
+            if key not in self._clients:
+                session = self._session or boto3.session.Session()
+                self._clients[key] = session.client(
+                    service,  # type: ignore[call-overload]
+                    region_name=region,
+                    endpoint_url=self.endpoint_url or None,
+                    config=_CONFIG,
+                )
+            return self._clients[key]
+
     def lazy(self, service: str) -> Any:
         """A stand-in that builds the client on its first method call: a function that never
         touches Batch does not pay for creating a Batch client on a cold start."""

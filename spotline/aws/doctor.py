@@ -77,6 +77,8 @@ class DoctorTarget:
     teams: tuple[str, ...] = ()
     # As deployed (a published configuration); empty: the names the stack gives them.
     job_queues: Mapping[str, str] = field(default_factory=dict)
+    # Pool -> team -> its job queue, for a stack with `team_instances` (teams' own instances).
+    team_job_queues: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
     job_definitions: Mapping[str, str] = field(default_factory=dict)
     # The scheduler function's reserved concurrency (None: none reserved).
     scheduler_reserved_concurrency: int | None = None
@@ -91,6 +93,11 @@ class DoctorTarget:
 
     def job_queue_name(self, pool: str) -> str:
         return self.job_queues.get(pool) or f"spotline-{self.stage}-{pool}"
+
+    def job_queue_names(self, pool: str) -> list[str]:
+        """Every job queue of the pool: each team's with `team_instances`, else the pool's."""
+        teams = self.team_job_queues.get(pool)
+        return list(teams.values()) if teams else [self.job_queue_name(pool)]
 
     @property
     def training_repository(self) -> str:
@@ -111,7 +118,8 @@ def target_from_published(config: PublishedConfig, region: str | None = None) ->
         training_image=config.training_image,
         availability_zones=config.availability_zones,
         teams=config.teams,
-        job_queues={p.name: p.job_queue for p in config.pools},
+        job_queues={p.name: p.job_queue for p in config.pools if p.job_queue},
+        team_job_queues={p.name: dict(p.team_job_queues) for p in config.pools if p.team_job_queues},
         job_definitions=dict(config.job_definitions),
         scheduler_reserved_concurrency=config.scheduler_reserved_concurrency,
     )
@@ -191,7 +199,7 @@ def check_quotas(target: DoctorTarget, client: Clients) -> Iterator[Finding]:
 
 def check_batch(target: DoctorTarget, client: Clients) -> Iterator[Finding]:
     batch = client("batch")
-    names = [target.job_queue_name(p.name) for p in target.pools]
+    names = [name for p in target.pools for name in target.job_queue_names(p.name)]
     try:
         queues = {q["jobQueueName"]: q for q in batch.describe_job_queues(jobQueues=names)["jobQueues"]}
     except _SKIPPABLE as error:

@@ -13,6 +13,7 @@ from spotline.aws.batch import AwsBatchLauncher, EcsInstanceResolver
 from spotline.aws.clients import AwsClients
 from spotline.aws.costs import CostBook
 from spotline.aws.events import EventBridgeSink
+from spotline.aws.images import EcrImageResolver
 from spotline.aws.instances import InstanceRepository
 from spotline.aws.jobs import JobRepository
 from spotline.aws.ledger import LedgerRepository
@@ -24,6 +25,7 @@ from spotline.control.plane import Clock, ControlPlane, new_job_id
 from spotline.control.ports import (
     BatchLauncher,
     EventSink,
+    ImageResolver,
     InstanceResolver,
     PassTrigger,
     RunLogs,
@@ -48,6 +50,7 @@ def build_control_plane(
     rng: random.Random | None = None,
     new_id: Callable[[], str] | None = None,
     run_logs: RunLogs | None = None,
+    images: ImageResolver | None = None,
 ) -> ControlPlane:
     """The control plane over `clients`; any adapter may be replaced (the local runtime passes
     its own `launcher`)."""
@@ -90,4 +93,5 @@ def build_control_plane(
         pages=PageTokens(clients.dynamodb, settings.ledger_table),
         costs=CostBook(clients.dynamodb, settings.ledger_table),
         spot_pools=SpotPoolHistory(clients.dynamodb, settings.ledger_table),
+        images=images or EcrImageResolver(lambda region: clients.client_in("ecr", region)),
     )

@@ -38,7 +38,9 @@ class PublishedPool(BaseModel):
     instance_types: tuple[str, ...]
     # The compute environment's maxvCpus.
     max_vcpus: int
-    job_queue: str
+    # The pool's job queue (name), or with `team_instances` each team's own (team -> name).
+    job_queue: str | None = None
+    team_job_queues: dict[str, str] = Field(default_factory=dict)
     efa: bool = False
     # The one AZ of a pool with a cluster placement group.
     availability_zone: str | None = None

@@ -31,7 +31,7 @@ def target_from_context(path: Path, region: str | None = None) -> DoctorTarget:
     """The deployment `cdk.json` (and `cdk.context.json` beside it) describes, parsed by the
     stack's own parser (stacks.config), so doctor checks what `cdk deploy` would build."""
     try:
-        from stacks.config import ConfigError, parse_context
+        from stacks.config import ConfigError, job_queue_name, parse_context
     except ImportError as error:
         raise typer.BadParameter(
             "run `spotline doctor` from the repository (it reads stacks/ and cdk.json)"
@@ -71,6 +71,11 @@ def target_from_context(path: Path, region: str | None = None) -> DoctorTarget:
         availability_zones=config.availability_zones or config.vpc_availability_zones,
         teams=tuple(config.team_names),
         scheduler_reserved_concurrency=config.scheduler_reserved_concurrency,
+        team_job_queues={
+            p.name: {t: job_queue_name(config.stage, p.name, t) for t in config.queue_owners if t}
+            for p in config.pools
+            if config.queue_owners != (None,)
+        },
     )
 
 

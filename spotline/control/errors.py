@@ -66,6 +66,14 @@ class LogsUnavailable(StorageUnavailable):
     """The deployment has no log reader, or the log service failed (retry later)."""
 
 
+class ImageLookupUnavailable(StorageUnavailable):
+    """The image registry throttled or failed while a tag was resolved to a digest (retry later)."""
+
+
+class ImageNotFound(SpotlineError):
+    """The image's registry has no such repository or tag."""
+
+
 class PublishFailed(SpotlineError):
     """The event bus did not accept an event."""
 

@@ -406,8 +406,12 @@ def _not_owned(cp: ControlPlane, record: JobRecord, run: int, change: BatchJobCh
     if record.batch_job_id not in (None, change.batch_job_id):
         return f"run {run} of {record.id} is Batch job {record.batch_job_id}"
     pool = cp.config.pools_by_name.get(record.job.pool or "")
-    if change.job_queue and pool is not None and _queue_name(change.job_queue) != _queue_name(pool.job_queue):
-        return f"queue {change.job_queue} is not the queue of pool {pool.name}"
+    if (
+        change.job_queue
+        and pool is not None
+        and _queue_name(change.job_queue) not in {_queue_name(pool.queue_for(record.team))}
+    ):
+        return f"queue {change.job_queue} is not the queue of pool {pool.name} for team {record.team}"
     return None
 
 

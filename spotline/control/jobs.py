@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from spotline.control.arrays import elements_of, get_array, select_elements, submit_array, with_dependencies
 from spotline.control.errors import (
     Conflict,
+    ImageNotFound,
     InvalidPageToken,
     InvalidRequest,
     JobAlreadyExists,
@@ -286,6 +287,18 @@ def request_digest(spec: JobSpec) -> str:
     return hashlib.sha256(spec.model_dump_json().encode()).hexdigest()
 
 
+def pin_image(cp: ControlPlane, spec: JobSpec) -> JobSpec:
+    """The spec with its image pinned to the digest its tag names now (`cp.images`): every run
+    of the job, requeues included, pulls that image, whatever is pushed to the tag meanwhile."""
+    if cp.images is None:
+        return spec
+    try:
+        pinned = cp.images.pin(spec.image)
+    except ImageNotFound as error:
+        raise InvalidRequest.field("image", str(error)) from error
+    return spec if pinned == spec.image else spec.model_copy(update={"image": pinned})
+
+
 def submit_job(
     cp: ControlPlane, team: str, body: Mapping[str, Any], *, idempotency_key: str | None = None
 ) -> tuple[JobRecord, bool]:
@@ -309,7 +322,7 @@ def submit_job(
     else:
         job_id = cp.new_job_id()
     check_budget(cp, team, spec.priority)
-    spec = with_dependencies(cp, team, spec, {job_id})
+    spec = pin_image(cp, with_dependencies(cp, team, spec, {job_id}))
     job = Job(id=job_id, team=team, spec=spec, submitted_at=now, enqueued_at=now)
     try:
         record = cp.jobs.create(
@@ -341,7 +354,8 @@ def submit_array_request(
     if not spec.is_array:
         raise InvalidRequest.field("array", "give array or sweep")
     check_budget(cp, team, spec.priority)
-    return submit_array(cp, team, spec, request_digest(spec), idempotency_key=idempotency_key)
+    digest = request_digest(spec)
+    return submit_array(cp, team, pin_image(cp, spec), digest, idempotency_key=idempotency_key)
 
 
 def _same_request(first: JobRecord, job_id: str, spec: JobSpec, digest: str) -> JobRecord:

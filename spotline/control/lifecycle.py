@@ -334,7 +334,7 @@ def launch_request(cp: ControlPlane, record: JobRecord) -> BatchJobRequest:
         job_id=job.id,
         run=record.run,
         team=job.team,
-        job_queue=pool.job_queue,
+        job_queue=pool.queue_for(job.team),
         image=job.spec.image,
         command=tuple(job.spec.command),
         gpus_per_node=gpus_per_node,

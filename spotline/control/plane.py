@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from spotline.control.ports import (
     BatchLauncher,
     CostStore,
+    ImageResolver,
     InstanceResolver,
     InstanceStore,
     JobStore,
@@ -64,6 +65,8 @@ class ControlPlane:
     run_logs: RunLogs | None = None
     # What it has seen of each Spot pool's capacity (the deadline guard's history); None: nothing kept.
     spot_pools: SpotPoolStore | None = None
+    # Pins a submitted job's image tag to its digest (ECR); None: images run as given.
+    images: ImageResolver | None = None
 
     @property
     def config(self) -> SpotlineConfig:

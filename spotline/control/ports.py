@@ -100,6 +100,15 @@ class InstanceResolver(Protocol):
         ...
 
 
+class ImageResolver(Protocol):
+    def pin(self, image: str) -> str:
+        """`image` by digest (`<repository>@sha256:<hex>`) where its registry says which image
+        its tag names now; an image already given by digest, or one this resolver cannot look
+        up (another registry), unchanged. Raises `ImageNotFound` for a tag the registry does not
+        have, `ImageLookupUnavailable` when the registry could not answer (retry later)."""
+        ...
+
+
 # --- workflows and the scheduler's trigger -----------------------------------------------------
 
 _NAME_UNSAFE = re.compile(r"[^A-Za-z0-9_-]")

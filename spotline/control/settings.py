@@ -36,13 +36,35 @@ class SettingsError(ValueError):
 class PoolSettings(Pool):
     """A domain `Pool` plus the Batch job queue (name or ARN) that runs its jobs."""
 
-    job_queue: str = Field(min_length=1)
+    job_queue: str | None = Field(default=None, min_length=1)
+    # Team -> the job queue of that team's own instances in this pool (the stack's
+    # `team_instances`: teams never share an instance); a team not listed uses `job_queue`.
+    team_job_queues: dict[str, str] = Field(default_factory=dict)
     # The compute environment's EC2 instance types: containers are sized from them
     # (spotline.control.sizing); none or unknown ones leave the job definition's vCPUs and memory.
     instance_types: tuple[str, ...] = ()
     # The instances have an Elastic Fabric Adapter: jobs run under their team's EFA job
     # definition (`efa_job_definitions`), which maps the EFA device into the container.
     efa: bool = False
+
+    @model_validator(mode="after")
+    def _has_a_queue(self) -> PoolSettings:
+        if self.job_queue is None and not self.team_job_queues:
+            raise ValueError(f"pool {self.name}: give job_queue or team_job_queues")
+        return self
+
+    def queue_for(self, team: str) -> str:
+        """The job queue that runs `team`'s jobs in this pool."""
+        queue = self.team_job_queues.get(team, self.job_queue)
+        if queue is None:
+            raise ValueError(f"pool {self.name} has no job queue for team {team}")
+        return queue
+
+    @property
+    def job_queues(self) -> tuple[str, ...]:
+        """Every job queue of the pool."""
+        shared = () if self.job_queue is None else (self.job_queue,)
+        return (*shared, *self.team_job_queues.values())
 
 
 class TeamSettings(TeamQuota):
@@ -132,6 +154,11 @@ class SpotlineConfig(BaseModel):
             missing = sorted(set(self.job_definitions) - set(self.efa_job_definitions))
             if missing:
                 raise ValueError(f"efa_job_definitions: an EFA pool needs one for teams {missing}")
+        for pool in self.pools:
+            if pool.job_queue is None:
+                queueless = sorted((set(self.job_definitions) | teams) - set(pool.team_job_queues))
+                if queueless:
+                    raise ValueError(f"pools: pool {pool.name} has no job queue for teams {queueless}")
         undeclared = sorted(team for team in self.job_definitions if teams and team not in teams)
         if undeclared:
             raise ValueError(f"job_definitions: teams {undeclared} have no entry in teams")

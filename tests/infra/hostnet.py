@@ -87,6 +87,34 @@ _PROBE = textwrap.dedent(
 )
 
 
+# Captures packets on the loopback interface for a few seconds; prints "listening" when ready,
+# then "captured" if any packet held the needle (argv[1]).
+_SNIFF = textwrap.dedent(
+    """
+    import socket, sys, time
+    needle = sys.argv[1].encode()
+    sniffer = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(0x0003))
+    sniffer.bind(("lo", 0))
+    sniffer.settimeout(0.2)
+    print("listening", flush=True)
+    deadline = time.time() + float(sys.argv[2])
+    while time.time() < deadline:
+        try:
+            packet = sniffer.recv(65535)
+        except TimeoutError:
+            continue
+        if needle in packet:
+            print("captured", flush=True)
+            break
+    """
+)
+# Docker's default capabilities (a container's, unless its task definition adds or drops some).
+DOCKER_DEFAULT_CAPABILITIES = (
+    "chown,dac_override,fowner,fsetid,kill,setgid,setuid,setpcap,net_bind_service,net_raw,"
+    "sys_chroot,mknod,audit_write,setfcap"
+)
+
+
 def missing_prerequisites() -> str | None:
     """Why these tests cannot run here (None: they can)."""
     if os.geteuid() != 0:
@@ -265,6 +293,35 @@ class Instance:
         result: dict[str, str] = json.loads(done.stdout)
         return result
 
+    def sniffer(self, cgroup: str, needle: str, seconds: float = 10.0) -> subprocess.Popen[str]:
+        """A host-network task capturing the loopback interface with Docker's default
+        capabilities (CAP_NET_RAW among them); reads "listening" before returning."""
+        bounding = ",".join(f"+{c}" for c in DOCKER_DEFAULT_CAPABILITIES.split(","))
+        argv = [
+            "setpriv",
+            f"--bounding-set=-all,{bounding}",
+            "--",
+            sys.executable,
+            "-c",
+            _SNIFF,
+            needle,
+            str(seconds),
+        ]
+        process = subprocess.Popen(
+            self._enter(cgroup, self.host, argv, own_cgroupns=True),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+        )
+        self.processes.append(process)
+        assert process.stdout is not None
+        if process.stdout.readline().strip() != "listening":
+            raise RuntimeError(
+                f"the sniffer did not start: {process.stderr.read() if process.stderr else ''}"
+            )
+        return process
+
     def iptables(self, *args: str, command: str = "iptables") -> str:
         return _run("nsenter", f"--net=/run/netns/{self.host}", "--", command, "-w", *args).stdout
 
@@ -372,12 +429,13 @@ class Instance:
             "-t", "nat", "-A", "POSTROUTING", "-s", "172.17.0.0/16", "!", "-o", "docker0", "-j", "MASQUERADE"
         )
 
-    def start_agent(self) -> None:
+    def start_agent(self, credentials: str = "task-credentials") -> None:
         """The ECS agent (its container, in system.slice): its introspection API on every address,
-        its task credentials proxy on 127.0.0.1, and ecs-init's redirect of 169.254.170.2:80 to it."""
+        its task credentials proxy on 127.0.0.1 (answering `credentials`), and ecs-init's
+        redirect of 169.254.170.2:80 to it."""
         agent = "system.slice/docker-ecsagent.scope"
         self.serve(self.host, agent, "::", AGENT_API_PORT, "ecs-agent-api")
-        self.serve(self.host, agent, "127.0.0.1", CREDENTIALS_PROXY_PORT, "task-credentials")
+        self.serve(self.host, agent, "127.0.0.1", CREDENTIALS_PROXY_PORT, credentials)
         self.iptables(
             "-t",
             "nat",

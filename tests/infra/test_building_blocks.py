@@ -262,8 +262,8 @@ def test_imported_vpc_gets_flow_logs_and_hosts_the_pools(
         "AWS::EC2::FlowLog", {"ResourceId": "vpc-0123456789abcdef0", "ResourceType": "VPC"}
     )
     subnets = {
-        stack.get_logical_id(stack.compute.compute_environments[pool.name].node.default_child): pool
-        for pool in stack.config.pools
+        stack.get_logical_id(environment.node.default_child): stack.config.pool(pool_name)
+        for (pool_name, _), environment in stack.compute.compute_environments.items()
     }
     for logical_id, environment in template.find_resources("AWS::Batch::ComputeEnvironment").items():
         pool = subnets[logical_id]

@@ -66,9 +66,8 @@ def test_only_gang_pools_instances_reach_each_other(synthesized: Synthesized) ->
         assert "SecurityGroupIngress" not in _properties(synthesized, group)
     # Gang pools (a placement group) are in the gang group; every other pool (Spot: single-node
     # jobs only) in the group that lets nothing in.
-    for pool in stack.config.pools:
-        environment = stack.compute.compute_environments[pool.name]
-        expected = gang if pool.placement_group else single
+    for (pool_name, _), environment in stack.compute.compute_environments.items():
+        expected = gang if stack.config.pool(pool_name).placement_group else single
         assert _properties(synthesized, environment)["ComputeResources"]["SecurityGroupIds"] == [
             {"Fn::GetAtt": [expected, "GroupId"]}
         ]
@@ -78,10 +77,9 @@ def test_only_gang_pools_instances_reach_each_other(synthesized: Synthesized) ->
 
 def test_on_demand_pools_get_a_cluster_placement_group_and_spot_pools_none(synthesized: Synthesized) -> None:
     stack = synthesized.stack
-    for pool in stack.config.pools:
-        resources = _properties(synthesized, stack.compute.compute_environments[pool.name])[
-            "ComputeResources"
-        ]
+    for (pool_name, _), environment in stack.compute.compute_environments.items():
+        pool = stack.config.pool(pool_name)
+        resources = _properties(synthesized, environment)["ComputeResources"]
         if pool.is_spot:
             assert "PlacementGroup" not in resources
             continue
@@ -199,7 +197,8 @@ def test_an_efa_pool_launches_with_every_efa_of_its_type_in_the_gang_group(
         assert interface["InterfaceType"] == "efa"
         assert interface["Groups"] == [{"Fn::GetAtt": [group_id, "GroupId"]}]
     assert data["MetadataOptions"]["HttpTokens"] == "required"
-    on_demand = stack.compute.compute_environments[stack.config.pools[1].name]
+    team = stack.config.team_names[0]
+    on_demand = stack.compute.compute_environments[stack.config.pools[1].name, team]
     resources = resolved[stack.get_logical_id(on_demand.node.default_child)]["Properties"]["ComputeResources"]
     # The group is on the interface; EC2 refuses it in both places.
     assert "SecurityGroupIds" not in resources
@@ -207,7 +206,7 @@ def test_an_efa_pool_launches_with_every_efa_of_its_type_in_the_gang_group(
         "Ref": stack.get_logical_id(efa.node.default_child)
     }
     # The Spot pool keeps the plain template, with its three 8-GPU types.
-    spot = stack.compute.compute_environments[stack.config.pools[0].name]
+    spot = stack.compute.compute_environments[stack.config.pools[0].name, team]
     spot_resources = resolved[stack.get_logical_id(spot.node.default_child)]["Properties"]["ComputeResources"]
     assert spot_resources["InstanceTypes"] == ["p4d.24xlarge", "p4de.24xlarge", "p5.48xlarge"]
     assert "SecurityGroupIds" in spot_resources
@@ -354,7 +353,11 @@ def test_the_stack_publishes_its_configuration_where_doctor_reads_it(synthesized
     ]
     # The names the stack gave its job queues and definitions, and the image the definitions run.
     queues = {q["Properties"]["JobQueueName"] for q in synthesized.resources("AWS::Batch::JobQueue").values()}
-    assert {p.job_queue for p in published.pools} == queues
+    # (Each team's own queue per pool: team_instances, the default.)
+    assert {q for p in published.pools for q in p.team_job_queues.values()} == queues
+    assert all(
+        p.job_queue is None and set(p.team_job_queues) == set(config.team_names) for p in published.pools
+    )
     definitions = {
         d["Properties"]["JobDefinitionName"]: d["Properties"]["ContainerProperties"]
         for d in synthesized.resources("AWS::Batch::JobDefinition").values()

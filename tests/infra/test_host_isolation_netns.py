@@ -132,10 +132,20 @@ def test_the_agent_configuration_keeps_tasks_in_their_own_cgroups(instance: Inst
 
 
 def test_tasks_on_one_instance_share_its_network(instance: Instance) -> None:
-    # Why teams get instances of their own (docs/security.md): in host network mode a task
-    # reaches another task's loopback service on the same instance; no rule here stops that.
-    _boot_and_start(instance, HOST_ISOLATION_SCRIPT)
+    # Why teams get instances of their own (`team_instances`, docs/security.md): in host network
+    # mode a task reaches another task's loopback service on the same instance, and, with
+    # Docker's default CAP_NET_RAW, reads another task's credentials off the loopback as the
+    # ECS agent hands them over. The boot script's rules are in place; they cannot stop either.
+    booted = instance.boot(HOST_ISOLATION_SCRIPT)
+    assert booted.returncode == 0, booted.stderr
+    instance.start_docker()
+    instance.start_agent(credentials='{"SecretAccessKey": "team-a-secret"}')
     neighbour_port = 29500
     instance.start_task(port=neighbour_port)
     seen = instance.probe(instance.start_task(), {"neighbour": f"http://127.0.0.1:{neighbour_port}/"})
     assert reached(seen) == {"neighbour"}, seen
+    # Team B's task listens on the loopback while team A's task fetches its role's credentials
+    sniffer = instance.sniffer(instance.start_task(), needle="team-a-secret")
+    assert reached(instance.probe(instance.start_task(), urls("credentials"))) == {"credentials"}
+    captured, _ = sniffer.communicate(timeout=30)
+    assert "captured" in captured

@@ -300,8 +300,13 @@ def test_spotline_config_is_what_the_functions_parse(synthesized: Synthesized) -
         assert pool.capacity_gpus == pools[pool.name]["max_gpus"]
         assert pool.gpu_type == pools[pool.name]["gpu_type"]
         assert pool.purchase.value == pools[pool.name]["purchase"]
-        queue_id = synthesized.logical_id(stack.compute.job_queues[pool.name])
-        assert pool.job_queue == f"<{queue_id}.JobQueueArn>"
+        # Each team's jobs run in its own queue, on its own instances (team_instances, the default)
+        assert pool.job_queue is None
+        teams = [t["team"] for t in CONTEXT["teams"]]
+        assert pool.team_job_queues == {t: f"spotline-dev-{pool.name}-{t}" for t in teams}
+        for team, name in pool.team_job_queues.items():
+            queue = stack.compute.job_queues[pool.name, team]
+            assert _properties_of(synthesized, queue)["JobQueueName"] == name
     assert config.job_definition is None
     assert config.job_definitions == {
         t["team"]: f"{stack.compute.job_definition_name}-{t['team']}" for t in CONTEXT["teams"]
@@ -478,7 +483,8 @@ def test_state_machine_definition_logging_and_tracing(
         assert json.loads(definition) == json.loads((stack.statemachines_dir / machine.file).read_text())
     logging = props["LoggingConfiguration"]
     assert logging["Level"] == "ALL"
-    assert logging["IncludeExecutionData"] is True
+    # No input or output in the logs: task tokens stay out of them
+    assert logging["IncludeExecutionData"] is False
     (destination,) = logging["Destinations"]
     group_id = destination["CloudWatchLogsLogGroup"]["LogGroupArn"]["Fn::GetAtt"][0]
     assert "KmsKeyId" in synthesized.json["Resources"][group_id]["Properties"]
@@ -488,10 +494,16 @@ def test_state_machine_definition_logging_and_tracing(
 # --- Batch -----------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("pool", CONTEXT["pools"], ids=lambda p: p["name"])
-def test_compute_environment_and_job_queue_per_pool(synthesized: Synthesized, pool: dict[str, Any]) -> None:
+@pytest.mark.parametrize(
+    ("pool", "team"),
+    [(p, t["team"]) for p in CONTEXT["pools"] for t in CONTEXT["teams"]],
+    ids=lambda v: v["name"] if isinstance(v, dict) else v,
+)
+def test_compute_environment_and_job_queue_per_pool_and_team(
+    synthesized: Synthesized, pool: dict[str, Any], team: str
+) -> None:
     stack = synthesized.stack
-    environment = stack.compute.compute_environments[pool["name"]]
+    environment = stack.compute.compute_environments[pool["name"], team]
     props = synthesized.json["Resources"][synthesized.logical_id(environment)]["Properties"]
     resources = props["ComputeResources"]
     assert props["Type"] == "managed"
@@ -512,12 +524,16 @@ def test_compute_environment_and_job_queue_per_pool(synthesized: Synthesized, po
         assert [flatten(s) for s in resources["Subnets"]] == [flatten(stack.resolve(subnet.subnet_id))]
     else:
         assert {flatten(s) for s in resources["Subnets"]} == private
-    queue = synthesized.json["Resources"][synthesized.logical_id(stack.compute.job_queues[pool["name"]])][
-        "Properties"
-    ]
+    queue = _properties_of(synthesized, stack.compute.job_queues[pool["name"], team])
+    assert queue["JobQueueName"] == f"spotline-dev-{pool['name']}-{team}"
     assert queue["ComputeEnvironmentOrder"] == [
         {"ComputeEnvironment": getatt_arn(synthesized, environment, "ComputeEnvironmentArn"), "Order": 1}
     ]
+
+
+def _properties_of(synthesized: Synthesized, construct: Any) -> dict[str, Any]:
+    props: dict[str, Any] = synthesized.json["Resources"][synthesized.logical_id(construct)]["Properties"]
+    return props
 
 
 def test_p4d_pool_is_sized_in_vcpus_from_its_gpus(synthesized: Synthesized) -> None:
