@@ -85,7 +85,24 @@ CONTEXT_KEYS = frozenset(
         "availability_zones",
         "alarm_topic_arn",
         "adopt_training_repository",
+        "target",
     }
+)
+
+# Where the stack deploys: AWS, or LocalStack (`cdk synth -c target=localstack`, docs/deploy.md),
+# whose free edition runs no AWS Batch and cannot fetch the public Powertools layer.
+TARGET_AWS = "aws"
+TARGET_LOCALSTACK = "localstack"
+TARGETS = (TARGET_AWS, TARGET_LOCALSTACK)
+# The created or imported VPC's settings: target localstack refuses them (it creates no VPC).
+NETWORK_KEYS = (
+    "vpc_id",
+    "vpc_subnet_ids",
+    "vpc_availability_zones",
+    "availability_zones",
+    "nat_gateways",
+    "nat_per_zone",
+    "vpc_endpoints",
 )
 
 
@@ -187,6 +204,13 @@ class DeploymentConfig:
     # holds the teams' images); a later deploy adopts it by name instead of creating it anew,
     # which would fail ("already exists"). docs/upgrade-and-teardown.md.
     adopt_training_repository: bool = False
+    # TARGET_AWS or TARGET_LOCALSTACK (no Batch, no VPC; Powertools and pydantic bundled into
+    # the functions' code instead of the public layer).
+    target: str = TARGET_AWS
+
+    @property
+    def localstack(self) -> bool:
+        return self.target == TARGET_LOCALSTACK
 
     @property
     def team_names(self) -> tuple[str, ...]:
@@ -327,6 +351,16 @@ def parse_context(context: Mapping[str, Any]) -> DeploymentConfig:
     stage = str(raw.get("stage") or "dev")
     if not stage.replace("-", "").isalnum():
         raise ConfigError(f"context 'stage': {stage!r} must be letters, digits and '-'")
+    target = str(raw.get("target") or TARGET_AWS)
+    if target not in TARGETS:
+        raise ConfigError(f"context 'target': {target!r} must be one of {list(TARGETS)}")
+    if target == TARGET_LOCALSTACK:
+        asked = sorted(k for k in NETWORK_KEYS if raw.get(k) or (k == "nat_gateways" and k in raw))
+        if asked:
+            raise ConfigError(
+                f"context {asked}: target 'localstack' creates no VPC (it is there only for AWS Batch's "
+                "instances, which this target leaves out); remove them from this target's context"
+            )
     vpc_id = raw.get("vpc_id") or None
     subnet_ids = _tuple_of_str(raw.get("vpc_subnet_ids"), "context 'vpc_subnet_ids'")
     azs = _tuple_of_str(raw.get("vpc_availability_zones"), "context 'vpc_availability_zones'")
@@ -413,6 +447,7 @@ def parse_context(context: Mapping[str, Any]) -> DeploymentConfig:
         adopt_training_repository=_bool(
             raw.get("adopt_training_repository", False), "context 'adopt_training_repository'"
         ),
+        target=target,
     )
 
 

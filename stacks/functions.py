@@ -85,8 +85,12 @@ class ActionScopes:
     # Reasons for the wildcard resources used below, keyed by the resource (for cdk-nag).
     wildcard_reasons: dict[str, str] = field(default_factory=dict)
 
-    def statement(self, scope: Construct, function: str, action: str, hint: str) -> iam.PolicyStatement:
-        """One statement granting `action` as narrowly as IAM allows."""
+    def statement(
+        self, scope: Construct, function: str, action: str, hint: str
+    ) -> iam.PolicyStatement | None:
+        """One statement granting `action` as narrowly as IAM allows; None where the deployment
+        has nothing it applies to (target localstack: no job definition role to pass, no image
+        repository to describe)."""
         stack = Stack.of(scope)
         any_job = f"arn:{stack.partition}:batch:{stack.region}:{stack.account}:job/*"
         job_reason = (
@@ -126,7 +130,9 @@ class ActionScopes:
                 "A run's log stream is named by ECS when the task starts; the statement is limited to "
                 "the streams of the one training log group."
             )
-        elif action == "ecr:DescribeImages" and self.image_repository_arns:
+        elif action == "ecr:DescribeImages":
+            if not self.image_repository_arns:
+                return None
             resources = list(self.image_repository_arns)
             for arn in resources:
                 if arn.endswith("/*"):
@@ -135,6 +141,8 @@ class ActionScopes:
                         "at deploy time; DescribeImages reads a tag's digest, nothing else."
                     )
         elif action == "iam:PassRole":
+            if not self.job_definition_role_arns:
+                return None
             resources = list(self.job_definition_role_arns)
         elif action == "ecs:DescribeContainerInstances":
             instances = f"arn:{stack.partition}:ecs:{stack.region}:{stack.account}:container-instance/*"
@@ -190,7 +198,7 @@ class Functions(Construct):
         construct_id: str,
         *,
         code_dir: Path,
-        powertools_layer_arn: str,
+        powertools_layer_arn: str | None,
         logs: EncryptedLogs,
         tables: Mapping[str, dynamodb.ITableV2],
         bus: events.IEventBus,
@@ -207,7 +215,12 @@ class Functions(Construct):
                 f"resources.FUNCTION_ACTIONS names functions not in FUNCTIONS: {sorted(unknown)}"
             )
         code = lambda_.Code.from_asset(str(code_dir))
-        layer = lambda_.LayerVersion.from_layer_version_arn(self, "Powertools", powertools_layer_arn)
+        # No layer: the code asset carries Powertools and its dependencies itself (target localstack).
+        layers = (
+            [lambda_.LayerVersion.from_layer_version_arn(self, "Powertools", powertools_layer_arn)]
+            if powertools_layer_arn is not None
+            else []
+        )
         self.functions: dict[str, lambda_.Function] = {}
         self.roles: dict[str, iam.Role] = {}
         for spec in r.FUNCTIONS:
@@ -225,9 +238,11 @@ class Functions(Construct):
             scopes.wildcard_reasons.clear()
             unscoped = list(_XRAY_ACTIONS) if tracing else []
             for action, hint in sorted(r.FUNCTION_ACTIONS.get(spec.name, {}).items()):
-                statement = scopes.statement(role, spec.name, action, hint)
-                role.add_to_policy(statement)
-                if "*" in statement.resources:
+                scoped = scopes.statement(role, spec.name, action, hint)
+                if scoped is None:
+                    continue
+                role.add_to_policy(scoped)
+                if "*" in scoped.resources:
                     unscoped.append(action)
             for resource, reason in sorted(scopes.wildcard_reasons.items()):
                 acknowledge(role, f"AwsSolutions-IAM5[Resource::{finding_resource(role, resource)}]", reason)
@@ -247,7 +262,7 @@ class Functions(Construct):
                 architecture=lambda_.Architecture.X86_64,
                 handler=f"functions.{spec.module}.handler",
                 code=code,
-                layers=[layer],
+                layers=layers,
                 role=role,
                 timeout=Duration.seconds(spec.timeout_s),
                 memory_size=spec.memory_mb,

@@ -20,10 +20,17 @@ from stacks.batch import TrainingCompute
 from stacks.config import ConfigError, DeploymentConfig, job_queue_name
 from stacks.data import Tables
 from stacks.functions import ActionScopes, Functions, runtime_version
+from stacks.localstack import BatchLeftOut
 from stacks.messaging import Messaging
 from stacks.network import Network
 from stacks.observability import Alarms, Dashboard, EncryptedLogs
-from stacks.packaging import bytecode_compiler, powertools_layer_arn, stage_lambda_code
+from stacks.packaging import (
+    bundle_dependencies,
+    bundled_requirements,
+    bytecode_compiler,
+    powertools_layer_arn,
+    stage_lambda_code,
+)
 from stacks.routing import EventRouting
 from stacks.storage import CheckpointStorage
 from stacks.workflows import Workflows
@@ -71,16 +78,21 @@ class SpotlineStack(Stack):
             noncurrent_version_days=config.checkpoint_noncurrent_version_days,
             access_log_expiration_days=config.access_log_expiration_days,
         )
-        self.network = Network(
-            self,
-            "Network",
-            logs=self.logs,
-            nat_gateways=config.nat_gateways,
-            interface_endpoints=config.vpc_endpoints,
-            vpc_id=config.vpc_id,
-            subnet_ids=config.vpc_subnet_ids,
-            availability_zones=config.vpc_availability_zones,
-            created_availability_zones=config.availability_zones,
+        # Target localstack: no Batch, so neither its VPC (stacks/localstack.py).
+        self.network: Network | None = (
+            None
+            if config.localstack
+            else Network(
+                self,
+                "Network",
+                logs=self.logs,
+                nat_gateways=config.nat_gateways,
+                interface_endpoints=config.vpc_endpoints,
+                vpc_id=config.vpc_id,
+                subnet_ids=config.vpc_subnet_ids,
+                availability_zones=config.vpc_availability_zones,
+                created_availability_zones=config.availability_zones,
+            )
         )
         scheduler_spec = next(f for f in r.FUNCTIONS if f.name == "scheduler")
         self.messaging = Messaging(
@@ -90,16 +102,24 @@ class SpotlineStack(Stack):
             scheduler_timeout=Duration.seconds(scheduler_spec.timeout_s),
         )
         jobs_table = self.tables[r.JOBS.logical_id]
-        self.compute = TrainingCompute(
-            self,
-            "Batch",
-            config=config,
-            network=self.network,
-            logs=self.logs,
-            jobs_table=jobs_table,
-            bus=self.messaging.bus,
-            checkpoints=self.storage.checkpoints,
-        )
+        self.compute: TrainingCompute | BatchLeftOut
+        # Each job queue's ARN, keyed as `TrainingCompute.job_queues` is: (pool, team or None).
+        self.job_queue_arns: dict[tuple[str, str | None], str]
+        if self.network is None:
+            self.compute = BatchLeftOut(self, "Batch", config=config, logs=self.logs)
+            self.job_queue_arns = dict(self.compute.job_queue_arns)
+        else:
+            self.compute = TrainingCompute(
+                self,
+                "Batch",
+                config=config,
+                network=self.network,
+                logs=self.logs,
+                jobs_table=jobs_table,
+                bus=self.messaging.bus,
+                checkpoints=self.storage.checkpoints,
+            )
+            self.job_queue_arns = {key: q.job_queue_arn for key, q in self.compute.job_queues.items()}
 
         # The workflows' names are fixed, so their ARNs are known before they exist.
         self.state_machine_names = {m.name: f"spotline-{config.stage}-{m.name}" for m in r.STATE_MACHINES}
@@ -133,21 +153,33 @@ class SpotlineStack(Stack):
                 f"35-50 ms more). Deploy from a machine with python{version[0]}.{version[1]} on the PATH "
                 "to ship its bytecode.",
             )
+        # Target localstack: LocalStack's free edition cannot fetch AWS's public layers, so the
+        # asset carries Powertools and its dependencies (wheels for the runtime, by pip).
+        dependencies = (
+            bundle_dependencies(bundled_requirements(version), build_dir, version)
+            if config.localstack
+            else None
+        )
         code_dir = stage_lambda_code(
-            {"spotline": library_dir, "functions": functions_dir}, build_dir, compile_with=compiler
+            {"spotline": library_dir, "functions": functions_dir},
+            build_dir,
+            compile_with=compiler,
+            dependencies=dependencies,
         )
         self.functions = Functions(
             self,
             "Functions",
             code_dir=code_dir,
-            powertools_layer_arn=powertools_layer_arn(config.powertools_layer_version),
+            powertools_layer_arn=(
+                None if config.localstack else powertools_layer_arn(config.powertools_layer_version)
+            ),
             logs=self.logs,
             tables=self.tables.by_logical_id,
             bus=self.messaging.bus,
             scopes=ActionScopes(
                 state_machine_arns=state_machine_arns,
                 scheduler_queue_arn=self.messaging.scheduler_queue.queue_arn,
-                job_queue_arns=[q.job_queue_arn for q in self.compute.job_queues.values()],
+                job_queue_arns=list(self.job_queue_arns.values()),
                 job_definition_family_arn=self.format_arn(
                     service="batch",
                     resource="job-definition",
@@ -296,7 +328,7 @@ class SpotlineStack(Stack):
             identities={str(k): str(v) for k, v in config.identities.items()},
             powertools_layer_version=config.powertools_layer_version,
             training_image=self.compute.training_image_uri,
-            availability_zones=tuple(self.network.vpc.availability_zones),
+            availability_zones=tuple(self.network.vpc.availability_zones) if self.network else (),
             alarm_topic_arn=config.alarm_topic_arn,
             scheduler_reserved_concurrency=config.scheduler_reserved_concurrency,
         )
@@ -306,8 +338,8 @@ class SpotlineStack(Stack):
         (short: SPOTLINE_CONFIG lives in a 4 KB environment)."""
         owners = self.config.queue_owners
         if owners == (None,):
-            queue = self.compute.job_queues[pool, None]
-            return {"job_queue": queue.job_queue_arn if arn else job_queue_name(self.config.stage, pool)}
+            queue = self.job_queue_arns[pool, None]
+            return {"job_queue": queue if arn else job_queue_name(self.config.stage, pool)}
         return {"team_job_queues": {t: job_queue_name(self.config.stage, pool, t) for t in owners if t}}
 
     def spotline_config(self) -> dict[str, Any]:
