@@ -11,6 +11,7 @@ Each test is marked with its tier by where it lives, so a tier can be selected (
     sim          tests/sim          the simulator and its policies
     frameworks   tests/frameworks   real training frameworks on the CPU (they mark themselves too)
     docs         tests/docs         the example specs and this site's pages
+    localstack   tests/localstack   the AWS parts on LocalStack (`make test-localstack`; skipped elsewhere)
     bench        bench/tests        the benchmarks' own machinery
 
 Hypothesis profiles: `default` (Hypothesis' own settings) and `fast`, a small budget for
@@ -35,6 +36,7 @@ TIERS = {
     "tests/sim": "sim",
     "tests/frameworks": "frameworks",
     "tests/docs": "docs",
+    "tests/localstack": "localstack",
     "bench/tests": "bench",
 }
 
