@@ -228,3 +228,20 @@ def test_localstack_keeps_a_callback_tasks_token_and_failure_across_retries(
     assert described["status"] == "SUCCEEDED"
     events = sfn.get_execution_history(executionArn=execution)["events"]
     assert [e["type"] for e in events].count("TaskFailed") == 2  # one SendTaskFailure, two failed attempts
+
+
+def test_moto_accepts_the_express_callback_form_that_localstack_refuses() -> None:
+    """The difference the test above relies on: moto 5.2.5 creates an Express state machine with
+    a .waitForTaskToken task, so only LocalStack (and AWS) catch one added to the launch."""
+    from moto import mock_aws
+
+    [launch] = [m for m in resources.STATE_MACHINES if m.express]
+    with mock_aws():
+        sfn = boto3.client("stepfunctions", region_name=REGION)
+        created = sfn.create_state_machine(
+            name="callback-launch",
+            definition=localstack_definition(launch, FUNCTION_ARNS, "http://queue"),
+            roleArn=ROLE,
+            type="EXPRESS",
+        )
+    assert created["stateMachineArn"].endswith(":callback-launch")
