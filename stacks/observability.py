@@ -158,9 +158,9 @@ SCHEDULER_QUEUE_MAX_AGE = Duration.minutes(5)
 DEAD_LETTER_MAX_AGE = Duration.days(1)
 
 
-# A Spot pool's oldest job waiting to start alarms past this (or half the reconciler's start
-# timeout, which requeues it, if that is shorter).
-SPOT_CAPACITY_MAX_WAIT = Duration.minutes(15)
+# A pool's oldest job waiting to start alarms past this (or half the reconciler's start timeout,
+# which requeues it, if that is shorter).
+CAPACITY_MAX_WAIT = Duration.minutes(15)
 
 
 def spotline_metric(name: str, period: Duration, statistic: str = "Sum") -> cloudwatch.Metric:
@@ -291,12 +291,15 @@ def reconciler_alarms() -> list[AlarmSpec]:
     ]
 
 
-def capacity_alarms(spot_pools: list[str], start_timeout_s: float) -> list[AlarmSpec]:
+def capacity_alarms(
+    spot_pools: list[str], start_timeout_s: float, on_demand_pools: list[str] | None = None
+) -> list[AlarmSpec]:
     """What the reconciler measures about capacity every run (`functions/reconciler.py`): a
-    compute environment INVALID, a Spot pool whose jobs wait to start (no Spot capacity), and
-    gangs stopped because a node went silent."""
+    compute environment INVALID, a pool whose jobs wait to start (no Spot capacity; for an
+    On-Demand pool, no capacity in its AZ or too small a vCPU quota), and gangs stopped because a
+    node went silent."""
     five, fifteen = Duration.minutes(5), Duration.minutes(15)
-    wait_s = min(SPOT_CAPACITY_MAX_WAIT.to_seconds(), start_timeout_s / 2)
+    wait_s = min(CAPACITY_MAX_WAIT.to_seconds(), start_timeout_s / 2)
     specs = [
         AlarmSpec(
             "ComputeEnvironmentsInvalid",
@@ -318,24 +321,48 @@ def capacity_alarms(spot_pools: list[str], start_timeout_s: float) -> list[Alarm
     ]
     for pool in spot_pools:
         specs.append(
-            AlarmSpec(
+            _oldest_unstarted(
                 f"SpotCapacity-{pool}",
-                cloudwatch.Metric(
-                    namespace=METRICS_NAMESPACE,
-                    metric_name="OldestUnstartedAge",
-                    dimensions_map={"Pool": pool},
-                    statistic="Maximum",
-                    period=five,
-                ),
-                threshold=wait_s,
-                periods=2,
-                description=f"A job submitted to the Spot pool {pool} has waited over "
-                f"{wait_s / 60:.0f} minutes to start: no Spot capacity for its instance types in its "
-                "AZs. The reconciler requeues it at the start timeout (a `spot: auto` job may then "
-                "go On-Demand); widen the pool's instance types or AZs if it lasts.",
+                pool,
+                wait_s,
+                f"A job submitted to the Spot pool {pool} has waited over {wait_s / 60:.0f} minutes "
+                "to start: no Spot capacity for its instance types in its AZs. The reconciler requeues "
+                "it at the start timeout (a `spot: auto` job may then go On-Demand); widen the pool's "
+                "instance types or AZs if it lasts.",
+            )
+        )
+    for pool in on_demand_pools or []:
+        specs.append(
+            _oldest_unstarted(
+                f"OnDemandCapacity-{pool}",
+                pool,
+                wait_s,
+                f"A job submitted to the On-Demand pool {pool} has waited over {wait_s / 60:.0f} "
+                "minutes to start: its vCPU quota is spent (`spotline doctor --check quotas`), or its "
+                "AZ has no capacity for its instance types (InsufficientInstanceCapacity in the "
+                "compute environment's Auto Scaling activity; a gang pool lives in one AZ). The "
+                "reconciler requeues it at the start timeout.",
             )
         )
     return specs
+
+
+def _oldest_unstarted(construct_id: str, pool: str, wait_s: float, description: str) -> AlarmSpec:
+    """The pool's oldest job submitted to Batch and not yet started (the reconciler's
+    `OldestUnstartedAge`, dimension `Pool`), past `wait_s` twice in a row."""
+    return AlarmSpec(
+        construct_id,
+        cloudwatch.Metric(
+            namespace=METRICS_NAMESPACE,
+            metric_name="OldestUnstartedAge",
+            dimensions_map={"Pool": pool},
+            statistic="Maximum",
+            period=Duration.minutes(5),
+        ),
+        threshold=wait_s,
+        periods=2,
+        description=description,
+    )
 
 
 def throttle_alarms(
@@ -397,8 +424,8 @@ def agent_events_alarm() -> AlarmSpec:
 class Alarms(Construct):
     """What pages someone: dead letters, old messages on each queue, failed workflow executions,
     scheduling passes that error, jobs stuck past a deadline (the reconciler moved them on), the
-    reconciler's ledger repairs, compute environments INVALID, Spot pools without capacity (jobs
-    waiting to start), stalled gangs, API 5xx, Lambda and DynamoDB throttles, and agents sending
+    reconciler's ledger repairs, compute environments INVALID, Spot and On-Demand pools without capacity
+    (jobs waiting to start), stalled gangs, API 5xx, Lambda and DynamoDB throttles, and agents sending
     events without a run. Each alarm notifies an SNS topic: `topic_arn` (context `alarm_topic_arn`), else
     a topic of the stack's own, to which the deploy-time parameter `AlarmEmail` (optional)
     subscribes an address.
@@ -419,6 +446,7 @@ class Alarms(Construct):
         tables: Mapping[str, dynamodb.ITableV2],
         api: apigw.RestApi,
         spot_pools: list[str] | None = None,
+        on_demand_pools: list[str] | None = None,
         start_timeout_s: float = 1800.0,
         topic_arn: str | None = None,
     ) -> None:
@@ -430,7 +458,7 @@ class Alarms(Construct):
             *(workflow_alarm(name, machine) for name, machine in state_machines.items()),
             pass_errors_alarm(scheduler_function),
             *reconciler_alarms(),
-            *capacity_alarms(spot_pools or [], start_timeout_s),
+            *capacity_alarms(spot_pools or [], start_timeout_s, on_demand_pools),
             *throttle_alarms(functions, tables),
             api_alarm(api),
             agent_events_alarm(),

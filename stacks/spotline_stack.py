@@ -255,6 +255,7 @@ class SpotlineStack(Stack):
             tables=self.tables.by_logical_id,
             api=self.api.rest_api,
             spot_pools=[pool.name for pool in config.pools if pool.is_spot],
+            on_demand_pools=[pool.name for pool in config.pools if not pool.is_spot],
             start_timeout_s=SpotlineConfig.model_validate(self.spotline_config()).start_timeout_s,
             topic_arn=config.alarm_topic_arn,
         )

@@ -115,19 +115,29 @@ def test_capacity_alarms_watch_invalid_environments_spot_waits_and_stalled_gangs
     stack = synthesized.stack
     alarms = {name: _properties(synthesized, alarm) for name, alarm in stack.alarms.alarms.items()}
     spot_pools = [p.name for p in stack.config.pools if p.is_spot]
+    on_demand_pools = [p.name for p in stack.config.pools if not p.is_spot]
     assert spot_pools and {n for n in alarms if n.startswith("SpotCapacity-")} == {
         f"SpotCapacity-{p}" for p in spot_pools
     }
-    for pool in spot_pools:
-        spot = alarms[f"SpotCapacity-{pool}"]
-        assert (spot["Namespace"], spot["MetricName"], spot["Statistic"]) == (
+    # On-Demand pools get the same alarm (a spent vCPU quota, or no capacity in a gang's one AZ)
+    assert on_demand_pools and {n for n in alarms if n.startswith("OnDemandCapacity-")} == {
+        f"OnDemandCapacity-{p}" for p in on_demand_pools
+    }
+    waiting = [(f"SpotCapacity-{p}", p) for p in spot_pools] + [
+        (f"OnDemandCapacity-{p}", p) for p in on_demand_pools
+    ]
+    for name, pool in waiting:
+        props = alarms[name]
+        assert (props["Namespace"], props["MetricName"], props["Statistic"]) == (
             "Spotline",
             "OldestUnstartedAge",
             "Maximum",
         )
-        assert spot["Dimensions"] == [{"Name": "Pool", "Value": pool}]
+        assert props["Dimensions"] == [{"Name": "Pool", "Value": pool}]
         # Below the reconciler's start timeout (default 30 minutes), which requeues the job
-        assert spot["Threshold"] == 900 and spot["EvaluationPeriods"] == 2
+        assert props["Threshold"] == 900 and props["EvaluationPeriods"] == 2
+        assert props["AlarmActions"], name  # it notifies the alarm topic
+    assert "vCPU quota" in alarms[f"OnDemandCapacity-{on_demand_pools[0]}"]["AlarmDescription"]
     for name, metric in (
         ("ComputeEnvironmentsInvalid", "ComputeEnvironmentsInvalid"),
         ("StalledGangs", "StalledGangs"),
