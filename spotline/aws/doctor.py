@@ -5,13 +5,16 @@ the SSM parameter `/spotline/<stack>/config`, `spotline.aws.published`) or, befo
 deploy, the CDK context (pools, identities, stage, AZs, image, layer version), and asks AWS,
 read-only:
 
-- **quotas**: the On-Demand and Spot vCPU quotas of the P and G families the pools use, against
-  the vCPUs the pools may grow to (and at least one node's);
+- **quotas**: the On-Demand and Spot vCPU quotas of the P and G/VT families the pools use: a pool
+  whose quotas cannot hold one instance of any of its types fails (it can never launch); a quota
+  below what the pools may grow to warns;
 - **batch**: each pool's job queue VALID and ENABLED, its compute environment VALID and ENABLED
   (before the first deploy: not deployed yet);
 - **layer**: the Powertools layer version exists in the region;
 - **image**: the training image exists in ECR, and the job definition's execution role may pull it;
-- **azs**: the AZs offer each pool's instance types;
+- **azs**: where EC2 offers each pool's instance types (DescribeInstanceTypeOfferings by AZ): a
+  pool none of whose types is offered in its AZs fails; a gang pool's one AZ is the one the
+  deploy will choose (`spotline.aws.zones.gang_zone`);
 - **identities**: each IAM role or user in `identities` exists (this account's);
 - **lambda**: the account's Lambda concurrency (new accounts often have 10, which cannot run
   the stack's functions side by side, and leaves nothing to reserve: AWS keeps 100 unreserved);
@@ -33,6 +36,7 @@ from typing import Any
 from botocore.exceptions import BotoCoreError, ClientError
 
 from spotline.aws.published import PublishedConfig
+from spotline.aws.zones import gang_zone, offerings, where_offered
 from spotline.control.sizing import INSTANCE_SHAPES
 from spotline.resources import POWERTOOLS_LAYER_ACCOUNT, POWERTOOLS_LAYER_NAME
 
@@ -59,8 +63,12 @@ class DoctorPool:
     purchase: str  # "spot" | "on-demand"
     instance_types: tuple[str, ...]
     max_vcpus: int
-    # A pool with a cluster placement group lives in this one AZ (stacks.config, availability_zone).
+    # The one AZ a pool lives in: a pinned pool's (`availability_zone` in cdk.json), or the one a
+    # deployed gang pool's lookup chose (stacks.batch). None: the deployment's AZs.
     availability_zone: str | None = None
+    # It lives in one AZ (a cluster placement group): without `availability_zone` the deploy
+    # chooses the first of the VPC's AZs offering its types (spotline.aws.zones.gang_zone).
+    one_zone: bool = False
 
 
 @dataclass(frozen=True)
@@ -110,7 +118,14 @@ def target_from_published(config: PublishedConfig, region: str | None = None) ->
         region=region or config.region,
         stage=config.stage,
         pools=tuple(
-            DoctorPool(p.name, p.purchase, p.instance_types, p.max_vcpus, p.availability_zone)
+            DoctorPool(
+                p.name,
+                p.purchase,
+                p.instance_types,
+                p.max_vcpus,
+                p.availability_zone,
+                one_zone=p.availability_zone is not None,
+            )
             for p in config.pools
         ),
         identities=dict(config.identities),
@@ -156,45 +171,126 @@ def _why(error: Exception) -> str:
 _SKIPPABLE = (ClientError, BotoCoreError, NotImplementedError)
 
 
+def quota_family(instance_type: str) -> str | None:
+    """The letter of the EC2 vCPU quota an instance type counts against: "p" (P instances), "g"
+    (G and VT instances: g4dn, g5, g6, gr6, vt1), or None (a family these quotas do not cover)."""
+    matched = re.match(r"^([a-z]+)\d", instance_type)
+    letters = matched.group(1) if matched else ""
+    if letters == "p":
+        return "p"
+    if letters in ("g", "gr", "vt"):
+        return "g"
+    return None
+
+
+def _instance_vcpus(types: Sequence[str], client: Clients) -> tuple[dict[str, int], str | None]:
+    """vCPUs of one instance of each type: the sizing table's, else EC2 DescribeInstanceTypes
+    (the reason it could not be read, if not)."""
+    vcpus = {t: INSTANCE_SHAPES[t].vcpus for t in types if t in INSTANCE_SHAPES}
+    unknown = sorted(set(types) - set(vcpus))
+    if not unknown:
+        return vcpus, None
+    try:
+        described = client("ec2").describe_instance_types(InstanceTypes=unknown)["InstanceTypes"]
+    except _SKIPPABLE as error:
+        return vcpus, f"vCPUs of {', '.join(unknown)} not readable: {_why(error)}"
+    for described_type in described:
+        vcpus[described_type["InstanceType"]] = int(described_type["VCpuInfo"]["DefaultVCpus"])
+    return vcpus, None
+
+
 def check_quotas(target: DoctorTarget, client: Clients) -> Iterator[Finding]:
+    """Per quota: its value against the vCPUs the pools using it may grow to (short: a warning).
+    Per pool: it fails when no quota it counts against holds one instance of any of its types
+    (the pool can never launch), naming the pool, the quota and the numbers."""
+    types = sorted({t for p in target.pools for t in p.instance_types})
+    vcpus, unreadable = _instance_vcpus(types, client)
     needed: dict[tuple[str, str], int] = {}
-    largest_node: dict[tuple[str, str], int] = {}
     for pool in target.pools:
-        for family in sorted({t[0] for t in pool.instance_types if t[:1] in ("p", "g")}):
+        for family in sorted({f for t in pool.instance_types if (f := quota_family(t))}):
             key = (family, pool.purchase)
             needed[key] = needed.get(key, 0) + pool.max_vcpus
-            node = max(
-                (
-                    INSTANCE_SHAPES[t].vcpus
-                    for t in pool.instance_types
-                    if t in INSTANCE_SHAPES and t[0] == family
-                ),
-                default=0,
-            )
-            largest_node[key] = max(largest_node.get(key, 0), node)
     quotas = client("service-quotas")
-    for key, vcpus in sorted(needed.items()):
+    values: dict[tuple[str, str], float] = {}
+    for key, grow_to in sorted(needed.items()):
         code, name = QUOTAS[key]
         subject = f"{name} ({code})"
-        fix = (
-            f"aws service-quotas request-service-quota-increase --service-code ec2 --quota-code {code} "
-            f"--desired-value {vcpus} --region {target.region}"
-        )
+        fix = _quota_fix(code, grow_to, target.region)
         try:
             value = float(quotas.get_service_quota(ServiceCode="ec2", QuotaCode=code)["Quota"]["Value"])
         except _SKIPPABLE as error:
             yield Finding("quotas", subject, Status.SKIP, f"quota not readable: {_why(error)}", fix)
             continue
-        if value < largest_node[key]:
-            detail = (
-                f"{value:g} vCPUs: not one {largest_node[key]}-vCPU instance can start; pools need {vcpus}"
-            )
-            yield Finding("quotas", subject, Status.FAIL, detail, fix)
-        elif value < vcpus:
-            detail = f"{value:g} vCPUs, but the pools may grow to {vcpus}: they stop short of max_gpus"
+        values[key] = value
+        if value < grow_to:
+            detail = f"{value:g} vCPUs, but the pools may grow to {grow_to}: they stop short of max_gpus"
             yield Finding("quotas", subject, Status.WARN, detail, fix)
         else:
-            yield Finding("quotas", subject, Status.OK, f"{value:g} vCPUs for the pools' {vcpus}")
+            yield Finding("quotas", subject, Status.OK, f"{value:g} vCPUs for the pools' {grow_to}")
+    for pool in target.pools:
+        yield from _pool_quota(pool, vcpus, values, unreadable, target.region)
+
+
+def _quota_fix(code: str, vcpus: int, region: str) -> str:
+    return (
+        f"aws service-quotas request-service-quota-increase --service-code ec2 --quota-code {code} "
+        f"--desired-value {vcpus} --region {region}"
+    )
+
+
+def _pool_quota(
+    pool: DoctorPool,
+    vcpus: Mapping[str, int],
+    values: Mapping[tuple[str, str], float],
+    unreadable: str | None,
+    region: str,
+) -> Iterator[Finding]:
+    """Whether the pool can launch one instance: some type whose quota holds its vCPUs."""
+    subject = f"pool {pool.name} ({pool.purchase})"
+    uncovered = [t for t in pool.instance_types if quota_family(t) is None]
+    if uncovered:
+        yield Finding(
+            "quotas",
+            subject,
+            Status.SKIP,
+            f"{', '.join(uncovered)}: not a P, G or VT type, whose vCPU quotas doctor reads; check that "
+            "family's quota in the Service Quotas console",
+        )
+    shortfalls: list[tuple[str, str, float, int]] = []  # (type, quota code, quota value, one instance)
+    for instance_type in pool.instance_types:
+        family = quota_family(instance_type)
+        if family is None:
+            continue
+        key = (family, pool.purchase)
+        if key not in values:
+            return  # that quota is skipped above, with the reason
+        if instance_type not in vcpus:
+            yield Finding("quotas", subject, Status.SKIP, unreadable or f"vCPUs of {instance_type} unknown")
+            return
+        one = vcpus[instance_type]
+        if values[key] >= one:
+            code, name = QUOTAS[key]
+            yield Finding(
+                "quotas",
+                subject,
+                Status.OK,
+                f"can launch: {name} ({code}) is {values[key]:g} vCPUs, one {instance_type} takes {one}",
+            )
+            return
+        shortfalls.append((instance_type, QUOTAS[key][0], values[key], one))
+    if not shortfalls:
+        return
+    smallest = min(shortfalls, key=lambda s: s[3])
+    said = "; ".join(
+        f"quota {code} is {value:g} vCPUs, one {t} needs {one}" for t, code, value, one in shortfalls
+    )
+    yield Finding(
+        "quotas",
+        subject,
+        Status.FAIL,
+        f"cannot launch a single instance: {said}",
+        _quota_fix(smallest[1], max(pool.max_vcpus, smallest[3]), region),
+    )
 
 
 def check_batch(target: DoctorTarget, client: Clients) -> Iterator[Finding]:
@@ -372,6 +468,9 @@ def _check_pull_permission(target: DoctorTarget, client: Clients, parts: re.Matc
 
 
 def check_azs(target: DoctorTarget, client: Clients) -> Iterator[Finding]:
+    """Per pool: it fails when none of its instance types is offered in any of its AZs (the
+    configured ones, a pinned pool's one, or for a gang pool the one the deploy will choose);
+    per type: a warning when it is offered in only some of them."""
     ec2 = client("ec2")
     try:
         region_azs = sorted(
@@ -381,35 +480,56 @@ def check_azs(target: DoctorTarget, client: Clients) -> Iterator[Finding]:
             )["AvailabilityZones"]
             if z.get("State") == "available"
         )
-        types = sorted({t for p in target.pools for t in p.instance_types})
-        offerings = ec2.describe_instance_type_offerings(
-            LocationType="availability-zone", Filters=[{"Name": "instance-type", "Values": types}]
-        )["InstanceTypeOfferings"]
+        offered = offerings(ec2, {t for p in target.pools for t in p.instance_types})
     except _SKIPPABLE as error:
         yield Finding("azs", "instance type offerings", Status.SKIP, _why(error))
         return
+    # Without `availability_zones`, a created VPC takes the region's first two (Fn::GetAZs).
     azs = list(target.availability_zones) or region_azs[:2]
-    offered: dict[str, set[str]] = {}
-    for offering in offerings:
-        offered.setdefault(offering["InstanceType"], set()).add(offering["Location"])
     for pool in target.pools:
-        # A pool pinned to one AZ (its cluster placement group) needs its types offered there.
-        pool_azs = [pool.availability_zone] if pool.availability_zone else azs
-        for instance_type in pool.instance_types:
-            where = offered.get(instance_type, set())
-            inside = sorted(where & set(pool_azs))
-            subject = f"{instance_type} ({pool.name}) in {', '.join(pool_azs)}"
-            fix = (
-                "set the pool's `availability_zone` in cdk.json to an AZ of the VPC offering "
-                if pool.availability_zone
-                else "set `availability_zones` (or an imported VPC's subnets) in cdk.json to AZs offering "
-            ) + f"{instance_type}: {', '.join(sorted(where)) or 'none in this region'}"
-            if not inside:
-                yield Finding("azs", subject, Status.FAIL, "offered in none of them", fix)
-            elif len(inside) < len(pool_azs):
-                yield Finding("azs", subject, Status.WARN, f"offered only in {', '.join(inside)}", fix)
-            else:
-                yield Finding("azs", subject, Status.OK, "offered in every one")
+        yield from _pool_zones(pool, azs, {t: offered.get(t, set()) for t in pool.instance_types})
+
+
+def _pool_zones(pool: DoctorPool, azs: list[str], offered: Mapping[str, set[str]]) -> Iterator[Finding]:
+    pinned = pool.availability_zone
+    pool_azs = [pinned] if pinned else azs
+    subject = f"pool {pool.name} in {', '.join(pool_azs)}"
+    if pinned:
+        fix = "set the pool's `availability_zone` in cdk.json to an AZ of the VPC offering them"
+    else:
+        fix = "set `availability_zones` (or an imported VPC's subnets) in cdk.json to AZs offering them"
+    fix += f" ({where_offered(offered)})"
+    zone = gang_zone(pool_azs, offered)
+    if zone is None:
+        detail = (
+            f"cannot launch: none of {', '.join(pool.instance_types)} is offered in {', '.join(pool_azs)}"
+        )
+        yield Finding("azs", subject, Status.FAIL, detail, fix)
+        return
+    if pool.one_zone and not pinned:
+        launches = [zone]
+        lead = f"lives in one AZ (a cluster placement group): the deploy chooses {zone}"
+    else:
+        launches = [z for z in pool_azs if any(z in where for where in offered.values())]
+        lead = f"launches in {', '.join(launches)}"
+    there = [t for t in pool.instance_types if offered[t] & set(launches)]
+    detail = f"{lead}, offering {', '.join(there)}"
+    if len(launches) < len(pool_azs) and not pool.one_zone:
+        unused = [z for z in pool_azs if z not in launches]
+        detail += f"; {', '.join(unused)} offers none of its types (less capacity to draw on)"
+        yield Finding("azs", subject, Status.WARN, detail, fix)
+    else:
+        yield Finding("azs", subject, Status.OK, detail)
+    for instance_type in pool.instance_types:
+        inside = sorted(offered[instance_type] & set(launches))
+        type_subject = f"{instance_type} ({pool.name}) in {', '.join(launches)}"
+        if len(inside) == len(launches):
+            yield Finding("azs", type_subject, Status.OK, "offered in every one")
+        else:
+            said = f"offered only in {', '.join(inside)}" if inside else "offered in none of them"
+            yield Finding(
+                "azs", type_subject, Status.WARN, f"{said}: the pool launches other types there", fix
+            )
 
 
 def check_identities(target: DoctorTarget, client: Clients, account: str | None) -> Iterator[Finding]:

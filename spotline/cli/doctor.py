@@ -50,7 +50,6 @@ def target_from_context(path: Path, region: str | None = None) -> DoctorTarget:
     chosen = region or config.region
     if not chosen:
         raise typer.BadParameter("no region: pass --region or set `region` in cdk.json")
-    zones = config.availability_zones or config.vpc_availability_zones
     return DoctorTarget(
         region=chosen,
         stage=config.stage,
@@ -60,8 +59,10 @@ def target_from_context(path: Path, region: str | None = None) -> DoctorTarget:
                 p.purchase,
                 p.instance_types,
                 p.max_vcpus,
-                # A placement-group pool's one AZ: its own, else the VPC's first (stacks.batch).
-                (p.availability_zone or next(iter(zones), None)) if p.placement_group else None,
+                p.availability_zone,
+                # A placement-group pool lives in one AZ: its own, else the one the deploy
+                # chooses among the VPC's (stacks.batch, spotline.aws.zones.gang_zone).
+                one_zone=p.placement_group,
             )
             for p in config.pools
         ),

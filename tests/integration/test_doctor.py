@@ -153,11 +153,15 @@ def test_each_check_reports_with_a_fix(account: None) -> None:
     assert pushed.status is Status.FAIL and "docker push" in pushed.fix
     assert image["execution role may pull the image"].status is Status.SKIP
 
-    # azs: p4de is not offered in us-east-1a or us-east-1e (moto's offerings); p4d only in 1a
+    # azs: p4de is not offered in us-east-1a or us-east-1e (moto's offerings); p4d only in 1a,
+    # so the Spot pool launches p4d in 1a only: a warning, not a failure
     azs = _by(findings, "azs")
-    assert azs["p4de.24xlarge (a100-spot) in us-east-1a, us-east-1e"].status is Status.FAIL
-    assert "us-east-1b" in azs["p4de.24xlarge (a100-spot) in us-east-1a, us-east-1e"].fix
-    assert azs["p4d.24xlarge (a100-spot) in us-east-1a, us-east-1e"].status is Status.WARN
+    pool = azs["pool a100-spot in us-east-1a, us-east-1e"]
+    assert pool.status is Status.WARN and "launches in us-east-1a" in pool.detail
+    assert "us-east-1e offers none" in pool.detail
+    assert azs["p4de.24xlarge (a100-spot) in us-east-1a"].status is Status.WARN
+    assert "us-east-1b" in azs["p4de.24xlarge (a100-spot) in us-east-1a"].fix
+    assert azs["p4d.24xlarge (a100-spot) in us-east-1a"].status is Status.OK
 
     # identities: a role with a path exists; a missing one fails; another account's is skipped
     identities = _by(findings, "identities")
@@ -253,7 +257,22 @@ def test_doctor_checks_a_deployed_stack_from_the_configuration_it_published(
     findings = run_checks(target_from_published(_publish()), _client)
     assert _by(findings, "batch")["job queue spotline-dev-a100-spot"].status is Status.OK
     assert _by(findings, "azs")["p4d.24xlarge (a100-spot) in us-east-1a"].status is Status.OK
+    assert _by(findings, "azs")["pool a100-spot in us-east-1a"].status is Status.OK
     assert _by(findings, "identities")[EXISTING_ROLE].status is Status.OK
+
+
+def _table_rows(output: str) -> list[list[str]]:
+    """The cells of each row of the table the CLI prints (rich folds long cells over lines)."""
+    rows: list[list[str]] = []
+    current: list[list[str]] = []
+    for line in output.splitlines():
+        if line.startswith("│"):
+            cells = [cell.strip() for cell in line.strip().strip("│").split("│")]
+            current.append(cells)
+        elif current:
+            rows.append([" ".join(part for part in column if part) for column in zip(*current, strict=True)])
+            current = []
+    return rows
 
 
 def _said(output: str) -> str:
@@ -300,8 +319,9 @@ def test_a_pool_pinned_to_one_az_needs_its_types_offered_there(account: None) ->
         ),
     )
     azs = _by(run_checks(pinned, _client, only=["azs"]), "azs")
-    assert azs["p4d.24xlarge (a100-ondemand) in us-east-1e"].status is Status.FAIL
-    assert "availability_zone" in azs["p4d.24xlarge (a100-ondemand) in us-east-1e"].fix
+    assert azs["pool a100-ondemand in us-east-1e"].status is Status.FAIL
+    assert "availability_zone" in azs["pool a100-ondemand in us-east-1e"].fix
+    assert azs["pool a100-ondemand-a in us-east-1a"].status is Status.OK
     assert azs["p4d.24xlarge (a100-ondemand-a) in us-east-1a"].status is Status.OK
 
 
@@ -353,3 +373,212 @@ def test_missing_service_linked_roles_are_reported_with_the_command_that_makes_t
     # Without a Spot pool, EC2 Spot's role is not needed
     on_demand = replace(TARGET, pools=TARGET.pools[1:])
     assert "AWSServiceRoleForEC2Spot" not in _by(run_checks(on_demand, _client, only=["roles"]), "roles")
+
+
+# --- quotas and offerings, as AWS answers them (botocore's Stubber: real call shapes) ----------
+
+
+def _quota(code: str, value: float) -> dict[str, Any]:
+    return {"Quota": {"ServiceCode": "ec2", "QuotaCode": code, "QuotaName": code, "Value": value}}
+
+
+def _stubbed(service: str, calls: list[tuple[str, dict[str, Any], dict[str, Any] | None]]) -> Any:
+    """A client of `service` that answers `calls` in order ((operation, response, expected
+    params)), and fails the test on any other call."""
+    client = boto3.client(service, region_name=REGION)  # type: ignore[call-overload]
+    stubber = Stubber(client)
+    for operation, response, expected in calls:
+        stubber.add_response(operation, response, expected)
+    stubber.activate()
+    return client
+
+
+QUOTA_TARGET = replace(
+    TARGET,
+    pools=(
+        DoctorPool("a100-spot", "spot", ("p4d.24xlarge", "p4de.24xlarge"), 768),
+        DoctorPool("a100-ondemand", "on-demand", ("p4d.24xlarge",), 384, one_zone=True),
+        # g6.4xlarge is not in the sizing table: its vCPUs come from DescribeInstanceTypes
+        DoctorPool("l4-ondemand", "on-demand", ("g6.4xlarge", "g6.xlarge"), 64),
+    ),
+)
+
+
+def test_a_pool_whose_quota_cannot_hold_one_instance_blocks_naming_pool_code_and_numbers() -> None:
+    # Given a new account: no On-Demand P vCPUs, 384 Spot P vCPUs, 8 On-Demand G vCPUs
+    ec2 = _stubbed(
+        "ec2",
+        [
+            (
+                "describe_instance_types",
+                {"InstanceTypes": [{"InstanceType": "g6.4xlarge", "VCpuInfo": {"DefaultVCpus": 16}}]},
+                {"InstanceTypes": ["g6.4xlarge"]},
+            )
+        ],
+    )
+    quotas = _stubbed(
+        "service-quotas",
+        [
+            (
+                "get_service_quota",
+                _quota("L-DB2E81BA", 8.0),
+                {"ServiceCode": "ec2", "QuotaCode": "L-DB2E81BA"},
+            ),
+            (
+                "get_service_quota",
+                _quota("L-417A185B", 0.0),
+                {"ServiceCode": "ec2", "QuotaCode": "L-417A185B"},
+            ),
+            (
+                "get_service_quota",
+                _quota("L-7212CCBC", 384.0),
+                {"ServiceCode": "ec2", "QuotaCode": "L-7212CCBC"},
+            ),
+        ],
+    )
+
+    # When doctor checks the quotas
+    findings = run_checks(QUOTA_TARGET, {"ec2": ec2, "service-quotas": quotas}.__getitem__, ["quotas"])
+    quota = _by(findings, "quotas")
+
+    # Then the On-Demand P pool cannot launch a single instance: a failure naming the pool, the
+    # quota code and the numbers, with the command that asks for enough
+    blocked = quota["pool a100-ondemand (on-demand)"]
+    assert blocked.status is Status.FAIL
+    assert blocked.detail == (
+        "cannot launch a single instance: quota L-417A185B is 0 vCPUs, one p4d.24xlarge needs 96"
+    )
+    assert "--quota-code L-417A185B --desired-value 384" in blocked.fix
+    assert quota["Running On-Demand P instances (L-417A185B)"].status is Status.WARN
+    # A quota that holds one instance but not max_gpus' worth warns; its pool can launch
+    assert quota["All P Spot Instance Requests (L-7212CCBC)"].status is Status.WARN
+    assert "may grow to 768" in quota["All P Spot Instance Requests (L-7212CCBC)"].detail
+    assert quota["pool a100-spot (spot)"].status is Status.OK
+    # 8 G vCPUs hold no g6.4xlarge (16, from DescribeInstanceTypes) but a g6.xlarge (4): it launches
+    assert quota["pool l4-ondemand (on-demand)"].status is Status.OK
+    assert "one g6.xlarge takes 4" in quota["pool l4-ondemand (on-demand)"].detail
+
+
+def test_a_quota_below_every_type_of_the_pool_lists_each() -> None:
+    quotas = _stubbed(
+        "service-quotas",
+        [
+            ("get_service_quota", _quota("L-DB2E81BA", 2.0), None),
+        ],
+    )
+    target = replace(TARGET, pools=(DoctorPool("l4", "on-demand", ("g6.xlarge", "g5.2xlarge"), 64),))
+    [_, pool] = run_checks(
+        target, {"ec2": _stubbed("ec2", []), "service-quotas": quotas}.__getitem__, ["quotas"]
+    )
+    assert pool.status is Status.FAIL and pool.subject == "pool l4 (on-demand)"
+    assert pool.detail == (
+        "cannot launch a single instance: quota L-DB2E81BA is 2 vCPUs, one g6.xlarge needs 4; "
+        "quota L-DB2E81BA is 2 vCPUs, one g5.2xlarge needs 8"
+    )
+
+
+def _offering(instance_type: str, zone: str) -> dict[str, str]:
+    return {"InstanceType": instance_type, "LocationType": "availability-zone", "Location": zone}
+
+
+def _zones_and_offerings() -> Any:
+    """us-east-1a..f; p4d in 1b and 1c, p4de in 1a, p5 in 1d only (two pages of offerings)."""
+    types = ["p4d.24xlarge", "p4de.24xlarge", "p5.48xlarge"]
+    filters = {
+        "LocationType": "availability-zone",
+        "Filters": [{"Name": "instance-type", "Values": types}],
+    }
+    return _stubbed(
+        "ec2",
+        [
+            (
+                "describe_availability_zones",
+                {
+                    "AvailabilityZones": [
+                        {"ZoneName": f"us-east-1{z}", "State": "available", "ZoneType": "availability-zone"}
+                        for z in "fedcba"
+                    ]
+                },
+                {"Filters": [{"Name": "zone-type", "Values": ["availability-zone"]}]},
+            ),
+            (
+                "describe_instance_type_offerings",
+                {
+                    "InstanceTypeOfferings": [
+                        _offering("p4d.24xlarge", "us-east-1c"),
+                        _offering("p4de.24xlarge", "us-east-1a"),
+                    ],
+                    "NextToken": "page-2",
+                },
+                filters,
+            ),
+            (
+                "describe_instance_type_offerings",
+                {
+                    "InstanceTypeOfferings": [
+                        _offering("p4d.24xlarge", "us-east-1b"),
+                        _offering("p5.48xlarge", "us-east-1d"),
+                    ]
+                },
+                {**filters, "NextToken": "page-2"},
+            ),
+        ],
+    )
+
+
+def test_offerings_choose_a_gang_pools_zone_and_block_a_pool_offered_in_none() -> None:
+    # Given no `availability_zones` (a created VPC takes the region's first two: 1a and 1b)
+    target = replace(
+        TARGET,
+        availability_zones=(),
+        pools=(
+            DoctorPool("a100-spot", "spot", ("p4d.24xlarge", "p4de.24xlarge"), 768),
+            DoctorPool("a100-ondemand", "on-demand", ("p4d.24xlarge",), 384, one_zone=True),
+            DoctorPool("h100-ondemand", "on-demand", ("p5.48xlarge",), 384, one_zone=True),
+        ),
+    )
+    ec2 = _zones_and_offerings()
+
+    azs = _by(run_checks(target, lambda service: ec2, ["azs"]), "azs")
+
+    # Then the gang pool's one AZ is where p4d is offered (1b), not the VPC's first (1a)
+    gang = azs["pool a100-ondemand in us-east-1a, us-east-1b"]
+    assert gang.status is Status.OK and "the deploy chooses us-east-1b" in gang.detail
+    assert azs["p4d.24xlarge (a100-ondemand) in us-east-1b"].status is Status.OK
+    # a pool none of whose types is offered in its AZs blocks, saying where they are offered
+    blocked = azs["pool h100-ondemand in us-east-1a, us-east-1b"]
+    assert blocked.status is Status.FAIL
+    assert blocked.detail == "cannot launch: none of p5.48xlarge is offered in us-east-1a, us-east-1b"
+    assert "availability_zones" in blocked.fix and "p5.48xlarge: us-east-1d" in blocked.fix
+    # the Spot pool launches in both AZs, each type in one of them
+    spot = azs["pool a100-spot in us-east-1a, us-east-1b"]
+    assert spot.status is Status.OK and "launches in us-east-1a, us-east-1b" in spot.detail
+    assert azs["p4de.24xlarge (a100-spot) in us-east-1a, us-east-1b"].detail.startswith(
+        "offered only in us-east-1a"
+    )
+
+
+def test_the_command_exits_1_when_a_pool_cannot_launch(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given cdk.json's pools (a Spot and an On-Demand P pool) and an account with no On-Demand P vCPUs
+    (tmp_path / "cdk.json").write_text(json.dumps({"context": cdk_context()}))
+    quotas = _stubbed(
+        "service-quotas",
+        [
+            ("get_service_quota", _quota("L-417A185B", 0.0), None),
+            ("get_service_quota", _quota("L-7212CCBC", 768.0), None),
+        ],
+    )
+    monkeypatch.setattr(boto3.session.Session, "client", lambda self, service, **_: quotas)
+
+    # When doctor checks the quotas
+    result = CliRunner().invoke(app, ["doctor", "--context", str(tmp_path / "cdk.json"), "--check", "quotas"])
+
+    # Then it fails, and says which pool cannot launch, under which quota, by how much
+    assert result.exit_code == 1, result.output
+    [row] = [r for r in _table_rows(result.output) if r[1] == "pool a100-ondemand (on-demand)"]
+    assert row[2] == "fail"
+    assert row[3] == "cannot launch a single instance: quota L-417A185B is 0 vCPUs, one p4d.24xlarge needs 96"
+    assert "--quota-code L-417A185B" in row[4]
+    assert "0 ok" not in _said(result.output) and "1 fail" in _said(result.output)
