@@ -54,6 +54,10 @@ PRICE_DDB_RRU_PER_M = 0.125  # on-demand read request units
 PRICE_EVENTBRIDGE_CUSTOM_PER_M = 1.00  # custom events put (AWS service events are free)
 PRICE_SQS_FIFO_PER_M = 0.50
 PRICE_SQS_STANDARD_PER_M = 0.40
+# SQS requests per message of a batched event queue: EventBridge's send, and its share of the
+# event source mapping's receive and delete of up to 10 messages each (an estimate: AWS bills
+# each request of up to 10 messages once).
+SQS_BATCHED_REQUESTS_PER_MESSAGE = 1 + 2 / 10
 PRICE_S3_PUT_PER_1K = 0.005
 PRICE_S3_GET_PER_1K = 0.0004
 
@@ -85,6 +89,8 @@ class Meter:
     invocations: Counter[str] = field(default_factory=Counter)
     # messages that reached the scheduler's FIFO queue (from rules or from the control plane)
     scheduler_messages: Counter[str] = field(default_factory=Counter)
+    # messages that reached an event queue (resources.EVENT_QUEUES: the heartbeats'), by function
+    queue_messages: Counter[str] = field(default_factory=Counter)
     invocation_s: defaultdict[str, float] = field(default_factory=lambda: defaultdict(float))
 
     def snapshot(self) -> Meter:
@@ -95,6 +101,7 @@ class Meter:
             copy.events_put = Counter(self.events_put)
             copy.invocations = Counter(self.invocations)
             copy.scheduler_messages = Counter(self.scheduler_messages)
+            copy.queue_messages = Counter(self.queue_messages)
             copy.invocation_s = defaultdict(float, self.invocation_s)
             return copy
 
@@ -110,6 +117,7 @@ class Meter:
         out.events_put = sub(self.events_put, other.events_put)
         out.invocations = sub(self.invocations, other.invocations)
         out.scheduler_messages = sub(self.scheduler_messages, other.scheduler_messages)
+        out.queue_messages = sub(self.queue_messages, other.queue_messages)
         out.invocation_s = defaultdict(
             float,
             {k: max(0.0, v - scale * other.invocation_s.get(k, 0.0)) for k, v in self.invocation_s.items()},
@@ -127,6 +135,7 @@ class Meter:
         out.invocation_s = defaultdict(float, {k: v for k, v in self.invocation_s.items() if keep(f"fn:{k}")})
         if keep("fn:scheduler"):
             out.scheduler_messages = Counter(self.scheduler_messages)
+        out.queue_messages = Counter({k: v for k, v in self.queue_messages.items() if keep(f"fn:{k}")})
         return out
 
 
@@ -297,6 +306,9 @@ def install_meter(meter: Meter) -> None:
         if target == r.SCHEDULER_QUEUE:
             with meter.lock:
                 meter.scheduler_messages["scheduler"] += len(messages)
+        elif (queue := r.event_queue(target)) is not None:
+            with meter.lock:
+                meter.queue_messages[queue.function] += len(messages)
         deliver(self, url, target, messages, event)
 
     Router._deliver = counted_deliver  # type: ignore[method-assign]
@@ -371,10 +383,16 @@ def dollars(
         "step_functions": workflows.dollars() if workflows is not None else 0.0,
         "dynamodb": wru * PRICE_DDB_WRU_PER_M / 1e6 + rru * PRICE_DDB_RRU_PER_M / 1e6,
         "eventbridge": sum(meter.events_put.values()) * PRICE_EVENTBRIDGE_CUSTOM_PER_M / 1e6,
-        # On AWS only the scheduler has a queue (the other rules invoke their functions): each
-        # message is sent, received and deleted. The local router's polls of its stand-in rule
-        # queues are not AWS's, so SQS calls are not read from the request counts.
-        "sqs": 3 * sum(meter.scheduler_messages.values()) * PRICE_SQS_FIFO_PER_M / 1e6,
+        # On AWS the scheduler's queue and the event queues are real (the other rules invoke their
+        # functions): a scheduler message is sent, received and deleted; an event-queue message is
+        # sent, and received and deleted in batches (SQS_BATCHED_REQUESTS_PER_MESSAGE). The local
+        # router's polls of its stand-in rule queues are not AWS's, so SQS calls are not read from
+        # the request counts.
+        "sqs": 3 * sum(meter.scheduler_messages.values()) * PRICE_SQS_FIFO_PER_M / 1e6
+        + sum(meter.queue_messages.values())
+        * SQS_BATCHED_REQUESTS_PER_MESSAGE
+        * PRICE_SQS_STANDARD_PER_M
+        / 1e6,
         "s3": s3_puts * PRICE_S3_PUT_PER_1K / 1e3 + s3_gets * PRICE_S3_GET_PER_1K / 1e3,
     }
 
@@ -543,7 +561,8 @@ def unit_costs(lifecycle: Meter, sizes: dict[str, float]) -> dict[str, float]:
     def cost(keep: Any) -> float:
         return sum(dollars(lifecycle.only(keep), sizes, None, 0).values())
 
-    heartbeats = lifecycle.invocations.get("heartbeat", 0) or 1
+    # A heartbeat's share of the batches its function handled (not one invocation each).
+    heartbeats = lifecycle.queue_messages.get("heartbeat", 0) or 1
     checkpoints = lifecycle.invocations.get("checkpoint_completed", 0) or 1
     agent = lifecycle.only(lambda c: c == "agent")
     reads = Meter()
@@ -553,6 +572,7 @@ def unit_costs(lifecycle: Meter, sizes: dict[str, float]) -> dict[str, float]:
     s3.requests = Counter({k: v for k, v in agent.requests.items() if k[1] == "s3"})
     event = PRICE_EVENTBRIDGE_CUSTOM_PER_M / 1e6
     return {
+        # (its SQS requests are in the function's cost: Meter.only keeps its queue's messages)
         "heartbeat": cost(lambda c: c == "fn:heartbeat") / heartbeats + event,
         "checkpoint": cost(lambda c: c == "fn:checkpoint_completed") / checkpoints
         + event

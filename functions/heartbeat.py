@@ -1,16 +1,24 @@
-"""Job Heartbeat (from the agent) -> progress, utilization and the instance the job runs on.
+"""Job Heartbeats (from the agents), a batch at a time -> progress, utilization and the instance
+each job runs on.
+
+EventBridge puts each heartbeat on the heartbeat queue (`resources.HEARTBEAT_QUEUE`) and Lambda
+hands this function a batch of them, so N heartbeats take far fewer than N invocations of the
+account's concurrency. Each record is one EventBridge event (the queue's message body); the
+answer names the records that failed (Powertools' batch utility), and only those come back.
 
 Not idempotent through the Idempotency table (its role may not write it, and a heartbeat every
-few seconds per job would double its writes): the write counts only for the job's current run
-and only moves forward by step within it, so a duplicate, a late heartbeat, or one of an
-earlier run changes nothing (it is counted as HeartbeatsDropped).
+30 s per node would double its writes): the write counts only for the job's current run and only
+moves forward by step within it, so a duplicate, a late heartbeat, a batch redelivered, or one of
+an earlier run changes nothing (it is counted as HeartbeatsDropped).
 """
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
-from aws_lambda_powertools.logging import correlation_paths
+from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType
+from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from aws_lambda_powertools.utilities.parser import parse
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
@@ -28,34 +36,62 @@ from spotline.control.events import record_heartbeat
 from spotline.resources import team_of_agent_source
 
 
-@logger.inject_lambda_context(correlation_id_path=correlation_paths.EVENT_BRIDGE, clear_state=True)
+def _heartbeat(record: SQSRecord) -> bool:
+    """One heartbeat (the EventBridge event in the message's body): True if it changed the job.
+    Raises for a body that is not a heartbeat, so the record fails (and after the queue's
+    `max_receives`, goes to the dead-letter queue) instead of vanishing."""
+    parsed = parse(event=json.loads(record.body), model=HeartbeatEvent)
+    detail = parsed.detail
+    logger.append_keys(job_id=detail.job_id, correlation_id=parsed.id)
+    try:
+        if detail.run_id is None:
+            count_agent_event_without_run()
+        # The source names the sending team (its job role may put no other): only that team's jobs.
+        team = team_of_agent_source(parsed.source)
+        if team is None:
+            logger.warning("heartbeat dropped: source names no team", extra={"source": parsed.source})
+            count_agent_event("Heartbeats", False)
+            return False
+        stored = record_heartbeat(
+            control_plane(),
+            detail.job_id,
+            run_id=detail.run_id,
+            step=detail.step,
+            instance_id=detail.instance_id,
+            progress=detail.progress,
+            utilization=detail.utilization,
+            team=team,
+            node_index=detail.node_index,
+        )
+        count_agent_event("Heartbeats", stored is not None)
+        return stored is not None
+    finally:
+        logger.remove_keys(["job_id", "correlation_id"])
+
+
+@logger.inject_lambda_context(clear_state=True)
 @tracer.capture_lambda_handler
 @metrics.log_metrics
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
-    parsed = parse(event=event, model=HeartbeatEvent)
-    detail = parsed.detail
-    logger.append_keys(job_id=detail.job_id)
-    # The source names the sending team (its job role may put no other): only that team's jobs.
-    if detail.run_id is None:
-        count_agent_event_without_run()
-    team = team_of_agent_source(parsed.source)
-    if team is None:
-        logger.warning("heartbeat dropped: source names no team", extra={"source": parsed.source})
-        count_agent_event("Heartbeats", False)
-        return {"job_id": detail.job_id, "recorded": False}
-    record = record_heartbeat(
-        control_plane(),
-        detail.job_id,
-        run_id=detail.run_id,
-        step=detail.step,
-        instance_id=detail.instance_id,
-        progress=detail.progress,
-        utilization=detail.utilization,
-        team=team,
-        node_index=detail.node_index,
+    # A processor per invocation: it keeps the batch's results (the local runtime may call this
+    # handler from more than one thread). If every record fails, it raises: the batch comes back.
+    processor = BatchProcessor(event_type=EventType.SQS)
+    with processor(event["Records"], _heartbeat, context):
+        outcomes = processor.process()
+    recorded = sum(1 for status, result, _ in outcomes if status == "success" and result)
+    failed = [(record, why) for status, why, record in outcomes if status == "fail"]
+    for record, why in failed:
+        logger.warning("heartbeat failed", extra={"message_id": record.message_id, "error": why})
+    logger.info(
+        "heartbeats",
+        extra={"heartbeats": len(outcomes), "recorded": recorded, "failed": len(failed)},
     )
-    count_agent_event("Heartbeats", record is not None)
-    return {"job_id": detail.job_id, "recorded": record is not None}
+    return {
+        **processor.response(),
+        "heartbeats": len(outcomes),
+        "recorded": recorded,
+        "dropped": len(outcomes) - recorded - len(failed),
+    }
 
 
 loaded()

@@ -157,9 +157,42 @@ SCHEDULER_MESSAGE_GROUP = "scheduling-pass"
 
 
 @dataclass(frozen=True)
+class EventQueue:
+    """A standard SQS queue between a rule and its function, for events that come too often to
+    take one Lambda invocation each: one invocation handles a batch (up to `batch_size`, or what
+    arrived within `max_batching_window_s`), and at most `max_concurrency` run at once (the event
+    source mapping's ScalingConfig; 2 is Lambda's least). The function answers with the batch's
+    failed records only (ReportBatchItemFailures); a record that fails `max_receives` times goes
+    to the events dead-letter queue."""
+
+    logical_id: str
+    function: str
+    batch_size: int
+    max_batching_window_s: int
+    max_concurrency: int
+    max_receives: int = 3
+    # Older messages are of no use (a newer heartbeat of the job has come since).
+    retention_s: int = 3600
+
+
+# Job Heartbeat: every node of every running job sends one every 30 s (spotline.agent), which
+# would otherwise take one invocation each out of an account's concurrency (10 in a new account).
+# A few seconds of batching delay is nothing beside the heartbeat timeout (10 minutes).
+HEARTBEAT_QUEUE = EventQueue(
+    "HeartbeatEvents", "heartbeat", batch_size=100, max_batching_window_s=5, max_concurrency=2
+)
+EVENT_QUEUES: tuple[EventQueue, ...] = (HEARTBEAT_QUEUE,)
+
+
+def event_queue(logical_id: str) -> EventQueue | None:
+    """The event queue a rule's `target` names, or None (a function, or the scheduler queue)."""
+    return next((q for q in EVENT_QUEUES if q.logical_id == logical_id), None)
+
+
+@dataclass(frozen=True)
 class Rule:
     """An EventBridge rule: on `bus`, `pattern` routes to `target` (a function name from
-    FUNCTIONS, or SCHEDULER_QUEUE)."""
+    FUNCTIONS, SCHEDULER_QUEUE, or an EventQueue's logical id)."""
 
     name: str
     bus: str
@@ -194,7 +227,7 @@ RULES: tuple[Rule, ...] = (
         "JobHeartbeat",
         PROJECT_BUS,
         {"source": [{"prefix": SOURCE_AGENT_PREFIX}], "detail-type": [DETAIL_JOB_HEARTBEAT]},
-        "heartbeat",
+        HEARTBEAT_QUEUE.logical_id,
     ),
     Rule(
         "SpotInterruptionWarning",
@@ -278,7 +311,8 @@ FUNCTIONS: tuple[Function, ...] = (
         reads=("Jobs",),
         writes=("Jobs", "Timeline", "Idempotency"),
     ),
-    # A heartbeat names the EC2 instance the job runs on (Instances: for Spot warnings).
+    # A heartbeat names the EC2 instance the job runs on (Instances: for Spot warnings). Invoked
+    # with a batch of heartbeats from HEARTBEAT_QUEUE.
     Function("heartbeat", "heartbeat", reads=("Jobs",), writes=("Jobs", "Instances")),
     Function(
         "batch_state_change",

@@ -42,7 +42,12 @@ BATCH_JOB_TAG = "spotline:job-id"
 # Functions invoked asynchronously (EventBridge rules and schedules): failures that outlive
 # Lambda's own retries land in the events dead-letter queue.
 ASYNC_INVOKED = frozenset(
-    {rule.target for rule in r.RULES if rule.target != r.SCHEDULER_QUEUE} | {"reconciler"}
+    {
+        rule.target
+        for rule in r.RULES
+        if rule.target != r.SCHEDULER_QUEUE and r.event_queue(rule.target) is None
+    }
+    | {"reconciler"}
 )
 
 _READ_ACTIONS = (

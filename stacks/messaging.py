@@ -1,7 +1,9 @@
-"""The project's event bus, the scheduler's FIFO trigger queue and the dead-letter queues."""
+"""The project's event bus, the scheduler's FIFO trigger queue, the event queues in front of
+batch-invoked functions (heartbeats), and the dead-letter queues."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from aws_cdk import Duration
@@ -37,7 +39,13 @@ def _queue(scope: Construct, construct_id: str, **kwargs: Any) -> sqs.Queue:
 
 class Messaging(Construct):
     def __init__(
-        self, scope: Construct, construct_id: str, *, stage: str, scheduler_timeout: Duration
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        stage: str,
+        scheduler_timeout: Duration,
+        function_timeouts: Mapping[str, Duration],
     ) -> None:
         super().__init__(scope, construct_id)
         self.bus = events.EventBus(self, "Bus", event_bus_name=f"spotline-{stage}")
@@ -58,6 +66,21 @@ class Messaging(Construct):
         # While a batch is invisible the whole group waits, so the visibility timeout is kept
         # short (AWS's six times the function timeout would stall scheduling for 6 minutes per
         # failure; with one batch in flight at a time there are no throttled retries to cover).
+        # Standard queues in front of functions invoked a batch at a time (resources.EVENT_QUEUES):
+        # a visibility timeout of six times the function's, as AWS advises for an event source
+        # mapping with a batching window, and failures beyond `max_receives` to the DLQ.
+        self.event_queues: dict[str, sqs.Queue] = {
+            spec.logical_id: _queue(
+                self,
+                spec.logical_id,
+                visibility_timeout=Duration.seconds(6 * function_timeouts[spec.function].to_seconds()),
+                retention_period=Duration.seconds(spec.retention_s),
+                dead_letter_queue=sqs.DeadLetterQueue(
+                    queue=self.events_dead_letters, max_receive_count=spec.max_receives
+                ),
+            )
+            for spec in r.EVENT_QUEUES
+        }
         self.scheduler_queue = _queue(
             self,
             r.SCHEDULER_QUEUE,

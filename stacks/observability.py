@@ -154,6 +154,8 @@ METRICS_NAMESPACE = "Spotline"
 _SERVICE = {"service": "spotline"}
 # A scheduling trigger older than this means passes are not keeping up (or are stuck).
 SCHEDULER_QUEUE_MAX_AGE = Duration.minutes(5)
+# A heartbeat older than this in its queue (or half the heartbeat timeout) is not being recorded.
+HEARTBEAT_QUEUE_MAX_AGE = Duration.minutes(5)
 # A dead letter older than this has been left unhandled for a day.
 DEAD_LETTER_MAX_AGE = Duration.days(1)
 
@@ -212,6 +214,21 @@ def queue_alarms(
         )
     )
     return specs
+
+
+def heartbeat_queue_alarm(queue: sqs.IQueue, heartbeat_timeout_s: float) -> AlarmSpec:
+    """Heartbeats waiting in their queue for half the heartbeat timeout: the heartbeat function
+    fails or is throttled, and the reconciler will soon stop healthy jobs as lost."""
+    wait_s = min(HEARTBEAT_QUEUE_MAX_AGE.to_seconds(), heartbeat_timeout_s / 2)
+    return AlarmSpec(
+        "OldestHeartbeat",
+        oldest_message_age(queue, Duration.minutes(1)),
+        threshold=wait_s,
+        periods=3,
+        description=f"A heartbeat has waited over {wait_s / 60:.0f} minutes in its queue: the heartbeat "
+        "function fails or is throttled (LambdaThrottles; `spotline doctor --check lambda`). Past "
+        "heartbeat_timeout_s the reconciler stops jobs whose heartbeats have not been recorded.",
+    )
 
 
 def _dead_letter_alarms(name: str, queue: sqs.IQueue) -> list[AlarmSpec]:
@@ -422,7 +439,8 @@ def agent_events_alarm() -> AlarmSpec:
 
 
 class Alarms(Construct):
-    """What pages someone: dead letters, old messages on each queue, failed workflow executions,
+    """What pages someone: dead letters, old messages on each queue (scheduling triggers,
+    heartbeats), failed workflow executions,
     scheduling passes that error, jobs stuck past a deadline (the reconciler moved them on), the
     reconciler's ledger repairs, compute environments INVALID, Spot and On-Demand pools without capacity
     (jobs waiting to start), stalled gangs, API 5xx, Lambda and DynamoDB throttles, and agents sending
@@ -448,6 +466,8 @@ class Alarms(Construct):
         spot_pools: list[str] | None = None,
         on_demand_pools: list[str] | None = None,
         start_timeout_s: float = 1800.0,
+        heartbeat_queue: sqs.IQueue | None = None,
+        heartbeat_timeout_s: float = 600.0,
         topic_arn: str | None = None,
     ) -> None:
         super().__init__(scope, construct_id)
@@ -455,6 +475,7 @@ class Alarms(Construct):
         self.alarms: dict[str, cloudwatch.Alarm] = {}
         specs = [
             *queue_alarms(scheduler_queue, dead_letter_queues),
+            *([heartbeat_queue_alarm(heartbeat_queue, heartbeat_timeout_s)] if heartbeat_queue else []),
             *(workflow_alarm(name, machine) for name, machine in state_machines.items()),
             pass_errors_alarm(scheduler_function),
             *reconciler_alarms(),

@@ -1,4 +1,6 @@
-"""EventBridge rules, one per `resources.RULES` entry, and the two schedules.
+"""EventBridge rules, one per `resources.RULES` entry, and the two schedules. A rule targets its
+function, the scheduler's FIFO queue, or an event queue (`resources.EVENT_QUEUES`) that hands
+its function a batch at a time.
 
 Each rule's pattern is `Rule.pattern`, unchanged; every target retries and then dead-letters.
 """
@@ -60,6 +62,7 @@ class EventRouting(Construct):
         project_bus: events.IEventBus,
         default_bus: events.IEventBus,
         scheduler_queue: sqs.IQueue,
+        event_queues: Mapping[str, sqs.IQueue],
         functions: Mapping[str, lambda_.IFunction],
         dead_letters: sqs.IQueue,
     ) -> None:
@@ -70,6 +73,14 @@ class EventRouting(Construct):
                 return targets.SqsQueue(
                     scheduler_queue,
                     message_group_id=r.SCHEDULER_MESSAGE_GROUP,
+                    message=message,
+                    dead_letter_queue=dead_letters,
+                    retry_attempts=TARGET_RETRY_ATTEMPTS,
+                    max_event_age=TARGET_MAX_EVENT_AGE,
+                )
+            if name in event_queues:
+                return targets.SqsQueue(
+                    event_queues[name],
                     message=message,
                     dead_letter_queue=dead_letters,
                     retry_attempts=TARGET_RETRY_ATTEMPTS,

@@ -100,6 +100,7 @@ class SpotlineStack(Stack):
             "Messaging",
             stage=config.stage,
             scheduler_timeout=Duration.seconds(scheduler_spec.timeout_s),
+            function_timeouts={f.name: Duration.seconds(f.timeout_s) for f in r.FUNCTIONS},
         )
         jobs_table = self.tables[r.JOBS.logical_id]
         self.compute: TrainingCompute | BatchLeftOut
@@ -204,6 +205,18 @@ class SpotlineStack(Stack):
                 self.messaging.scheduler_queue, batch_size=10, report_batch_item_failures=True
             )
         )
+        for spec in r.EVENT_QUEUES:
+            # N events, far fewer than N invocations: a batch each, at most `max_concurrency` at
+            # once, whatever the number of nodes heartbeating (resources.EventQueue).
+            self.functions[spec.function].add_event_source(
+                sources.SqsEventSource(
+                    self.messaging.event_queues[spec.logical_id],
+                    batch_size=spec.batch_size,
+                    max_batching_window=Duration.seconds(spec.max_batching_window_s),
+                    max_concurrency=spec.max_concurrency,
+                    report_batch_item_failures=True,
+                )
+            )
         self.workflows = Workflows(
             self,
             "Workflows",
@@ -219,6 +232,7 @@ class SpotlineStack(Stack):
             project_bus=self.messaging.bus,
             default_bus=self.messaging.default_bus,
             scheduler_queue=self.messaging.scheduler_queue,
+            event_queues=self.messaging.event_queues,
             functions=self.functions.functions,
             dead_letters=self.messaging.events_dead_letters,
         )
@@ -241,6 +255,7 @@ class SpotlineStack(Stack):
             },
             functions=self.functions.functions,
         )
+        control = SpotlineConfig.model_validate(self.spotline_config())
         self.alarms = Alarms(
             self,
             "Alarms",
@@ -256,7 +271,9 @@ class SpotlineStack(Stack):
             api=self.api.rest_api,
             spot_pools=[pool.name for pool in config.pools if pool.is_spot],
             on_demand_pools=[pool.name for pool in config.pools if not pool.is_spot],
-            start_timeout_s=SpotlineConfig.model_validate(self.spotline_config()).start_timeout_s,
+            start_timeout_s=control.start_timeout_s,
+            heartbeat_queue=self.messaging.event_queues[r.HEARTBEAT_QUEUE.logical_id],
+            heartbeat_timeout_s=control.heartbeat_timeout_s,
             topic_arn=config.alarm_topic_arn,
         )
         self.dashboard.show_alarms(list(self.alarms.alarms.values()))

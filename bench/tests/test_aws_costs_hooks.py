@@ -94,8 +94,12 @@ def test_messages_to_the_scheduler_queue_are_counted(monkeypatch: pytest.MonkeyP
     # When the router delivers two messages of the scheduler's queue and one of another
     stub = object.__new__(router.Router)
     router.Router._deliver(stub, "url", r.SCHEDULER_QUEUE, [{"MessageId": "m1"}, {"MessageId": "m2"}], {})
-    router.Router._deliver(stub, "url", "heartbeat", [{"MessageId": "m3"}], {})
+    router.Router._deliver(stub, "url", "checkpoint_completed", [{"MessageId": "m3"}], {})
+    heartbeats = r.HEARTBEAT_QUEUE.logical_id
+    router.Router._deliver(stub, "url", heartbeats, [{"MessageId": "m4"}, {"MessageId": "m5"}], {})
 
-    # Then the meter counted the scheduler's two, and each delivery still happened
-    assert delivered == [(r.SCHEDULER_QUEUE, 2), ("heartbeat", 1)]
+    # Then the meter counted the scheduler's two and the heartbeat queue's two (a heartbeat's cost
+    # is its share of a batch), and each delivery still happened
+    assert delivered == [(r.SCHEDULER_QUEUE, 2), ("checkpoint_completed", 1), (heartbeats, 2)]
     assert counted.scheduler_messages["scheduler"] == 2
+    assert counted.queue_messages == {"heartbeat": 2}

@@ -1,8 +1,9 @@
 """An emulated AWS on this machine: moto's server, with Spotline's tables, buses, rules and
 queues created from `spotline.resources` (the same description the CDK stack builds from).
 
-moto delivers rule matches only to SQS targets, so every rule gets a queue here; the router
-(`spotline.local.router`) drains them and calls the rule's real target.
+moto delivers rule matches only to SQS targets, so every rule gets a queue here (a rule whose
+target is a queue on AWS too gets that queue); the router (`spotline.local.router`) drains them
+and calls the rule's real target.
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ from typing import Any
 
 import boto3
 
-from spotline import resources as r
 from spotline.local import provision
 from spotline.local.moto_lambda_route import require_moto_version
 from spotline.local.moto_server import SerializedMotoServer
@@ -87,26 +87,13 @@ class LocalAws:
             QueueName=f"{prefix}-scheduler.fifo",
             Attributes={"FifoQueue": "true", "ContentBasedDeduplication": "true"},
         )["QueueUrl"]
-        for rule in r.RULES:
-            bus = made.project_bus if rule.bus == r.PROJECT_BUS else "default"
-            events.put_rule(
-                Name=f"{prefix}-{rule.name}", EventBusName=bus, EventPattern=json.dumps(rule.pattern)
-            )
-            if rule.target == r.SCHEDULER_QUEUE:
-                url = made.scheduler_queue_url
-                target: dict[str, Any] = {"SqsParameters": {"MessageGroupId": r.SCHEDULER_MESSAGE_GROUP}}
-            else:
-                url = sqs.create_queue(QueueName=f"{prefix}-{rule.name}")["QueueUrl"]
-                target = {}
-            arn = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"][
-                "QueueArn"
-            ]
-            events.put_targets(
-                Rule=f"{prefix}-{rule.name}",
-                EventBusName=bus,
-                Targets=[{"Id": "local", "Arn": arn, **target}],
-            )
-            made.rule_queues[rule.name] = url
+        made.rule_queues = provision.create_rules(
+            events,
+            sqs,
+            prefix=prefix,
+            project_bus=made.project_bus,
+            scheduler_queue_url=made.scheduler_queue_url,
+        )
         return made
 
 

@@ -113,3 +113,30 @@ def environment(
     if checkpoint_bucket:
         env[resources.ENV_CHECKPOINT_BUCKET] = checkpoint_bucket
     return env
+
+
+def create_rules(
+    events: Any, sqs: Any, *, prefix: str, project_bus: str, scheduler_queue_url: str
+) -> dict[str, str]:
+    """Every rule of `resources.RULES`, each delivering to a queue (moto delivers to SQS only):
+    the scheduler's FIFO queue, the event queue the stack has too, or a queue of the rule's own
+    that the router drains into the rule's function. Returns rule name -> queue URL."""
+    rule_queues: dict[str, str] = {}
+    for rule in resources.RULES:
+        bus = project_bus if rule.bus == resources.PROJECT_BUS else "default"
+        events.put_rule(Name=f"{prefix}-{rule.name}", EventBusName=bus, EventPattern=json.dumps(rule.pattern))
+        target: dict[str, Any] = {}
+        if rule.target == resources.SCHEDULER_QUEUE:
+            url = scheduler_queue_url
+            target = {"SqsParameters": {"MessageGroupId": resources.SCHEDULER_MESSAGE_GROUP}}
+        elif (queue := resources.event_queue(rule.target)) is not None:
+            # The router hands its function a batch, as Lambda's event source mapping does.
+            url = sqs.create_queue(QueueName=f"{prefix}-{queue.logical_id}")["QueueUrl"]
+        else:
+            url = sqs.create_queue(QueueName=f"{prefix}-{rule.name}")["QueueUrl"]
+        arn = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+        events.put_targets(
+            Rule=f"{prefix}-{rule.name}", EventBusName=bus, Targets=[{"Id": "local", "Arn": arn, **target}]
+        )
+        rule_queues[rule.name] = url
+    return rule_queues

@@ -1,10 +1,12 @@
 """Delivers what the emulated EventBridge matched to the real handlers.
 
-On AWS a rule invokes its Lambda target with the event, and the scheduler's FIFO queue invokes
-the scheduler with an SQS batch. moto only delivers to SQS, so each rule has a queue here, and
-one thread per queue long-polls it and makes the same call AWS would make: the event itself for
-a function target, an SQS event (`Records`) for the scheduler. A failed call is retried after
-the queue's visibility timeout, up to `max_receives` times (AWS: retry policy, then the DLQ).
+On AWS a rule invokes its Lambda target with the event, and a queue (the scheduler's FIFO queue,
+an event queue such as the heartbeats') invokes its function with an SQS batch. moto only
+delivers to SQS, so each rule has a queue here, and one thread per queue long-polls it and makes
+the same call AWS would make: the event itself for a function target, an SQS event (`Records`)
+for a queue's function, whose answer's `batchItemFailures` come back and the rest are deleted. A
+failed call is retried after the queue's visibility timeout, up to `max_receives` times (AWS:
+retry policy, then the DLQ).
 
 An observer of a target sees each of its events first: the fleet drains the node a Spot
 warning names before the handler requeues its jobs, whoever put the warning on the bus (on AWS
@@ -73,29 +75,39 @@ class Router:
     def _drain(self, url: str, target: str) -> None:
         while not self._stop.is_set():
             try:
-                reply = self._sqs.receive_message(
-                    QueueUrl=url,
-                    MaxNumberOfMessages=10,
-                    WaitTimeSeconds=1,
-                    VisibilityTimeout=5,
-                    AttributeNames=["All"],
-                )
+                self.poll(url, target)
             except Exception:  # the emulator is shutting down
                 if self._stop.is_set():
                     return
                 log.exception("receive from %s failed", target)
                 time.sleep(0.5)
-                continue
-            messages = reply.get("Messages", [])
-            if not messages:
-                continue
-            if target == r.SCHEDULER_QUEUE:
+
+    def poll(self, url: str, target: str) -> int:
+        """One receive from the queue at `url` (up to 10 messages, waiting up to a second) and
+        their delivery to `target`: one call with them all for a queue's function, one call each
+        for a rule's function. Returns the number of messages received."""
+        reply = self._sqs.receive_message(
+            QueueUrl=url,
+            MaxNumberOfMessages=10,
+            WaitTimeSeconds=1,
+            VisibilityTimeout=5,
+            AttributeNames=["All"],
+        )
+        messages = reply.get("Messages", [])
+        if target == r.SCHEDULER_QUEUE:
+            if messages:
                 self._deliver(url, target, messages, {"Records": [_sqs_record(m, url) for m in messages]})
-            else:
-                for message in messages:
-                    event = _as_delivered_by_aws(json.loads(message["Body"]))
-                    self._observe(target, event)
-                    self._deliver(url, target, [message], event)
+        elif r.event_queue(target) is not None:
+            # Each body is an event, whole, as EventBridge's SQS target puts it (`account` included).
+            records = [{**_sqs_record(m, url), "body": _event_body(m["Body"])} for m in messages]
+            if records:
+                self._deliver(url, target, messages, {"Records": records})
+        else:
+            for message in messages:
+                event = _as_delivered_by_aws(json.loads(message["Body"]))
+                self._observe(target, event)
+                self._deliver(url, target, [message], event)
+        return len(messages)
 
     def _observe(self, target: str, event: dict[str, Any]) -> None:
         observer = self._observers.get(target)
@@ -107,26 +119,32 @@ class Router:
             log.exception("observer of %s failed", target)
 
     def _deliver(self, url: str, target: str, messages: list[dict[str, Any]], event: dict[str, Any]) -> None:
-        module = "scheduler" if target == r.SCHEDULER_QUEUE else target
+        queue = r.event_queue(target)
+        module = "scheduler" if target == r.SCHEDULER_QUEUE else queue.function if queue else target
         try:
-            invoke(module, event)
+            answer = invoke(module, event)
         except Exception:
             log.exception("%s failed on %s", module, [m["MessageId"] for m in messages])
-            for message in messages:
-                if (
-                    int(message.get("Attributes", {}).get("ApproximateReceiveCount", "1"))
-                    >= self._max_receives
-                ):
-                    log.error(
-                        "dropping %s after %d attempts (the DLQ on AWS)",
-                        message["MessageId"],
-                        self._max_receives,
-                    )
-                    self._sqs.delete_message(QueueUrl=url, ReceiptHandle=message["ReceiptHandle"])
+            self._give_up_on(url, messages)
             return
-        self.delivered += len(messages)
-        for message in messages:
+        failed: set[str] = set()
+        if queue is not None and isinstance(answer, dict):
+            # ReportBatchItemFailures: the records the function names come back, the rest are done.
+            failed = {str(f.get("itemIdentifier")) for f in answer.get("batchItemFailures") or []}
+            self._give_up_on(url, [m for m in messages if m["MessageId"] in failed])
+        done = [m for m in messages if m["MessageId"] not in failed]
+        self.delivered += len(done)
+        for message in done:
             self._sqs.delete_message(QueueUrl=url, ReceiptHandle=message["ReceiptHandle"])
+
+    def _give_up_on(self, url: str, messages: list[dict[str, Any]]) -> None:
+        """Failed messages come back after their visibility timeout, until `max_receives`."""
+        for message in messages:
+            if int(message.get("Attributes", {}).get("ApproximateReceiveCount", "1")) >= self._max_receives:
+                log.error(
+                    "dropping %s after %d attempts (the DLQ on AWS)", message["MessageId"], self._max_receives
+                )
+                self._sqs.delete_message(QueueUrl=url, ReceiptHandle=message["ReceiptHandle"])
 
 
 def _sqs_record(message: dict[str, Any], url: str) -> dict[str, Any]:
@@ -149,3 +167,13 @@ def _as_delivered_by_aws(event: dict[str, Any]) -> dict[str, Any]:
     (and Powertools' EventBridge model requires it)."""
     event.setdefault("account", lambdas.ACCOUNT_ID)
     return event
+
+
+def _event_body(body: str) -> str:
+    """An event queue's message body as AWS would deliver it; a body that is not an event is
+    passed on as it is (the function fails that record, and it comes back until dropped)."""
+    try:
+        event = json.loads(body)
+    except ValueError:
+        return body
+    return json.dumps(_as_delivered_by_aws(event)) if isinstance(event, dict) else body

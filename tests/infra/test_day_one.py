@@ -137,6 +137,8 @@ def test_alarms_cover_queues_workflows_passes_stuck_jobs_and_repairs(synthesized
         "ComputeEnvironmentsInvalid",
         "StalledGangs",
         "SpotCapacity-a100-spot",
+        "OnDemandCapacity-a100-ondemand",
+        "OldestHeartbeat",
     }
     text = json.dumps({name: _properties(synthesized, alarm) for name, alarm in alarms.items()})
     for metric in ("PassErrors", "ReconcilerRequeued", "LedgerRepaired", "ExecutionsFailed"):
@@ -261,7 +263,9 @@ def test_without_an_efa_pool_there_is_no_efa_definition(synthesized: Synthesized
 def test_every_alarm_notifies_the_configured_topic(variant: tuple[SpotlineStack, Template]) -> None:
     _, template = variant
     alarms = template.find_resources("AWS::CloudWatch::Alarm")
-    assert len(alarms) == 17  # the default 14, and ComputeEnvironmentsInvalid, StalledGangs, one Spot pool
+    # the default 15 (OldestHeartbeat among them), ComputeEnvironmentsInvalid, StalledGangs, and
+    # one capacity alarm for each of the two pools
+    assert len(alarms) == 19
     assert all(a["Properties"]["AlarmActions"] == [TOPIC] for a in alarms.values())
 
 

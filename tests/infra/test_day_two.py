@@ -26,13 +26,14 @@ def test_no_function_reserves_concurrency_by_default(synthesized: Synthesized) -
         assert "ReservedConcurrentExecutions" not in function["Properties"]
     assert synthesized.stack.config.scheduler_reserved_concurrency is None
     # The scheduler's passes stay serial: one FIFO message group
+    queue = synthesized.stack.messaging.scheduler_queue
     [mapping] = [
         m["Properties"]
         for m in synthesized.resources("AWS::Lambda::EventSourceMapping").values()
-        if "EventSourceArn" in m["Properties"]
+        if m["Properties"].get("EventSourceArn") == {"Fn::GetAtt": [synthesized.logical_id(queue), "Arn"]}
     ]
-    queue = synthesized.stack.messaging.scheduler_queue
-    assert mapping["EventSourceArn"] == {"Fn::GetAtt": [synthesized.logical_id(queue), "Arn"]}
+    scheduler = synthesized.logical_id(synthesized.stack.functions["scheduler"])
+    assert mapping["FunctionName"] == {"Ref": scheduler}
     assert _properties(synthesized, queue)["FifoQueue"] is True
 
 

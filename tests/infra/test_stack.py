@@ -146,6 +146,9 @@ def test_rule_pattern_bus_target_retry_and_dead_letters(synthesized: Synthesized
     if rule.target == r.SCHEDULER_QUEUE:
         assert target["Arn"] == getatt_arn(synthesized, stack.messaging.scheduler_queue)
         assert target["SqsParameters"] == {"MessageGroupId": r.SCHEDULER_MESSAGE_GROUP}
+    elif r.event_queue(rule.target) is not None:
+        assert target["Arn"] == getatt_arn(synthesized, stack.messaging.event_queues[rule.target])
+        assert "SqsParameters" not in target
     else:
         assert target["Arn"] == getatt_arn(synthesized, stack.functions[rule.target])
 
@@ -199,9 +202,58 @@ def test_scheduler_queue_is_fifo_and_feeds_one_pass_at_a_time(synthesized: Synth
     assert "ReservedConcurrentExecutions" not in function["Properties"]
 
 
+def test_heartbeats_reach_their_function_in_batches_not_one_invocation_each(
+    synthesized: Synthesized,
+) -> None:
+    # The Job Heartbeat rule puts each heartbeat on a standard queue...
+    stack = synthesized.stack
+    spec = r.HEARTBEAT_QUEUE
+    [rule] = [rule for rule in r.RULES if rule.pattern["detail-type"] == [r.DETAIL_JOB_HEARTBEAT]]
+    assert rule.target == spec.logical_id and spec.function == "heartbeat"
+    queue_id = synthesized.logical_id(stack.messaging.event_queues[spec.logical_id])
+    queue = synthesized.json["Resources"][queue_id]["Properties"]
+    assert "FifoQueue" not in queue
+    assert queue["RedrivePolicy"] == {
+        "deadLetterTargetArn": getatt_arn(synthesized, stack.messaging.events_dead_letters),
+        "maxReceiveCount": spec.max_receives,
+    }
+    # (AWS: at least six times the function's timeout with a batching window)
+    assert queue["VisibilityTimeout"] >= 6 * next(f for f in r.FUNCTIONS if f.name == "heartbeat").timeout_s
+    # ...and Lambda hands the function up to 100 of them at once, waiting up to 5 s to fill a
+    # batch, with at most two invocations at a time however many nodes heartbeat
+    [mapping] = [
+        m["Properties"]
+        for m in synthesized.resources("AWS::Lambda::EventSourceMapping").values()
+        if m["Properties"]["EventSourceArn"] == {"Fn::GetAtt": [queue_id, "Arn"]}
+    ]
+    assert mapping["FunctionName"] == {"Ref": synthesized.logical_id(stack.functions["heartbeat"])}
+    assert (mapping["BatchSize"], mapping["MaximumBatchingWindowInSeconds"]) == (100, 5)
+    assert mapping["ScalingConfig"] == {"MaximumConcurrency": 2}
+    assert mapping["FunctionResponseTypes"] == ["ReportBatchItemFailures"]
+    # The function is no longer invoked asynchronously by EventBridge: no invoke config of its own
+    heartbeat = synthesized.json["Resources"][synthesized.logical_id(stack.functions["heartbeat"])]
+    assert "DeadLetterConfig" not in heartbeat["Properties"]
+    rules_invoking_it = [
+        rule_id
+        for rule_id, resource in synthesized.resources("AWS::Events::Rule").items()
+        for target in resource["Properties"].get("Targets", [])
+        if target["Arn"] == getatt_arn(synthesized, stack.functions["heartbeat"])
+    ]
+    assert rules_invoking_it == []
+    # Heartbeats left in the queue for half the heartbeat timeout (10 min by default) page someone
+    alarm = synthesized.json["Resources"][synthesized.logical_id(stack.alarms.alarms["OldestHeartbeat"])]
+    assert alarm["Properties"]["Dimensions"] == [
+        {
+            "Name": "QueueName",
+            "Value": getatt_arn(synthesized, stack.messaging.event_queues[spec.logical_id], "QueueName"),
+        }
+    ]
+    assert alarm["Properties"]["Threshold"] == 300
+
+
 def test_every_queue_is_encrypted_and_refuses_plain_http(synthesized: Synthesized) -> None:
     queues = synthesized.resources("AWS::SQS::Queue")
-    assert len(queues) == 3
+    assert len(queues) == 3 + len(r.EVENT_QUEUES)
     policies = synthesized.resources("AWS::SQS::QueuePolicy").values()
     for queue_id, queue in queues.items():
         assert queue["Properties"].get("SqsManagedSseEnabled") is True, queue_id
@@ -364,6 +416,10 @@ def test_other_actions_are_exactly_resources_function_actions(
     dead_letters = f"<{synthesized.logical_id(stack.messaging.events_dead_letters)}.Arn>"
     scheduler_queue = f"<{synthesized.logical_id(stack.messaging.scheduler_queue)}.Arn>"
     own_logs = f"<{synthesized.logical_id(stack.functions.functions[function.name].log_group)}.Arn>"
+    event_queues = {
+        spec.function: [[f"<{synthesized.logical_id(stack.messaging.event_queues[spec.logical_id])}.Arn>"]]
+        for spec in r.EVENT_QUEUES
+    }
     granted: set[str] = set()
     for statement in statements:
         actions = set(statement["Action"])
@@ -383,6 +439,8 @@ def test_other_actions_are_exactly_resources_function_actions(
             and "sqs:ReceiveMessage" in actions
         ):
             continue  # the event source mapping consumes the queue
+        if statement["Resource"] in event_queues.get(function.name, []) and "sqs:ReceiveMessage" in actions:
+            continue  # the same, for its event queue (the heartbeats')
         granted |= actions - {"xray:PutTraceSegments", "xray:PutTelemetryRecords"}
     expected = set(r.FUNCTION_ACTIONS.get(function.name, {})) | {"events:PutEvents"}
     assert granted == expected

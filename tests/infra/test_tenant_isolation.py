@@ -255,7 +255,10 @@ def test_no_role_but_the_control_planes_reads_the_jobs_table(three_teams: Synthe
 
 
 def test_agent_rules_match_every_team_source_and_nothing_else() -> None:
-    for rule in (x for x in r.RULES if x.target in ("heartbeat", "checkpoint_completed")):
+    agent_targets = ("checkpoint_completed", r.HEARTBEAT_QUEUE.logical_id)
+    rules = [x for x in r.RULES if x.target in agent_targets]
+    assert len(rules) == 2
+    for rule in rules:
         (matcher,) = rule.pattern["source"]
         assert matcher == {"prefix": r.SOURCE_AGENT_PREFIX}
         for team in TEAMS:

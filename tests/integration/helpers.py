@@ -287,6 +287,47 @@ def eventbridge(name: str, *, detail: Mapping[str, Any] | None = None, **fields:
     return event
 
 
+def sqs_records(*events: Mapping[str, Any]) -> dict[str, Any]:
+    """EventBridge events as Lambda hands them over from an SQS queue (a rule's SQS target puts
+    each event whole in a message body): one batch, a record each."""
+    return {
+        "Records": [
+            {
+                "messageId": str(uuid.uuid4()),
+                "receiptHandle": f"handle-{index}",
+                "body": json.dumps(event),
+                "attributes": {
+                    "ApproximateReceiveCount": "1",
+                    "SentTimestamp": "1764547200000",
+                    "SenderId": "AIDAEVENTBRIDGE",
+                    "ApproximateFirstReceiveTimestamp": "1764547200000",
+                },
+                "messageAttributes": {},
+                "md5OfBody": "",
+                "eventSource": "aws:sqs",
+                "eventSourceARN": f"arn:aws:sqs:{REGION}:{ACCOUNT}:spotline-heartbeats",
+                "awsRegion": REGION,
+            }
+            for index, event in enumerate(events)
+        ]
+    }
+
+
+def heartbeats(*events: Mapping[str, Any]) -> dict[str, Any]:
+    """The heartbeat function's answer to one batch of these Job Heartbeat events."""
+    import functions.heartbeat
+
+    answer: dict[str, Any] = functions.heartbeat.handler(sqs_records(*events), context("heartbeat"))
+    return answer
+
+
+def heartbeat_recorded(event: Mapping[str, Any]) -> bool:
+    """Whether one Job Heartbeat, delivered alone, changed its job (it must not fail)."""
+    answer = heartbeats(event)
+    assert answer["batchItemFailures"] == [], answer
+    return bool(answer["recorded"])
+
+
 def batch_event(
     job_id: str,
     batch_job_id: str,

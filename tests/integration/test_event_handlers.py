@@ -17,7 +17,17 @@ import functions.spot_interruption
 from spotline.control.records import Disruption
 from spotline.domain import JobState
 
-from .helpers import Deployment, batch_event, context, eventbridge, start, submit
+from .helpers import (
+    Deployment,
+    batch_event,
+    context,
+    eventbridge,
+    heartbeat_recorded,
+    heartbeats,
+    sqs_records,
+    start,
+    submit,
+)
 
 SAMPLE_INSTANCE = "i-1234567890abcdef0"  # the instance in AWS's sample EC2 events
 
@@ -133,9 +143,9 @@ def test_a_heartbeat_records_progress_and_the_instance_for_spot_warnings(deploym
 
     # When its agent sends a heartbeat (instance id from instance metadata)
     beat = eventbridge("job_heartbeat", detail={"job_id": running.id, "step": 100})
-    assert functions.heartbeat.handler(beat, context("heartbeat"))["recorded"] is True
+    assert heartbeat_recorded(beat) is True
     stale = eventbridge("job_heartbeat", detail={"job_id": running.id, "step": 90, "progress": 0.1})
-    assert functions.heartbeat.handler(stale, context("heartbeat"))["recorded"] is False
+    assert heartbeat_recorded(stale) is False
 
     # Then progress and utilization are kept, and a warning for that instance finds the job
     stored = deployment.plane.jobs.get(running.id)
@@ -143,6 +153,54 @@ def test_a_heartbeat_records_progress_and_the_instance_for_spot_warnings(deploym
     assert stored.job.utilization == pytest.approx(0.92)
     assert stored.instance_ids == (SAMPLE_INSTANCE,)
     assert deployment.plane.instances.jobs_on(SAMPLE_INSTANCE) == [running.id]
+
+
+def test_one_invocation_records_a_batch_of_heartbeats_and_fails_only_the_bad_record(
+    deployment: Deployment,
+) -> None:
+    # Given three running jobs, and 30 heartbeats from their agents (10 steps each, shuffled as a
+    # standard queue may deliver them), plus one message that is not a heartbeat
+    pools = ("a100-spot", "a100-spot", "a100-on-demand")
+    jobs = [
+        start(deployment, submit(deployment), pool=pool, instance_id=f"i-0{n:015d}")
+        for n, pool in enumerate(pools)
+    ]
+    beats = [
+        eventbridge("job_heartbeat", detail={"job_id": job.id, "step": step, "instance_id": f"i-0{n:015d}"})
+        for step in range(10, 110, 10)
+        for n, job in enumerate(jobs)
+    ]
+    beats.reverse()  # the newest first: the older ones arrive late
+    broken = eventbridge("job_heartbeat", detail={"job_id": jobs[0].id, "step": "many"})
+    batch = sqs_records(*beats, broken)
+
+    # When the heartbeat function is invoked once with the batch (the queue's event source mapping
+    # hands it up to resources.HEARTBEAT_QUEUE.batch_size at a time)
+    answer = functions.heartbeat.handler(batch, context("heartbeat"))
+
+    # Then 31 messages took one invocation: every job is at its newest step (the late ones changed
+    # nothing), and only the broken record is reported failed, to come back alone
+    assert answer["heartbeats"] == 31
+    assert answer["recorded"] == 3 and answer["dropped"] == 27
+    broken_id = batch["Records"][-1]["messageId"]
+    assert answer["batchItemFailures"] == [{"itemIdentifier": broken_id}]
+    for n, job in enumerate(jobs):
+        stored = deployment.plane.jobs.get(job.id)
+        assert stored.step == 100 and stored.instance_ids == (f"i-0{n:015d}",)
+
+    # And the same batch delivered again (SQS delivers at least once) moves no job: the newest
+    # heartbeats only say again that their jobs are alive
+    before = {job.id: deployment.plane.jobs.get(job.id) for job in jobs}
+    again = functions.heartbeat.handler(batch, context("heartbeat"))
+    assert again["recorded"] == 3 and again["batchItemFailures"] == [{"itemIdentifier": broken_id}]
+    for job in jobs:
+        stored = deployment.plane.jobs.get(job.id)
+        assert (stored.version, stored.state, stored.step, stored.instance_ids) == (
+            before[job.id].version,
+            before[job.id].state,
+            100,
+            before[job.id].instance_ids,
+        )
 
 
 def emitted_metrics(out: str) -> dict[str, float]:
@@ -167,11 +225,9 @@ def test_agent_events_are_counted_recorded_or_dropped(
     # Given a running job, a fresh heartbeat, a stale one, and a checkpoint from no team's source
     running = start(deployment, submit(deployment), instance_id=SAMPLE_INSTANCE)
     capsys.readouterr()
-    functions.heartbeat.handler(
-        eventbridge("job_heartbeat", detail={"job_id": running.id, "step": 100}), context("heartbeat")
-    )
-    functions.heartbeat.handler(
-        eventbridge("job_heartbeat", detail={"job_id": running.id, "step": 90}), context("heartbeat")
+    heartbeats(
+        eventbridge("job_heartbeat", detail={"job_id": running.id, "step": 100}),
+        eventbridge("job_heartbeat", detail={"job_id": running.id, "step": 90}),
     )
     foreign = eventbridge("checkpoint_completed", detail={"job_id": running.id})
     foreign["source"] = "spotline.agent"

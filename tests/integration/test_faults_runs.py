@@ -29,7 +29,7 @@ from spotline.control.workflow_tasks import (
 )
 from spotline.domain import JobState, Priority
 
-from .helpers import CONFIG, Deployment, batch_event, context, eventbridge, start, submit
+from .helpers import CONFIG, Deployment, batch_event, context, eventbridge, heartbeat_recorded, start, submit
 
 HOST_LOST = "Host EC2 (instance i-0aaaaaaaaaaaaaaa1) terminated."
 OTHER_QUEUE = next(p["job_queue"] for p in CONFIG["pools"] if p["name"] == "a100-on-demand")
@@ -46,7 +46,7 @@ def heartbeat(record: JobRecord, step: int, *, run: int | None = None, **detail:
             **detail,
         },
     )
-    return bool(functions.heartbeat.handler(event, context("heartbeat"))["recorded"])
+    return heartbeat_recorded(event)
 
 
 def checkpoint(record: JobRecord, step: int, *, run: int | None = None, **detail: Any) -> bool:
@@ -153,11 +153,11 @@ def test_heartbeats_of_an_earlier_run_or_without_a_run_id_are_dropped(deployment
     assert not heartbeat(second, 10_000, run=1)  # the old run's agent, still alive
     assert not heartbeat(second, 10, run=3)  # a run that does not exist yet
     no_run = eventbridge("job_heartbeat", detail={"job_id": second.id, "step": 10, "run_id": None})
-    assert functions.heartbeat.handler(no_run, context("heartbeat"))["recorded"] is False
+    assert heartbeat_recorded(no_run) is False
     other_job = eventbridge(
         "job_heartbeat", detail={"job_id": second.id, "step": 10, "run_id": run_id_for("job-other", 2)}
     )
-    assert functions.heartbeat.handler(other_job, context("heartbeat"))["recorded"] is False
+    assert heartbeat_recorded(other_job) is False
     after = dep.plane.jobs.get(second.id)
     assert (after.step, after.last_heartbeat_at) == (before.step, before.last_heartbeat_at)
 

@@ -26,7 +26,17 @@ from spotline.control.workflow_tasks import record_batch_job, submit_batch_job
 from spotline.domain import JobState
 
 from . import helpers
-from .helpers import REGION, Deployment, context, eventbridge, load_event, make_deployment, start, submit
+from .helpers import (
+    REGION,
+    Deployment,
+    context,
+    eventbridge,
+    heartbeat_recorded,
+    load_event,
+    make_deployment,
+    start,
+    submit,
+)
 
 NODE1_INSTANCE = "i-0bbbbbbbbbbbbbbb2"
 
@@ -53,7 +63,7 @@ def beat(job: JobRecord, node: int | None, step: int, *, source: str = "spotline
         detail["node_index"] = node
         detail["instance_id"] = NODE1_INSTANCE if node == 1 else "i-0aaaaaaaaaaaaaaa1"
     event = eventbridge("job_heartbeat", detail=detail, source=source)
-    return bool(functions.heartbeat.handler(event, context("heartbeat"))["recorded"])
+    return heartbeat_recorded(event)
 
 
 def reconcile() -> dict[str, Any]:
