@@ -604,6 +604,8 @@ ESM_POLLS_PER_MONTH = 5 * (SECONDS_PER_MONTH / 20)
 
 def production_scaled(figures: dict[str, Any]) -> dict[str, float]:
     """Idle dollars a month at production's periods, and agent dollars per job-hour."""
+    from spotline import resources as r
+
     ticks = SECONDS_PER_MONTH / PRODUCTION_TICK_S
     reconciles = SECONDS_PER_MONTH / PRODUCTION_RECONCILE_S
     idle_month = (
@@ -618,7 +620,10 @@ def production_scaled(figures: dict[str, Any]) -> dict[str, float]:
     )
     return {
         "idle_dollars_per_month": idle_month,
-        "scheduler_queue_polls_per_month_estimate": ESM_POLLS_PER_MONTH * PRICE_SQS_FIFO_PER_M / 1e6,
+        # The scheduler's FIFO queue and each event queue (the heartbeats') have a mapping polling.
+        "queue_polls_per_month_estimate": ESM_POLLS_PER_MONTH
+        * (PRICE_SQS_FIFO_PER_M + len(r.EVENT_QUEUES) * PRICE_SQS_STANDARD_PER_M)
+        / 1e6,
         "agent_dollars_per_job_hour": agent_hour,
     }
 
@@ -656,10 +661,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     production = figures["production"]
     idle = production["idle_dollars_per_month"]
-    polls = production["scheduler_queue_polls_per_month_estimate"]
+    polls = production["queue_polls_per_month_estimate"]
     print(
         f"idle: ${idle:.2f} a month measured (a pass every {PRODUCTION_TICK_S:.0f} s, the reconciler every "
-        f"{PRODUCTION_RECONCILE_S:.0f} s) + ${polls:.2f} estimated for the scheduler queue's Lambda pollers, "
+        f"{PRODUCTION_RECONCILE_S:.0f} s) + ${polls:.2f} estimated for the queues' Lambda pollers "
+        "(scheduler, heartbeats), "
         f"before CloudWatch, KMS and NAT   goal < $1: {'met' if idle + polls < 1 else 'missed'}"
     )
     print(

@@ -26,7 +26,8 @@ fi
 
 out=cdk.out
 rm -rf "$out"
-# cdk.context.json (committed) answers the availability-zone lookup, so nothing calls AWS.
+# The committed context names no account: the stack is account-agnostic (its AZs are Fn::GetAZs,
+# resolved at deploy time), so synth makes no lookup and calls nothing of AWS.
 if ! npx --no-install cdk synth --no-notices --quiet --output "$out" "$@"; then
   echo "synth: failed (see the findings above, or $out/validation-report.json)" >&2
   exit 1

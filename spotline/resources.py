@@ -461,6 +461,23 @@ STATE_MACHINES: tuple[StateMachine, ...] = (
     ),
 )
 
+# What bounds each function's concurrent executions, where the stack enforces a bound (the others
+# scale with their events: the API's requests, Batch's and the agents' events, the workflows'
+# tasks): the scheduler's one FIFO message group, the heartbeat queue's MaximumConcurrency, and
+# the reconciler's schedule (one run every RECONCILER_RATE_MINUTES, each under its timeout).
+BOUNDED_CONCURRENCY: dict[str, int] = {
+    "scheduler": 1,
+    HEARTBEAT_QUEUE.function: HEARTBEAT_QUEUE.max_concurrency,
+    "reconciler": 1,
+}
+# The Spot-warning path's first hop, which must run within the 2-minute notice: it marks the
+# jobs on the instance CHECKPOINTING (their agents see it) and starts their preempt workflows,
+# whose Lambda tasks retry a throttle. `spot_warning_reserved_concurrency` (cdk.json) reserves
+# concurrency for it; without, it needs this much left beside BOUNDED_CONCURRENCY (a reclaim
+# warns several instances at once, each warning one short execution).
+SPOT_WARNING_FUNCTION = "spot_interruption"
+SPOT_WARNING_CONCURRENCY = 2
+
 # Periodic triggers: the scheduler's tick (aging, deadlines) and the reconciler.
 SCHEDULER_TICK_RATE_MINUTES = 1
 RECONCILER_RATE_MINUTES = 5

@@ -29,6 +29,7 @@ from stacks.config import DeploymentConfig, PoolConfig, job_queue_name
 from stacks.nag import acknowledge, finding_resource
 from stacks.network import Network
 from stacks.observability import EncryptedLogs
+from stacks.zones import GangZones
 
 # How long an infrastructure update waits for running jobs (Batch's maximum, 360 minutes).
 JOB_EXECUTION_UPDATE_TIMEOUT = Duration.minutes(360)
@@ -114,6 +115,7 @@ class TrainingCompute(Construct):
         jobs_table: dynamodb.ITableV2,
         bus: events.IEventBus,
         checkpoints: s3.IBucket,
+        gang_zones: GangZones | None = None,
     ) -> None:
         super().__init__(scope, construct_id)
         # On a Spot interruption warning ECS drains the instance, so Batch places no new job on
@@ -132,6 +134,8 @@ class TrainingCompute(Construct):
         self.job_queues: dict[tuple[str, str | None], batch.JobQueue] = {}
         self.pool_zones: dict[str, str] = {}
         self._user_data = user_data
+        self._gang_zones = gang_zones
+        self._looked_up_subnets: dict[str, str] = {}
         for pool in config.pools:
             for owner in config.queue_owners:
                 self._pool_compute(config, network, pool, owner)
@@ -202,13 +206,25 @@ class TrainingCompute(Construct):
         user_data = self._user_data
         gang_pool = pool.placement_group
         subnets = network.subnets
+        looked_up_subnet: str | None = None
         if gang_pool:
             # A cluster placement group lives in one AZ: the pool's instances launch in that
-            # AZ's subnet only (a CE spanning two AZs leaves gangs RUNNABLE for ever).
-            zone = self._gang_zone(pool.name, pool.availability_zone, network)
-            subnets = ec2.SubnetSelection(
-                subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS, availability_zones=[zone]
-            )
+            # AZ's subnet only (a CE spanning two AZs leaves gangs RUNNABLE for ever). The AZ is
+            # the pool's own, else the first of the VPC's that offers its instance types, looked
+            # up during the deploy (stacks.zones), once per pool.
+            if pool.availability_zone:
+                zone = self._gang_zone(pool.name, pool.availability_zone, network)
+                subnets = ec2.SubnetSelection(
+                    subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS, availability_zones=[zone]
+                )
+            else:
+                if self._gang_zones is None:
+                    raise ValueError(f"pool '{pool.name}': a gang pool without an AZ needs the zone lookup")
+                if pool.name not in self._looked_up_subnets:
+                    zone, subnet = self._gang_zones.zone_of(pool.name, pool.instance_types)
+                    self.pool_zones[pool.name] = zone
+                    self._looked_up_subnets[pool.name] = subnet
+                looked_up_subnet = self._looked_up_subnets[pool.name]
         environment = batch.ManagedEc2EcsComputeEnvironment(
             self,
             f"{pool.name}{suffix}-compute",
@@ -247,6 +263,8 @@ class TrainingCompute(Construct):
         cfn_environment.add_property_override(
             "ComputeResources.LaunchTemplate.Version", template.latest_version_number
         )
+        if looked_up_subnet is not None:
+            cfn_environment.add_property_override("ComputeResources.Subnets", [looked_up_subnet])
         if pool.efa:
             # The launch template's EFA interface carries the security group; EC2 refuses
             # security groups given both there and for the instance.
@@ -487,12 +505,17 @@ class TrainingCompute(Construct):
             self.efa_launch_template = template
         return self.efa_launch_template
 
-    def _gang_zone(self, pool_name: str, zone: str | None, network: Network) -> str:
-        """The one AZ of a pool with a placement group: its own, else the VPC's first."""
+    def _gang_zone(self, pool_name: str, zone: str, network: Network) -> str:
+        """The AZ a pool with a placement group names (`availability_zone`), one of the VPC's."""
         zones = network.vpc.availability_zones
-        if zone is None:
-            zone = zones[0]
-        elif not any(Token.is_unresolved(z) for z in zones) and zone not in zones:
+        if any(Token.is_unresolved(z) for z in zones):
+            raise ValueError(
+                f"pool '{pool_name}': availability_zone {zone!r} needs the VPC's AZs named in cdk.json "
+                "(`availability_zones` of a created VPC); without them they are the region's first two, "
+                "known only at deploy time (leave `availability_zone` out: the deploy then picks the "
+                "first that offers the pool's instance types)"
+            )
+        if zone not in zones:
             raise ValueError(
                 f"pool '{pool_name}': availability_zone {zone!r} is not one of the VPC's {zones}"
             )

@@ -75,6 +75,7 @@ CONTEXT_KEYS = frozenset(
         "access_log_expiration_days",
         "agent_poll_s",
         "scheduler_reserved_concurrency",
+        "spot_warning_reserved_concurrency",
         "nat_gateways",
         "nat_per_zone",
         "vpc_endpoints",
@@ -149,8 +150,9 @@ class PoolConfig:
 class DeploymentConfig:
     stage: str
     pools: tuple[PoolConfig, ...]
-    # Target account and region (None: environment-agnostic). cdk.json names an offline default,
-    # whose availability zones cdk.context.json records; deploy with -c account=... -c region=...
+    # Target account and region. cdk.json names a region and no account: the stack deploys into the
+    # credentials' account and takes its AZs there at deploy time (Fn::GetAZs), so synth needs no
+    # lookup. `-c account=...` makes the CDK CLI look the AZs up (with credentials) instead.
     account: str | None = None
     region: str | None = None
     teams: tuple[Mapping[str, Any], ...] = ()
@@ -195,6 +197,10 @@ class DeploymentConfig:
     # None: no reserved concurrency (the FIFO queue's one message group already serializes the
     # passes); an account must keep 100 unreserved, so a limit of 10 refuses any reservation.
     scheduler_reserved_concurrency: int | None = None
+    # None: none reserved for the Spot-warning handler (resources.SPOT_WARNING_FUNCTION); it then
+    # shares the account's concurrency, which `spotline doctor` checks it fits in. Set it where the
+    # account's limit allows (at least 100 more than every reservation).
+    spot_warning_reserved_concurrency: int | None = None
     # X-Ray tracing of the Lambda functions (the state machines always trace: cdk-nag SF2).
     tracing: bool = False
     # One KMS key per team for its checkpoints (key policy: that team's job role and the control
@@ -405,6 +411,9 @@ def parse_context(context: Mapping[str, Any]) -> DeploymentConfig:
         raise ConfigError(f"context 'alarm_topic_arn': expected an SNS topic ARN, got {topic!r}")
     defaults = DeploymentConfig(stage=stage, pools=pools)
     reserved = raw.get("scheduler_reserved_concurrency", defaults.scheduler_reserved_concurrency)
+    spot_reserved = raw.get("spot_warning_reserved_concurrency")
+    if spot_reserved is not None:
+        spot_reserved = _positive_int(spot_reserved, "context 'spot_warning_reserved_concurrency'")
     return DeploymentConfig(
         stage=stage,
         pools=pools,
@@ -442,6 +451,7 @@ def parse_context(context: Mapping[str, Any]) -> DeploymentConfig:
         ),
         agent_poll_s=float(raw.get("agent_poll_s", defaults.agent_poll_s)),
         scheduler_reserved_concurrency=int(reserved) if reserved else None,
+        spot_warning_reserved_concurrency=spot_reserved,
         tracing=_bool(raw.get("tracing", defaults.tracing), "context 'tracing'"),
         checkpoint_kms_per_team=kms_per_team,
         adopt_training_repository=_bool(

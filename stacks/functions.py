@@ -211,6 +211,7 @@ class Functions(Construct):
         environment: Mapping[str, str],
         dead_letters: sqs.IQueue,
         scheduler_reserved_concurrency: int | None,
+        spot_warning_reserved_concurrency: int | None = None,
         tracing: bool = False,
     ) -> None:
         super().__init__(scope, construct_id)
@@ -276,9 +277,10 @@ class Functions(Construct):
                 tracing=lambda_.Tracing.ACTIVE if tracing else lambda_.Tracing.DISABLED,
                 log_group=log_group,
                 environment={**environment, **r.function_environment(tracing)},
-                reserved_concurrent_executions=(
-                    scheduler_reserved_concurrency if spec.name == "scheduler" else None
-                ),
+                reserved_concurrent_executions={
+                    "scheduler": scheduler_reserved_concurrency,
+                    r.SPOT_WARNING_FUNCTION: spot_warning_reserved_concurrency,
+                }.get(spec.name),
                 dead_letter_queue=dead_letters if spec.name in ASYNC_INVOKED else None,
                 retry_attempts=2 if spec.name in ASYNC_INVOKED else None,
             )

@@ -7,6 +7,7 @@ from typing import Any
 
 from aws_cdk import Annotations, ArnFormat, CfnOutput, Duration, Stack
 from aws_cdk import aws_iam as iam
+from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_lambda_event_sources as sources
 from aws_cdk import aws_ssm as ssm
 from constructs import Construct
@@ -19,7 +20,7 @@ from stacks.api import HttpApi
 from stacks.batch import TrainingCompute
 from stacks.config import ConfigError, DeploymentConfig, job_queue_name
 from stacks.data import Tables
-from stacks.functions import ActionScopes, Functions, runtime_version
+from stacks.functions import RUNTIME, ActionScopes, Functions, runtime_version
 from stacks.localstack import BatchLeftOut
 from stacks.messaging import Messaging
 from stacks.network import Network
@@ -34,6 +35,7 @@ from stacks.packaging import (
 from stacks.routing import EventRouting
 from stacks.storage import CheckpointStorage
 from stacks.workflows import Workflows
+from stacks.zones import GangZones
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -103,6 +105,26 @@ class SpotlineStack(Stack):
             function_timeouts={f.name: Duration.seconds(f.timeout_s) for f in r.FUNCTIONS},
         )
         jobs_table = self.tables[r.JOBS.logical_id]
+        code_dir = self._stage_code(library_dir, functions_dir, build_dir)
+        # Target localstack: no layer, the code asset carries Powertools (`_stage_code`).
+        layer_arn = None if config.localstack else powertools_layer_arn(config.powertools_layer_version)
+        self.gang_zones: GangZones | None = None
+        if self.network is not None and any(
+            pool.placement_group and not pool.availability_zone for pool in config.pools
+        ):
+            self.gang_zones = GangZones(
+                self,
+                "GangZones",
+                code=lambda_.Code.from_asset(str(code_dir)),
+                layers=(
+                    [lambda_.LayerVersion.from_layer_version_arn(self, "PowertoolsForLookups", layer_arn)]
+                    if layer_arn is not None
+                    else []
+                ),
+                runtime=RUNTIME,
+                logs=self.logs,
+                subnets=self.network.vpc.private_subnets,
+            )
         self.compute: TrainingCompute | BatchLeftOut
         # Each job queue's ARN, keyed as `TrainingCompute.job_queues` is: (pool, team or None).
         self.job_queue_arns: dict[tuple[str, str | None], str]
@@ -119,6 +141,7 @@ class SpotlineStack(Stack):
                 jobs_table=jobs_table,
                 bus=self.messaging.bus,
                 checkpoints=self.storage.checkpoints,
+                gang_zones=self.gang_zones,
             )
             self.job_queue_arns = {key: q.job_queue_arn for key, q in self.compute.job_queues.items()}
 
@@ -143,37 +166,11 @@ class SpotlineStack(Stack):
             r.ENV_CONFIG: self.to_json_string(self.spotline_config()),
         }
         _check_environment_size(self, environment)
-        version = runtime_version()
-        compiler = bytecode_compiler(version)
-        if compiler is None:
-            # An info, not a warning: the stack works the same, and `make synth` fails on any
-            # warning it has not acknowledged.
-            Annotations.of(self).add_info(
-                f"spotline:lambda-bytecode: no Python {version[0]}.{version[1]} here (the functions' "
-                "runtime): the Lambda code ships as source only, and each cold start compiles it (about "
-                f"35-50 ms more). Deploy from a machine with python{version[0]}.{version[1]} on the PATH "
-                "to ship its bytecode.",
-            )
-        # Target localstack: LocalStack's free edition cannot fetch AWS's public layers, so the
-        # asset carries Powertools and its dependencies (wheels for the runtime, by pip).
-        dependencies = (
-            bundle_dependencies(bundled_requirements(version), build_dir, version)
-            if config.localstack
-            else None
-        )
-        code_dir = stage_lambda_code(
-            {"spotline": library_dir, "functions": functions_dir},
-            build_dir,
-            compile_with=compiler,
-            dependencies=dependencies,
-        )
         self.functions = Functions(
             self,
             "Functions",
             code_dir=code_dir,
-            powertools_layer_arn=(
-                None if config.localstack else powertools_layer_arn(config.powertools_layer_version)
-            ),
+            powertools_layer_arn=layer_arn,
             logs=self.logs,
             tables=self.tables.by_logical_id,
             bus=self.messaging.bus,
@@ -193,6 +190,7 @@ class SpotlineStack(Stack):
             environment=environment,
             dead_letters=self.messaging.events_dead_letters,
             scheduler_reserved_concurrency=config.scheduler_reserved_concurrency,
+            spot_warning_reserved_concurrency=config.spot_warning_reserved_concurrency,
             tracing=config.tracing,
         )
         self.functions["scheduler"].add_event_source(
@@ -301,6 +299,34 @@ class SpotlineStack(Stack):
                 self, "TrainingImageRepositoryUri", value=self.compute.training_repository.repository_uri
             )
 
+    def _stage_code(self, library_dir: Path, functions_dir: Path, build_dir: Path) -> Path:
+        """The Lambda code asset: `spotline/` and `functions/`, with bytecode where this machine
+        has the runtime's Python (stacks.packaging)."""
+        version = runtime_version()
+        compiler = bytecode_compiler(version)
+        if compiler is None:
+            # An info, not a warning: the stack works the same, and `make synth` fails on any
+            # warning it has not acknowledged.
+            Annotations.of(self).add_info(
+                f"spotline:lambda-bytecode: no Python {version[0]}.{version[1]} here (the functions' "
+                "runtime): the Lambda code ships as source only, and each cold start compiles it (about "
+                f"35-50 ms more). Deploy from a machine with python{version[0]}.{version[1]} on the PATH "
+                "to ship its bytecode.",
+            )
+        # Target localstack: LocalStack's free edition cannot fetch AWS's public layers, so the
+        # asset carries Powertools and its dependencies (wheels for the runtime, by pip).
+        dependencies = (
+            bundle_dependencies(bundled_requirements(version), build_dir, version)
+            if self.config.localstack
+            else None
+        )
+        return stage_lambda_code(
+            {"spotline": library_dir, "functions": functions_dir},
+            build_dir,
+            compile_with=compiler,
+            dependencies=dependencies,
+        )
+
     def _restrict_bus_publishers(self) -> None:
         """The project bus takes events only from the teams' job roles and the control plane's
         function roles: any other principal of the account, even one with a broad
@@ -349,6 +375,7 @@ class SpotlineStack(Stack):
             availability_zones=tuple(self.network.vpc.availability_zones) if self.network else (),
             alarm_topic_arn=config.alarm_topic_arn,
             scheduler_reserved_concurrency=config.scheduler_reserved_concurrency,
+            spot_warning_reserved_concurrency=config.spot_warning_reserved_concurrency,
         )
 
     def _pool_queues(self, pool: str, *, arn: bool = True) -> dict[str, Any]:

@@ -16,8 +16,10 @@ read-only:
   pool none of whose types is offered in its AZs fails; a gang pool's one AZ is the one the
   deploy will choose (`spotline.aws.zones.gang_zone`);
 - **identities**: each IAM role or user in `identities` exists (this account's);
-- **lambda**: the account's Lambda concurrency (new accounts often have 10, which cannot run
-  the stack's functions side by side, and leaves nothing to reserve: AWS keeps 100 unreserved);
+- **lambda**: the account's Lambda concurrency (new accounts often have 10, which leaves nothing
+  to reserve: AWS keeps 100 unreserved): reservations it cannot grant fail, and so does a limit
+  the Spot-warning handler does not fit in beside the functions whose concurrency the stack
+  bounds;
 - **roles**: the service-linked roles Batch, ECS and EC2 Spot need exist (a fresh account may
   lack them, and the first compute environment then goes INVALID).
 
@@ -35,6 +37,7 @@ from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
+from spotline import resources as r
 from spotline.aws.published import PublishedConfig
 from spotline.aws.zones import gang_zone, offerings, where_offered
 from spotline.control.sizing import INSTANCE_SHAPES
@@ -90,6 +93,8 @@ class DoctorTarget:
     job_definitions: Mapping[str, str] = field(default_factory=dict)
     # The scheduler function's reserved concurrency (None: none reserved).
     scheduler_reserved_concurrency: int | None = None
+    # The Spot-warning handler's reserved concurrency (None: none reserved).
+    spot_warning_reserved_concurrency: int | None = None
 
     @property
     def job_definition_name(self) -> str:
@@ -137,6 +142,7 @@ def target_from_published(config: PublishedConfig, region: str | None = None) ->
         team_job_queues={p.name: dict(p.team_job_queues) for p in config.pools if p.team_job_queues},
         job_definitions=dict(config.job_definitions),
         scheduler_reserved_concurrency=config.scheduler_reserved_concurrency,
+        spot_warning_reserved_concurrency=config.spot_warning_reserved_concurrency,
     )
 
 
@@ -573,6 +579,11 @@ LAMBDA_CONCURRENCY_WANTED = 100
 
 
 def check_lambda(target: DoctorTarget, client: Clients) -> Iterator[Finding]:
+    """The account's Lambda concurrency against what the stack reserves and what it must fit:
+    reservations that would leave under AWS's unreserved minimum fail (CloudFormation refuses
+    them); without a reservation for the Spot-warning handler, the functions whose concurrency
+    the stack bounds (resources.BOUNDED_CONCURRENCY) plus what that handler needs must fit in the
+    limit, or it fails; a limit under LAMBDA_CONCURRENCY_WANTED warns."""
     subject = "Lambda concurrent executions"
     fix = (
         "aws service-quotas request-service-quota-increase --service-code lambda --quota-code L-B99A9384 "
@@ -583,30 +594,59 @@ def check_lambda(target: DoctorTarget, client: Clients) -> Iterator[Finding]:
     except _SKIPPABLE as error:
         yield Finding("lambda", subject, Status.SKIP, f"account settings not readable: {_why(error)}", fix)
         return
-    reserved = target.scheduler_reserved_concurrency
+    reservations = {
+        name: amount
+        for name, amount in (
+            ("scheduler", target.scheduler_reserved_concurrency),
+            (r.SPOT_WARNING_FUNCTION, target.spot_warning_reserved_concurrency),
+        )
+        if amount
+    }
+    reserved = sum(reservations.values())
+    said = ", ".join(f"{amount} for {name}" for name, amount in reservations.items())
+    bounded = sum(r.BOUNDED_CONCURRENCY.values())
+    bounds = ", ".join(f"{name} {n}" for name, n in r.BOUNDED_CONCURRENCY.items())
+    spot = any(p.purchase == "spot" for p in target.pools)
+    spot_reserved = r.SPOT_WARNING_FUNCTION in reservations
     if reserved and limit - reserved < UNRESERVED_MINIMUM:
         yield Finding(
             "lambda",
             subject,
             Status.FAIL,
-            f"{limit}: reserving {reserved} for the scheduler would leave {limit - reserved} unreserved, "
-            f"under AWS's minimum of {UNRESERVED_MINIMUM}; CloudFormation refuses the stack",
-            f"{fix}; or deploy without `scheduler_reserved_concurrency` (the default: the scheduler's "
-            "FIFO queue already runs one pass at a time)",
+            f"{limit}: reserving {said} would leave {limit - reserved} unreserved, under AWS's minimum "
+            f"of {UNRESERVED_MINIMUM}; CloudFormation refuses the stack",
+            f"{fix}; or deploy without `scheduler_reserved_concurrency` and "
+            "`spot_warning_reserved_concurrency` (the defaults)",
+        )
+    elif spot and not spot_reserved and limit < bounded + r.SPOT_WARNING_CONCURRENCY:
+        yield Finding(
+            "lambda",
+            subject,
+            Status.FAIL,
+            f"{limit}: the Spot-warning path does not fit: the functions the stack bounds may take "
+            f"{bounded} ({bounds}), leaving {limit - bounded} for the {r.SPOT_WARNING_FUNCTION} "
+            f"handler, which needs {r.SPOT_WARNING_CONCURRENCY} to act within a Spot notice",
+            fix,
         )
     elif limit < LAMBDA_CONCURRENCY_WANTED:
+        path = (
+            f"; the Spot-warning path fits ({bounded} for the bounded functions: {bounds}; "
+            f"{r.SPOT_WARNING_CONCURRENCY} for {r.SPOT_WARNING_FUNCTION}) only while the API and the "
+            "other event handlers leave it room: raise the limit, then set "
+            "`spot_warning_reserved_concurrency`"
+            if spot and not spot_reserved
+            else ""
+        )
         yield Finding(
             "lambda",
             subject,
             Status.WARN,
             f"{limit}: the stack deploys, but its functions share {limit} concurrent executions and "
-            "throttle each other under load (API 429s, delayed events)",
+            f"throttle each other under load (API 429s, delayed events){path}",
             fix,
         )
     else:
-        yield Finding(
-            "lambda", subject, Status.OK, f"{limit}" + (f", {reserved} reserved" if reserved else "")
-        )
+        yield Finding("lambda", subject, Status.OK, f"{limit}" + (f", reserved: {said}" if said else ""))
 
 
 # The service-linked roles the stack's services need (a fresh account may lack them).

@@ -72,6 +72,8 @@ class PublishedConfig(BaseModel):
     # The scheduler function's reserved concurrency (None: none; `spotline doctor` checks it
     # against the account's Lambda limit).
     scheduler_reserved_concurrency: int | None = None
+    # The Spot-warning handler's reserved concurrency (None: none; it shares the account's).
+    spot_warning_reserved_concurrency: int | None = None
 
 
 class PublishedConfigError(LookupError):

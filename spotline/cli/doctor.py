@@ -28,8 +28,9 @@ _STYLE = {Status.OK: "green", Status.WARN: "yellow", Status.FAIL: "bold red", St
 
 
 def target_from_context(path: Path, region: str | None = None) -> DoctorTarget:
-    """The deployment `cdk.json` (and `cdk.context.json` beside it) describes, parsed by the
-    stack's own parser (stacks.config), so doctor checks what `cdk deploy` would build."""
+    """The deployment `cdk.json` (and a deployer's own `cdk.context.json` beside it, if any)
+    describes, parsed by the stack's own parser (stacks.config), so doctor checks what `cdk deploy`
+    would build."""
     try:
         from stacks.config import ConfigError, job_queue_name, parse_context
     except ImportError as error:
@@ -77,6 +78,7 @@ def target_from_context(path: Path, region: str | None = None) -> DoctorTarget:
             for p in config.pools
             if config.queue_owners != (None,)
         },
+        spot_warning_reserved_concurrency=config.spot_warning_reserved_concurrency,
     )
 
 

@@ -20,9 +20,9 @@ from stacks.spotline_stack import REPO_ROOT, SpotlineStack
 
 
 def cdk_context() -> dict[str, Any]:
-    """The context `cdk synth` sees: cdk.json's, plus the committed lookups."""
+    """The context `cdk synth` sees offline: cdk.json's. No lookup is committed (cdk.context.json
+    is a deployer's own cache): the stack is account-agnostic, its AZs resolved at deploy time."""
     context: dict[str, Any] = json.loads((REPO_ROOT / "cdk.json").read_text())["context"]
-    context.update(json.loads((REPO_ROOT / "cdk.context.json").read_text()))
     return context
 
 

@@ -47,7 +47,7 @@ def test_each_teams_execution_role_pulls_its_own_repositories_and_the_shared_ima
         pulls = [s for s in statements if "ecr:BatchGetImage" in as_list(s["Action"])]
         resources = {flatten(r) for s in pulls for r in as_list(s["Resource"])}
         # The team's namespace and the stack's training repository; never every repository.
-        assert resources == {f"arn:aws:ecr:us-east-1:123456789012:repository/{team}/*", own}
+        assert resources == {f"arn:aws:ecr:us-east-1:<AWS::AccountId>:repository/{team}/*", own}
 
 
 # --- finding 3: gang jobs ----------------------------------------------------------------------

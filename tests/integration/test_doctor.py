@@ -338,23 +338,38 @@ def _lambda_limit(limit: int) -> Any:
 
 
 @pytest.mark.parametrize(
-    ("limit", "reserved", "status", "words"),
+    ("limit", "scheduler", "spot_warning", "status", "words"),
     [
-        (10, 1, Status.FAIL, "CloudFormation refuses the stack"),
-        (10, None, Status.WARN, "throttle each other"),
-        (1000, 1, Status.OK, "1000, 1 reserved"),
-        (1000, None, Status.OK, "1000"),
+        # A new account: no reservation can be granted (AWS keeps 100 unreserved)
+        (10, 1, None, Status.FAIL, "reserving 1 for scheduler would leave 9 unreserved"),
+        (10, None, 2, Status.FAIL, "reserving 2 for spot_interruption would leave 8 unreserved"),
+        (101, 1, 1, Status.FAIL, "reserving 1 for scheduler, 1 for spot_interruption would leave 99"),
+        # Unreserved, the Spot-warning handler needs 2 beside the bounded 4 (scheduler 1, heartbeat 2,
+        # reconciler 1): 10 fits, with a warning; 5 does not
+        (10, None, None, Status.WARN, "the Spot-warning path fits (4 for the bounded functions"),
+        (5, None, None, Status.FAIL, "leaving 1 for the spot_interruption handler, which needs 2"),
+        (6, None, None, Status.WARN, "throttle each other"),
+        (1000, 1, 2, Status.OK, "1000, reserved: 1 for scheduler, 2 for spot_interruption"),
+        (1000, None, None, Status.OK, "1000"),
     ],
 )
-def test_the_lambda_concurrency_limit_is_checked_against_the_reservation(
-    limit: int, reserved: int | None, status: Status, words: str
+def test_the_lambda_concurrency_limit_is_checked_against_the_reservations_and_the_spot_path(
+    limit: int, scheduler: int | None, spot_warning: int | None, status: Status, words: str
 ) -> None:
-    target = replace(TARGET, scheduler_reserved_concurrency=reserved)
+    target = replace(
+        TARGET, scheduler_reserved_concurrency=scheduler, spot_warning_reserved_concurrency=spot_warning
+    )
     client = _lambda_limit(limit)
     [finding] = run_checks(target, lambda service: client, only=["lambda"])
-    assert finding.status is status and words in finding.detail
+    assert finding.status is status and words in finding.detail, finding.detail
     if status is not Status.OK:
         assert "L-B99A9384" in finding.fix
+
+
+def test_without_spot_pools_there_is_no_spot_path_to_fit() -> None:
+    on_demand = replace(TARGET, pools=TARGET.pools[1:])
+    [finding] = run_checks(on_demand, lambda service: _lambda_limit(5), only=["lambda"])
+    assert finding.status is Status.WARN and "Spot-warning" not in finding.detail
 
 
 def test_missing_service_linked_roles_are_reported_with_the_command_that_makes_them(account: None) -> None:
