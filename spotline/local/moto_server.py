@@ -13,7 +13,10 @@ waits for a message, which no other request could then send. Such a poll is serv
 polls under the lock, waiting between them outside it until a request that may have added a
 message to its queue completes (a SendMessage or ChangeMessageVisibility naming the queue, or any
 EventBridge PutEvents), or a second has passed (a message whose visibility timeout or delay ran
-out), until its wait is over. Only the JSON protocol that current SDKs use is recognized; a
+out), until its wait is over.
+
+It listens on loopback only, and refuses requests a web page could make (`loopback_only`): moto
+accepts any origin and any credentials. Only the JSON protocol that current SDKs use is recognized; a
 ReceiveMessage without WaitTimeSeconds is a short poll here (the queue's
 ReceiveMessageWaitTimeSeconds is not applied).
 """
@@ -21,6 +24,7 @@ ReceiveMessageWaitTimeSeconds is not applied).
 from __future__ import annotations
 
 import io
+import ipaddress
 import json
 import threading
 import time
@@ -177,12 +181,48 @@ def _has_messages(body: bytes) -> bool:
     return bool(answer and answer.get("Messages"))
 
 
+def _loopback_name(host: str) -> bool:
+    """`host` (a Host header without its port) names this machine's loopback: a loopback address,
+    `localhost`, or a `*.localhost` name (RFC 6761: always loopback; S3 virtual-hosted style)."""
+    name = host.lower().rstrip(".")
+    if name == "localhost" or name.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(name.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def loopback_only(app: Any) -> Any:
+    """The WSGI app `app`, refusing (403) what only a web page would send: a request whose Host is
+    not this machine's loopback (a DNS-rebinding page names its own domain), or that carries an
+    `Origin` (browsers send one on cross-origin requests; AWS SDKs never do). moto answers any
+    origin with CORS headers and takes any credentials, so a page open in a browser could
+    otherwise read and write the emulated account."""
+
+    def guarded(environ: dict[str, Any], start_response: Any) -> Any:
+        host = environ.get("HTTP_HOST", "")
+        name = host.rsplit(":", 1)[0] if not host.endswith("]") else host
+        if environ.get("HTTP_ORIGIN") is not None or not _loopback_name(name):
+            body = b"forbidden: the local AWS endpoint serves this machine's SDK clients only\n"
+            start_response(
+                "403 Forbidden", [("Content-Type", "text/plain"), ("Content-Length", str(len(body)))]
+            )
+            return [body]
+        return app(environ, start_response)
+
+    return guarded
+
+
 class SerializedMotoServer:
     """moto's server on `ip_address:port` (0: any free port), as `ThreadedMotoServer` makes it
     (werkzeug's threaded server, moto's app and request handler), one request served at a time
-    (`serialized`)."""
+    (`serialized`), and to this machine's SDK clients only (`loopback_only`). `ip_address` must be
+    a loopback address: moto takes any credentials."""
 
     def __init__(self, ip_address: str = "127.0.0.1", port: int = 0) -> None:
+        if not ipaddress.ip_address(ip_address).is_loopback:
+            raise ValueError(f"the local AWS endpoint binds loopback only, not {ip_address}")
         self._address = (ip_address, port)
         self._server: Any = None
         self._thread: threading.Thread | None = None
@@ -196,7 +236,7 @@ class SerializedMotoServer:
         from werkzeug.serving import make_server
 
         # Looked up here, not bound at import: the cost bench wraps `serialized`.
-        app = serialized(DomainDispatcherApplication(create_backend_app))
+        app = loopback_only(serialized(DomainDispatcherApplication(create_backend_app)))
         self._server = make_server(
             self._address[0], self._address[1], app, threaded=True, request_handler=MotoRequestHandler
         )

@@ -289,3 +289,57 @@ def test_a_large_body_is_read_whole(dynamodb: Any) -> None:
         dynamodb.put_item(TableName="t", Item={"pk": {"S": f"k{n}"}, "v": {"S": value}})
     for n in range(3):
         assert dynamodb.get_item(TableName="t", Key={"pk": {"S": f"k{n}"}})["Item"]["v"]["S"] == value
+
+
+def _own_address() -> str | None:
+    """This machine's address on its default route (no packet is sent), or None if it has none."""
+    import socket
+
+    probe = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        probe.connect(("192.0.2.1", 9))  # TEST-NET-1: connecting a UDP socket only picks the route
+        address = str(probe.getsockname()[0])
+    except OSError:
+        return None
+    finally:
+        probe.close()
+    return None if address.startswith("127.") else address
+
+
+def _raw_get(port: int, headers: dict[str, str]) -> tuple[int, str]:
+    import http.client
+
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    try:
+        connection.request("GET", "/moto-api/data.json", headers=headers)
+        answer = connection.getresponse()
+        return answer.status, answer.read().decode()
+    finally:
+        connection.close()
+
+
+def test_the_endpoint_serves_this_machines_sdk_clients_only(
+    moto_server: tuple[SerializedMotoServer, str],
+) -> None:
+    server, url = moto_server
+    host, port = server.get_host_and_port()
+    # It listens on loopback: the machine's other addresses do not reach it
+    assert host == "127.0.0.1"
+    address = _own_address()
+    if address is not None:
+        import socket
+
+        with pytest.raises(ConnectionRefusedError):
+            socket.create_connection((address, port), timeout=5).close()
+    # An SDK client is served (by any of the loopback names)
+    assert "TableNames" in moto_client("dynamodb", url).list_tables()
+    assert "TableNames" in moto_client("dynamodb", f"http://localhost:{port}").list_tables()
+    assert _raw_get(port, {"Host": f"localhost:{port}"})[0] == 200
+    # What a web page in a browser would send is refused: another origin (moto answers any with
+    # CORS headers), or its own domain resolving to 127.0.0.1 (DNS rebinding)
+    status, body = _raw_get(port, {"Host": f"127.0.0.1:{port}", "Origin": "https://evil.example"})
+    assert status == 403 and "SDK clients only" in body
+    assert _raw_get(port, {"Host": f"evil.example:{port}"})[0] == 403
+    # And it cannot be bound anywhere else
+    with pytest.raises(ValueError, match="loopback only"):
+        SerializedMotoServer(ip_address="0.0.0.0")
