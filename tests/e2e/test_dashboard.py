@@ -231,7 +231,7 @@ def test_a_request_without_the_token_is_refused(browser: Any, world: dict[str, A
     finally:
         context.close()
     # With the cookie but without the CSRF token, an action is refused and nothing changes.
-    cookies = {"spotline_dashboard": world["board"].token}
+    cookies = {world["board"].cookie: world["board"].token}
     job_id = world["queued"]["high"]
     answer = httpx.post(f"{world['base']}/t/nlp/jobs/{job_id}/cancel", cookies=cookies, data={})
     assert answer.status_code == 403

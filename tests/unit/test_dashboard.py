@@ -4,6 +4,7 @@ charts, and the command's refusal of a non-local --host without --allow-remote."
 
 from __future__ import annotations
 
+import socket
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -14,7 +15,7 @@ from typer.testing import CliRunner
 
 from spotline.cli import app
 from spotline.cli.dashboard import data, svg
-from spotline.cli.dashboard.server import COOKIE, Dashboard
+from spotline.cli.dashboard.server import Dashboard
 from spotline.cli.http import ClientError, Endpoint
 
 NOW = time.time()
@@ -110,10 +111,10 @@ def served() -> Iterator[tuple[Dashboard, FakeApi, str]]:
 
 
 def test_without_the_token_every_request_is_refused(served: tuple[Dashboard, FakeApi, str]) -> None:
-    _, api, base = served
+    board, api, base = served
     for path in ("/", "/t/vision/queue", "/static/dashboard.js", "/?token=nope"):
         assert httpx.get(base + path).status_code == 403, path
-    assert httpx.get(base + "/t/vision/queue", cookies={COOKIE: "nope"}).status_code == 403
+    assert httpx.get(base + "/t/vision/queue", cookies={board.cookie: "nope"}).status_code == 403
     assert not api.sent  # nothing reached the API
 
 
@@ -140,7 +141,7 @@ def test_a_long_queue_is_one_api_request_a_page_with_a_link_to_the_next(
     # Given 250 pending jobs (the API gives at most 100 a page, newest first)
     board, api, base = served
     api.jobs.update({f"job-{n:03d}": job(f"job-{n:03d}", "normal", float(n)) for n in range(250)})
-    with httpx.Client(base_url=base, cookies={COOKIE: board.token}) as client:
+    with httpx.Client(base_url=base, cookies={board.cookie: board.token}) as client:
         # When the queue page is opened
         api.sent.clear()
         first = client.get("/t/vision/queue")
@@ -164,7 +165,7 @@ def test_a_long_queue_is_one_api_request_a_page_with_a_link_to_the_next(
 def test_a_foreign_host_header_is_refused(served: tuple[Dashboard, FakeApi, str]) -> None:
     board, _, base = served
     answer = httpx.get(
-        base + "/t/vision/queue", cookies={COOKIE: board.token}, headers={"Host": "evil.example:80"}
+        base + "/t/vision/queue", cookies={board.cookie: board.token}, headers={"Host": "evil.example:80"}
     )
     assert answer.status_code == 403
 
@@ -173,7 +174,7 @@ def test_actions_need_the_csrf_token_and_show_the_apis_refusal(
     served: tuple[Dashboard, FakeApi, str],
 ) -> None:
     board, api, base = served
-    cookies = {COOKIE: board.token}
+    cookies = {board.cookie: board.token}
     refused = httpx.post(f"{base}/t/vision/jobs/job-low/cancel", cookies=cookies, data={"csrf": "wrong"})
     assert refused.status_code == 403 and api.jobs["job-low"]["state"] == "PENDING"
     other_origin = httpx.post(
@@ -204,16 +205,131 @@ def test_actions_need_the_csrf_token_and_show_the_apis_refusal(
 
 def test_an_unknown_team_is_not_found(served: tuple[Dashboard, FakeApi, str]) -> None:
     board, _, base = served
-    assert httpx.get(base + "/t/nlp/queue", cookies={COOKIE: board.token}).status_code == 404
+    assert httpx.get(base + "/t/nlp/queue", cookies={board.cookie: board.token}).status_code == 404
 
 
 def test_the_job_page_without_cost_fields_says_so(served: tuple[Dashboard, FakeApi, str]) -> None:
     board, api, base = served
-    page = httpx.get(base + "/t/vision/jobs/job-high", cookies={COOKIE: board.token})
+    page = httpx.get(base + "/t/vision/jobs/job-high", cookies={board.cookie: board.token})
     assert page.status_code == 200 and "not reported by this API" in page.text
     api.jobs["job-high"]["cost"] = {"dollars": 1.5, "spot_gpu_hours": 1.0, "on_demand_gpu_hours": 0.5}
-    page = httpx.get(base + "/t/vision/jobs/job-high", cookies={COOKIE: board.token})
+    page = httpx.get(base + "/t/vision/jobs/job-high", cookies={board.cookie: board.token})
     assert "$1.50" in page.text
+
+
+def test_each_dashboard_has_its_own_cookie_so_two_on_one_machine_do_not_collide(
+    served: tuple[Dashboard, FakeApi, str],
+) -> None:
+    # Given a second dashboard on another port of the same machine (cookies ignore ports)
+    board, _, base = served
+    other = Dashboard({"vision": FakeApi([job("job-x", "low", 1.0)])})
+    server = other.serve("127.0.0.1", 0)
+    server.start()
+    try:
+        other_base = f"http://127.0.0.1:{server.server_address[1]}"
+        # When a browser opens both URLs, it keeps both cookies (names differ by port)
+        with httpx.Client() as browser:
+            browser.get(f"{base}/?token={board.token}")
+            browser.get(f"{other_base}/?token={other.token}")
+            assert board.cookie == f"spotline_dashboard_{base.rsplit(':', 1)[1]}"
+            assert other.cookie != board.cookie
+            assert {c.name for c in browser.cookies.jar} == {board.cookie, other.cookie}
+            # Then each dashboard still serves that browser
+            assert browser.get(f"{base}/t/vision/queue").status_code == 200
+            assert browser.get(f"{other_base}/t/vision/queue").status_code == 200
+        # and neither takes the other's cookie, nor one without the port
+        assert httpx.get(f"{base}/t/vision/queue", cookies={other.cookie: board.token}).status_code == 403
+        assert (
+            httpx.get(f"{base}/t/vision/queue", cookies={"spotline_dashboard": board.token}).status_code
+            == 403
+        )
+    finally:
+        server.shutdown()
+
+
+def _own_address() -> str | None:
+    """This machine's address on its default route (a UDP connect sends nothing), if not loopback."""
+    probe = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        probe.connect(("192.0.2.1", 9))
+        address = str(probe.getsockname()[0])
+    except OSError:
+        return None
+    finally:
+        probe.close()
+    return None if address.startswith("127.") else address
+
+
+def test_on_every_address_it_accepts_the_machines_own_names_and_addresses() -> None:
+    # Given `--allow-remote --host 0.0.0.0`
+    board = Dashboard({"vision": FakeApi([job("job-a", "low", 1.0)])})
+    server = board.serve("0.0.0.0", 0)
+    server.start()
+    port = server.server_address[1]
+    cookies = {board.cookie: board.token}
+    try:
+        # A client naming the machine by its host name, or reaching it at one of its addresses, is
+        # served; so is one on loopback
+        hostname = socket.gethostname()
+        named = httpx.get(
+            f"http://127.0.0.1:{port}/t/vision/queue", cookies=cookies, headers={"Host": f"{hostname}:{port}"}
+        )
+        assert named.status_code == 200
+        assert httpx.get(f"http://127.0.0.1:{port}/t/vision/queue", cookies=cookies).status_code == 200
+        address = _own_address()
+        if address is not None:
+            assert httpx.get(f"http://{address}:{port}/t/vision/queue", cookies=cookies).status_code == 200
+            # an action from a page served at that address passes the Origin check
+            done = httpx.post(
+                f"http://{address}:{port}/t/vision/jobs/job-a/cancel",
+                cookies=cookies,
+                data={"csrf": board.csrf},
+                headers={"Origin": f"http://{address}:{port}"},
+            )
+            assert done.status_code == 200
+        # A page on another domain that resolves here (DNS rebinding) is still refused
+        rebound = httpx.get(
+            f"http://127.0.0.1:{port}/t/vision/queue",
+            cookies=cookies,
+            headers={"Host": f"evil.example:{port}"},
+        )
+        assert rebound.status_code == 403
+    finally:
+        server.shutdown()
+
+
+def _raw_post(base: str, cookie: str, headers: str, timeout_s: float = 5.0) -> bytes:
+    """POST an action over a plain socket with these extra header lines, and read the answer until
+    the server closes the connection (a hung handler thread makes this time out)."""
+    host, port = base.removeprefix("http://").rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=timeout_s) as connection:
+        connection.sendall(
+            (
+                f"POST /t/vision/jobs/job-low/cancel HTTP/1.1\r\nHost: {host}:{port}\r\n"
+                f"Cookie: {cookie}\r\n{headers}\r\n"
+            ).encode()
+        )
+        answer = b""
+        while chunk := connection.recv(65536):
+            answer += chunk
+    return answer
+
+
+def test_a_bad_content_length_is_answered_400_without_holding_a_thread(
+    served: tuple[Dashboard, FakeApi, str],
+) -> None:
+    board, api, base = served
+    cookie = f"{board.cookie}={board.token}"
+    # A negative length used to make the handler read until the client hung up: now 400 at once,
+    # and the connection is closed (recv returns within the timeout)
+    answer = _raw_post(base, cookie, "Content-Length: -1\r\n")
+    assert answer.startswith(b"HTTP/1.1 400") and b"bad Content-Length '-1'" in answer
+    assert _raw_post(base, cookie, "Content-Length: ten\r\n").startswith(b"HTTP/1.1 400")
+    assert _raw_post(base, cookie, "Transfer-Encoding: chunked\r\n").startswith(b"HTTP/1.1 411")
+    assert _raw_post(base, cookie, "Content-Length: 100000\r\n").startswith(b"HTTP/1.1 413")
+    assert api.jobs["job-low"]["state"] == "PENDING" and not api.sent
+    # The server goes on serving
+    assert httpx.get(base + "/t/vision/queue", cookies={board.cookie: board.token}).status_code == 200
 
 
 def test_a_remote_host_needs_allow_remote() -> None:

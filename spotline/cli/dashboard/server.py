@@ -3,8 +3,12 @@
 Security (docs/dashboard.md):
 - Every request must carry the session token: `?token=` in the URL the CLI prints (the first
   visit sets it as an HttpOnly, SameSite=Strict cookie and redirects to drop it from the URL), or
-  that cookie. Anything else gets 403.
-- The Host header must name the address served (a DNS-rebinding page gets 403).
+  that cookie. Anything else gets 403. The cookie's name carries the port (`cookie_name`):
+  browsers key cookies by host, not port, so two dashboards on one machine would otherwise
+  overwrite each other's.
+- The Host header must name the address served (a DNS-rebinding page gets 403); on a wildcard
+  address (`--host 0.0.0.0`), also this machine's names and the address a request came in on.
+- A POST's body must have a Content-Length from 0 to 64 KiB (else 400, 411 or 413).
 - Actions are POSTs carrying the page's CSRF token (a second random value, never in a URL), from
   the same origin. They call the API as the CLI does, so its refusals are shown as they are.
 - The team's credentials stay in this process: pages carry job data, never a key or a signature.
@@ -16,6 +20,7 @@ import hmac
 import json
 import re
 import secrets
+import socket
 import threading
 import time
 from collections.abc import Mapping
@@ -33,7 +38,34 @@ from spotline.cli.client import PRIORITIES
 from spotline.cli.dashboard import data, svg
 from spotline.cli.http import ClientError, Endpoint
 
-COOKIE = "spotline_dashboard"
+COOKIE_PREFIX = "spotline_dashboard"
+# The most an action's form may take.
+MAX_FORM_BYTES = 65536
+WILDCARD_HOSTS = frozenset({"0.0.0.0", "::", ""})
+
+
+def cookie_name(port: int) -> str:
+    """The session cookie of the dashboard on `port` (cookies ignore ports: one name each)."""
+    return f"{COOKIE_PREFIX}_{port}"
+
+
+def machine_names() -> set[str]:
+    """This machine's own names and the addresses they resolve to (for a wildcard bind)."""
+    names = {socket.gethostname(), socket.getfqdn()}
+    for name in list(names):
+        try:
+            infos = socket.getaddrinfo(name, None)
+        except OSError:
+            continue
+        names |= {str(info[4][0]) for info in infos}
+    return {n for n in names if n}
+
+
+def host_header(name: str, port: int) -> str:
+    """The Host header a browser sends for `name` (an IPv6 address in brackets) and `port`."""
+    return f"[{name}]:{port}" if ":" in name and not name.startswith("[") else f"{name}:{port}"
+
+
 STATIC = {"dashboard.js": "text/javascript", "dashboard.css": "text/css"}
 _JOB = r"(?P<job>[A-Za-z0-9._-]{1,64})"
 _TEAM = r"/t/(?P<team>[A-Za-z0-9._-]{1,64})"
@@ -50,6 +82,9 @@ class Dashboard:
         self.csrf = secrets.token_urlsafe(32)
         self.refresh_s = refresh_s
         self.allowed_hosts: set[str] = set()
+        self.cookie = COOKIE_PREFIX
+        # Bound to a wildcard address: a request may also name the address it came in on.
+        self.wildcard = False
         loader = jinja2.PackageLoader("spotline.cli.dashboard", "templates")
         # A field an older (or newer) API lacks renders as nothing, not as an error page.
         self.env = jinja2.Environment(loader=loader, autoescape=True)
@@ -63,7 +98,12 @@ class Dashboard:
     def serve(self, host: str, port: int) -> DashboardServer:
         server = DashboardServer((host, port), self)
         bound = server.server_address[1]
-        self.allowed_hosts = {f"{name}:{bound}" for name in ("127.0.0.1", "localhost", "[::1]", host)}
+        names = {"127.0.0.1", "localhost", "::1", host}
+        self.wildcard = host in WILDCARD_HOSTS
+        if self.wildcard:
+            names |= machine_names()
+        self.allowed_hosts = {host_header(name, bound) for name in names if name}
+        self.cookie = cookie_name(bound)
         return server
 
     # --- the pages -------------------------------------------------------------------------
@@ -230,14 +270,14 @@ class Handler(BaseHTTPRequestHandler):
     def _serve(self, method: str) -> None:
         url = urlsplit(self.path)
         query = {k: v[-1] for k, v in parse_qs(url.query).items()}
-        if self.headers.get("Host", "") not in self.dash.allowed_hosts:
+        if not self._host_allowed(self.headers.get("Host", "")):
             return self._send(HTTPStatus.FORBIDDEN, "forbidden: unexpected Host header\n", "text/plain")
         given = query.get("token")
         if given is not None and hmac.compare_digest(given.encode(), self.dash.token.encode()):
             # The first visit: keep the token in a cookie, and drop it from the address bar.
             rest = urlencode({k: v for k, v in query.items() if k != "token"})
             target = (url.path or "/") + (f"?{rest}" if rest else "")
-            cookie = f"{COOKIE}={self.dash.token}; HttpOnly; SameSite=Strict; Path=/"
+            cookie = f"{self.dash.cookie}={self.dash.token}; HttpOnly; SameSite=Strict; Path=/"
             return self._send(
                 HTTPStatus.SEE_OTHER, "", "text/plain", {"Location": target, "Set-Cookie": cookie}
             )
@@ -261,13 +301,24 @@ class Handler(BaseHTTPRequestHandler):
                 return self._route(name, params, query)
         return self._send(HTTPStatus.NOT_FOUND, "not found\n", "text/plain")
 
+    def _host_allowed(self, host: str) -> bool:
+        """The Host header names the address served: loopback, the one `--host` gave, and on a
+        wildcard bind this machine's names and the address this connection came in on (a
+        DNS-rebinding page names its own domain, which is none of these)."""
+        if host in self.dash.allowed_hosts:
+            return True
+        if not self.dash.wildcard:
+            return False
+        arrived = str(self.connection.getsockname()[0]).removeprefix("::ffff:")
+        return host == host_header(arrived, self.server.server_address[1])
+
     def _has_cookie(self) -> bool:
         jar = SimpleCookie()
         try:
             jar.load(self.headers.get("Cookie", ""))
         except Exception:  # a malformed Cookie header: no token
             return False
-        morsel = jar.get(COOKIE)
+        morsel = jar.get(self.dash.cookie)
         return morsel is not None and hmac.compare_digest(morsel.value.encode(), self.dash.token.encode())
 
     def _route(self, name: str, params: dict[str, str], query: dict[str, str]) -> None:
@@ -299,13 +350,16 @@ class Handler(BaseHTTPRequestHandler):
         self._send(HTTPStatus.OK, html, "text/html; charset=utf-8")
 
     def _act(self, team: str, job_id: str, action: str) -> None:
-        length = int(self.headers.get("Content-Length") or 0)
-        if length > 65536:
+        length = self._body_length()
+        if length is None:
+            return None
+        if length > MAX_FORM_BYTES:
+            self.close_connection = True  # its body is left unread
             return self._send(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, "body too large\n", "text/plain")
         form = {k: v[-1] for k, v in parse_qs(self.rfile.read(length).decode("utf-8", "replace")).items()}
         origin = self.headers.get("Origin")
         sent = form.get("csrf", self.headers.get("X-CSRF-Token", ""))
-        if (origin is not None and urlsplit(origin).netloc not in self.dash.allowed_hosts) or not (
+        if (origin is not None and not self._host_allowed(urlsplit(origin).netloc)) or not (
             hmac.compare_digest(sent.encode(), self.dash.csrf.encode())
         ):
             return self._json(HTTPStatus.FORBIDDEN, {"ok": False, "message": "forbidden: bad CSRF token"})
@@ -317,6 +371,21 @@ class Handler(BaseHTTPRequestHandler):
         return self._json(
             HTTPStatus.OK, {"ok": True, "message": f"{action}: done", "state": job.get("state")}
         )
+
+    def _body_length(self) -> int | None:
+        """The body's length from Content-Length, or None once a 400 or 411 is sent (the body is
+        not read, and the connection closes: there is no telling where a next request starts).
+        A negative length would make `rfile.read` wait for the client to close."""
+        if self.headers.get("Transfer-Encoding") is not None:
+            self.close_connection = True
+            self._json(HTTPStatus.LENGTH_REQUIRED, {"ok": False, "message": "send a Content-Length"})
+            return None
+        given = (self.headers.get("Content-Length") or "0").strip()
+        if not given.isdigit():
+            self.close_connection = True
+            self._json(HTTPStatus.BAD_REQUEST, {"ok": False, "message": f"bad Content-Length {given[:20]!r}"})
+            return None
+        return int(given)
 
     def _static(self, name: str) -> None:
         if name not in STATIC:
