@@ -48,7 +48,7 @@ def test_the_hooks_exist_where_the_runtime_calls_them() -> None:
     assert callable(getattr(router.Router, "_deliver", None))
     # The runtime reaches them through the names the bench patches (module attribute lookups at
     # call time), not through a reference taken at import.
-    assert "app = serialized(" in inspect.getsource(moto_server.SerializedMotoServer.start)
+    assert "app = loopback_only(serialized(" in inspect.getsource(moto_server.SerializedMotoServer.start)
     assert "lambdas.import_handler(" in inspect.getsource(router)
     assert "self._deliver(" in inspect.getsource(router.Router)
 
