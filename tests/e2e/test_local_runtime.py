@@ -61,6 +61,29 @@ def test_a_team_sees_only_its_own_jobs(plane: tuple[LocalControlPlane, dict[str,
     assert api.get(f"/jobs/{job_id}/logs", headers=nlp).status_code == 404
 
 
+def test_heartbeats_reach_the_control_plane_through_their_queue(
+    plane: tuple[LocalControlPlane, dict[str, Any]],
+) -> None:
+    # Given a running job, whose agent heartbeats as it starts (then every 30 s)
+    _, info = plane
+    api = httpx.Client(base_url=info["api_url"], timeout=30)
+    headers = info["teams"]["vision"]["headers"]
+    job_id = api.post("/jobs", json=train_body("heartbeating", 60), headers=headers).json()["id"]
+    wait_for(api, job_id, headers, {"RUNNING"})
+    # Then the heartbeat function, handed them a batch at a time from the heartbeat queue (as
+    # Lambda's event source mapping does), records them on the job: only a heartbeat sets its step
+    # (the admission cleared it)
+    dynamodb = boto3.client("dynamodb", endpoint_url=info["aws_endpoint_url"], region_name=info["region"])
+    [table] = [name for name in dynamodb.list_tables()["TableNames"] if name.endswith("-jobs")]
+    deadline = time.monotonic() + 30
+    item: dict[str, Any] = {}
+    while "N" not in item.get("step", {}) and time.monotonic() < deadline:
+        item = dynamodb.get_item(TableName=table, Key={"job_id": {"S": job_id}}).get("Item", {})
+        time.sleep(0.5)
+    assert "N" in item.get("step", {}), item
+    assert item["state"]["S"] in ("RUNNING", "CHECKPOINTING", "SUCCEEDED")
+
+
 def test_bad_job_spec_is_refused_naming_the_field(plane: tuple[LocalControlPlane, dict[str, Any]]) -> None:
     _, info = plane
     api = httpx.Client(base_url=info["api_url"])
