@@ -84,9 +84,13 @@ def test_a_pinned_gang_pool_takes_its_azs_subnet_and_needs_no_lookup(
     assert stack.gang_zones is None
     assert not [k for k, v in template["Resources"].items() if v["Type"] == "Custom::SpotlineGangZone"]
     [subnet] = [s for s in stack.network.vpc.private_subnets if s.availability_zone == "us-east-1c"]
-    environment = stack.compute.compute_environments["a100-ondemand"]
-    props = template["Resources"][stack.get_logical_id(environment.node.default_child)]["Properties"]
-    assert props["ComputeResources"]["Subnets"] == [stack.resolve(subnet.subnet_id)]
+    environments = [
+        e for (pool, _), e in stack.compute.compute_environments.items() if pool == "a100-ondemand"
+    ]
+    assert environments  # one per team (team_instances), or one shared
+    for environment in environments:
+        props = template["Resources"][stack.get_logical_id(environment.node.default_child)]["Properties"]
+        assert props["ComputeResources"]["Subnets"] == [stack.resolve(subnet.subnet_id)]
     assert stack.compute.pool_zones["a100-ondemand"] == "us-east-1c"
 
 

@@ -159,12 +159,13 @@ def test_nat_per_zone_puts_a_nat_gateway_in_each_zone(prod: Variant, synthesized
     def nat_zones(template: dict[str, Any]) -> list[str]:
         subnets = template["Resources"]
         return sorted(
-            subnets[r["Properties"]["SubnetId"]["Ref"]]["Properties"]["AvailabilityZone"]
+            json.dumps(subnets[r["Properties"]["SubnetId"]["Ref"]]["Properties"]["AvailabilityZone"])
             for r in template["Resources"].values()
             if r["Type"] == "AWS::EC2::NatGateway"
         )
 
-    assert nat_zones(prod.json) == ["us-east-1a", "us-east-1b"]
+    # The region's first two AZs, as the deploying account names them (Fn::GetAZs at deploy time)
+    assert nat_zones(prod.json) == [json.dumps({"Fn::Select": [i, {"Fn::GetAZs": ""}]}) for i in (0, 1)]
     # The default: one, which the other zone's private subnet routes through
     assert len(nat_zones(synthesized.json)) == 1
 
