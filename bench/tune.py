@@ -15,7 +15,7 @@ peers at their defaults (lower is better; higher-is-better metrics enter inverte
 floored at 5 minutes, lost GPU-hours at 1, as the goals read them). Lower is better.
 
 Then each lever is switched off in Spotline's best draw, to check that it pays on the tuning set
-(README, "Tuning"): the least-attained-service term, stopping victims that just checkpointed,
+(design-notes/tuning.md): the least-attained-service term, stopping victims that just checkpointed,
 shortest declared run time first, cost-aware Spot placement, moving On-Demand jobs to Spot.
 
 `--reduced` (the default on this 2-core machine): the synthetic samples at 2,000 jobs on 128

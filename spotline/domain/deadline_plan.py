@@ -366,7 +366,7 @@ PLAN_STEP_H = 1 / 6
 # The history the plan is fitted on: the week before now (the single-job benchmark's window).
 PLAN_WINDOW_H = 7 * 24.0
 # The largest grid a pass solves for one job (the benchmark's MAX_PLAN_CELLS / 15): about 0.3 s
-# of a loaded 2-core machine at most (docs/spot-and-deadlines.md); a larger job's grid is
+# of a loaded 2-core machine at most (design-notes/spot-and-deadlines.md); a larger job's grid is
 # coarsened to fit, and beyond that the guard's rules decide.
 PLAN_NOW_MAX_CELLS = 4_000_000
 TOLERANCE_S = 1e-6

@@ -138,7 +138,7 @@ class SpotHistory:
 
 @dataclass(frozen=True, slots=True)
 class GuardSettings:
-    """The guard's knobs (the defaults are the tuned values; see docs/spot-and-deadlines.md)."""
+    """The guard's knobs (the defaults are the tuned values; see design-notes/spot-and-deadlines.md)."""
 
     changeover_h: float  # the restart a move costs (launch, image, checkpoint load)
     price_ratio: float = 3.0  # On-Demand price / Spot price

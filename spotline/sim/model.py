@@ -51,7 +51,7 @@ class VictimStop(StrEnum):
 class SlurmKnobs:
     """The Slurm peer's operator knobs (`SlurmPolicy`): what its tuning may change
     (`bench/tune.py`), as an operator sets them in slurm.conf. The defaults are what the tuning
-    set chose (README, "Tuning")."""
+    set chose (design-notes/tuning.md)."""
 
     # PriorityWeightAge, PriorityWeightFairshare, PriorityMaxAge.
     weight_age: float = 4000.0

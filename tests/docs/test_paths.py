@@ -8,7 +8,18 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
-TOP = ("spotline", "functions", "stacks", "bench", "tests", "scripts", "images", "statemachines", "examples")
+TOP = (
+    "spotline",
+    "functions",
+    "stacks",
+    "bench",
+    "tests",
+    "scripts",
+    "images",
+    "statemachines",
+    "examples",
+    "design-notes",
+)
 PATH = re.compile("`((?:" + "|".join(TOP) + r")/[A-Za-z0-9_./-]*[A-Za-z0-9_])/?`")
 
 

@@ -1,4 +1,4 @@
-"""Issue 29's rules for a full cluster, each against the behaviour without it (docs/contention.md):
+"""Issue 29's rules for a full cluster, each against the behaviour without it (design-notes/contention.md):
 critical victims stopped at once only within their write, strict class order, and victims of the
 lowest class first."""
 
