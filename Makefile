@@ -9,7 +9,7 @@ DEMO_STAMP := $(VENV)/.installed-demo
 
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: venv chromium hostnet test test-fast test-localstack lint demo synth bench bench-speed clean
+.PHONY: venv chromium hostnet test test-fast test-localstack lint docs demo synth bench bench-speed clean
 
 venv: $(STAMP)
 
@@ -30,6 +30,10 @@ lint: venv
 	$(BIN)/mypy spotline
 	$(BIN)/lint-imports
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
+
+# The docs site on http://127.0.0.1:8000, rebuilt on every edit (the full install has MkDocs).
+docs: venv
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs serve
 
 # The dashboard's browser tests drive Debian's chromium (Playwright, no download of its own):
 # installed here when missing and apt-get can (as root or with sudo); else those tests skip.
