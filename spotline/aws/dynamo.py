@@ -66,39 +66,6 @@ def serialize_item(item: Mapping[str, Any]) -> dict[str, Any]:
     return {k: serialize(v) for k, v in item.items() if v is not None}
 
 
-# DynamoDB refuses an item over 400 KB (names and values in UTF-8 together).
-MAX_ITEM_BYTES = 400 * 1024
-
-
-def _value_size(value: Mapping[str, Any]) -> int:
-    ((kind, data),) = value.items()
-    if kind == "S":
-        return len(str(data).encode())
-    if kind == "N":
-        return len(str(data)) // 2 + 2  # an upper bound of DynamoDB's (digits / 2 + 1)
-    if kind == "B":
-        return len(data)
-    if kind in ("BOOL", "NULL"):
-        return 1
-    if kind == "SS":
-        return sum(len(v.encode()) for v in data)
-    if kind == "NS":
-        return sum(len(v) // 2 + 2 for v in data)
-    if kind == "BS":
-        return sum(len(v) for v in data)
-    if kind == "L":
-        return 3 + sum(1 + _value_size(v) for v in data)
-    if kind == "M":
-        return 3 + sum(len(k.encode()) + 1 + _value_size(v) for k, v in data.items())
-    raise ValueError(f"unknown DynamoDB type {kind}")
-
-
-def item_size_bytes(raw: Mapping[str, Any]) -> int:
-    """The size DynamoDB counts for an item in its JSON form (serialize_item's output): each
-    attribute's name plus its value, by the documented rules (rounded up where they estimate)."""
-    return sum(len(name.encode()) + _value_size(value) for name, value in raw.items())
-
-
 def deserialize_item(raw: Mapping[str, Any]) -> Item:
     return {k: _from_dynamo(_deserializer.deserialize(v)) for k, v in raw.items()}
 

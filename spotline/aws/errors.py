@@ -14,11 +14,10 @@ from contextlib import contextmanager
 from botocore.exceptions import ClientError
 
 from spotline.control.errors import (
-    CapacityExhausted,
     ConditionFailed,
-    JobAlreadyExists,
     StaleJobError,
     StorageUnavailable,
+    refused,
 )
 
 _THROTTLING = frozenset(
@@ -77,19 +76,7 @@ def transaction_errors(roles: Sequence[tuple[str, str]]) -> Iterator[None]:
             for (kind, name), reason in zip(roles, reasons, strict=False):
                 if reason.get("Code") != "ConditionalCheckFailed":
                     continue
-                if kind == "new-job":
-                    raise JobAlreadyExists(name) from error
-                if kind in ("job", "timeline"):
-                    raise StaleJobError(name) from error
-                if kind == "pool":
-                    raise CapacityExhausted(f"pool {name} has no room for this job") from error
-                if kind == "team":
-                    raise CapacityExhausted(f"team {name} reached its hard quota") from error
-                if kind == "lender":
-                    raise CapacityExhausted(
-                        f"team {name} uses more GPUs than when the borrowing was decided: it lends less now"
-                    ) from error
-                raise ConditionFailed(f"{kind} {name}: condition failed") from error
+                raise refused(kind, name) from error
             if any(r.get("Code") in ("TransactionConflict", "ThrottlingError") for r in reasons):
                 raise StorageUnavailable(str(error)) from error
             raise ConditionFailed(str(error)) from error

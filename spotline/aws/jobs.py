@@ -36,26 +36,21 @@ from spotline.aws.job_reads import JobReads
 from spotline.aws.ledger import LedgerRepository
 from spotline.aws.timeline import TimelineRepository
 from spotline.control.errors import (
-    InvalidTransition,
     StaleJobError,
 )
+from spotline.control.items import item_changes, signal_changes, transitioned
 from spotline.control.ports import CommitListener, PreparedTransition
 from spotline.control.records import (
     ACTIVE_STATES,
     JobRecord,
     TimelineEntry,
-    charge_run,
 )
-from spotline.domain import Job, JobSpec, JobState, can_transition
+from spotline.domain import Job, JobSpec, JobState
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
 
 logger = logging.getLogger(__name__)
-
-# String sets written as ADD / DELETE deltas by transitions (others add to them concurrently).
-_DELTA_SETS = ("terminating_batch_job_ids",)
-
 
 class JobRepository(JobReads):
     """Jobs, their transitions (with Timeline and Ledger items in the same transaction), and the
@@ -156,41 +151,9 @@ class JobRepository(JobReads):
         changes: Mapping[str, Any] | None = None,
     ) -> PreparedTransition:
         """The transaction items of `transition`, not yet written (`commit_together`)."""
-        steps = [(via, via_reason or reason), (target, reason)] if via is not None else [(target, reason)]
-        source = record.state
-        for step_target, _ in steps:
-            if not can_transition(source, step_target):
-                raise InvalidTransition(f"job {record.id}: {source} -> {step_target} is not allowed")
-            source = step_target
-
-        record_changes = dict(changes or {})
-        releasing = record.state in ACTIVE_STATES and target not in ACTIVE_STATES and record.gpus_held > 0
-        if releasing:
-            record_changes.setdefault("gpus_held", 0)
-        if releasing and record.job.pool is not None:
-            lost_after = float((job or {}).get("lost_work_s", record.job.lost_work_s))
-            record_changes.update(charge_run(record, now, lost_after - record.job.lost_work_s))
-        new = record.with_changes(
-            job={**(job or {}), "state": target, "version": record.version + len(steps)},
-            updated_at=now,
-            state_reason=reason,
-            **record_changes,
+        new, entries, releasing = transitioned(
+            record, target, reason, now=now, via=via, via_reason=via_reason, job=job, changes=changes
         )
-        entries = []
-        source_state = record.state
-        for offset, (step_target, step_reason) in enumerate(steps, start=1):
-            entries.append(
-                TimelineEntry(
-                    record.id,
-                    record.version + offset,
-                    now,
-                    source_state.value,
-                    step_target.value,
-                    step_reason,
-                )
-            )
-            source_state = step_target
-
         extra: list[TransactItem] = []
         roles: list[tuple[str, str]] = []
         if releasing and record.job.pool is not None:
@@ -215,7 +178,7 @@ class JobRepository(JobReads):
             )
             roles += [("other", f"cost {record.team}")] * (len(extra) - len(roles))
         items, item_roles = self.transition_items(record, new, entries, extra, roles)
-        return PreparedTransition(record, new, tuple(entries), items, item_roles)
+        return PreparedTransition(record, new, entries, items, item_roles)
 
     def update_spec(
         self,
@@ -246,22 +209,12 @@ class JobRepository(JobReads):
         extra_roles: Sequence[tuple[str, str]],
     ) -> tuple[list[TransactItem], list[tuple[str, str]]]:
         before, after = record_to_item(old), record_to_item(new)
+        diff = item_changes(before, after)
         expr = Expression()
-        sets = [
-            f"{expr.name(k)} = {expr.value(v)}"
-            for k, v in after.items()
-            if k != "job_id" and k not in _DELTA_SETS and before.get(k) != v
-        ]
-        removes = [expr.name(k) for k in before if k not in after and k not in _DELTA_SETS]
-        # Sets that other writers ADD to without a version bump are written as deltas, so a
-        # transition never drops an element added after it read the record.
-        adds, deletes = [], []
-        for name in _DELTA_SETS:
-            was, now = set(before.get(name) or ()), set(after.get(name) or ())
-            if now - was:
-                adds.append(f"{expr.name(name)} {expr.value(now - was)}")
-            if was - now:
-                deletes.append(f"{expr.name(name)} {expr.value(was - now)}")
+        sets = [f"{expr.name(k)} = {expr.value(v)}" for k, v in diff.sets.items()]
+        removes = [expr.name(k) for k in diff.removes]
+        adds = [f"{expr.name(k)} {expr.value(v)}" for k, v in diff.adds.items()]
+        deletes = [f"{expr.name(k)} {expr.value(v)}" for k, v in diff.deletes.items()]
         update_expression = " ".join(
             part
             for part in (
@@ -290,9 +243,7 @@ class JobRepository(JobReads):
             *extra,
         ]
         roles = [("job", old.id), *(("timeline", old.id) for _ in entries), *extra_roles]
-        changed = {
-            name: after.get(name) for name in resources.SIGNAL_FIELDS if before.get(name) != after.get(name)
-        }
+        changed = signal_changes(before, after)
         if changed:
             items.append(self._signal_update(new.team, new.id, changed))
             roles.append(("signal", new.id))

@@ -28,11 +28,10 @@ from spotline.aws.dynamo import (
     serialize_item,
 )
 from spotline.aws.errors import storage_errors
-from spotline.control.errors import CapacityExhausted, ConditionFailed
+from spotline.control import reservations
+from spotline.control.errors import ConditionFailed
 from spotline.control.records import Counter, pool_key, team_key
 from spotline.domain.models import TeamQuota
-from spotline.domain.quota import lendable_gpus, quota_shortfall
-from spotline.domain.usage import run_buckets
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
@@ -44,8 +43,6 @@ FAIRSHARE_KEY = "FAIRSHARE"
 DRIFT_MARK = "drift_seen"
 # On a counter: how many admissions, releases and repairs have changed it.
 MOVES = "moves"
-# TransactWriteItems takes at most 100 items; an admission also writes the job and its timeline.
-MAX_QUOTA_ITEMS = 96
 
 
 class LedgerRepository:
@@ -64,62 +61,18 @@ class LedgerRepository:
         team_usage_hint: int | None = None,
     ) -> tuple[list[TransactItem], list[tuple[str, str]]]:
         """Updates that take `gpus` in `pool` and for `team`, each conditional on staying
-        within its limit; with their roles for error mapping.
-
-        A team with a quota may use its nominal GPUs, and borrow beyond them what the planner
-        allows (`quota_shortfall`: at most its borrowing limit, and at most what the other teams
-        lend, less what others already borrow). Within its nominal quota the team's counter alone
-        decides (`used <= nominal - gpus`). To borrow, the team counters are read (strongly
-        consistent, one BatchGetItem) and the transaction also checks that no other team's
-        counter grew since: what the others lend only shrinks as their usage grows, so a
-        concurrent admission elsewhere, or a pass deciding from a stale active index, makes
-        this one fail cleanly instead of borrowing past the cohort's idle quota. A release in
-        between only gives more room, and passes the checks.
-
-        `team_usage_hint`: the team's usage as the caller counted it (the scheduling pass: its
-        snapshot plus its own admissions since). Where that plus `gpus` is within the nominal
-        quota, nothing is read: the team's own condition decides as it would after the read, and
-        where the hint was low the transaction fails with the team's quota error
-        (`admit` then reserves again, reading).
-        """
-        if gpus > capacity_gpus:
-            raise CapacityExhausted(f"pool {pool} has {capacity_gpus} GPUs; {gpus} requested")
-        items = [self._take(pool_key(pool), gpus, capacity_gpus - gpus)]
-        roles = [("pool", pool)]
-        quota = (quotas or {}).get(team)
-        if quota is None or quotas is None:
-            items.append(self._take(team_key(team), gpus, None))
-            roles.append(("team", team))
-            return items, roles
-        if team_usage_hint is not None and team_usage_hint + gpus <= quota.nominal_gpus:
-            items.append(self._take(team_key(team), gpus, quota.nominal_gpus - gpus))
-            roles.append(("team", team))
-            return items, roles
-        counters = self.counters([], quotas)
-        usage = {name: counters[team_key(name)].used for name in quotas if team_key(name) in counters}
-        if usage.get(team, 0) + gpus <= quota.nominal_gpus:
-            # Within its nominal quota: the team's own counter decides, whatever the others do.
-            items.append(self._take(team_key(team), gpus, quota.nominal_gpus - gpus))
-            roles.append(("team", team))
-            return items, roles
-        why = quota_shortfall(team, gpus, usage, quotas)
-        if why is not None:
-            raise CapacityExhausted(why)
-        others = [name for name in quotas if name != team]
-        if len(items) + 1 + len(others) > MAX_QUOTA_ITEMS:
-            raise CapacityExhausted(
-                f"team {team} may not borrow: {len(others)} other teams are more than one transaction"
-                f" can check ({MAX_QUOTA_ITEMS - 2})"
-            )
-        borrow = lendable_gpus(team, usage, quotas)
-        if quota.borrowing_limit_gpus is not None:
-            borrow = min(borrow, quota.borrowing_limit_gpus)
-        items.append(self._take(team_key(team), gpus, quota.nominal_gpus + borrow - gpus))
-        roles.append(("team", team))
-        for other in others:
-            items.append(self._not_above(team_key(other), usage.get(other, 0)))
-            roles.append(("lender", other))
-        return items, roles
+        within its limit (`spotline.control.reservations.reserve`); with their roles for error
+        mapping. To borrow, the team counters are read in one strongly consistent BatchGetItem."""
+        steps, roles = reservations.reserve(
+            pool=pool,
+            capacity_gpus=capacity_gpus,
+            team=team,
+            gpus=gpus,
+            quotas=quotas,
+            team_usage_hint=team_usage_hint,
+            counters=lambda teams: self.counters([], teams),
+        )
+        return [self._item(step) for step in steps], roles
 
     def reserve_together_items(
         self,
@@ -127,26 +80,32 @@ class LedgerRepository:
         pools: Mapping[str, tuple[int, int, int]],
         teams: Mapping[str, tuple[int, int | None, int]],
     ) -> tuple[list[TransactItem], list[tuple[str, str]]]:
-        """The reservations of several admissions in one transaction (`reserve_items` for each,
-        summed per counter): `pools` maps a pool to (GPUs, capacity, admissions), and its counter
-        takes the GPUs under `used + GPUs <= capacity`; `teams` maps a team to (GPUs, limit,
-        admissions), and its counter takes them under `used + GPUs <= limit` (None: no limit).
-        A counter counts each admission among its moves, as one at a time would. Borrowing
-        beyond a nominal quota is not reserved this way: that admission reserves alone, reading
-        the counters (`reserve_items`)."""
-        items: list[TransactItem] = []
-        roles: list[tuple[str, str]] = []
-        for pool, (gpus, capacity, admissions) in sorted(pools.items()):
-            if gpus > capacity:
-                raise CapacityExhausted(f"pool {pool} has {capacity} GPUs; {gpus} requested")
-            items.append(self._take(pool_key(pool), gpus, capacity - gpus, moves=admissions))
-            roles.append(("pool", pool))
-        for team, (gpus, limit, admissions) in sorted(teams.items()):
-            items.append(
-                self._take(team_key(team), gpus, None if limit is None else limit - gpus, moves=admissions)
-            )
-            roles.append(("team", team))
-        return items, roles
+        """The reservations of several admissions in one transaction
+        (`spotline.control.reservations.reserve_together`)."""
+        steps, roles = reservations.reserve_together(pools=pools, teams=teams)
+        return [self._item(step) for step in steps], roles
+
+    def release_items(
+        self, *, pool: str, team: str, gpus: int, held_since: float | None = None, now: float | None = None
+    ) -> tuple[list[TransactItem], list[tuple[str, str]]]:
+        """Updates that give back `gpus`, and add the run (held from `held_since` to `now`) to
+        the team's usage buckets (`spotline.control.reservations.release`: unconditional)."""
+        steps, roles = reservations.release(
+            pool=pool,
+            team=team,
+            gpus=gpus,
+            held_since=held_since,
+            now=now,
+            usage_half_life_s=self.usage_half_life_s,
+        )
+        return [self._item(step) for step in steps], roles
+
+    def _item(self, step: reservations.Take | reservations.NotAbove | reservations.Give) -> TransactItem:
+        if isinstance(step, reservations.Take):
+            return self._take(step.key, step.gpus, step.limit, moves=step.moves)
+        if isinstance(step, reservations.NotAbove):
+            return self._not_above(step.key, step.used)
+        return self._give(step.key, step.gpus, dict(step.usage))
 
     def _not_above(self, key: str, used: int) -> TransactItem:
         """A check that the counter `key` holds at most `used` GPUs (a missing one holds 0)."""
@@ -158,24 +117,6 @@ class LedgerRepository:
             "ConditionExpression": f"attribute_not_exists({name}) OR {name} <= {expr.value(used)}",
         }
         return {"ConditionCheck": expr.attach(check)}
-
-    def release_items(
-        self, *, pool: str, team: str, gpus: int, held_since: float | None = None, now: float | None = None
-    ) -> tuple[list[TransactItem], list[tuple[str, str]]]:
-        """Updates that give back `gpus`, and add the run (held from `held_since` to `now`) to
-        the team's usage buckets.
-
-        A release is not conditional on the counters: a job leaving must never be blocked by a
-        drifted counter (admission is where the limit is enforced, and the reconciler reports and
-        repairs drift between this table and the active index).
-        """
-        usage: dict[int, float] = {}
-        if held_since is not None and now is not None:
-            usage = run_buckets(gpus, held_since, now, self.usage_half_life_s)
-        return (
-            [self._give(pool_key(pool), gpus), self._give(team_key(team), gpus, usage)],
-            [("other", f"ledger {pool}"), ("other", f"ledger {team}")],
-        )
 
     def _take(self, key: str, gpus: int, limit: int | None, *, moves: int = 1) -> TransactItem:
         """Add `gpus` to the counter `key` under `used <= limit` before it (None: no limit), and

@@ -109,3 +109,23 @@ class Unauthorized(SpotlineError):
 
 class Conflict(SpotlineError):
     """The job's state does not allow the request (e.g. cancelling a finished job)."""
+
+
+def refused(kind: str, name: str) -> ConditionFailed:
+    """The error of a store transaction refused by its item of role (`kind`, `name`): ("job", id)
+    and ("timeline", id) a stale job, ("new-job", id) a taken id, ("pool", name), ("team", name)
+    and ("lender", name) a full ledger counter; any other role a plain ConditionFailed. Every
+    store maps a refused transaction through this one function."""
+    if kind == "new-job":
+        return JobAlreadyExists(name)
+    if kind in ("job", "timeline"):
+        return StaleJobError(name)
+    if kind == "pool":
+        return CapacityExhausted(f"pool {name} has no room for this job")
+    if kind == "team":
+        return CapacityExhausted(f"team {name} reached its hard quota")
+    if kind == "lender":
+        return CapacityExhausted(
+            f"team {name} uses more GPUs than when the borrowing was decided: it lends less now"
+        )
+    return ConditionFailed(f"{kind} {name}: condition failed")
