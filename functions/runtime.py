@@ -117,13 +117,15 @@ def idempotent_on_event_id(key_prefix: str) -> Callable[[Handler], Handler]:
                     from spotline.aws.jobs import JobRepository
 
                     plane = control_plane()
-                    jobs = plane.jobs
-                    if not isinstance(jobs, JobRepository):
-                        raise TypeError("idempotency needs the control plane's jobs on DynamoDB")
-                    persistence = DynamoDBPersistenceLayer(
-                        table_name=plane.settings.idempotency_table,
-                        boto3_client=jobs.table.client,
-                    )
+                    persistence = plane.idempotency
+                    if persistence is None:
+                        jobs = plane.jobs
+                        if not isinstance(jobs, JobRepository):
+                            raise TypeError("idempotency needs a persistence layer or the jobs on DynamoDB")
+                        persistence = DynamoDBPersistenceLayer(
+                            table_name=plane.settings.idempotency_table,
+                            boto3_client=jobs.table.client,
+                        )
                     config = IdempotencyConfig(
                         event_key_jmespath="id",
                         raise_on_no_idempotency_key=True,

@@ -13,6 +13,7 @@ import secrets
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from spotline.control.ports import (
     BatchLauncher,
@@ -67,6 +68,9 @@ class ControlPlane:
     spot_pools: SpotPoolStore | None = None
     # Pins a submitted job's image tag to its digest (ECR); None: images run as given.
     images: ImageResolver | None = None
+    # The handlers' idempotency records (a Powertools persistence layer); None: DynamoDB's, on the
+    # idempotency table (`functions.runtime.idempotent_on_event_id`).
+    idempotency: Any = None
 
     @property
     def config(self) -> SpotlineConfig:

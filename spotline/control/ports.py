@@ -2,7 +2,8 @@
 
 The services (`spotline.control.*`) see only these; `spotline.aws` implements them on DynamoDB,
 EventBridge, Step Functions, SQS, Batch and CloudWatch Logs (`spotline.aws.plane` wires them into a
-`ControlPlane`), and the local runtime replaces some (its launcher runs local processes). Errors
+`ControlPlane`), the local runtime replaces some (its launcher runs local processes), and
+`spotline.control.memory` implements every one in memory, with DynamoDB's semantics, for tests. Errors
 are `spotline.control.errors`' (a write that lost a race is `StaleJobError`, a full pool
 `CapacityExhausted`, ...).
 

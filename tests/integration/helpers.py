@@ -1,6 +1,7 @@
 """What the integration tests share: moto in-process, Spotline's tables created from
-`spotline.resources`, a control plane wired to them (`make_deployment`), recording adapters, a
-clock, real-shaped events and the steps of a job's life. The fixtures are `conftest.py`'s.
+`spotline.resources`, a control plane wired to them (`make_deployment`) with the recording
+adapters of `spotline.control.memory`, a clock, real-shaped events and the steps of a job's
+life. The fixtures are `conftest.py`'s.
 
 A deployment without real workflows records workflow starts instead of running them (the tests
 that look at one decision stay synchronous); with them, the real ASL runs on moto's Step
@@ -16,7 +17,7 @@ import urllib.request
 import uuid
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -28,8 +29,8 @@ from functions.runtime import use_control_plane
 from spotline.aws.clients import AwsClients
 from spotline.aws.plane import build_control_plane
 from spotline.aws.workflows import StepFunctionsStarter
+from spotline.control.memory import RecordingLauncher, RecordingStarter, StaticInstanceResolver
 from spotline.control.plane import ControlPlane
-from spotline.control.ports import BatchJobRequest
 from spotline.control.records import JobRecord, run_id_for
 from spotline.control.settings import Settings
 from spotline.local.lambdas import LambdaContextStub
@@ -98,80 +99,6 @@ class TestClock:
         assert self.frozen is not None, "freeze the clock first"
         self.frozen += seconds
         return self.frozen
-
-
-@dataclass
-class RecordingLauncher:
-    """A BatchLauncher that records what it was asked, and answers like Batch about the jobs it
-    submitted: `find_live` by queue and name, `stopped` for the ended ones (and unknown ids).
-
-    Faults: `failures` are raised by the next submits instead of submitting;
-    `crash_after_submit` by the next submits after the job was submitted (a crash after the
-    call); `terminate_failures` by the next terminates. A terminate ends the job at once
-    unless `terminate_ends` is False (then only `end` does, as Batch's terminal event would)."""
-
-    submitted: list[BatchJobRequest] = field(default_factory=list)
-    terminated: list[tuple[str, str]] = field(default_factory=list)
-    failures: list[Exception] = field(default_factory=list)
-    crash_after_submit: list[Exception] = field(default_factory=list)
-    terminate_failures: list[Exception] = field(default_factory=list)
-    terminate_ends: bool = True
-    names: dict[str, tuple[str, str]] = field(default_factory=dict)
-    ended: set[str] = field(default_factory=set)
-
-    def submit(self, request: BatchJobRequest) -> str:
-        if self.failures:
-            raise self.failures.pop(0)
-        self.submitted.append(request)
-        batch_job_id = f"batch-{request.job_id}-{len(self.submitted)}"
-        self.names[batch_job_id] = (request.job_queue, request.job_name)
-        if self.crash_after_submit:
-            raise self.crash_after_submit.pop(0)
-        return batch_job_id
-
-    def find_live(self, job_queue: str, job_name: str) -> list[str]:
-        return [b for b, key in self.names.items() if key == (job_queue, job_name) and b not in self.ended]
-
-    def terminate(self, batch_job_id: str, reason: str) -> None:
-        if self.terminate_failures:
-            raise self.terminate_failures.pop(0)
-        self.terminated.append((batch_job_id, reason))
-        if self.terminate_ends:
-            self.ended.add(batch_job_id)
-
-    def stopped(self, batch_job_ids: Any) -> set[str]:
-        return {b for b in batch_job_ids if b in self.ended or b not in self.names}
-
-    def end(self, batch_job_id: str) -> None:
-        """The Batch job stops (its terminal event is the test's to send)."""
-        self.ended.add(batch_job_id)
-
-    def live(self) -> list[str]:
-        return [b for b in self.names if b not in self.ended]
-
-
-@dataclass
-class RecordingStarter:
-    started: list[tuple[str, str, dict[str, Any]]] = field(default_factory=list)
-
-    def start(self, state_machine_arn: str, name: str, payload: Mapping[str, Any]) -> str:
-        self.started.append((state_machine_arn, name, dict(payload)))
-        return f"{state_machine_arn}:{name}"
-
-    def names(self) -> list[str]:
-        return [name for _, name, _ in self.started]
-
-
-@dataclass
-class StaticInstanceResolver:
-    """Container instance ARN -> EC2 instance id, as ECS would answer."""
-
-    mapping: dict[str, str] = field(default_factory=dict)
-
-    def resolve(self, container_instances: Any) -> list[str]:
-        return sorted(
-            {self.mapping.get(c, c) for c in container_instances if self.mapping.get(c, c).startswith("i-")}
-        )
 
 
 @dataclass
