@@ -123,7 +123,11 @@ def test_get_shows_the_running_job_with_its_instances_and_counters(deployment: D
 
 
 def test_list_filters_by_state_and_paginates(deployment: Deployment) -> None:
-    ids = [post_job(name=f"j{i}")[1]["id"] for i in range(3)]
+    deployment.clock.freeze()
+    ids = []
+    for i in range(3):  # a second apart: newest first is by submission time, to the millisecond
+        ids.append(post_job(name=f"j{i}")[1]["id"])
+        deployment.clock.advance(1)
     call("DELETE", f"/jobs/{ids[0]}")
 
     status, page = call("GET", "/jobs", query={"state": "PENDING", "limit": "1"})
