@@ -30,6 +30,7 @@ lint: venv
 	$(BIN)/mypy spotline
 	$(BIN)/lint-imports
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
+	$(BIN)/python scripts/check_commits.py
 
 # The docs site on http://127.0.0.1:8000, rebuilt on every edit (the full install has MkDocs).
 docs: venv
