@@ -38,6 +38,7 @@ from typing import Any
 from spotline import resources
 from spotline.control.errors import (
     ConditionFailed,
+    ImageNotFound,
     InvalidTransition,
     JobAlreadyExists,
     JobNotFound,
@@ -1366,6 +1367,28 @@ class MemoryRunLogs:
         return LogPage(lines=list(page), next_token=str(start + len(page)))
 
 
+@dataclass
+class MemoryImages:
+    """An `ImageResolver` over a registry held in memory: `digests` maps an image as submitted
+    (`<repository>:<tag>`; no tag is `latest`) to the digest its tag names. An image given by
+    digest, or of a repository the registry does not hold, runs as given; a tag the registry does
+    not hold in one of its repositories is `ImageNotFound`, as ECR answers."""
+
+    digests: dict[str, str] = field(default_factory=dict)
+
+    def pin(self, image: str) -> str:
+        if "@" in image:
+            return image
+        name = image.rsplit("/", 1)[-1]
+        repository, tag = (image.rsplit(":", 1) if ":" in name else (image, "latest"))
+        digest = self.digests.get(f"{repository}:{tag}")
+        if digest is not None:
+            return f"{repository}@{digest}"
+        if any(known.rsplit(":", 1)[0] == repository for known in self.digests):
+            raise ImageNotFound(f"{image}: the registry has no image tagged {tag!r} in {repository!r}")
+        return image
+
+
 # --- idempotency for the handlers -----------------------------------------------------------------
 
 
@@ -1464,11 +1487,13 @@ def memory_control_plane(
     clock: Clock | None = None,
     tables: MemoryTables | None = None,
     launcher: RecordingLauncher | None = None,
+    images: MemoryImages | None = None,
     rng_seed: int | None = None,
     new_id: Callable[[], str] | None = None,
 ) -> MemoryPlane:
     """A `ControlPlane` over the memory stores (on `tables`, fresh ones by default), with every
-    outside service recorded. `clock` defaults to the wall clock."""
+    outside service recorded. `clock` defaults to the wall clock; `images` pins image tags (None:
+    images run as given)."""
     tables = tables or MemoryTables()
     events = RecordingEventSink()
     publisher = EventPublisher(events)
@@ -1497,6 +1522,7 @@ def memory_control_plane(
         new_job_id=new_id or new_job_id,
         run_logs=logs,
         spot_pools=MemorySpotPools(tables),
+        images=images,
         idempotency=memory_idempotency(),
     )
     return MemoryPlane(plane, tables, launcher, starter, tokens, trigger, events, resolver, logs)
