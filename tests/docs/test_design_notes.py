@@ -32,6 +32,22 @@ def test_every_relative_link_of_a_note_exists() -> None:
     assert not missing, "design notes link to missing files:\n" + "\n".join(missing)
 
 
+def test_every_anchor_a_note_links_to_in_the_docs_exists() -> None:
+    from markdown.extensions.toc import slugify
+
+    def anchors(page: Path) -> set[str]:
+        text = re.sub(r"```.*?```", "", page.read_text(), flags=re.DOTALL)
+        return {slugify(m.group(1), "-") for m in re.finditer(r"^#+ (.+)$", text, re.MULTILINE)}
+
+    missing = [
+        f"{path.name}: {target}{anchor}"
+        for path in NOTES.glob("*.md")
+        for target, anchor in LINK.findall(path.read_text())
+        if anchor and target.startswith("../docs/") and anchor[1:] not in anchors(path.parent / target)
+    ]
+    assert not missing, "design notes link to missing anchors:\n" + "\n".join(missing)
+
+
 def test_no_page_of_the_site_is_a_tuning_diary() -> None:
     pages = sorted((ROOT / "docs").rglob("*.md"))
     diaries = [
