@@ -32,7 +32,7 @@ from spotline.sim.peers import (
 )
 from spotline.sim.pools import GPUS_PER_NODE, SpotAdvice, build_pools, spot_advice
 from spotline.sim.spot_zones import SpotModel, ZoneCapacity, default_zone_traces, zone_capacities, zone_pools
-from spotline.sim.spotline_policy import SpotlinePolicy
+from spotline.sim.spotline_policy import DecisionObserver, SpotlinePolicy
 from spotline.trace.canonical import Trace
 
 POLICIES: tuple[str, ...] = ("fifo", "priority-random", "kueue", "slurm", "spotline")
@@ -89,7 +89,12 @@ class SimulationReport:
 
 
 def make_policy(
-    name: str, shares: TeamShares, settings: SimSettings, seed: int, config: SchedulerConfig | None = None
+    name: str,
+    shares: TeamShares,
+    settings: SimSettings,
+    seed: int,
+    config: SchedulerConfig | None = None,
+    observer: DecisionObserver | None = None,
 ) -> Policy:
     competent = settings.victim_stop is VictimStop.CHECKPOINT
     if name == "fifo":
@@ -112,7 +117,7 @@ def make_policy(
     if spot_peer is not None:
         return spot_peer(competent)
     if name == "spotline":
-        return SpotlinePolicy(config or SchedulerConfig(), shares, settings, seed)
+        return SpotlinePolicy(config or SchedulerConfig(), shares, settings, seed, observer)
     raise ValueError(f"unknown policy {name!r} (one of {', '.join(KNOWN_POLICIES)})")
 
 
@@ -152,11 +157,13 @@ def run_policy(
     record_series: bool = False,
     keep_jobs: bool = True,
     zones: dict[str, ZoneCapacity] | None = None,
+    observer: DecisionObserver | None = None,
 ) -> PolicyRun:
     """One policy over the trace (`keep_jobs`: keep each job's record in the result; `zones`:
-    the trace-driven Spot pools' capacity, `spot_zones.zone_capacities`)."""
+    the trace-driven Spot pools' capacity, `spot_zones.zone_capacities`; `observer`: Spotline's
+    decisions, pass by pass)."""
     jobs = build_jobs(trace.jobs, settings, seed, GPUS_PER_NODE)
-    policy = make_policy(name, shares, settings, seed, config)
+    policy = make_policy(name, shares, settings, seed, config, observer)
     isolated = isolated_jct(jobs, shares.nominal)
     began, cpu = time.perf_counter(), time.process_time()
     with _few_collections():
@@ -228,10 +235,12 @@ _Inputs = tuple[
 _FORKED_INPUTS: _Inputs | None = None
 
 
-def _run(name: str, inputs: _Inputs, sink: DecisionSink | None = None) -> PolicyRun:
+def _run(
+    name: str, inputs: _Inputs, sink: DecisionSink | None = None, observer: DecisionObserver | None = None
+) -> PolicyRun:
     trace, pools, shares, settings, seed, config, record_series, keep_jobs, zones = inputs
     return run_policy(
-        trace, name, pools, shares, settings, seed, config, sink, record_series, keep_jobs, zones
+        trace, name, pools, shares, settings, seed, config, sink, record_series, keep_jobs, zones, observer
     )
 
 
@@ -257,6 +266,7 @@ def simulate(
     keep_jobs: bool = True,
     spot_model: SpotModel = SpotModel.TRACE,
     availability: Sequence[AvailabilityTrace] | dict[str, AvailabilityTrace] | None = None,
+    observer: DecisionObserver | None = None,
 ) -> SimulationReport:
     """Replay `trace` through each policy; every policy sees the same jobs, restart costs and
     Spot capacity and reclaims for a given `seed`.
@@ -268,7 +278,8 @@ def simulate(
     reclaims. With `pools`, `availability` (when given) maps Spot pool names to their traces.
 
     With `workers` > 1 the policies run in that many processes at once (the runs are
-    independent; a decision `sink` keeps them in this one).
+    independent; a decision `sink`, or an `observer` of Spotline's decisions, keeps them in this
+    one).
     `keep_jobs=False` leaves each job's record out of the runs (the metrics are computed
     from them all the same): a caller that reads only metrics spares processes shipping
     every job's record back."""
@@ -301,9 +312,9 @@ def simulate(
     inputs = (trace, pool_list, shares, settings, seed, config, record_series, keep_jobs, zones)
 
     def one(name: str, run_sink: DecisionSink | None = None) -> PolicyRun:
-        return _run(name, inputs, run_sink)
+        return _run(name, inputs, run_sink, observer)
 
-    if workers > 1 and len(policies) > 1 and sink is None:
+    if workers > 1 and len(policies) > 1 and sink is None and observer is None:
         global _FORKED_INPUTS
         methods = multiprocessing.get_all_start_methods()
         forked = "fork" in methods

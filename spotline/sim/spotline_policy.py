@@ -39,6 +39,7 @@ from __future__ import annotations
 import bisect
 import heapq
 import random
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
@@ -46,6 +47,7 @@ from spotline.domain import (
     Admit,
     Allocation,
     ClusterSnapshot,
+    Decision,
     Job,
     JobSpec,
     JobState,
@@ -71,6 +73,9 @@ from spotline.sim.usage import DecayedUsage
 if TYPE_CHECKING:
     from spotline.sim.engine import PoolState, Simulation
 
+# Called with each pass's time and decisions (`spotline.sim.fingerprint.DecisionDigest.observe`).
+DecisionObserver = Callable[[float, Sequence[Decision]], None]
+
 
 class SpotlinePolicy:
     """Ours: priority with aging and fair-share, checkpoint-then-preempt, checkpoint resume."""
@@ -81,8 +86,16 @@ class SpotlinePolicy:
     # Passes at one instant: the first, and one more after victims were stopped at once.
     MAX_PASSES_AT_ONCE = 3
 
-    def __init__(self, config: SchedulerConfig, shares: TeamShares, settings: SimSettings, seed: int) -> None:
+    def __init__(
+        self,
+        config: SchedulerConfig,
+        shares: TeamShares,
+        settings: SimSettings,
+        seed: int,
+        observer: DecisionObserver | None = None,
+    ) -> None:
         self.config = config
+        self.observer = observer
         self.acts_on_notices = settings.spotline_acts_on_notices
         # Moving jobs to Spot is decided about running jobs, with or without a queue.
         self.plans_when_idle = config.move_to_spot_min_remaining_s > 0
@@ -298,7 +311,7 @@ class SpotlinePolicy:
             }
         for _ in range(self.MAX_PASSES_AT_ONCE):
             stopped = False
-            for decision in plan(
+            decisions = plan(
                 self._pass_snapshot(now),
                 self.queue,
                 now,
@@ -306,7 +319,10 @@ class SpotlinePolicy:
                 self.rng,
                 explain=False,
                 running=self.running,
-            ):
+            )
+            if self.observer is not None:
+                self.observer(now, decisions)
+            for decision in decisions:
                 if isinstance(decision, Admit):
                     self._admit(decision, now)
                 elif isinstance(decision, Preempt):
