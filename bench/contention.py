@@ -20,9 +20,10 @@ critical and high jobs in the p99 tail of their wait waited for), for Spotline a
 preempting peer (fewest lost GPU-hours).
 
 Run: `.venv/bin/python -m bench.contention` (`--contended-only`: the contended samples alone;
-`--tuning`: the tuning set's contended counterparts instead of the evaluation set; `--steps`:
-Spotline with issue 29's rules added one at a time, `STEPS`, which is how the defaults were
-chosen, with `--tuning`);
+`--tuning`: the tuning set's contended counterparts instead of the evaluation set; `--variant
+NAME`, repeatable: Spotline with these simulator variants (`spotline.sim.variants`) beside the
+shipped policy, its accounts and goals printed apart: how a variant is judged, first with
+`--tuning`, then on the evaluation set, docs/simulator.md);
 `SPOTLINE_BENCH_QUICK=1`: small samples (a smoke test, not a result).
 """
 
@@ -44,136 +45,14 @@ from rich.table import Table
 from bench.policy_bench import runs as pb_runs
 from bench.policy_bench import setup as pb
 from bench.policy_bench.tables import _fmt
-from spotline.domain import Priority, SchedulerConfig
-from spotline.domain.config import PriorityWeights, VictimStrategy
+from spotline.domain import SchedulerConfig
 from spotline.sim import SimSettings, simulate
 from spotline.sim.accounts import LOSS_CAUSES, RESTART_LABELS, SPOT, WAIT_CAUSES
+from spotline.sim.variants import VARIANTS
 from spotline.trace import Trace
 from spotline.trace.synth import synth_trace
 
 PREEMPTING = tuple(p for p in pb.PEERS if p != "fifo")
-# The policy before issue 29's rules, shown beside the defaults (docs/contention.md): critical
-# preemptors stop their victims at once, the margin alone decides who may preempt whom, classes
-# are not strict, victims by least lost work.
-BEFORE = SchedulerConfig(
-    stop_at_once_within_write=False,
-    preempt_lower_class_only=False,
-    weights=PriorityWeights(strict_class_order=False),
-    strategy=VictimStrategy.LEAST_LOST_WORK,
-    preempt_for_class_head_only=frozenset(),
-    hold_for_blocked_gang=False,
-    gang_hold_backfill=False,
-    gang_hold_after_s=0.0,
-    move_to_spot_min_remaining_s=0.0,
-    move_to_spot_weighs_history=False,
-)
-VARIANT = "spotline, before issue 29"
-# Issue 29's rules, one added at a time (`--steps`, on the tuning set's contended counterparts:
-# what the defaults were chosen on), and the alternatives measured beside them.
-_WITHIN_WRITE = {"stop_at_once_within_write": True}
-_CLASSES = {
-    **_WITHIN_WRITE,
-    "preempt_lower_class_only": True,
-    "weights": PriorityWeights(strict_class_order=True),
-}
-# The first rules' defaults (the first session's choice, bench/data/contention_tuning.json).
-FIRST = BEFORE.model_copy(update={**_CLASSES, "strategy": VictimStrategy.LOWEST_CLASS_LEAST_LOST_WORK})
-# The second session's rules, added one at a time to FIRST (bench/data/contention_tuning_2.json).
-# (measured under the advisor-band Spot model then, without the pools' history: the moves by the
-# remaining-time threshold alone)
-_SPOT_MOVES = {"move_to_spot_min_remaining_s": 86400.0, "move_to_spot_weighs_history": False}
-_GANG = {**_SPOT_MOVES, "hold_for_blocked_gang": True}
-_HEAD_NORMAL = {**_GANG, "preempt_for_class_head_only": frozenset({Priority.NORMAL})}
-# The third session's (bench/retune_spot_traces.py, bench/data/contention_tuning_3.json): under
-# the trace-driven Spot model, with the pools' history fed to the pass, the second rules' moves
-# and gang hold decided again (each on the head rule for the normal class).
-_HEAD = {"preempt_for_class_head_only": frozenset({Priority.NORMAL})}
-_WEIGHED = {"move_to_spot_weighs_history": True}
-SPOT_TRACE_STEPS: dict[str, SchedulerConfig] = {
-    name: FIRST.model_copy(update={**_HEAD, **moves, "hold_for_blocked_gang": hold})
-    for hold in (False, True)
-    for name, moves in (
-        (
-            f"moves weigh the pool's history (a day left at least), {'' if hold else 'no '}gang hold",
-            {**_WEIGHED, "move_to_spot_min_remaining_s": 86400.0},
-        ),
-        (
-            f"moves weigh the pool's history (6 h left at least), {'' if hold else 'no '}gang hold",
-            {**_WEIGHED, "move_to_spot_min_remaining_s": 21600.0},
-        ),
-        (
-            f"moves by the remaining time alone (a day), {'' if hold else 'no '}gang hold",
-            {"move_to_spot_weighs_history": False, "move_to_spot_min_remaining_s": 86400.0},
-        ),
-        (f"no moves, {'' if hold else 'no '}gang hold", {"move_to_spot_min_remaining_s": 0.0}),
-    )
-}
-# The fourth session's (bench/retune_gang_backfill.py, bench/data/contention_tuning_4.json): the
-# gang hold made backfill-aware (`gang_hold_backfill`), beside the third rules' defaults and their
-# plain gang hold (the third record's peers are reused).
-_THIRD = SPOT_TRACE_STEPS["moves weigh the pool's history (6 h left at least), no gang hold"]
-GANG_BACKFILL_STEPS: dict[str, SchedulerConfig] = {
-    "the third rules' defaults (no gang hold)": _THIRD,
-    "gang hold": _THIRD.model_copy(update={"hold_for_blocked_gang": True}),
-    "gang hold, backfill by declared run time": _THIRD.model_copy(
-        update={"hold_for_blocked_gang": True, "gang_hold_backfill": True}
-    ),
-    **{
-        f"gang hold after {label}, backfill by declared run time": _THIRD.model_copy(
-            update={"hold_for_blocked_gang": True, "gang_hold_backfill": True, "gang_hold_after_s": after}
-        )
-        for label, after in (("15 min", 900.0), ("1 h", 3600.0))
-    },
-}
-STEPS: dict[str, SchedulerConfig] = {
-    "before issue 29": BEFORE,
-    "+ critical victims checkpoint beyond their write": BEFORE.model_copy(update=_WITHIN_WRITE),
-    "+ preemption by class, strict class order": BEFORE.model_copy(update=_CLASSES),
-    "+ victims lowest class first (the first defaults)": FIRST,
-    "alternative: lowest class, then least cost": BEFORE.model_copy(
-        update={**_CLASSES, "strategy": VictimStrategy.LOWEST_CLASS_LEAST_COST}
-    ),
-    "alternative: the first defaults, lower classes wait below a blocked one": FIRST.model_copy(
-        update={"preempt_below_blocked_class": True}
-    ),
-    "alternative: the first defaults, protection 300 s": FIRST.model_copy(
-        update={"protection_period_s": 300.0}
-    ),
-    "alternative: the first defaults, only the head of each class preempts": FIRST.model_copy(
-        update={"preempt_for_class_head_only": frozenset(Priority)}
-    ),
-    "alternative: the first defaults, only the head of the normal class preempts": FIRST.model_copy(
-        update={"preempt_for_class_head_only": frozenset({Priority.NORMAL})}
-    ),
-    "alternative: the first defaults, free GPUs held for the top blocked gang": FIRST.model_copy(
-        update={"hold_for_blocked_gang": True}
-    ),
-    "alternative: the first defaults, head of the normal class, gang hold": FIRST.model_copy(
-        update={"preempt_for_class_head_only": frozenset({Priority.NORMAL}), "hold_for_blocked_gang": True}
-    ),
-    "alternative: the first defaults, no protection for jobs ahead of a gang or critical job": (
-        FIRST.model_copy(update={"protect_backfill": False})
-    ),
-    "alternative: the first defaults, moves to Spot with 6 h left": FIRST.model_copy(
-        update={"move_to_spot_min_remaining_s": 21600.0}
-    ),
-    "alternative: the first defaults, head of the normal class, moves with 6 h left": FIRST.model_copy(
-        update={
-            "preempt_for_class_head_only": frozenset({Priority.NORMAL}),
-            "move_to_spot_min_remaining_s": 21600.0,
-        }
-    ),
-    "+ moves to Spot with a day left": FIRST.model_copy(update=_SPOT_MOVES),
-    "+ free GPUs held for the top blocked gang": FIRST.model_copy(update=_GANG),
-    "+ only the head of the normal class preempts (the defaults)": FIRST.model_copy(update=_HEAD_NORMAL),
-    "alternative: the defaults with the head of every class": FIRST.model_copy(
-        update={**_HEAD_NORMAL, "preempt_for_class_head_only": frozenset(Priority)}
-    ),
-    "alternative: moves and gang hold, no protection for jobs ahead of a gang or critical job": (
-        FIRST.model_copy(update={**_GANG, "protect_backfill": False})
-    ),
-    **{f"spot traces: {name}": config for name, config in SPOT_TRACE_STEPS.items()},
-}
 
 
 @dataclass(frozen=True)
@@ -243,6 +122,7 @@ def run_contended(
     config: SchedulerConfig | None = None,
     settings: SimSettings | None = None,
     workers: int | None = None,
+    variants: Sequence[str] = (),
 ) -> dict[str, dict[str, Any]]:
     report = simulate(
         sample.trace(),
@@ -251,6 +131,7 @@ def run_contended(
         seed=sample.seed,
         config=config,
         settings=settings,
+        variants=variants,
         trace_name=sample.label,
         workers=pb_runs.WORKERS if workers is None else workers,
         keep_jobs=False,
@@ -336,9 +217,9 @@ def goal_rows(per_sample: Sequence[dict[str, dict[str, Any]]]) -> list[dict[str,
     return rows
 
 
-def with_variant(runs: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    """The runs with the policy before issue 29 in Spotline's place."""
-    return {**runs, "spotline": runs[VARIANT]}
+def with_variant(runs: dict[str, dict[str, Any]], label: str) -> dict[str, dict[str, Any]]:
+    """The runs with Spotline under the variants `label` in Spotline's place."""
+    return {**runs, "spotline": runs[label]}
 
 
 def print_goals(
@@ -484,58 +365,6 @@ def print_accounts(label: str, runs: dict[str, dict[str, Any]], console: Console
     console.print(waits)
 
 
-def run_steps(samples: Sequence[Contended], console: Console) -> dict[str, Any]:
-    """Spotline with each of `STEPS` on `samples` (the peers once per sample, for the ratios):
-    per sample and step, lost GPU-hours (and / the best preempting peer's), the critical and the
-    high p99 wait, average and low-class JCT."""
-    table = Table(title="Issue 29's rules one at a time (Spotline; ratios to the best peer in the sample)")
-    columns = ("sample", "configuration", "lost GPU-h", "crit / high p99 wait (min)", "avg / low JCT (h)")
-    for column in columns:
-        table.add_column(column)
-    saved: dict[str, Any] = {}
-    for sample in samples:
-        peers = run_contended(sample, pb.PEERS)
-        lost_goal, wait_goal = GOALS[0], GOALS[1]
-        saved[sample.label] = {}
-        for name, config in STEPS.items():
-            m = run_contended(sample, ["spotline"], config=config, workers=1)["spotline"]
-            runs = {**peers, "spotline": m}
-            saved[sample.label][name] = m
-            lost_ratio = judge(lost_goal, runs)[0]
-            wait = m["wait_p99_s_by_priority"]
-            jct = m["avg_jct_s_by_priority"]
-            table.add_row(
-                sample.label,
-                name,
-                f"{m['lost_gpu_hours']:.1f} (x{lost_ratio:.2f})",
-                f"{wait['critical'] / 60:.1f} / {wait['high'] / 60:.1f} ({judge(wait_goal, runs)[2]})",
-                f"{m['avg_jct_s'] / 3600:.2f} / {jct['low'] / 3600:.2f}",
-            )
-    console.print(table)
-    return saved
-
-
-def steps_record(saved: dict[str, Any]) -> dict[str, Any]:
-    """What `--steps --json` writes (bench/data/contention_tuning.json): per sample and step, the
-    figures the choice read, and the step the defaults are."""
-    chosen = next(name for name, config in STEPS.items() if config == SchedulerConfig())
-    rows = {
-        sample: {
-            name: {
-                "lost_gpu_hours": m["lost_gpu_hours"],
-                "preemptions": m["preemptions"],
-                "wait_p99_s_by_priority": m["wait_p99_s_by_priority"],
-                "avg_jct_s": m["avg_jct_s"],
-                "avg_jct_s_by_priority": m["avg_jct_s_by_priority"],
-                "cost_per_useful_gpu_hour": m["cost_per_useful_gpu_hour"],
-            }
-            for name, m in steps.items()
-        }
-        for sample, steps in saved.items()
-    }
-    return {"command": "python -m bench.contention --tuning --steps", "defaults": chosen, "samples": rows}
-
-
 def _saved_runs(path: Path | None) -> dict[str, dict[str, dict[str, Any]]]:
     """The evaluation's runs policy_bench saved, by sample label (none without a file, or with
     an unreadable one: then every sample is simulated here). The same simulations, since a run
@@ -557,7 +386,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--synthetic-only", action="store_true", help="leave the Philly samples out")
     parser.add_argument("--json", type=Path, default=None, help="write the contended samples' metrics here")
     parser.add_argument(
-        "--steps", action="store_true", help="Spotline with issue 29's rules in turn (with --tuning)"
+        "--variant",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="also run Spotline with this simulator variant (repeatable: together), judged apart",
     )
     parser.add_argument(
         "--evaluation-runs",
@@ -574,23 +407,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     per_contended = []
     if args.synthetic_only:
         contended = [s for s in contended if s.kind != "philly"]
-    if args.steps:
-        steps = run_steps(contended, console)
-        if args.json is not None:
-            args.json.write_text(json.dumps(steps_record(steps), indent=1) + "\n")
-        console.print(f"contention bench (steps): {time.perf_counter() - began:.0f} s wall")
-        return 0
+    unknown = [name for name in args.variant if name not in VARIANTS]
+    if unknown:
+        known = ", ".join(VARIANTS) or "none"
+        parser.error(f"--variant: unknown {', '.join(unknown)} (known: {known})")
+    variant = f"spotline with {' + '.join(args.variant)}" if args.variant else None
     saved: dict[str, Any] = {}
     for sample in contended:
         runs = run_contended(sample)
-        runs[VARIANT] = run_contended(sample, ["spotline"], config=BEFORE, workers=1)["spotline"]
+        if variant is not None:
+            runs[variant] = run_contended(sample, ["spotline"], workers=1, variants=args.variant)["spotline"]
         per_contended.append(runs)
         saved[sample.label] = runs
         print_accounts(sample.label, runs, console)
-        print_accounts(f"{sample.label}, {VARIANT}", with_variant(runs), console)
+        if variant is not None:
+            print_accounts(f"{sample.label}, {variant}", with_variant(runs, variant), console)
     labels = [s.label for s in contended]
     print_goals("Goals on the contended samples (issue 29)", labels, per_contended, console)
-    print_goals(f"The same goals, {VARIANT}", labels, [with_variant(r) for r in per_contended], console)
+    if variant is not None:
+        varied = [with_variant(r, variant) for r in per_contended]
+        print_goals(f"The same goals, {variant}", labels, varied, console)
     if args.json is not None:
         args.json.write_text(json.dumps(saved))
     if not args.contended_only and not args.tuning:

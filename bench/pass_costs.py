@@ -79,14 +79,8 @@ def main(argv: list[str] | None = None) -> None:
     ) -> Any:
         count[0] += 1
         if count[0] % args.every == 0:
-            # The queue and the simulator's index of running jobs change after the pass: keep the
-            # queue as it was, and the allocations in the snapshot (the replay below builds the
-            # index from them, as the control plane's pass does).
-            running = options.get("running")
-            kept = snapshot
-            if running is not None:
-                kept = snapshot.model_copy(update={"allocations": tuple(running.allocations())})
-            samples.append((kept, pickle.loads(pickle.dumps(queue)), now, config, rng.getstate()))
+            # The queue changes after the pass: keep it as it was.
+            samples.append((snapshot, pickle.loads(pickle.dumps(queue)), now, config, rng.getstate()))
         decisions = plan(snapshot, queue, now, config, rng, **options)
         acted[0] = acted[0] or any(isinstance(d, Admit | Preempt) for d in decisions)
         return decisions
@@ -127,12 +121,11 @@ def main(argv: list[str] | None = None) -> None:
     for window in WINDOWS:
         total = 0.0
         for snapshot, queue, now, config, state in samples:
-            sized = config.model_copy(update={"window_per_class": window})
             rng = random.Random()
             began = time.perf_counter()
             for _ in range(3):
                 rng.setstate(state)
-                plan_with_stats(snapshot, queue, now, sized, rng, explain=False)
+                plan_with_stats(snapshot, queue, now, config, rng, window_per_class=window)
             total += (time.perf_counter() - began) / 3
         print(f"  window {window:>3}: {1000 * total / max(1, len(samples)):.3f} ms")
 

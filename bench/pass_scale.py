@@ -40,7 +40,7 @@ READ_OPERATIONS = frozenset({"GetItem", "Query", "Scan", "BatchGetItem"})
 FIXED_WINDOW = 256  # the window per class before it scaled with free GPUs
 
 
-def config(capacity_gpus: int, *, max_window: int | None = None) -> dict[str, Any]:
+def config(capacity_gpus: int) -> dict[str, Any]:
     """One On-Demand a100 pool of `capacity_gpus`, one team whose quota is the pool."""
     settings: dict[str, Any] = {
         "pools": [
@@ -57,8 +57,6 @@ def config(capacity_gpus: int, *, max_window: int | None = None) -> dict[str, An
         "teams": [{"team": "vision", "nominal_gpus": capacity_gpus}],
         "scheduler": {"protection_period_s": 0, "preemption_delay_s": 0},
     }
-    if max_window is not None:
-        settings["max_window_per_class"] = max_window
     return settings
 
 
@@ -216,7 +214,19 @@ def queue_length_rows(sizes: list[int]) -> list[dict[str, Any]]:
 def backlog_run(backlog: int, *, max_window: int | None) -> dict[str, Any]:
     """Measure 2: `backlog` 1-GPU jobs and as many free GPUs; passes back to back."""
     now = 1_800_000_000.0
-    with control_plane(config(backlog, max_window=max_window), now) as plane, metered() as meters:
+    from spotline.control import scheduling
+
+    widest = scheduling.MAX_WINDOW_PER_CLASS
+    # The fixed-window run caps the window at the fixed one (the pass's constant, for this run).
+    scheduling.MAX_WINDOW_PER_CLASS = widest if max_window is None else max_window
+    try:
+        return _backlog_run(backlog, now)
+    finally:
+        scheduling.MAX_WINDOW_PER_CLASS = widest
+
+
+def _backlog_run(backlog: int, now: float) -> dict[str, Any]:
+    with control_plane(config(backlog), now) as plane, metered() as meters:
         plane.jobs.bulk_load(
             pending_records(backlog, now - backlog - 1, gpu_type="a100", gpus=1, one_class=True)
         )

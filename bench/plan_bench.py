@@ -34,6 +34,7 @@ from spotline.domain import (
     TeamQuota,
     plan_with_stats,
 )
+from spotline.domain.queue import WINDOW_PER_CLASS
 
 NOW = 1_704_067_200.0  # 2024-01-01T00:00:00Z
 SIZES = (1_000, 10_000, 100_000)
@@ -256,7 +257,7 @@ def _timed_run(
     return {
         "gpus": snapshot.total_gpus,
         "gpus_in_use": sum(snapshot.used_gpus(p) for p in snapshot.pools),
-        "window_per_class": config.window_per_class,
+        "window_per_class": WINDOW_PER_CLASS,
         "repeats": REPEATS,
         "sizes": results,
         "ratio": ratio,

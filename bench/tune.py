@@ -3,8 +3,8 @@
 Chooses `SchedulerConfig`'s defaults, and the Slurm peer's knobs (`SlurmKnobs`), on the tuning set
 only (`policy_bench.TUNING`: Philly 2017-10-02..15 and synthetic seeds 101-102; never the
 evaluation set). Every policy gets the same budget on the same samples: `--budget` seeded random
-draws from its knob space, its defaults before this tuning as draw 0 (`SPOTLINE_BEFORE`,
-`SLURM_BEFORE`; the draws are then the same in every rerun). Kueue's knob space is its three setups
+draws from its knob space, its present defaults as draw 0 (`SchedulerConfig()`, `SLURM_BEFORE`;
+the draws are then the same in every rerun). Kueue's knob space is its three setups
 (all of them, fewer than the budget), and each setup is a peer in the evaluation anyway; FIFO and
 priority-random have no knob. Then the best draw of Spotline and of Slurm is refined over one knob,
 four runs each: Spotline's shortest-declared-first weight, Slurm's backfill depth.
@@ -15,8 +15,8 @@ peers at their defaults (lower is better; higher-is-better metrics enter inverte
 floored at 5 minutes, lost GPU-hours at 1, as the goals read them). Lower is better.
 
 Then each lever is switched off in Spotline's best draw, to check that it pays on the tuning set
-(design-notes/tuning.md): the least-attained-service term, stopping victims that just checkpointed,
-shortest declared run time first, cost-aware Spot placement, moving On-Demand jobs to Spot.
+(design-notes/tuning.md):
+shortest declared run time first, moving On-Demand jobs to Spot.
 
 `--reduced` (the default on this 2-core machine): the synthetic samples at 2,000 jobs on 128
 GPUs and the first four days of the Philly window (2017-10-02..05); `--full`: the tuning set as
@@ -59,23 +59,7 @@ REDUCED_SAMPLES = pb.TUNING_REDUCED
 PEERS_AT_DEFAULTS = ("fifo", "priority-random", "kueue-classic", "kueue-bwc", "kueue-fair", "slurm")
 
 
-# Draw 0 of each policy: its defaults before this tuning (so a rerun draws the same 12), with
-# the rules from before issue 29 (added after it, docs/contention.md).
-SPOTLINE_BEFORE = SchedulerConfig(
-    weights=PriorityWeights(
-        fairshare=400.0, attained=0.0, attained_norm_gpu_h=64.0, shortest=0.0, strict_class_order=False
-    ),
-    strategy=VictimStrategy.LEAST_LOST_WORK,
-    protection_period_s=600.0,
-    preemption_margin=500.0,
-    preemption_delay_s=60.0,
-    fresh_checkpoint_s=0.0,
-    stop_at_once_within_write=False,
-    preempt_lower_class_only=False,
-    preempt_for_class_head_only=frozenset(),
-    hold_for_blocked_gang=False,
-    move_to_spot_min_remaining_s=0.0,
-)
+# Draw 0 of the Slurm peer: its defaults before this tuning (so a rerun draws the same 12).
 SLURM_BEFORE = SlurmKnobs(
     weight_age=1000.0, weight_fairshare=2000.0, max_age_s=7 * 86400.0, bf_reservations=16
 )
@@ -102,20 +86,14 @@ def draw_spotline(rng: random.Random, shortest_rng: random.Random) -> SchedulerC
     weights = PriorityWeights(
         age=rng.choice([300.0, 600.0, 900.0]),
         fairshare=rng.choice([0.0, 100.0, 400.0, 800.0]),
-        attained=rng.choice([0.0, 0.0, 200.0, 400.0]),
-        attained_norm_gpu_h=rng.choice([16.0, 64.0, 256.0]),
-        # From its own stream: the draws of the other knobs, and of Slurm's, stay as they were
-        # before this knob existed.
+        # From its own stream, so the draws of the other knobs do not depend on it.
         shortest=shortest_rng.choice(SHORTEST),
     )
     return SchedulerConfig(
         weights=weights,
         strategy=rng.choice(SIM_FAITHFUL_STRATEGIES),
-        preemption_margin=rng.choice([300.0, 500.0, 800.0]),
         preemption_delay_s=rng.choice([0.0, 60.0, 180.0, 600.0]),
         protection_period_s=rng.choice([300.0, 600.0, 1800.0]),
-        fresh_checkpoint_s=rng.choice([0.0, 60.0, 120.0]),
-        spot_cost_aware=rng.choice([True, False]),
     )
 
 
@@ -165,7 +143,7 @@ def tune(samples: Sequence[pb.Sample], budget: int, seed: int, workers: int) -> 
     began = time.perf_counter()
     rng = random.Random(f"spotline-tune:{seed}")
     shortest_rng = random.Random(f"spotline-tune:{seed}:shortest")
-    spotline = [SPOTLINE_BEFORE] + [draw_spotline(rng, shortest_rng) for _ in range(budget - 1)]
+    spotline = [SchedulerConfig()] + [draw_spotline(rng, shortest_rng) for _ in range(budget - 1)]
     slurm = [SLURM_BEFORE] + [draw_slurm(rng) for _ in range(budget - 1)]
     base: list[tuple[pb.Sample, str, SchedulerConfig | None, SimSettings | None]] = [
         (s, p, None, None) for s in samples for p in PEERS_AT_DEFAULTS
@@ -206,27 +184,12 @@ def tune(samples: Sequence[pb.Sample], budget: int, seed: int, workers: int) -> 
     chosen = spotline[best]
     on_shortest = chosen.weights.shortest or 200.0
     # Each lever on and off in the chosen draw (one of the two is the chosen draw itself).
-    on_attained = chosen.weights.attained or 200.0
     levers: dict[str, tuple[SchedulerConfig, SchedulerConfig]] = {
-        "least attained service": (
-            chosen.model_copy(
-                update={"weights": chosen.weights.model_copy(update={"attained": on_attained})}
-            ),
-            chosen.model_copy(update={"weights": chosen.weights.model_copy(update={"attained": 0.0})}),
-        ),
-        "checkpoint boundaries": (
-            chosen.model_copy(update={"fresh_checkpoint_s": chosen.fresh_checkpoint_s or 60.0}),
-            chosen.model_copy(update={"fresh_checkpoint_s": 0.0}),
-        ),
         "shortest declared first": (
             chosen.model_copy(
                 update={"weights": chosen.weights.model_copy(update={"shortest": on_shortest})}
             ),
             chosen.model_copy(update={"weights": chosen.weights.model_copy(update={"shortest": 0.0})}),
-        ),
-        "cost-aware Spot placement": (
-            chosen.model_copy(update={"spot_cost_aware": True}),
-            chosen.model_copy(update={"spot_cost_aware": False}),
         ),
         "moving to Spot (jobs with 1 h or more left)": (
             chosen.model_copy(
@@ -293,7 +256,7 @@ def report(result: dict[str, Any]) -> str:
     default = result["spotline"][0]["config"]
     for i, row in enumerate(result["spotline"]):
         mark = " <- chosen" if i == result["spotline_best"] else ""
-        changes = ", ".join(_diff(row["config"], default)) or "(the defaults before tuning)"
+        changes = ", ".join(_diff(row["config"], default)) or "(the defaults)"
         lines.append(f"  spotline #{i:2d} {row['score']:+8.3f}  {changes}{mark}")
     for label, row in result["levers"].items():
         verdict = "helps" if row["on"] < row["off"] else "does not help"

@@ -13,7 +13,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from pydantic import ValidationError
+
+from spotline.control.settings import SpotlineConfig
 from spotline.control.sizing import INSTANCE_SHAPES, efa_interfaces, supports_efa
+from spotline.domain import SchedulerConfig
 from spotline.resources import TEAM_NAME_PATTERN
 
 # vCPUs and GPUs of one instance, for the GPU instance types a pool is likely to use (from the
@@ -159,7 +163,7 @@ class DeploymentConfig:
     identities: Mapping[str, Any] = field(default_factory=dict)
     scheduler: Mapping[str, Any] = field(default_factory=dict)
     # Other top-level fields of SPOTLINE_CONFIG (spotline.control.settings.SpotlineConfig), e.g.
-    # grace_period_s, heartbeat_timeout_s, launch_timeout_s.
+    # grace_period_s, heartbeat_timeout_s, start_timeout_s.
     control_plane: Mapping[str, Any] = field(default_factory=dict)
     # An existing VPC (imported without a lookup: its private subnets and their AZs are given).
     vpc_id: str | None = None
@@ -421,8 +425,8 @@ def parse_context(context: Mapping[str, Any]) -> DeploymentConfig:
         region=str(raw["region"]) if raw.get("region") else None,
         teams=teams,
         identities=dict(raw.get("identities") or {}),
-        scheduler=dict(raw.get("scheduler") or {}),
-        control_plane=dict(raw.get("control_plane") or {}),
+        scheduler=_scheduler(raw.get("scheduler")),
+        control_plane=_control_plane(raw.get("control_plane")),
         vpc_id=vpc_id,
         vpc_subnet_ids=subnet_ids,
         vpc_availability_zones=azs,
@@ -459,6 +463,42 @@ def parse_context(context: Mapping[str, Any]) -> DeploymentConfig:
         ),
         target=target,
     )
+
+
+# SPOTLINE_CONFIG's fields that the stack writes itself: `control_plane` may not set them.
+_WRITTEN_BY_THE_STACK = frozenset(
+    {"pools", "job_definitions", "job_definition", "efa_job_definitions", "multinode_job_definition"}
+    | {"teams", "identities", "scheduler", "agent_poll_s"}
+)
+
+
+def _scheduler(value: Any) -> dict[str, Any]:
+    """The `scheduler` context: settings of `SchedulerConfig`, checked now (a removed or misspelt
+    one is named, never dropped)."""
+    scheduler = dict(value or {})
+    try:
+        SchedulerConfig.model_validate(scheduler)
+    except ValidationError as error:
+        problems = "; ".join(
+            f"{'.'.join(str(part) for part in e['loc'])}: {e['msg']}" if e["loc"] else e["msg"]
+            for e in error.errors()
+        )
+        raise ConfigError(f"context 'scheduler': {problems}") from error
+    return scheduler
+
+
+def _control_plane(value: Any) -> dict[str, Any]:
+    """The `control_plane` context: the control plane's own settings (`SpotlineConfig`'s), names
+    checked now (their values when the stack builds SPOTLINE_CONFIG)."""
+    control_plane = dict(value or {})
+    settings = set(SpotlineConfig.model_fields) - _WRITTEN_BY_THE_STACK
+    unknown = sorted(str(key) for key in control_plane if key not in settings)
+    if unknown:
+        raise ConfigError(
+            f"context 'control_plane': not a setting of this version: {', '.join(unknown)}"
+            " (the settings: docs/concepts/scheduling-policy.md)"
+        )
+    return control_plane
 
 
 def _teams(value: Any) -> tuple[Mapping[str, Any], ...]:

@@ -19,6 +19,7 @@ from spotline.sim.peers import ESTIMATE_MODELS, KUEUE_DEFAULT
 from spotline.sim.pools import DEFAULT_INSTANCE, DEFAULT_REGION, spot_advice
 from spotline.sim.runner import KNOWN_POLICIES
 from spotline.sim.spot_zones import SpotModel, zone_name
+from spotline.sim.variants import VARIANTS, VariantError, extension_of
 from spotline.trace import TraceError, read_trace
 
 
@@ -182,6 +183,15 @@ def simulate_command(
             min=0.0,
         ),
     ] = None,
+    variant: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--variant",
+            help="Run Spotline with this simulator variant: a mechanism that has not graduated into the"
+            " settings (repeat for several, applied in order; docs/simulator.md, Variants). Known: "
+            + (", ".join(sorted(VARIANTS)) or "none at present"),
+        ),
+    ] = None,
 ) -> None:
     """Replay a trace through each policy on the same cluster, jobs and Spot reclaims; print a table.
 
@@ -201,6 +211,15 @@ def simulate_command(
     if unknown:
         raise typer.BadParameter(
             f"unknown policy {', '.join(unknown)} (one of {', '.join(KNOWN_POLICIES)})", param_hint="--policy"
+        )
+    variants = list(variant or [])
+    try:
+        extension_of(variants)
+    except VariantError as error:
+        raise typer.BadParameter(str(error), param_hint="--variant") from None
+    if variants and "spotline" not in names:
+        raise typer.BadParameter(
+            "a variant changes Spotline: run it with --policy spotline", param_hint="--variant"
         )
     if slurm_estimates not in ESTIMATE_MODELS:
         raise typer.BadParameter(
@@ -270,6 +289,7 @@ def simulate_command(
                 workers=workers,
                 spot_model=spot_model,
                 availability=zone_traces,
+                variants=variants,
             )
         except (ValueError, PreemptionCycle) as error:
             if sink_file is not None and decisions is not None:

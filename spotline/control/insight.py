@@ -24,9 +24,9 @@ from spotline.domain.deadline import PassPlans, explain_deadline
 from spotline.domain.explain import explain_pools, position, priority_terms, scores
 from spotline.domain.forecast import forecast_start
 from spotline.domain.placement import changeover_h, step_h
-from spotline.domain.planner import read_window
-from spotline.domain.preemption import estimated_remaining_s
+from spotline.domain.preemption import estimated_remaining_s, protected_until
 from spotline.domain.priority import fairshare_factors
+from spotline.domain.queue import WINDOW_PER_CLASS, read_window
 
 HOLDING = {JobState.ADMITTED, JobState.RUNNING, JobState.CHECKPOINTING}
 
@@ -86,7 +86,7 @@ def explain_job(cp: ControlPlane, team: str, job_id: str) -> dict[str, Any]:
         # The pass's plan budget over the window it reads, so `explain` says what a pass does for
         # the jobs the budget ranks (waiting, or On-Demand); a job held on Spot is not one of
         # them, and its advice is the guard's with its plan.
-        window = read_window(StorePendingQueue(cp.jobs), config.window_per_class)
+        window = read_window(StorePendingQueue(cp.jobs), WINDOW_PER_CLASS)
         plans = PassPlans.for_pass(snapshot, window, config, now)
     guard = explain_deadline(
         job, now, snapshot, changeover_h=changeover_h(config), step_h=step_h(config), plans=plans
@@ -116,9 +116,9 @@ def explain_job(cp: ControlPlane, team: str, job_id: str) -> dict[str, Any]:
             "reason": admitted.reason if admitted else None,
             "why_this_pool": _why_pool(job.spec.spot.value, job.priority.value, kind, config),
         }
-        if job.started_at is not None:
+        until = protected_until(job, config)
+        if job.started_at is not None and until is not None:
             # The protection period since its last start: no preemption for priority before then.
-            until = job.started_at + config.protection_period_s
             out["placement"]["protected_until"] = iso(until)
             out["placement"]["protection_left_s"] = round(max(0.0, until - now), 1)
             out["estimated_start"] = {"at": iso(job.started_at), "at_s": job.started_at, "reason": "started"}
@@ -161,7 +161,7 @@ def _pending(
     config = cp.config.scheduler
     job = record.job
     if window is None:
-        window = read_window(StorePendingQueue(cp.jobs), config.window_per_class)
+        window = read_window(StorePendingQueue(cp.jobs), WINDOW_PER_CLASS)
     in_window = any(j.id == job.id for j in window)
     pending = window if in_window else [*window, job]
     pools = explain_pools(job, snapshot, now, config)

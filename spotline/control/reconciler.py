@@ -2,11 +2,11 @@
 
 It reads only the `active` index (jobs holding GPUs: bounded by the cluster, never the queue):
 
-1. ADMITTED without a Batch job after `launch_timeout_s` (the launch workflow never ran or
+1. ADMITTED without a Batch job after `LAUNCH_TIMEOUT_S` (the launch workflow never ran or
    died): requeue, stopping any Batch job submitted under the run's name.
 2. ADMITTED with a Batch job that never started after `start_timeout_s` (no capacity in the
    pool, e.g. Spot unavailable): stop it and requeue, so the next pass may pick another pool.
-3. CHECKPOINTING past its deadline plus `checkpoint_overrun_s` (the workflow failed or never
+3. CHECKPOINTING past its deadline plus `CHECKPOINT_OVERRUN_S` (the workflow failed or never
    started): stop it and requeue with the work lost since its last checkpoint.
 4. RUNNING without a heartbeat of its current run for `heartbeat_timeout_s`: the host is
    presumed lost; stop it and requeue it as INTERRUPTED, or end it FAILED once it has been
@@ -148,11 +148,19 @@ def finish_terminations(cp: ControlPlane) -> tuple[list[str], list[str]]:
     return confirmed, retried
 
 
+# An admitted job whose Batch job was never submitted this long after is requeued: the launch
+# workflow submits within seconds, so it never ran or died (s).
+LAUNCH_TIMEOUT_S = 300.0
+# A checkpointing job whose workflow has not finished this long past its deadline is finished by
+# the reconciler: the workflow stops the job at the deadline, so it failed or never started (s).
+CHECKPOINT_OVERRUN_S = 60.0
+
+
 def _stuck(cp: ControlPlane, record: JobRecord, now: float) -> str | None:
     config = cp.config
     if record.state is JobState.ADMITTED:
         admitted = record.admitted_at or record.updated_at
-        if record.batch_job_id is None and now - admitted > config.launch_timeout_s:
+        if record.batch_job_id is None and now - admitted > LAUNCH_TIMEOUT_S:
             # A Batch job the launch submitted without recording it (the workflow died after
             # SubmitJob) is found by its name, the run id, and stopped with the requeue.
             request = launch_request(cp, record)
@@ -166,7 +174,7 @@ def _stuck(cp: ControlPlane, record: JobRecord, now: float) -> str | None:
                 cp,
                 record,
                 now=now,
-                reason=f"launch did not complete in {config.launch_timeout_s:.0f}s",
+                reason=f"launch did not complete in {LAUNCH_TIMEOUT_S:.0f}s",
                 also_stopping=submitted,
             )
             stop_runs(cp, record.id, moved.terminating_batch_job_ids, "Spotline: launch timed out; requeued")
@@ -185,7 +193,7 @@ def _stuck(cp: ControlPlane, record: JobRecord, now: float) -> str | None:
         return None
     if record.state is JobState.CHECKPOINTING:
         deadline = record.checkpoint_deadline_at or record.updated_at + config.grace_period_s
-        if now <= deadline + config.checkpoint_overrun_s:
+        if now <= deadline + CHECKPOINT_OVERRUN_S:
             return None
         disruption = record.disruption or Disruption.PREEMPT
         moved = requeue_after_disruption(

@@ -16,6 +16,25 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from spotline.domain import Job, JobState
+from spotline.domain.models import DrainTarget, MovingTo
+
+# --- what a leaving job leaves for ---------------------------------------------------------
+
+# A move's `draining_for`, before the pool it moves to: how records have always stored one.
+MOVE_PREFIX = "a move to "
+
+
+def drain_target(stored: str | None) -> DrainTarget | None:
+    """A record's `draining_for` as the domain reads it (a move as a `MovingTo`)."""
+    if stored is not None and stored.startswith(MOVE_PREFIX):
+        return MovingTo(pool=stored[len(MOVE_PREFIX) :])
+    return stored
+
+
+def stored_drain_target(target: DrainTarget) -> str:
+    """What a record stores in `draining_for` for `target` (`drain_target` reads it back)."""
+    return MOVE_PREFIX + target.pool if isinstance(target, MovingTo) else target
+
 
 # --- runs ---------------------------------------------------------------------------------
 
@@ -105,7 +124,9 @@ class JobRecord(BaseModel):
     checkpoint_deadline_at: float | None = None
     # Step Functions task token of the preempt workflow waiting for the next checkpoint.
     checkpoint_task_token: str | None = None
-    # The preemptor this job makes room for (or "interruption:<instance>").
+    # What the job leaves for while it checkpoints, as stored: the preemptor it makes room for
+    # (or "interruption:<instance>"), or a move (`drain_target` reads it, `stored_drain_target`
+    # writes it).
     draining_for: str | None = None
     disruption: Disruption | None = None
     # Launches that failed since the job was last admitted successfully (gives up after a few).

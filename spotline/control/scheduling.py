@@ -2,7 +2,7 @@
 
 Reads per pass: one Query with Limit per priority class and one for the nearest deadlines
 (`pass_window` items each at most: `window_per_class`, or as many as the GPUs free when more,
-up to `max_window_per_class`), plus the jobs holding GPUs (bounded by the cluster's size).
+up to `MAX_WINDOW_PER_CLASS`), plus the jobs holding GPUs (bounded by the cluster's size).
 Nothing scales with the length of the queue.
 
 Every action is a conditional write, so a pass that races another pass (or an event handler)
@@ -28,7 +28,7 @@ from spotline.control.lifecycle import requeue_unstarted, start_disruption, stop
 from spotline.control.pending import StorePendingQueue
 from spotline.control.plane import ControlPlane
 from spotline.control.ports import PreparedTransition, execution_name
-from spotline.control.records import Disruption, JobRecord
+from spotline.control.records import Disruption, JobRecord, drain_target, stored_drain_target
 from spotline.control.spot_signals import signals as spot_signals
 from spotline.control.usage import budget_pass, soften
 from spotline.domain import (
@@ -46,6 +46,7 @@ from spotline.domain import (
 from spotline.domain.checkpoint_cost import grace_period_s
 from spotline.domain.preemption import estimated_remaining_s, lost_work_gpu_s
 from spotline.domain.priority import wait_s
+from spotline.domain.queue import WINDOW_PER_CLASS
 from spotline.domain.usage import decayed_usage_gpu_s
 
 logger = logging.getLogger(__name__)
@@ -115,7 +116,7 @@ def build_snapshot(
     fair-share weight (`spotline.control.usage`). `shown`: see `team_usage_gpu_hours`."""
     pools = cp.config.pools_by_name
     allocations = [
-        Allocation(job=r.job, pool=r.job.pool, gpus=r.gpus_held, draining_for=r.draining_for)
+        Allocation(job=r.job, pool=r.job.pool, gpus=r.gpus_held, draining_for=drain_target(r.draining_for))
         for r in active
         if r.job.pool in pools and r.gpus_held > 0
     ]
@@ -143,6 +144,11 @@ def usage_moved(shown: dict[str, float], usage: dict[str, float]) -> bool:
         abs(usage[team] - value) > max(USAGE_SHOWN_ABSOLUTE_GPU_H, USAGE_SHOWN_RELATIVE * abs(value))
         for team, value in shown.items()
     )
+
+
+# The most a pass reads per class when many GPUs are free: what one pass reads and acts on stays
+# bounded (a Lambda's minute), while a freed cluster still fills in a few passes.
+MAX_WINDOW_PER_CLASS = 2048
 
 
 def pass_window(snapshot: ClusterSnapshot, window_per_class: int, max_window_per_class: int) -> int:
@@ -177,12 +183,11 @@ def scheduling_pass(cp: ControlPlane, *, act_until: float | None = None) -> Pass
     if usage_moved(shown, snapshot.usage_gpu_hours):
         cp.ledger.put_fairshare_usage(snapshot.usage_gpu_hours, now)
 
-    window = pass_window(snapshot, cp.config.scheduler.window_per_class, cp.config.max_window_per_class)
-    config = cp.config.scheduler
-    if window != config.window_per_class:
-        config = config.model_copy(update={"window_per_class": window})
+    window = pass_window(snapshot, WINDOW_PER_CLASS, MAX_WINDOW_PER_CLASS)
     result.window = window
-    decisions, stats = plan_with_stats(snapshot, queue, now, config, cp.rng)
+    decisions, stats = plan_with_stats(
+        snapshot, queue, now, cp.config.scheduler, cp.rng, window_per_class=window
+    )
     result.candidates = stats.candidates_examined
     result.running = stats.running_considered
     result.queue_items_read = queue.items_read
@@ -506,7 +511,7 @@ def move(cp: ControlPlane, record: JobRecord, decision: Move, *, now: float) -> 
             Disruption.PREEMPT,
             now=now,
             deadline_at=now + grace_period_s(record.job, cp.config.grace_period_s),
-            draining_for=decision.draining_for,
+            draining_for=stored_drain_target(decision.draining_for),
             reason=reason,
         )
     except (StaleJobError, InvalidTransition) as error:

@@ -112,27 +112,17 @@ class SpotlineConfig(BaseModel):
     spot_notice_margin_s: int = Field(default=10, ge=0)
     # A running job silent for this long is treated as lost with its host.
     heartbeat_timeout_s: float = Field(default=600.0, gt=0)
-    # An admitted job whose Batch job was never submitted after this long is requeued.
-    launch_timeout_s: float = Field(default=300.0, gt=0)
     # An admitted job whose Batch job never started after this long is requeued (no capacity).
     start_timeout_s: float = Field(default=1800.0, gt=0)
     # A Spot launch RUNNABLE in Batch this long counts as Spot capacity missing in its pool
     # (`spotline.control.spot_signals`; the deadline guard reads the pool's history from it).
     spot_missing_after_s: float = Field(default=300.0, gt=0)
-    # A checkpointing job whose workflow has not finished this long past its deadline is
-    # finished by the reconciler.
-    checkpoint_overrun_s: float = Field(default=60.0, ge=0)
     # A job whose host was lost this many times is not requeued again but FAILED with the reason
     # (a cap on requeue loops; a Spot-tolerant job moves On-Demand earlier, after the scheduler's
     # `max_interruptions_on_spot`).
     max_interruptions: int = Field(default=5, ge=0)
     # How often the agent should read its job record (passed to the container).
     agent_poll_s: float = Field(default=5.0, gt=0)
-    # A pass reads at least `scheduler.window_per_class` jobs per class, and as many as the GPUs
-    # free at its start (each admission takes one at least, so a freed cluster fills in one pass
-    # where the jobs fit), up to this many: what one pass reads and acts on stays bounded
-    # (`spotline.control.scheduling.pass_window`).
-    max_window_per_class: int = Field(default=2048, gt=0)
     # Seed of the scheduler's random source (None: the system's). Only the `random` victim
     # strategy draws from it.
     seed: int | None = None

@@ -54,12 +54,11 @@ def fits_spot_notice(job: Job) -> bool | None:
 
 
 def interruption_lost_s(job: Job, config: SchedulerConfig) -> float:
-    """Work one Spot interruption loses, besides the restart: the checkpoint write inside the
-    notice when the agent checkpoints on notice and the write fits (the measured write, else
-    `checkpoint_write_s`), otherwise half a checkpoint interval; plus the measured restore."""
-    fits = fits_spot_notice(job)
-    if config.checkpoint_on_notice and fits is not False:
-        lost = config.checkpoint_write_s if job.checkpoint_write_s is None else job.checkpoint_write_s
+    """Work one Spot interruption loses, besides the restart: the checkpoint write the agent makes
+    inside the notice (the measured write, else `checkpoint_write_s`), or half a checkpoint
+    interval when a measured write does not fit the notice; plus the measured restore."""
+    if fits_spot_notice(job) is not False:
+        lost = write_s(job, config)
     else:
         lost = job.spec.checkpoint_interval_s / 2.0
     return lost + restore_s(job)

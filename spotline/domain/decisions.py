@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from spotline.domain.models import Job, Priority, SpotPreference
+from spotline.domain.models import Job, MovingTo, Priority, SpotPreference
 
 # --- why a job waits ----------------------------------------------------------------------
 
@@ -83,15 +83,6 @@ class ArrayCap:
 
 
 @dataclass(frozen=True, slots=True)
-class ClassAboveBlocked:
-    """It does not fit (`shortfall`), and a job of a class above it (`blocked`) found no victim in
-    this pass (`SchedulerConfig.preempt_below_blocked_class`)."""
-
-    shortfall: str
-    blocked: Priority
-
-
-@dataclass(frozen=True, slots=True)
 class BehindClassHead:
     """It does not fit (`shortfall`), and a job of its class ranked before it is the class's head
     in this pass: only the head preempts (`SchedulerConfig.preempt_for_class_head_only`)."""
@@ -103,13 +94,22 @@ class BehindClassHead:
 @dataclass(frozen=True, slots=True)
 class HeldForGang:
     """It does not fit (`shortfall`): the free GPUs of `pool` are held for the blocked multi-node
-    job `gang` ranked before it (`SchedulerConfig.hold_for_blocked_gang`); with
-    `gang_hold_backfill`, `backfill` says why it may not backfill into them (`gang_hold`)."""
+    job `gang` ranked before it; `backfill` says why it may not backfill into them (`gang_hold`)."""
 
     shortfall: str
     gang: str
     pool: str
     backfill: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class HeldByVariant:
+    """It does not fit (`shortfall`), and the simulator variant `variant` keeps it from preempting
+    in this pass, for `why` (`extension.PassHooks.may_preempt`; never in production)."""
+
+    shortfall: str
+    variant: str
+    why: str
 
 
 WaitReason = (
@@ -121,9 +121,9 @@ WaitReason = (
     | BudgetSpent
     | PreemptionDelay
     | NoVictim
-    | ClassAboveBlocked
     | BehindClassHead
     | HeldForGang
+    | HeldByVariant
 )
 
 
@@ -182,14 +182,10 @@ class Move:
     action: str = "move"
 
     @property
-    def draining_for(self) -> str:
-        """What the job's allocation says it leaves for while it checkpoints: a pass reserves
-        its GPUs in `pool` meanwhile (`MOVE_TO`)."""
-        return MOVE_TO + self.pool
-
-
-# The `draining_for` of a job moving to Spot, before the pool's name.
-MOVE_TO = "a move to "
+    def draining_for(self) -> MovingTo:
+        """What the job's allocation leaves for while it checkpoints: a pass holds its GPUs in
+        `pool` meanwhile."""
+        return MovingTo(pool=self.pool)
 
 
 Decision = Admit | Preempt | Wait | Move

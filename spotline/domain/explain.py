@@ -9,13 +9,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from spotline.domain.config import PriorityWeights, SchedulerConfig
+from spotline.domain.config import HISTORY_CAP, SIZE_NORM_GPUS, PriorityWeights, SchedulerConfig
 from spotline.domain.decisions import (
     ArrayCap,
     BehindClassHead,
     BudgetSpent,
-    ClassAboveBlocked,
     Draining,
+    HeldByVariant,
     HeldForGang,
     NoGpuType,
     NoPool,
@@ -26,7 +26,16 @@ from spotline.domain.decisions import (
 )
 from spotline.domain.models import ClusterSnapshot, Job, Pool
 from spotline.domain.placement import spot_refusal
-from spotline.domain.preemption import Candidate, eligibility, estimated_remaining_s
+from spotline.domain.preemption import (
+    INSIDE_PROTECTION,
+    MAX_PREEMPTIONS_PER_JOB,
+    NOT_LOWER,
+    PREEMPTION_CAP,
+    Candidate,
+    eligibility,
+    estimated_remaining_s,
+    protected_until,
+)
 from spotline.domain.priority import PriorityScorer, deadline_urgency, fairshare_factors, shortness, wait_s
 from spotline.domain.quota import Ledger
 
@@ -40,11 +49,9 @@ def priority_terms(
         "class": weights.class_term(job.priority),
         "age": weights.age * min(1.0, wait_s(job, now) / weights.max_age_s),
         "urgency": weights.deadline * deadline_urgency(job, now, weights, remaining_s),
-        "size": weights.size * min(1.0, job.gpus / weights.size_norm_gpus),
+        "size": weights.size * min(1.0, job.gpus / SIZE_NORM_GPUS),
         "fairshare": weights.fairshare * fairshare,
-        "disruptions": weights.history * (min(disruptions, weights.history_cap) / weights.history_cap),
-        "attained": -weights.attained
-        * min(1.0, job.gpus * job.runtime_s / (weights.attained_norm_gpu_h * 3600.0)),
+        "disruptions": weights.history * (min(disruptions, HISTORY_CAP) / HISTORY_CAP),
         "shortest": weights.shortest * shortness(job, now, weights),
     }
 
@@ -73,16 +80,13 @@ def wait_text(why: WaitReason) -> str:
             return f"waiting: {shortfall}; it may preempt after waiting {delay_s:.0f} s in the queue"
         case NoVictim(shortfall, pools):
             return f"waiting: {shortfall}, and nothing lower-priority to preempt in pool {', '.join(pools)}"
-        case ClassAboveBlocked(shortfall, blocked):
-            return (
-                f"waiting: {shortfall}; a {blocked.value} job found nothing to preempt in this pass,"
-                " so lower classes do not preempt"
-            )
         case BehindClassHead(shortfall, head):
             return (
                 f"waiting: {shortfall}; {head} is the head of its class in this pass,"
                 " and only the head preempts"
             )
+        case HeldByVariant(shortfall, variant, held):
+            return f"waiting: {shortfall}; {held} (simulator variant {variant})"
         case HeldForGang(shortfall, gang, pool, backfill):
             return (
                 f"waiting: {shortfall}; the free GPUs of {pool} are held for the blocked"
@@ -117,7 +121,6 @@ def explain_pools(
 ) -> list[PoolExplanation]:
     """Per pool, what keeps the pending `job` out of it now, and what would let it start."""
     score = scores(snapshot, now, config)
-    priority = score(job)
     ledger = Ledger.of(snapshot)
     usage = snapshot.team_usage()
     remaining = estimated_remaining_s(job, now, config)
@@ -144,7 +147,7 @@ def explain_pools(
             )
             continue
         item.blockers.append(("capacity: " if shortfall.startswith("pool ") else "quota: ") + shortfall)
-        _victims(item, job, priority, pool, snapshot, ledger, usage, score, now, config)
+        _victims(item, job, pool, snapshot, ledger, usage, score, now, config)
     return out
 
 
@@ -160,7 +163,6 @@ def _shape(job: Job, pool: Pool) -> str:
 def _victims(
     item: PoolExplanation,
     job: Job,
-    priority: float,
     pool: Pool,
     snapshot: ClusterSnapshot,
     ledger: Ledger,
@@ -177,16 +179,15 @@ def _victims(
     higher = 0
     for allocation in running:
         candidate = Candidate(allocation, score(allocation.job), at=(now, config))
-        why = eligibility(candidate, job, priority, now, config, usage, ledger)
+        why = eligibility(candidate, job, now, config, usage, ledger)
+        until = protected_until(allocation.job, config)
         if why is None:
             eligible_gpus += allocation.gpus
-        elif why == "inside its protection period" and allocation.job.started_at is not None:
-            protected.append(
-                (allocation.job.started_at + config.protection_period_s - now, allocation.job.id)
-            )
-        elif why == "reached the preemption cap":
+        elif why == INSIDE_PROTECTION and until is not None:
+            protected.append((until - now, allocation.job.id))
+        elif why == PREEMPTION_CAP:
             capped += 1
-        elif why == "not lower priority":
+        elif why == NOT_LOWER:
             higher += 1
     free = ledger.free(pool.name)
     if protected:
@@ -196,13 +197,11 @@ def _victims(
             f" ({config.protection_period_s:.0f} s after a start; {first} leaves it in {left:.0f} s)"
         )
     if capped:
-        item.blockers.append(
-            f"cap: {capped} job(s) reached the cap of {config.max_preemptions_per_job} preemptions"
-        )
+        item.blockers.append(f"cap: {capped} job(s) reached the cap of {MAX_PREEMPTIONS_PER_JOB} preemptions")
     if higher:
         item.blockers.append(
-            f"priority: {higher} running job(s) are not below {priority:.0f} by the margin of"
-            f" {config.preemption_margin:.0f}"
+            f"priority: {higher} running job(s) are not of a class below {job.priority.value}"
+            " (nor on borrowed quota it may reclaim)"
         )
     waited = wait_s(job, now)
     delay_left = config.preemption_delay_s - waited

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from spotline.domain.config import SchedulerConfig
 from spotline.domain.models import Allocation, ClusterSnapshot, Job, JobState
 from spotline.domain.planner import Admit, Move, Preempt, SortedQueue, plan
-from spotline.domain.preemption import estimated_remaining_s
+from spotline.domain.preemption import estimated_remaining_s, protected_until
 
 
 @dataclass(frozen=True)
@@ -69,7 +69,10 @@ def replay_start(
         for job_id in [j for j, end in ends.items() if end <= t]:
             allocation = allocations.pop(job_id)
             del ends[job_id]
-            if allocation.draining_for is not None and not allocation.draining_for.startswith("spot-"):
+            leaving_for = allocation.draining_for
+            if leaving_for is not None and not (
+                isinstance(leaving_for, str) and leaving_for.startswith("spot-")
+            ):
                 job = allocation.job
                 queue.add(
                     job.with_changes(
@@ -82,7 +85,7 @@ def replay_start(
                     )
                 )
         current = snapshot.model_copy(update={"allocations": tuple(allocations.values())})
-        for decision in plan(current, queue, t, config, rng, explain=False):
+        for decision in plan(current, queue, t, config, rng):
             job = decision.job
             if isinstance(decision, Admit):
                 if job.id == target:
@@ -94,7 +97,8 @@ def replay_start(
                 ends[job.id] = t + runtime_scale * estimated_remaining_s(job, t, config)
             elif isinstance(decision, Move):
                 if job.id in allocations:  # it leaves after its checkpoint and is requeued
-                    allocations[job.id] = allocations[job.id].model_copy(update={"draining_for": "move"})
+                    moving = {"draining_for": decision.draining_for}
+                    allocations[job.id] = allocations[job.id].model_copy(update=moving)
                     ends[job.id] = min(ends[job.id], t + leave_s)
             elif isinstance(decision, Preempt):
                 for victim in decision.victims:
@@ -103,9 +107,9 @@ def replay_start(
                         ends[victim] = min(ends[victim], t + (leave_s if decision.checkpoint else 1.0))
         upcoming = [end for end in ends.values() if end > t]
         for allocation in allocations.values():
-            began = allocation.job.started_at
-            if began is not None and began + config.protection_period_s > t:
-                upcoming.append(began + config.protection_period_s)
+            until = protected_until(allocation.job, config)
+            if until is not None and until > t:
+                upcoming.append(until)
         for job in _pending(queue):
             if job.enqueued_at + config.preemption_delay_s > t:
                 upcoming.append(job.enqueued_at + config.preemption_delay_s)

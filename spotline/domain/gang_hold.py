@@ -1,11 +1,12 @@
 """The GPUs a pass holds for its top blocked gang, and EASY backfill into them.
 
-With `SchedulerConfig.hold_for_blocked_gang`, the first multi-node job of a pass that waits for
-capacity has the free GPUs of its first candidate pool held for it, up to its demand, so the jobs
-ranked after it cannot take them one by one while it waits (`planner._Pass._hold_for_gang`).
+The first multi-node job of a pass that waits for capacity, once it has waited
+`GANG_HOLD_AFTER_S`, has the free GPUs of its first candidate pool held for it, up to its demand,
+so the jobs ranked after it cannot take them one by one while it waits
+(`planner._Pass._hold_for_gang`).
 
-With `gang_hold_backfill` as well, the hold is EASY-backfill aware (Lifka's EASY scheduler, as
-Slurm's backfill plugin does it): the gang's *projected start* (the shadow time) is when enough
+The hold is EASY-backfill aware (Lifka's EASY scheduler, as Slurm's backfill plugin does it):
+the gang's *projected start* (the shadow time) is when enough
 GPUs of the pool free, by the running jobs' estimated ends (`estimated_remaining_s`, as the start
 forecast's replay ends them), to fit it. A job ranked after the gang may take held GPUs when, in
 order:
@@ -29,15 +30,19 @@ from spotline.domain.models import Allocation, Job, Pool
 from spotline.domain.preemption import estimated_remaining_s
 from spotline.domain.quota import Ledger
 
+# A gang holds GPUs only once it has waited this long (s): most gangs start sooner as jobs end,
+# and a hold keeps smaller jobs off GPUs meanwhile.
+GANG_HOLD_AFTER_S = 900.0
+
 NO_RUN_TIME = "it declares no run time, so it may not backfill"
 ENDS_AFTER = "its declared run time ends after the gang's projected start"
 
 
 @dataclass(slots=True)
 class GangHold:
-    """GPUs of `pool` held for the blocked multi-node job `gang`: `gpus` of them now; with
-    backfill, its projected start `shadow_at` (inf when the running jobs' ends never free
-    enough) and the GPUs left free then beyond its demand (`extra`)."""
+    """GPUs of `pool` held for the blocked multi-node job `gang`: `gpus` of them now, its
+    projected start `shadow_at` (inf when the running jobs' ends never free enough) and the
+    GPUs left free then beyond its demand (`extra`)."""
 
     gang: str
     pool: str
@@ -114,15 +119,12 @@ def hold_for(
     gang: Job, pool: Pool, ledger: Ledger, running: Iterable[Allocation], now: float, config: SchedulerConfig
 ) -> GangHold | None:
     """Hold the free GPUs of `pool` (whose jobs are `running`) for `gang`, up to its demand: the
-    hold, charged to `ledger`, or None when none are free. Its projected start only with
-    `gang_hold_backfill`."""
+    hold, charged to `ledger`, with its projected start; or None when none are free."""
     demand, free = pool.demand_gpus(gang), ledger.free(pool.name)
     gpus = min(free, demand)
     if gpus <= 0:
         return None
     ledger.pool_used[pool.name] = ledger.pool_used.get(pool.name, 0) + gpus
-    if not config.gang_hold_backfill:
-        return GangHold(gang.id, pool.name, gpus)
     shadow_at, extra = projected_start(demand, free, running, now, config)
     return GangHold(gang.id, pool.name, gpus, shadow_at, extra)
 

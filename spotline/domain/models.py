@@ -458,6 +458,20 @@ class TeamQuota(BaseModel):
     weight: float = Field(default=1.0, gt=0)
 
 
+class MovingTo(BaseModel):
+    """What the allocation of a job moving between Spot and On-Demand leaves for: to resume in
+    `pool`, whose GPUs a pass holds for it until it has checkpointed, left and been requeued."""
+
+    model_config = ConfigDict(defer_build=True, frozen=True)
+
+    pool: str
+
+
+# What a leaving allocation leaves for: the job id of the preemptor it makes room for (or the
+# name of another disruption, e.g. an interruption), or a move.
+DrainTarget = str | MovingTo
+
+
 class Allocation(BaseModel):
     """A job holding GPUs in a pool: running, or checkpointing before it leaves."""
 
@@ -466,8 +480,8 @@ class Allocation(BaseModel):
     job: Job
     pool: str
     gpus: int = Field(gt=0)
-    # Set while the job checkpoints to make room for this preemptor (it cannot be picked again).
-    draining_for: str | None = None
+    # Set while the job checkpoints before it leaves (it cannot be picked again).
+    draining_for: DrainTarget | None = None
 
 
 class SpotPoolSignal(BaseModel):

@@ -17,6 +17,10 @@ from spotline.domain.priority import PriorityScorer
 from spotline.domain.quota import Ledger
 from spotline.domain.running import RunningIndex
 
+# With less of a Spot pool's history seen than this (s), a move to it is not weighed against the
+# pool's outages (too few to predict from): the remaining-time threshold decides alone.
+MOVE_MIN_HISTORY_S = 86400.0
+
 
 def moves_to_spot(
     snapshot: ClusterSnapshot,
@@ -33,8 +37,8 @@ def moves_to_spot(
     that may run on Spot, are neither leaving nor shielded (protection period, preemption cap),
     and have at least `move_to_spot_min_remaining_s` left (a deadline job only when the deadline
     guard lets it return: `spotline.domain.deadline.stays_on_demand`), longest first, each to the first
-    Spot pool (cheapest) where it fits the GPUs still free and, with `move_to_spot_weighs_history`,
-    whose history says the move pays for itself (`_weigh`); at most `budget` of them."""
+    Spot pool (cheapest) where it fits the GPUs still free and whose history says the move pays
+    for itself (`_weigh`); at most `budget` of them."""
     spot = sorted(
         (
             p
@@ -166,10 +170,10 @@ def _weigh(
     config: SchedulerConfig,
 ) -> MoveValue | None:
     """The move's weighing under the target pool's history (`move_value.move_value`); None
-    when not weighed: `move_to_spot_weighs_history` off, a deadline job (the deadline guard
-    decides its return to Spot: `deadline.stays_on_demand`), or thin history."""
+    when not weighed: a deadline job (the deadline guard decides its return to Spot:
+    `deadline.stays_on_demand`), or thin history (`MOVE_MIN_HISTORY_S`)."""
     job = allocation.job
-    if not config.move_to_spot_weighs_history or job.spec.deadline_at is not None:
+    if job.spec.deadline_at is not None:
         return None
     return move_value(
         remaining_s=remaining,
@@ -179,7 +183,7 @@ def _weigh(
         signal=signal,
         write_s=write_s(job, config),
         restart_s=config.restart_cost_s,
-        min_history_s=config.move_to_spot_min_history_s,
+        min_history_s=MOVE_MIN_HISTORY_S,
     )
 
 

@@ -12,8 +12,8 @@ from spotline.domain.models import ClusterSnapshot, Job, Pool, SpotPoolSignal, S
 
 def interruption_cost_s(job: Job, config: SchedulerConfig) -> float:
     """What one interruption costs the job in time: a restart, plus the checkpoint write inside
-    the notice (`checkpoint_on_notice`, and a measured write that fits it) or else half a
-    checkpoint interval of lost work, plus a measured restore (`checkpoint_cost`)."""
+    the notice (when a measured write does not fit it, half a checkpoint interval of lost work),
+    plus a measured restore (`checkpoint_cost`)."""
     return interruption_lost_s(job, config) + config.restart_cost_s
 
 
@@ -51,12 +51,11 @@ def spot_refusal(
 
     1. `spot: never` runs only On-Demand; `spot: required` only Spot.
     2. With `spot: auto`: classes in `on_demand_classes` run On-Demand;
-    3. a job interrupted `max_interruptions_on_spot` times runs On-Demand; with
-       `spot_cost_aware`, only if Spot is expected to cost it at least as much as On-Demand
-       (`spot_cost_ratio` >= 1);
+    3. a job interrupted `max_interruptions_on_spot` times runs On-Demand if Spot is expected to
+       cost it at least as much as On-Demand (`spot_cost_ratio` >= 1);
     4. a job with a deadline runs on Spot only if its slack (deadline - now - remaining) covers
-       `spot_slack_factor` times the expected delay from interruptions; with `spot_cost_aware`,
-       a job whose slack is already negative (On-Demand cannot save its deadline) may use Spot;
+       `spot_slack_factor` times the expected delay from interruptions, or its slack is already
+       negative (On-Demand cannot save its deadline, and Spot is cheaper);
        and, with a declared runtime, only while the deadline guard allows it
        (`deadline.spot_unsafe`: its safety net, and, when the pool was last seen without capacity
        (`signal`), its rules for an outage, from the pool's history; `plans`: the pass's plan
@@ -70,8 +69,6 @@ def spot_refusal(
     if job.priority in config.on_demand_classes:
         return f"{job.priority.value} jobs run On-Demand"
     if job.interruptions >= config.max_interruptions_on_spot:
-        if not config.spot_cost_aware:
-            return f"interrupted {job.interruptions} times on Spot"
         ratio = spot_cost_ratio(job, pool, remaining_s, config)
         if ratio >= 1.0:
             times = f"interrupted {job.interruptions} times on Spot"
@@ -80,7 +77,7 @@ def spot_refusal(
     if deadline is not None:
         slack = deadline - now - remaining_s
         needed = config.spot_slack_factor * expected_interruption_delay_s(job, pool, remaining_s, config)
-        if slack < needed and not (config.spot_cost_aware and slack < 0):
+        if 0 <= slack < needed:
             return f"deadline slack {slack:.0f}s below the {needed:.0f}s that Spot interruptions may cost"
         return spot_unsafe(
             job,

@@ -17,20 +17,19 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from spotline.domain.config import SchedulerConfig
 from spotline.domain.deadline import PassPlans
 from spotline.domain.decisions import (
-    MOVE_TO,
     Admit,
     ArrayCap,
     BehindClassHead,
     BudgetSpent,
-    ClassAboveBlocked,
     Decision,
     Draining,
+    HeldByVariant,
     HeldForGang,
     Move,
     NoGpuType,
@@ -44,35 +43,27 @@ from spotline.domain.decisions import (
     WaitReason,
 )
 from spotline.domain.explain import wait_text
-from spotline.domain.gang_hold import GangHold, backfill_into, hold_for
-from spotline.domain.models import Allocation, ClusterSnapshot, Job, Pool, Priority
+from spotline.domain.extension import PassHooks, PlannerExtension
+from spotline.domain.gang_hold import GANG_HOLD_AFTER_S, GangHold, backfill_into, hold_for
+from spotline.domain.models import ClusterSnapshot, Job, MovingTo, Pool, Priority
 from spotline.domain.moves import moves_to_on_demand, moves_to_spot
 from spotline.domain.placement import candidate_pools, guard_refused_spot
-from spotline.domain.preemption import (
-    INSIDE_PROTECTION,
-    Candidate,
-    backfilled_past,
-    estimated_remaining_s,
-    select_victims,
-    shielded,
-    stops_at_once,
-)
+from spotline.domain.preemption import Candidate, estimated_remaining_s, select_victims, stops_at_once
 from spotline.domain.priority import PriorityScorer, fairshare_factors, wait_s
 from spotline.domain.queue import (
+    WINDOW_PER_CLASS,
     PendingQueue,
     SortedQueue,
     deadline_key,
     queue_key,
     ranked,
     read_window,
-    window_parts,
 )
 from spotline.domain.reservations import add_spare, claim_spare, reserve_for_preemptor
 from spotline.domain.running import RunningIndex
 from spotline.domain.victims import RunningJobs
 
 __all__ = [
-    "MOVE_TO",
     "Admit",
     "Decision",
     "Move",
@@ -89,6 +80,9 @@ __all__ = [
     "stops_at_once",
 ]
 
+# Preemptions (and moves) one pass may start: bounds the work and the disruption of one pass.
+MAX_PREEMPTIONS_PER_PASS = 16
+
 
 def plan(
     snapshot: ClusterSnapshot,
@@ -97,11 +91,13 @@ def plan(
     config: SchedulerConfig,
     rng: random.Random,
     *,
-    explain: bool = True,
-    running: RunningIndex | None = None,
+    window_per_class: int = WINDOW_PER_CLASS,
+    extension: PlannerExtension | None = None,
 ) -> list[Decision]:
     """Decide what to do with the top of the queue now. See `plan_with_stats`."""
-    return plan_with_stats(snapshot, queue, now, config, rng, explain=explain, running=running)[0]
+    return plan_with_stats(
+        snapshot, queue, now, config, rng, window_per_class=window_per_class, extension=extension
+    )[0]
 
 
 def plan_with_stats(
@@ -111,87 +107,59 @@ def plan_with_stats(
     config: SchedulerConfig,
     rng: random.Random,
     *,
-    explain: bool = True,
-    running: RunningIndex | None = None,
+    window_per_class: int = WINDOW_PER_CLASS,
+    extension: PlannerExtension | None = None,
 ) -> tuple[list[Decision], PlanStats]:
     """Ordered decisions for the window of the queue, and what the pass examined.
 
     1. Read at most `window_per_class` jobs of each class and as many of the nearest
-       deadlines; rank them by effective priority (then submission time, then id).
+       deadlines (`WINDOW_PER_CLASS`; the control plane reads more when many GPUs are free);
+       rank them by effective priority (then submission time, then id).
     2. For each, in that order, the first of `_Pass.CHECKS` that decides: wait if victims are
        still checkpointing for it (what it needs stays reserved for it meanwhile); wait as a job
        alike ranked before it waits; wait if no pool can host it; admit it to the first
        candidate pool where it fits (capacity and quota); claim GPUs that leaving victims free
-       beyond their preemptors' needs, and wait for them; wait if the per-pass preemption budget
-       is spent, or until it has waited `preemption_delay_s` (unless its class is in
-       `stop_at_once_for`); preempt the fewest eligible victims in one pool (the pool needing
-       the fewest, in preference order); else wait, with the reason.
+       beyond their preemptors' needs, and wait for them; wait behind its class's head (with
+       `preempt_for_class_head_only`); wait if the pass's preemption budget
+       (`MAX_PREEMPTIONS_PER_PASS`) is spent, or until it has waited `preemption_delay_s`
+       (unless its class is in `stop_at_once_for`); preempt the fewest eligible victims in one
+       pool (the pool needing the fewest, in preference order); else wait, with the reason.
     3. Then move deadline jobs on Spot whose guard's safety net fires to On-Demand room
        (`moves.moves_to_on_demand`), and, with `move_to_spot_min_remaining_s` and budget left,
        On-Demand jobs to Spot room left (`moves.moves_to_spot`).
 
-    With `explain=False` the pass stops once no job left in its order can be admitted or preempt
-    (`RunningJobs.nothing_left_to_decide`), and gives no `Wait`s: the admissions, preemptions and
-    moves are exactly those of `explain=True`, in the same order (tested), for a caller that does
-    not show wait reasons (the simulator, the forecast).
-
-    `running`, when given, is the snapshot's allocations already indexed (`RunningIndex`, kept up
-    to date by a caller that owns them across passes); the pass reads it instead of
-    `snapshot.allocations`.
+    The scheduler Lambda, the local runtime, the simulator and the start forecast all plan
+    through this one path: every job of the window gets its decision, a wait with its reason.
+    `extension`: a simulator variant's hooks (`extension.PassHooks`; none in production).
     """
     teams = {*snapshot.usage_gpu_hours, *snapshot.quotas}
     fairshare = fairshare_factors(teams, snapshot.quotas, snapshot.usage_gpu_hours)
     score = PriorityScorer(
         now, config.weights, fairshare, lambda job: estimated_remaining_s(job, now, config)
     )
-    window, classes_left, parts = window_parts(queue, config.window_per_class)
-    indexed = RunningIndex.of(snapshot.allocations) if running is None else running
-    state = _Pass(
-        snapshot, RunningJobs(snapshot, indexed, score, now, config), score, now, config, rng, explain
-    )
+    window = read_window(queue, window_per_class)
+    indexed = RunningIndex.of(snapshot.allocations)
+    state = _Pass(snapshot, RunningJobs(snapshot, indexed, score, now, config), score, now, config, rng)
+    if extension is not None:
+        state.hooks = extension.for_pass(snapshot, now, config)
+        state.variant = extension.name
     state.indexed = indexed
-    state.plans = PassPlans.for_pass(snapshot, window, config, now, indexed.allocations())
+    state.plans = PassPlans.for_pass(snapshot, window, config, now, snapshot.allocations)
     state.reserve_for_draining(window)
-    decisions: list[Decision] = []
-    for job, priority in ranked(window, parts, score):
-        checks = state.checks
-        if not explain and state.nothing_left_to_decide(priority, classes_left):
-            if not state.may_backfill():
-                break
-            checks = state.backfill_checks  # only backfill into the gang hold may start a job
-        decision = state.decide(job, priority, checks)
-        if decision is not None and (explain or not isinstance(decision, Wait)):
-            decisions.append(decision)
-        if not explain:
-            _count_decided(classes_left, job.spec.priority)
-    leaving = moves_to_on_demand(
+    decisions: list[Decision] = [state.decide(job, priority) for job, priority in ranked(window, score)]
+    moves = moves_to_on_demand(
         snapshot, indexed, state.ledger, state.taken, score, now, state.preemptions_left, config
     )
-    decisions.extend(leaving)
-    state.taken.update(m.job.id for m in leaving)
-    if config.move_to_spot_min_remaining_s > 0 and state.preemptions_left - len(leaving) > 0:
-        decisions.extend(
-            moves_to_spot(
-                snapshot,
-                indexed,
-                state.ledger,
-                state.taken,
-                score,
-                now,
-                config,
-                state.preemptions_left - len(leaving),
-                state.plans,
-            )
+    state.taken.update(m.job.id for m in moves)
+    budget = state.preemptions_left - len(moves)
+    if config.move_to_spot_min_remaining_s > 0 and budget > 0:
+        moves += moves_to_spot(
+            snapshot, indexed, state.ledger, state.taken, score, now, config, budget, state.plans
         )
+    for move in moves:
+        state.hooks.decided(move)
+    decisions.extend(moves)
     return decisions, PlanStats(candidates_examined=len(window), running_considered=len(indexed))
-
-
-def _count_decided(classes_left: dict[Priority, int], cls: Priority) -> None:
-    left = classes_left[cls] - 1
-    if left:
-        classes_left[cls] = left
-    else:
-        del classes_left[cls]
 
 
 @dataclass(slots=True)
@@ -223,7 +191,6 @@ class _Pass:
         now: float,
         config: SchedulerConfig,
         rng: random.Random,
-        explain: bool,
     ) -> None:
         self.snapshot = snapshot
         self.running = running
@@ -231,13 +198,10 @@ class _Pass:
         self.now = now
         self.config = config
         self.rng = rng
-        self.explain = explain
         self.ledger = running.ledger
         self.draining = running.draining
         self.taken: set[str] = set()
-        self.preemptions_left = config.max_preemptions_per_pass
-        # The highest class of a job that found no victim in this pass (`_class_above_blocked`).
-        self.blocked = Priority.LOW
+        self.preemptions_left = MAX_PREEMPTIONS_PER_PASS
         # GPUs that leaving victims free beyond their preemptors' needs, per pool.
         self.surplus: dict[str, int] = {}
         # Jobs that wait for the same reason as a job alike ranked before them (see `_alike`), as
@@ -246,9 +210,6 @@ class _Pass:
         self.waits: dict[tuple[object, ...], tuple[float, WaitReason]] = {}
         # The candidate pools of alike jobs (placement reads only what `_alike` holds).
         self.placements: dict[tuple[object, ...], list[Pool]] = {}
-        # Decisions so far that changed the ledger, the taken victims or the spare GPUs.
-        self.changes = 0
-        self.decided = 0  # jobs decided so far (`nothing_left_to_decide`)
         # Elements of each array holding (or about to hold) GPUs, counted when first needed.
         self.array_held: dict[str, int] | None = None
         self.window: list[Job] = []
@@ -259,6 +220,9 @@ class _Pass:
         self.heads: dict[Priority, str] = {}
         # The GPUs held for the top blocked gang, or None.
         self.gang_hold: GangHold | None = None
+        # A simulator variant's hooks, and its name (`extension.py`); the default ones do nothing.
+        self.hooks = PassHooks()
+        self.variant = ""
         self.checks: tuple[_Check, ...] = (
             self._draining,
             self._array_cap,
@@ -269,13 +233,9 @@ class _Pass:
             self._claim_spare,
             self._behind_class_head,
             self._budget_spent,
-            self._class_above_blocked,
             self._preemption_delay,
+            self._held_by_variant,
             self._preempt,
-        )
-        self.backfill_checks = (
-            self._cannot_backfill,
-            *self.checks[: self.checks.index(self._held_for_gang) + 1],
         )
 
     def reserve_for_draining(self, window: list[Job]) -> None:
@@ -283,13 +243,13 @@ class _Pass:
         keeps the capacity it waits for, so no job of this pass takes it; what the victims free
         beyond its need (a 1-GPU job that preempted an 8-GPU one leaves 7) is spare, per pool
         (victims of a preemptor the pass did not read stay charged to the pool, spare included).
-        A job moving to Spot (`Move`) keeps the GPUs it goes to until it has checkpointed, left
-        and been requeued."""
+        A moving job (`Move`) keeps the GPUs it goes to until it has checkpointed, left and been
+        requeued."""
         self.window = window
         pools, ledger = self.snapshot.pools, self.ledger
         for target, leaving in self.draining.items():
-            if target.startswith(MOVE_TO) and target[len(MOVE_TO) :] in pools:
-                pool = pools[target[len(MOVE_TO) :]]
+            if isinstance(target, MovingTo) and target.pool in pools:
+                pool = pools[target.pool]
                 moving = sum(pool.demand_gpus(allocation.job) for allocation in leaving)
                 ledger.pool_used[pool.name] = ledger.pool_used.get(pool.name, 0) + moving
         if not self.draining:
@@ -301,26 +261,10 @@ class _Pass:
                 reserve_for_preemptor(ledger, job, pool, leaving)
                 add_spare(self.surplus, job, pool, leaving)
 
-    def nothing_left_to_decide(self, priority: float, classes_left: Mapping[Priority, int]) -> bool:
-        """For a pass without explanations: whether no job from this one on (priority at most
-        `priority`, classes `classes_left`) can be admitted or preempt (`RunningJobs`)."""
-        if self.decided and self.running.nothing_left_to_decide(
-            priority, classes_left, self.preemptions_left, self.surplus, self.taken, self.changes
-        ):
-            return True
-        self.decided += 1
-        return False
-
-    def may_backfill(self) -> bool:
-        """Whether a job may backfill into GPUs held for a gang: with nothing else left to decide,
-        the pass's other jobs still try that (`backfill_checks`)."""
-        hold = self.gang_hold
-        return hold is not None and hold.gpus > 0 and self.config.gang_hold_backfill
-
-    def decide(self, job: Job, priority: float, checks: Sequence[_Check]) -> Decision | None:
-        """The first decision of `checks` for the job (None only when `checks` is not all)."""
+    def decide(self, job: Job, priority: float) -> Decision:
+        """The first decision of `checks` for the job (`_preempt`, the last, always decides)."""
         turn = _Turn(job, priority, _alike(job))
-        for check in checks:
+        for check in self.checks:
             decision = check(turn)
             if decision is not None:
                 if job.array_id is not None and isinstance(decision, (Admit, Preempt)):
@@ -328,8 +272,9 @@ class _Pass:
                     held[job.array_id] = held.get(job.array_id, 0) + 1
                 if isinstance(decision, Wait):
                     self._hold_for_gang(turn, decision)
+                self.hooks.decided(decision)
                 return decision
-        return None
+        raise AssertionError("the last check always decides")
 
     # --- the checks, in order ---------------------------------------------------------------
 
@@ -381,13 +326,15 @@ class _Pass:
             )
             if alike is not None:
                 self.placements[alike] = pools
-        turn.pools = pools
-        if pools:
+        turn.pools = self.hooks.candidate_pools(job, pools)
+        if turn.pools:
             return None
+        # (When a variant left it no pool, that holds for this job only.)
+        holds_for = math.inf if not pools else None
         gpu_type = job.spec.gpu_type
         if gpu_type is not None and gpu_type not in self.snapshot.gpu_types:
-            return self._wait(turn, NoGpuType(gpu_type), holds_for=math.inf)
-        return self._wait(turn, NoPool(job.gpus, job.nodes, job.spec.spot, job.priority), holds_for=math.inf)
+            return self._wait(turn, NoGpuType(gpu_type), holds_for=holds_for)
+        return self._wait(turn, NoPool(job.gpus, job.nodes, job.spec.spot, job.priority), holds_for=holds_for)
 
     def _admit(self, turn: _Turn) -> Decision | None:
         """It fits the first pool with room (capacity and quota): admitted there."""
@@ -398,7 +345,7 @@ class _Pass:
                 free = ledger.free(pool.name)
                 # The pool it prefers, when it had no room (found before the ledger takes this).
                 first = turn.pools[0]
-                passed = "" if pool is first else f"; not {first.name}: {self._shortfall(turn, needed=True)}"
+                passed = "" if pool is first else f"; not {first.name}: {self._shortfall(turn)}"
                 ledger.take(job.team, pool.name, demand)
                 self._changed_ledger()
                 reason = f"admitted to {pool.name}: {demand} of {free} free GPUs{passed}"
@@ -412,31 +359,20 @@ class _Pass:
         return None
 
     def _held_for_gang(self, turn: _Turn) -> Decision | None:
-        """It would fit but for the GPUs held for a blocked gang ranked before it: it waits (with
-        `hold_for_blocked_gang`), unless, with `gang_hold_backfill`, it may backfill into them
-        (`gang_hold.backfill_into`): then it is admitted there."""
+        """It would fit but for the GPUs held for a blocked gang ranked before it: it waits,
+        unless it may backfill into them (`gang_hold.backfill_into`): then it is admitted there."""
         hold = self.gang_hold
         if hold is None:
             return None
         for pool in turn.pools:
             if pool.name != hold.pool or pool.demand_gpus(turn.job) > self.ledger.free(pool.name) + hold.gpus:
                 continue
-            why = None
-            if self.config.gang_hold_backfill:
-                admitted, why = backfill_into(hold, turn.job, pool, self.ledger, self.now)
-                if admitted is not None:
-                    self._changed_ledger()
-                    return Admit(turn.job, pool.name, turn.priority, admitted)
+            admitted, why = backfill_into(hold, turn.job, pool, self.ledger, self.now)
+            if admitted is not None:
+                self._changed_ledger()
+                return Admit(turn.job, pool.name, turn.priority, admitted)
             return self._wait(turn, HeldForGang(self._shortfall(turn), hold.gang, hold.pool, why))
         return None
-
-    def _cannot_backfill(self, turn: _Turn) -> Decision | None:
-        """(In `backfill_checks` only, whose waits are not shown.) It waits at once when it
-        cannot backfill into the hold (`GangHold.may_fit`), before its placement is sought."""
-        hold = self.gang_hold
-        if hold is not None and hold.may_fit(turn.job, self.snapshot.pools[hold.pool], self.ledger, self.now):
-            return None
-        return self._wait(turn, HeldForGang("", "", ""))
 
     def _claim_spare(self, turn: _Turn) -> Decision | None:
         """GPUs that leaving victims free beyond their preemptors' needs fit it: it claims them
@@ -446,7 +382,6 @@ class _Pass:
         claim = claim_spare(turn.job, turn.pools, self.surplus, self.ledger)
         if claim is None:
             return None
-        self.changes += 1
         return self._wait(turn, SpareClaimed(*claim))
 
     def _behind_class_head(self, turn: _Turn) -> Decision | None:
@@ -467,13 +402,6 @@ class _Pass:
             return None
         return self._wait(turn, BudgetSpent(self._shortfall(turn)), holds_for=math.inf)
 
-    def _class_above_blocked(self, turn: _Turn) -> Decision | None:
-        """A job of a class above its own found no victim in this pass: it does not preempt
-        (with `preempt_below_blocked_class`)."""
-        if turn.job.priority.rank >= self.blocked.rank:
-            return None
-        return self._wait(turn, ClassAboveBlocked(self._shortfall(turn), self.blocked))
-
     def _preemption_delay(self, turn: _Turn) -> Decision | None:
         """It has not waited `preemption_delay_s` yet (unless its class stops victims at once).
         How long it has waited is the job's own, not part of the reason: a reason that changed
@@ -485,28 +413,31 @@ class _Pass:
             return None
         return self._wait(turn, PreemptionDelay(self._shortfall(turn), config.preemption_delay_s))
 
+    def _held_by_variant(self, turn: _Turn) -> Decision | None:
+        """A simulator variant keeps it from preempting in this pass (`PassHooks.may_preempt`)."""
+        why = self.hooks.may_preempt(turn.job, turn.priority)
+        if why is None:
+            return None
+        return self._wait(turn, HeldByVariant(self._shortfall(turn), self.variant, why))
+
     def _preempt(self, turn: _Turn) -> Decision:
         """Preempt the fewest eligible victims in one of its pools; else it waits."""
         job, priority = turn.job, turn.priority
         best: tuple[Pool, list[Candidate]] | None = None
         for pool in turn.pools:
-            possible = self.running.possible_victims(job, priority, pool.name, self.ledger, self.taken)
-            possible += self._backfilled_past(job, pool)
+            possible = self.running.possible_victims(job, pool.name, self.ledger, self.taken)
             if not possible:
                 continue  # select_victims would find no eligible victim
             victims = select_victims(
-                job, priority, pool, possible, self.ledger, self.now, self.config, self.rng
+                job, pool, possible, self.ledger, self.now, self.config, self.rng, self.hooks.order_victims
             )
             if victims and (best is None or len(victims) < len(best[1])):
                 best = (pool, victims)
         if best is None:
-            # An alike job ranked lower waits too: a lower priority only narrows who is lower by
-            # the margin, so it finds no victim, or no set that frees enough.
+            # An alike job ranked lower waits too: its class, team and shape decide its victims.
             names = tuple(p.name for p in turn.pools)
-            if self.config.preempt_below_blocked_class and job.priority.rank > self.blocked.rank:
-                self.blocked = job.priority
             return self._wait(turn, NoVictim(self._shortfall(turn), names), holds_for=priority)
-        shortfall = self._shortfall(turn, needed=True)
+        shortfall = self._shortfall(turn)
         pool, victims = best
         self.taken.update(v.job_id for v in victims)
         self.preemptions_left -= 1
@@ -523,49 +454,19 @@ class _Pass:
         return Preempt(job, pool.name, ids, priority, reason, checkpoint=at_once is None)
 
     def _hold_for_gang(self, turn: _Turn, wait: Wait) -> None:
-        """After a job's wait: the first multi-node job of the pass that waits for capacity has
-        the free GPUs of its first candidate pool held for it, up to its demand (with
-        `hold_for_blocked_gang`)."""
+        """After a job's wait: the first multi-node job of the pass that waits for capacity, and
+        has waited `GANG_HOLD_AFTER_S`, has the free GPUs of its first candidate pool held for it,
+        up to its demand, so the jobs ranked after it do not take them one by one."""
         if not turn.pools or not isinstance(wait.why, _SHORT_OF_CAPACITY):
             return
         job = turn.job
-        if not self.config.hold_for_blocked_gang or self.gang_hold is not None or job.nodes <= 1:
-            return
-        if self.config.gang_hold_after_s > 0 and wait_s(job, self.now) < self.config.gang_hold_after_s:
+        if self.gang_hold is not None or job.nodes <= 1 or wait_s(job, self.now) < GANG_HOLD_AFTER_S:
             return
         pool = turn.pools[0]
         running = (a for members in self.indexed.groups.get(pool.name, {}).values() for a in members.values())
         self.gang_hold = hold_for(job, pool, self.ledger, running, self.now, self.config)
         if self.gang_hold is not None:
             self._changed_ledger()
-
-    def _backfilled_past(self, job: Job, pool: Pool) -> list[Candidate]:
-        """Without `protect_backfill`, for a gang or a critical `job`: the single-node jobs of
-        `pool` of a lower class that started while it was queued and are still inside their
-        protection period (`possible_victims` leaves them out: no other preemptor may stop them)."""
-        config = self.config
-        if config.protect_backfill or (job.nodes <= 1 and job.priority is not Priority.CRITICAL):
-            return []
-        found: list[Allocation] = []
-        for cls, members in self.indexed.groups.get(pool.name, {}).items():
-            if cls.rank >= job.priority.rank:
-                continue
-            for allocation in members.values():
-                ran = allocation.job
-                if (
-                    ran.started_at is not None
-                    and ran.started_at >= job.enqueued_at
-                    and allocation.draining_for is None
-                    and ran.id not in self.taken
-                    and backfilled_past(ran, job, config)
-                    and shielded(allocation, self.now, config) == INSIDE_PROTECTION
-                ):
-                    found.append(allocation)
-        if not found:
-            return []
-        at = (self.now, config)
-        scores = self.score.scores([a.job for a in found])
-        return [Candidate(a, p, at=at) for a, p in zip(found, scores, strict=True)]
 
     # --- helpers ------------------------------------------------------------------------------
 
@@ -574,25 +475,21 @@ class _Pass:
         wait for the same reason (until the ledger changes)."""
         if holds_for is not None and turn.alike is not None:
             self.waits[turn.alike] = (holds_for, why)
-        return Wait(turn.job, turn.priority, why, wait_text(why) if self.explain else "")
+        return Wait(turn.job, turn.priority, why, wait_text(why))
 
-    def _shortfall(self, turn: _Turn, *, needed: bool = False) -> str:
-        """Why the job does not fit the first of its pools (none fits). Found only for words
-        shown (a pass without explanations shows none for its waits) or `needed`; the ledger is
-        as it was until the job's decision, so it is the same whenever it is found."""
+    def _shortfall(self, turn: _Turn) -> str:
+        """Why the job does not fit the first of its pools (none fits). The ledger is as it was
+        until the job's decision, so it is the same whenever it is found."""
         if turn.shortfall is None:
-            if not (self.explain or needed):
-                return ""
             turn.shortfall = self.ledger.shortfall(turn.job, turn.pools[0]) or ""
         return turn.shortfall
 
     def _changed_ledger(self) -> None:
         self.waits.clear()
-        self.changes += 1
 
 
 # The waits of a job short of capacity (it could use GPUs, and found none it may take).
-_SHORT_OF_CAPACITY = (NoVictim, PreemptionDelay, BudgetSpent, ClassAboveBlocked, BehindClassHead)
+_SHORT_OF_CAPACITY = (NoVictim, PreemptionDelay, BudgetSpent, BehindClassHead)
 
 
 def _alike(job: Job) -> tuple[object, ...] | None:

@@ -25,7 +25,7 @@ class Candidate:
     stoppable running job of a group it searches, and orders only those it may stop.
     """
 
-    __slots__ = ("_at", "_cost_gpu_s", "_lost_work_gpu_s", "_remaining_s", "allocation", "effective_priority")
+    __slots__ = ("_at", "_lost_work_gpu_s", "_remaining_s", "allocation", "effective_priority")
 
     def __init__(
         self,
@@ -42,7 +42,6 @@ class Candidate:
         self.effective_priority = effective_priority
         self._remaining_s = remaining_s
         self._lost_work_gpu_s = lost_work_gpu_s
-        self._cost_gpu_s: float | None = None
         self._at = at
 
     def __repr__(self) -> str:
@@ -72,24 +71,24 @@ class Candidate:
             self._lost_work_gpu_s = lost_work_gpu_s(self.allocation.job, self.allocation.gpus, now, config)
         return self._lost_work_gpu_s
 
-    @property
-    def preemption_cost_gpu_s(self) -> float:
-        """`preemption_cost_gpu_s` of the job (computed when first read)."""
-        if self._cost_gpu_s is None:
-            if self._at is None:
-                # A candidate given its lost work (no `at`): counted as stopped at once.
-                self._cost_gpu_s = self.lost_work_gpu_s
-            else:
-                now, config = self._at
-                job = self.allocation.job
-                self._cost_gpu_s = preemption_cost_gpu_s(job, self.allocation.gpus, now, config)
-        return self._cost_gpu_s
+
+# The run time assumed for a job that declares none and reports no progress (s).
+DEFAULT_RUNTIME_S = 3600.0
+# A job preempted this many times is not preempted again: a last guard against thrash, far above
+# what the protection period and the preemption delay let happen.
+MAX_PREEMPTIONS_PER_JOB = 100
 
 
 def estimated_remaining_s(job: Job, now: float, config: SchedulerConfig) -> float:
-    """The job's estimated remaining run time, or `default_runtime_s` when nothing tells."""
+    """The job's estimated remaining run time, or `DEFAULT_RUNTIME_S` when nothing tells."""
     remaining = job.remaining_s(now)
-    return config.default_runtime_s if remaining is None else remaining
+    return DEFAULT_RUNTIME_S if remaining is None else remaining
+
+
+def protected_until(job: Job, config: SchedulerConfig) -> float | None:
+    """When the protection period since the job's last start ends: no preemption for priority
+    before then (None: it has not started)."""
+    return None if job.started_at is None else job.started_at + config.protection_period_s
 
 
 def lost_work_gpu_s(job: Job, gpus: int, now: float, config: SchedulerConfig) -> float:
@@ -98,19 +97,9 @@ def lost_work_gpu_s(job: Job, gpus: int, now: float, config: SchedulerConfig) ->
     return gpus * (job.unsaved_work_s(now) + config.restart_cost_s + restore_s(job))
 
 
-def preemption_cost_gpu_s(job: Job, gpus: int, now: float, config: SchedulerConfig) -> float:
-    """GPU-seconds a checkpoint-then-preempt of `job` now wastes: the checkpoint write (or its
-    unsaved work, when less: it is then stopped at once, `stops_at_once`), the restart
-    and its measured restore, on all of its GPUs. Unlike `lost_work_gpu_s`, the work since the
-    last checkpoint is saved by the write, so what tells victims apart is mostly their size."""
-    unsaved = min(job.unsaved_work_s(now), write_s(job, config))
-    return gpus * (unsaved + config.restart_cost_s + restore_s(job))
-
-
 def eligibility(
     candidate: Candidate,
     preemptor: Job,
-    preemptor_priority: float,
     now: float,
     config: SchedulerConfig,
     usage: Mapping[str, int],
@@ -121,20 +110,19 @@ def eligibility(
     1. Never a job that is already checkpointing for another preemptor, or the preemptor itself.
     2. Never inside its protection period (since its last start).
     3. Never once it reached the per-job preemption cap.
-    4. Then: its effective priority is below the preemptor's by at least the margin (and, with
-       `preempt_lower_class_only`, its class is below the preemptor's), or it
-       runs on borrowed capacity that the preemptor's team may reclaim (the candidate's team
-       is over its nominal quota and the preemptor's team stays within its own nominal), as
-       far as `reclaim_within_cohort` allows: Kueue's `LowerPriority` (the default) reclaims
-       only from a lower priority class, `Any` from every class, `Never` not at all.
+    4. Then: its class is below the preemptor's (Slurm's QOS preempt lists, Kueue's
+       LowerPriority), or it runs on borrowed capacity that the preemptor's team may reclaim
+       (the candidate's team is over its nominal quota and the preemptor's team stays within
+       its own nominal), as far as `reclaim_within_cohort` allows: `lower-priority` (the
+       default) reclaims only from a lower class, `any` from every class, `never` not at all.
     """
     job = candidate.job
     if job.id == preemptor.id:
         return "already leaving"
     shield = shielded(candidate.allocation, now, config)
-    if shield is not None and not (shield == INSIDE_PROTECTION and backfilled_past(job, preemptor, config)):
+    if shield is not None:
         return shield
-    if _is_lower(candidate, preemptor, preemptor_priority, config):
+    if is_lower_class(job, preemptor):
         return None
     if (
         job.team != preemptor.team
@@ -143,21 +131,12 @@ def eligibility(
         and borrowed_gpus(job.team, usage, ledger.quotas) > 0
     ):
         return None
-    return "not lower priority"
+    return NOT_LOWER
 
 
 INSIDE_PROTECTION = "inside its protection period"
-
-
-def backfilled_past(job: Job, preemptor: Job, config: SchedulerConfig) -> bool:
-    """Whether `job`'s protection period does not shield it from `preemptor` (without
-    `protect_backfill`): `preemptor` is a gang (more than one node) or a critical job, and `job`
-    is a single-node job that started while `preemptor` was queued (it went ahead of it)."""
-    if config.protect_backfill or job.nodes > 1 or job.started_at is None:
-        return False
-    if preemptor.nodes <= 1 and preemptor.priority is not Priority.CRITICAL:
-        return False
-    return job.started_at >= preemptor.enqueued_at
+NOT_LOWER = "not of a lower class"
+PREEMPTION_CAP = "reached the preemption cap"
 
 
 def shielded(allocation: Allocation, now: float, config: SchedulerConfig) -> str | None:
@@ -166,11 +145,10 @@ def shielded(allocation: Allocation, now: float, config: SchedulerConfig) -> str
     job = allocation.job
     if allocation.draining_for is not None:
         return "already leaving"
-    # The cap before the protection period: `backfilled_past` lifts the protection period alone,
-    # never the cap (Hypothesis found a capped backfilled job preempted when the order was reversed).
-    if job.preemptions >= config.max_preemptions_per_job:
-        return "reached the preemption cap"
-    if job.started_at is not None and now - job.started_at < config.protection_period_s:
+    if job.preemptions >= MAX_PREEMPTIONS_PER_JOB:
+        return PREEMPTION_CAP
+    until = protected_until(job, config)
+    if until is not None and now < until:
         return INSIDE_PROTECTION
     return None
 
@@ -192,14 +170,10 @@ def reclaim_allowed_between(victim: Priority, preemptor: Priority, config: Sched
     return victim.rank <= preemptor.rank
 
 
-def _is_lower(
-    candidate: Candidate, preemptor: Job, preemptor_priority: float, config: SchedulerConfig
-) -> bool:
-    """Lower than the preemptor by the margin (and, with `preempt_lower_class_only`, of a lower
-    class)."""
-    if config.preempt_lower_class_only and candidate.job.priority.rank >= preemptor.priority.rank:
-        return False
-    return candidate.effective_priority < preemptor_priority - config.preemption_margin
+def is_lower_class(job: Job, preemptor: Job) -> bool:
+    """Whether `job` is of a class below the preemptor's: the only jobs it may preempt for
+    priority (the quota reclaim aside)."""
+    return job.priority.rank < preemptor.priority.rank
 
 
 def _may_reclaim(preemptor: Job, usage: Mapping[str, int], ledger: Ledger, pool_name: str) -> bool:
@@ -212,99 +186,60 @@ def _may_reclaim(preemptor: Job, usage: Mapping[str, int], ledger: Ledger, pool_
     return usage.get(preemptor.team, 0) + demand <= quota.nominal_gpus
 
 
-# --- ordering: one function per strategy; the first candidate is the first victim ----------
+# --- ordering: the lowest class first, then one key per strategy -----------------------------
 
 
-def order_least_lost_work(candidates: Sequence[Candidate], rng: random.Random) -> list[Candidate]:
-    """Spotline's default.
-
-    1. Least lost work: GPU-seconds since the last durable checkpoint, plus restart cost.
-    2. Lower effective priority.
-    3. Job id (deterministic tie-break).
-    """
-    return sorted(candidates, key=lambda c: (c.lost_work_gpu_s, c.effective_priority, c.job_id))
+def _least_lost_work(c: Candidate) -> float:
+    """GPU-seconds since the last durable checkpoint, plus the restart and restore."""
+    return c.lost_work_gpu_s
 
 
-def order_lowest_class_least_lost_work(
-    candidates: Sequence[Candidate], rng: random.Random
-) -> list[Candidate]:
-    """1. Lowest priority class (what Slurm and Kueue stop first).
-    2. Least lost work, as `order_least_lost_work`.
-    3. Lower effective priority.
-    4. Job id (deterministic tie-break).
-    """
-    return sorted(
-        candidates, key=lambda c: (c.job.priority.rank, c.lost_work_gpu_s, c.effective_priority, c.job_id)
-    )
+def _least_remaining_time(c: Candidate) -> float:
+    """Estimated remaining run time."""
+    return c.remaining_s
 
 
-def order_lowest_class_least_cost(candidates: Sequence[Candidate], rng: random.Random) -> list[Candidate]:
-    """1. Lowest priority class (what Slurm and Kueue stop first).
-    2. Least work a checkpointed preemption wastes (`preemption_cost_gpu_s`): fewest GPUs, mostly.
-    3. Least lost work if stopped at once (`lost_work_gpu_s`).
-    4. Lower effective priority.
-    5. Job id (deterministic tie-break).
-    """
-    return sorted(
-        candidates,
-        key=lambda c: (
-            c.job.priority.rank,
-            c.preemption_cost_gpu_s,
-            c.lost_work_gpu_s,
-            c.effective_priority,
-            c.job_id,
-        ),
-    )
+def _lowest_utilization(c: Candidate) -> float:
+    """Agent-reported GPU utilization (a job that reported none counts as fully used)."""
+    return 1.0 if c.job.utilization is None else c.job.utilization
 
 
-def order_least_remaining_time(candidates: Sequence[Candidate], rng: random.Random) -> list[Candidate]:
-    """1. Least estimated remaining run time.
-    2. Lower effective priority.
-    3. Job id (deterministic tie-break).
-    """
-    return sorted(candidates, key=lambda c: (c.remaining_s, c.effective_priority, c.job_id))
-
-
-def order_lowest_utilization(candidates: Sequence[Candidate], rng: random.Random) -> list[Candidate]:
-    """1. Lowest agent-reported GPU utilization (a job that reported none counts as fully used).
-    2. Lower effective priority.
-    3. Job id (deterministic tie-break).
-    """
-
-    def utilization(c: Candidate) -> float:
-        return 1.0 if c.job.utilization is None else c.job.utilization
-
-    return sorted(candidates, key=lambda c: (utilization(c), c.effective_priority, c.job_id))
-
-
-def order_random(candidates: Sequence[Candidate], rng: random.Random) -> list[Candidate]:
-    """1. A random order drawn from the seeded `rng` passed in.
-    The input is first sorted by job id, so the same seed gives the same order.
-    """
-    ordered = sorted(candidates, key=lambda c: c.job_id)
-    rng.shuffle(ordered)
-    return ordered
-
-
-ORDERINGS: Mapping[VictimStrategy, Callable[[Sequence[Candidate], random.Random], list[Candidate]]] = {
-    VictimStrategy.LEAST_LOST_WORK: order_least_lost_work,
-    VictimStrategy.LOWEST_CLASS_LEAST_LOST_WORK: order_lowest_class_least_lost_work,
-    VictimStrategy.LOWEST_CLASS_LEAST_COST: order_lowest_class_least_cost,
-    VictimStrategy.LEAST_REMAINING_TIME: order_least_remaining_time,
-    VictimStrategy.LOWEST_UTILIZATION: order_lowest_utilization,
-    VictimStrategy.RANDOM: order_random,
+STRATEGY_KEYS: Mapping[VictimStrategy, Callable[[Candidate], float]] = {
+    VictimStrategy.LEAST_LOST_WORK: _least_lost_work,
+    VictimStrategy.LEAST_REMAINING_TIME: _least_remaining_time,
+    VictimStrategy.LOWEST_UTILIZATION: _lowest_utilization,
 }
+
+
+def order_victims(
+    candidates: Sequence[Candidate], strategy: VictimStrategy, rng: random.Random
+) -> list[Candidate]:
+    """The order in which `select_victims` takes candidates (the first is the first victim):
+
+    1. Lowest priority class (what Slurm and Kueue stop first).
+    2. The strategy's key: least lost work, least remaining time or lowest utilization; or, for
+       `random`, a random order drawn from the seeded `rng` passed in (from the candidates
+       sorted by job id, so the same seed gives the same order).
+    3. Lower effective priority.
+    4. Job id (a deterministic tie-break).
+    """
+    if strategy is VictimStrategy.RANDOM:
+        shuffled = sorted(candidates, key=lambda c: c.job_id)
+        rng.shuffle(shuffled)
+        return sorted(shuffled, key=lambda c: c.job.priority.rank)
+    key = STRATEGY_KEYS[strategy]
+    return sorted(candidates, key=lambda c: (c.job.priority.rank, key(c), c.effective_priority, c.job_id))
 
 
 def select_victims(
     preemptor: Job,
-    preemptor_priority: float,
     pool: Pool,
     candidates: Sequence[Candidate],
     ledger: Ledger,
     now: float,
     config: SchedulerConfig,
     rng: random.Random,
+    reorder: Callable[[Job, list[Candidate]], list[Candidate]] | None = None,
     strategy: VictimStrategy | None = None,
 ) -> list[Candidate] | None:
     """The victims in `pool` whose departure lets `preemptor` fit, or None.
@@ -322,8 +257,7 @@ def select_victims(
     eligible = [
         c
         for c in candidates
-        if c.allocation.pool == pool.name
-        and eligibility(c, preemptor, preemptor_priority, now, config, usage, ledger) is None
+        if c.allocation.pool == pool.name and eligibility(c, preemptor, now, config, usage, ledger) is None
     ]
     if not eligible:
         return None
@@ -332,13 +266,15 @@ def select_victims(
     short = pool.demand_gpus(preemptor) - ledger.free(pool.name)
     if sum(c.allocation.gpus for c in eligible) < short:
         return None
-    order = ORDERINGS[strategy or config.strategy]
     victims: list[Candidate] = []
     usage_left = dict(usage)
     freed = 0
-    for candidate in order(eligible, rng):
+    order = order_victims(eligible, strategy or config.strategy, rng)
+    if reorder is not None:
+        order = reorder(preemptor, order)
+    for candidate in order:
         team = candidate.job.team
-        reclaim_only = not _is_lower(candidate, preemptor, preemptor_priority, config)
+        reclaim_only = not is_lower_class(candidate.job, preemptor)
         if reclaim_only and borrowed_gpus(team, usage_left, ledger.quotas) <= 0:
             # Eligible only to reclaim borrowed capacity, and its team borrows nothing more once
             # the victims before it leave: reclaim stops at the team's nominal quota (Kueue
@@ -360,21 +296,14 @@ def select_victims(
 
 
 def stops_at_once(preemptor: Job, victims: Sequence[Job], now: float, config: SchedulerConfig) -> str | None:
-    """Why `preemptor` stops `victims` at once instead of letting them checkpoint, or None.
-
-    1. Its class is in `stop_at_once_for`, and, with `stop_at_once_within_write`, each victim's
-       unsaved work is no more than its checkpoint write (a write would cost what it saves).
-    2. Each victim checkpointed in the last `fresh_checkpoint_s` (when that is on).
-    """
-    if preemptor.priority in config.stop_at_once_for:
-        if not config.stop_at_once_within_write:
-            return f"stopped at once for a {preemptor.priority.value} job"
-        if all(v.unsaved_work_s(now) <= write_s(v, config) for v in victims):
-            return (
-                f"stopped at once for a {preemptor.priority.value} job: each has no more unsaved work"
-                " than its checkpoint write"
-            )
-    fresh = config.fresh_checkpoint_s
-    if fresh > 0 and all(v.unsaved_work_s(now) <= fresh for v in victims):
-        return f"stopped at once: each checkpointed in the last {fresh:.0f} s"
+    """Why `preemptor` stops `victims` at once instead of letting them checkpoint, or None: its
+    class is in `stop_at_once_for`, and each victim's unsaved work is no more than its checkpoint
+    write (measured, else `checkpoint_write_s`): a write would cost what it saves."""
+    if preemptor.priority in config.stop_at_once_for and all(
+        v.unsaved_work_s(now) <= write_s(v, config) for v in victims
+    ):
+        return (
+            f"stopped at once for a {preemptor.priority.value} job: each has no more unsaved work"
+            " than its checkpoint write"
+        )
     return None

@@ -5,7 +5,13 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable, Mapping
 
-from spotline.domain.config import PriorityWeights
+from spotline.domain.config import (
+    DEADLINE_HORIZON_S,
+    HISTORY_CAP,
+    SHORTEST_NORM_S,
+    SIZE_NORM_GPUS,
+    PriorityWeights,
+)
 from spotline.domain.models import Job, Priority, TeamQuota
 
 
@@ -17,16 +23,17 @@ def wait_s(job: Job, now: float) -> float:
 
 
 def deadline_urgency(job: Job, now: float, weights: PriorityWeights, remaining_s: float) -> float:
-    """0 without a deadline; otherwise 1 - slack / horizon clamped to [0, 1], where
+    """0 without a deadline; otherwise 1 - slack / `DEADLINE_HORIZON_S` clamped to [0, 1], where
     slack = deadline - now - remaining work. A closer deadline never lowers it."""
     deadline = job.spec.deadline_at
     if deadline is None:
         return 0.0
     slack = deadline - now - remaining_s
-    return min(1.0, max(0.0, 1.0 - slack / weights.deadline_horizon_s))
+    return min(1.0, max(0.0, 1.0 - slack / DEADLINE_HORIZON_S))
 
 
 _HOUR_S = 3600.0
+_SHORTEST_SCALE = math.log1p(SHORTEST_NORM_S / _HOUR_S)
 
 
 def shortness(job: Job, now: float, weights: PriorityWeights) -> float:
@@ -35,8 +42,7 @@ def shortness(job: Job, now: float, weights: PriorityWeights) -> float:
     expected = job.spec.expected_runtime_s
     if expected is None:
         return 0.0
-    norm_s = weights.shortest_norm_s
-    return _shortness(expected - job.elapsed_s(now), norm_s, math.log1p(norm_s / _HOUR_S))
+    return _shortness(expected - job.elapsed_s(now), SHORTEST_NORM_S, _SHORTEST_SCALE)
 
 
 def _shortness(remaining: float, norm_s: float, scale: float) -> float:
@@ -93,41 +99,9 @@ def effective_priority(
     fair-share factor in [0, 1]; both are computed once per pass by the caller.
 
     Properties (tested): waiting longer, a closer deadline and more disruptions suffered each
-    never lower it; more attained service never raises it.
+    never lower it.
     """
     return PriorityScorer(now, weights, {job.team: fairshare}, lambda _: remaining_s)(job)
-
-
-def score_floor(job: Job, weights: PriorityWeights) -> tuple[float, float, float]:
-    """What `effective_priority` of a running `job` less its team's fair-share term never falls
-    below, as long as no weight is negative (the caller checks): (a floor until a time, that time,
-    a floor from then on).
-
-    The floor from then on is its class, age (fixed once it started), size and history terms less
-    its attained-service term; the deadline and shortest-declared terms, never negative, are left
-    out. Until a second before the job runs past its declared run time, the shortest-declared
-    term is at least what it was when the job started (its declared remaining time only shrinks),
-    and the first floor adds it. Up to rounding: compare with a margin."""
-    spec = job.spec
-    floor = weights.class_term(spec.priority)
-    if job.started_at is not None:
-        wait = job.started_at - job.enqueued_at
-        if wait > 0.0:
-            floor += weights.age * min(1.0, wait / weights.max_age_s)
-    if weights.attained > 0.0 and job.runtime_s > 0.0:
-        service = spec.gpus * job.runtime_s
-        floor -= weights.attained * min(1.0, service / (weights.attained_norm_gpu_h * 3600.0))
-    floor += weights.size * min(1.0, spec.gpus / weights.size_norm_gpus)
-    disruptions = job.preemptions + job.interruptions
-    floor += weights.history * (min(disruptions, weights.history_cap) / weights.history_cap)
-    expected = spec.expected_runtime_s
-    if expected is None or weights.shortest <= 0.0 or job.started_at is None:
-        return floor, math.inf, floor
-    norm_s = weights.shortest_norm_s
-    short = weights.shortest * _shortness(expected - job.runtime_s, norm_s, math.log1p(norm_s / _HOUR_S))
-    if short <= 0.0:
-        return floor, math.inf, floor
-    return floor + short, job.started_at + (expected - job.runtime_s) - 1.0, floor
 
 
 class PriorityScorer:
@@ -152,7 +126,6 @@ class PriorityScorer:
         self._remaining_s = remaining_s
         self._weights = weights
         self._fairshare = fairshare
-        self._shortest_scale = math.log1p(weights.shortest_norm_s / _HOUR_S)
         self._class: dict[Priority, float] = {p: weights.class_term(p) for p in Priority}
         self._size: dict[int, float] = {}
         self._history: dict[int, float] = {}
@@ -172,35 +145,13 @@ class PriorityScorer:
         term = self._team.get(team)
         return self._team_term(team) if term is None else term
 
-    def upper_bound(self, class_term: float, deadline: bool) -> float:
-        """A number no job's score exceeds when its class term is at most `class_term` (and it
-        has no deadline, unless `deadline`): each other term at its largest, the attained-service
-        term (which only lowers a score) at 0, with room for rounding. Infinite when a weight is
-        negative (a term's largest value is then not its weight)."""
-        weights = self._weights
-        terms = (weights.age, weights.deadline, weights.size, weights.history, weights.fairshare)
-        if min(terms) < 0.0 or weights.attained < 0.0 or weights.shortest < 0.0:
-            return math.inf
-        # The fair-share term of a team missing from the pass's fair-share is weights.fairshare.
-        team = max(self._team.values(), default=weights.fairshare)
-        bound = class_term + weights.age + weights.size + weights.history + max(team, weights.fairshare)
-        bound += weights.shortest
-        if deadline:
-            bound += weights.deadline
-        return bound + abs(bound) * 1e-9 + 1e-9
-
     def scores(self, jobs: Iterable[Job]) -> list[float]:
         """The effective priority of each of `jobs`, in order: the terms summed left to right, as
         `PriorityWeights` writes the formula, with the age's clamps as comparisons (the same
         floats; tested). A pass scores its whole window with it, so the weights are read once."""
         now, weights = self._now, self._weights
         w_age, max_age, w_deadline = weights.age, weights.max_age_s, weights.deadline
-        w_attained, attained_norm = weights.attained, weights.attained_norm_gpu_h * 3600.0
-        w_shortest, shortest_norm, shortest_scale = (
-            weights.shortest,
-            weights.shortest_norm_s,
-            self._shortest_scale,
-        )
+        w_shortest = weights.shortest
         classes, teams, sizes, histories = self._class, self._team, self._size, self._history
         out: list[float] = []
         for job in jobs:
@@ -221,9 +172,6 @@ class PriorityScorer:
             if team is None:
                 team = self._team_term(job.team)
             ran = job.runtime_s
-            if w_attained > 0.0 and ran > 0.0:
-                service = spec.gpus * ran
-                score -= w_attained * (1.0 if service >= attained_norm else service / attained_norm)
             size = sizes.get(spec.gpus)
             if size is None:
                 size = self._size_term(spec.gpus)
@@ -237,20 +185,18 @@ class PriorityScorer:
                 continue
             # Declared remaining: what was declared, less the run time so far (`Job.elapsed_s`).
             remaining = expected - ran if started is None else expected - (ran + max(0.0, now - started))
-            short = w_shortest * _shortness(remaining, shortest_norm, shortest_scale)
+            short = w_shortest * _shortness(remaining, SHORTEST_NORM_S, _SHORTEST_SCALE)
             out.append(score + size + team + history + short)
         return out
 
     def _size_term(self, gpus: int) -> float:
         weights = self._weights
-        size = self._size[gpus] = weights.size * min(1.0, gpus / weights.size_norm_gpus)
+        size = self._size[gpus] = weights.size * min(1.0, gpus / SIZE_NORM_GPUS)
         return size
 
     def _history_term(self, disruptions: int) -> float:
         weights = self._weights
-        history = self._history[disruptions] = weights.history * (
-            min(disruptions, weights.history_cap) / weights.history_cap
-        )
+        history = self._history[disruptions] = weights.history * (min(disruptions, HISTORY_CAP) / HISTORY_CAP)
         return history
 
     def _team_term(self, team: str) -> float:

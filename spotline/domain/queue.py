@@ -5,8 +5,7 @@ order in which the pass decides (`ranked`)."""
 from __future__ import annotations
 
 import bisect
-import heapq
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -114,80 +113,27 @@ def _remove(entries: list[tuple[tuple[float, str], Job]], jobs: list[Job], key: 
         raise KeyError(key[1])
 
 
+# Jobs a pass reads per class (and of the nearest deadlines): one DynamoDB query page per class;
+# a job that fits can start only once it is in the window.
+WINDOW_PER_CLASS = 256
+
+
 def read_window(queue: PendingQueue, limit: int) -> list[Job]:
-    """The head of each class plus the most urgent deadlines, each job once."""
-    return window_parts(queue, limit)[0]
-
-
-# A part of the window: its first and last index + 1, the highest class among its jobs, and
-# whether any of them has a deadline (what bounds the scores of its jobs).
-WindowPart = tuple[int, int, Priority, bool]
-
-
-def window_parts(queue: PendingQueue, limit: int) -> tuple[list[Job], dict[Priority, int], list[WindowPart]]:
-    """`read_window`, how many of its jobs each class has, and its parts: the head of each class,
-    then the urgent jobs not in one."""
+    """The head of each class (`limit` jobs at most), then the `limit` most urgent deadlines
+    not among them: each job once."""
     window: list[Job] = []
-    counts: dict[Priority, int] = {}
-    heads: list[tuple[int, int, Priority]] = []
     for priority in PRIORITIES_HIGH_FIRST:
-        head = queue.head(priority, limit)
-        if head:
-            heads.append((len(window), len(window) + len(head), priority))
-            window.extend(head)
-            counts[priority] = len(head)
-    urgent = queue.urgent(limit)
-    if not urgent:
-        # (No pending job has a deadline.)
-        return window, counts, [(start, end, cls, False) for start, end, cls in heads]
-    parts: list[WindowPart] = [
-        (start, end, cls, any(job.spec.deadline is not None for job in window[start:end]))
-        for start, end, cls in heads
-    ]
+        window.extend(queue.head(priority, limit))
     seen = {job.id for job in window}
-    start = len(window)
-    highest: Priority | None = None
-    for job in urgent:
+    for job in queue.urgent(limit):
         if job.id not in seen:
             seen.add(job.id)
             window.append(job)
-            cls = job.spec.priority
-            counts[cls] = counts.get(cls, 0) + 1
-            if highest is None or cls.rank > highest.rank:
-                highest = cls
-    if highest is not None:
-        parts.append((start, len(window), highest, True))
-    return window, counts, parts
+    return window
 
 
-def ranked(
-    window: Sequence[Job], parts: Sequence[WindowPart], score: PriorityScorer
-) -> Iterator[tuple[Job, float]]:
-    """The jobs of `window`, best effective priority first (then submission time, then id), with
-    their priorities: the order of a pass.
-
-    A pass without explanations may stop early and need only the head of it, so the order is
-    popped from a heap, and a part of the window is scored and pushed only when the heap's best
-    might not outrank every job in it (`PriorityScorer.upper_bound`): the order is that of the
-    whole window scored at once."""
-    weights = score.weights
-    unscored = [
-        (-score.upper_bound(weights.class_term(cls), deadline), index, (start, end))
-        for index, (start, end, cls, deadline) in enumerate(parts)
-    ]
-    heapq.heapify(unscored)
-    order: list[tuple[float, float, str, Job]] = []
-    while order or unscored:
-        # Score the parts whose bound reaches the heap's best (`<=`: a tie goes to submission time).
-        while unscored and (not order or order[0][0] >= unscored[0][0]):
-            _, _, (start, end) = heapq.heappop(unscored)
-            jobs = window[start:end]
-            order.extend(
-                [
-                    (-priority, job.submitted_at, job.id, job)
-                    for job, priority in zip(jobs, score.scores(jobs), strict=True)
-                ]
-            )
-            heapq.heapify(order)
-        negative, _, _, job = heapq.heappop(order)
-        yield job, -negative
+def ranked(window: Sequence[Job], score: PriorityScorer) -> list[tuple[Job, float]]:
+    """The jobs of `window` with their effective priorities, best first (then submission time,
+    then id): the order of a pass."""
+    scored = zip(window, score.scores(window), strict=True)
+    return sorted(scored, key=lambda pair: (-pair[1], pair[0].submitted_at, pair[0].id))

@@ -5,8 +5,8 @@ Loss account. Every GPU-second a job held without progress that counted (the `lo
 of the metrics, `SimJob.lost_gpu_s`) is tagged with the cause of the run's early end:
 
 - `preempted, stopped at once by a critical job` / `preempted, stopped at once by another class`:
-  the victim left without writing a checkpoint (Spotline's `stop_at_once_for`, its
-  `fresh_checkpoint_s`, or a peer under `--victim-stop hard-kill`); it loses the work since its
+  the victim left without writing a checkpoint (Spotline's `stop_at_once_for`, or a peer under
+  `--victim-stop hard-kill`); it loses the work since its
   latest durable periodic checkpoint;
 - `preempted with checkpoint`: checkpoint-then-stop; it loses the GPU time of the write;
 - `Spot interruption`: a reclaim or a capacity shortage (the write inside the notice, or the
@@ -59,7 +59,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
-from spotline.domain.models import PRIORITIES_HIGH_FIRST
+from spotline.domain.config import SchedulerConfig
+from spotline.domain.models import PRIORITIES_HIGH_FIRST, Priority
 from spotline.sim.model import Phase
 
 if TYPE_CHECKING:
@@ -152,13 +153,13 @@ class Accounts:
         self.repeats = 0
         # What the policy's own rules are (Spotline's config; the peers have none of them).
         config = getattr(sim.policy, "config", None)
-        self.protection_s = float(getattr(config, "protection_period_s", 0.0))
-        self.delay_s = float(getattr(config, "preemption_delay_s", 0.0))
-        # The classes that preempt without the delay (`SchedulerConfig.waives_preemption_delay`).
-        no_delay: frozenset[Any] = getattr(config, "stop_at_once_for", frozenset()) | getattr(
-            config, "no_preemption_delay_for", frozenset()
-        )
-        self.no_delay_ranks = frozenset(p.rank for p in no_delay)
+        self.protection_s = 0.0
+        self.delay_s = 0.0
+        self.no_delay_ranks: frozenset[int] = frozenset()
+        if isinstance(config, SchedulerConfig):
+            self.protection_s = config.protection_period_s
+            self.delay_s = config.preemption_delay_s
+            self.no_delay_ranks = frozenset(p.rank for p in Priority if config.waives_preemption_delay(p))
         self.nominal = dict(nominal or {})
         self.team_used: dict[str, int] = {}
         # Waiting jobs of the accounted classes: idx -> [job, cause now, since].

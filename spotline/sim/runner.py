@@ -33,6 +33,7 @@ from spotline.sim.peers import (
 from spotline.sim.pools import GPUS_PER_NODE, SpotAdvice, build_pools, spot_advice
 from spotline.sim.spot_zones import SpotModel, ZoneCapacity, default_zone_traces, zone_capacities, zone_pools
 from spotline.sim.spotline_policy import DecisionObserver, SpotlinePolicy
+from spotline.sim.variants import extension_of
 from spotline.trace.canonical import Trace
 
 POLICIES: tuple[str, ...] = ("fifo", "priority-random", "kueue", "slurm", "spotline")
@@ -69,15 +70,17 @@ class SimulationReport:
     seed: int
     spot_fraction: float
     runs: dict[str, PolicyRun] = field(default_factory=dict)
+    # The simulator variants Spotline ran with (`spotline.sim.variants`), in order.
+    variants: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
-        """The simulator's JSON output (architecture.md: a contract)."""
-        return {
-            "trace": self.trace,
-            "gpus": self.gpus,
-            "seed": self.seed,
-            "policies": {name: run.metrics for name, run in self.runs.items()},
-        }
+        """The simulator's JSON output (architecture.md: a contract), with the variants Spotline
+        ran with when there were any."""
+        out: dict[str, Any] = {"trace": self.trace, "gpus": self.gpus, "seed": self.seed}
+        if self.variants:
+            out["variants"] = list(self.variants)
+        out["policies"] = {name: run.metrics for name, run in self.runs.items()}
+        return out
 
     @property
     def events(self) -> int:
@@ -95,6 +98,7 @@ def make_policy(
     seed: int,
     config: SchedulerConfig | None = None,
     observer: DecisionObserver | None = None,
+    variants: Sequence[str] = (),
 ) -> Policy:
     competent = settings.victim_stop is VictimStop.CHECKPOINT
     if name == "fifo":
@@ -117,7 +121,8 @@ def make_policy(
     if spot_peer is not None:
         return spot_peer(competent)
     if name == "spotline":
-        return SpotlinePolicy(config or SchedulerConfig(), shares, settings, seed, observer)
+        extension = extension_of(variants)
+        return SpotlinePolicy(config or SchedulerConfig(), shares, settings, seed, observer, extension)
     raise ValueError(f"unknown policy {name!r} (one of {', '.join(KNOWN_POLICIES)})")
 
 
@@ -158,12 +163,13 @@ def run_policy(
     keep_jobs: bool = True,
     zones: dict[str, ZoneCapacity] | None = None,
     observer: DecisionObserver | None = None,
+    variants: Sequence[str] = (),
 ) -> PolicyRun:
     """One policy over the trace (`keep_jobs`: keep each job's record in the result; `zones`:
     the trace-driven Spot pools' capacity, `spot_zones.zone_capacities`; `observer`: Spotline's
-    decisions, pass by pass)."""
+    decisions, pass by pass; `variants`: the simulator variants Spotline runs with)."""
     jobs = build_jobs(trace.jobs, settings, seed, GPUS_PER_NODE)
-    policy = make_policy(name, shares, settings, seed, config, observer)
+    policy = make_policy(name, shares, settings, seed, config, observer, variants)
     isolated = isolated_jct(jobs, shares.nominal)
     began, cpu = time.perf_counter(), time.process_time()
     with _few_collections():
@@ -219,7 +225,8 @@ def _few_collections() -> Iterator[None]:
             gc.unfreeze()
 
 
-# A run's inputs: trace, pools, shares, settings, seed, config, record_series, keep_jobs, zones.
+# A run's inputs: trace, pools, shares, settings, seed, config, record_series, keep_jobs, zones,
+# variants.
 _Inputs = tuple[
     Trace,
     list[Pool],
@@ -230,6 +237,7 @@ _Inputs = tuple[
     bool,
     bool,
     dict[str, ZoneCapacity] | None,
+    tuple[str, ...],
 ]
 # The inputs of the runs in forked worker processes (`simulate`).
 _FORKED_INPUTS: _Inputs | None = None
@@ -238,9 +246,21 @@ _FORKED_INPUTS: _Inputs | None = None
 def _run(
     name: str, inputs: _Inputs, sink: DecisionSink | None = None, observer: DecisionObserver | None = None
 ) -> PolicyRun:
-    trace, pools, shares, settings, seed, config, record_series, keep_jobs, zones = inputs
+    trace, pools, shares, settings, seed, config, record_series, keep_jobs, zones, variants = inputs
     return run_policy(
-        trace, name, pools, shares, settings, seed, config, sink, record_series, keep_jobs, zones, observer
+        trace,
+        name,
+        pools,
+        shares,
+        settings,
+        seed,
+        config,
+        sink,
+        record_series,
+        keep_jobs,
+        zones,
+        observer,
+        variants,
     )
 
 
@@ -267,6 +287,7 @@ def simulate(
     spot_model: SpotModel = SpotModel.TRACE,
     availability: Sequence[AvailabilityTrace] | dict[str, AvailabilityTrace] | None = None,
     observer: DecisionObserver | None = None,
+    variants: Sequence[str] = (),
 ) -> SimulationReport:
     """Replay `trace` through each policy; every policy sees the same jobs, restart costs and
     Spot capacity and reclaims for a given `seed`.
@@ -282,7 +303,9 @@ def simulate(
     one).
     `keep_jobs=False` leaves each job's record out of the runs (the metrics are computed
     from them all the same): a caller that reads only metrics spares processes shipping
-    every job's record back."""
+    every job's record back. `variants`: simulator variants Spotline runs with
+    (`spotline.sim.variants`; an unknown one raises `VariantError` before anything runs)."""
+    extension_of(variants)  # (refused here, before any run)
     settings = settings or SimSettings()
     traces: dict[str, AvailabilityTrace] = {}
     if pools is None:
@@ -304,12 +327,27 @@ def simulate(
     check_hostable(trace, pools, settings)
     shares = team_shares(trace.jobs, {p.name: p.capacity_gpus for p in pools})
     report = SimulationReport(
-        trace=trace_name or trace.source, gpus=gpus, seed=seed, spot_fraction=spot_fraction
+        trace=trace_name or trace.source,
+        gpus=gpus,
+        seed=seed,
+        spot_fraction=spot_fraction,
+        variants=tuple(variants),
     )
     pool_list = list(pools)
 
     zones = zone_capacities(pool_list, traces, seed) if traces else None
-    inputs = (trace, pool_list, shares, settings, seed, config, record_series, keep_jobs, zones)
+    inputs = (
+        trace,
+        pool_list,
+        shares,
+        settings,
+        seed,
+        config,
+        record_series,
+        keep_jobs,
+        zones,
+        tuple(variants),
+    )
 
     def one(name: str, run_sink: DecisionSink | None = None) -> PolicyRun:
         return _run(name, inputs, run_sink, observer)

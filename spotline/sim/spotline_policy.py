@@ -60,11 +60,12 @@ from spotline.domain import (
     TeamQuota,
     plan,
 )
-from spotline.domain.models import PRIORITIES_HIGH_FIRST, SpotPoolSignal
+from spotline.domain.extension import PlannerExtension
+from spotline.domain.models import PRIORITIES_HIGH_FIRST, DrainTarget, SpotPoolSignal
 from spotline.domain.placement import spot_refusal
 from spotline.domain.planner import queue_key
 from spotline.domain.preemption import estimated_remaining_s
-from spotline.domain.running import RunningIndex
+from spotline.domain.queue import WINDOW_PER_CLASS
 from spotline.domain.spot_watch import PoolWatch
 from spotline.sim.model import Phase, SimJob, SimSettings, TeamShares
 from spotline.sim.peers import estimate_model
@@ -93,9 +94,12 @@ class SpotlinePolicy:
         settings: SimSettings,
         seed: int,
         observer: DecisionObserver | None = None,
+        extension: PlannerExtension | None = None,
     ) -> None:
         self.config = config
         self.observer = observer
+        # A simulator variant's hooks (`spotline.sim.variants`), or None: the shipped policy.
+        self.extension = extension
         self.acts_on_notices = settings.spotline_acts_on_notices
         # Moving jobs to Spot is decided about running jobs, with or without a queue.
         self.plans_when_idle = config.move_to_spot_min_remaining_s > 0
@@ -107,8 +111,8 @@ class SpotlinePolicy:
         self.queue = SortedQueue()
         self.usage = DecayedUsage(config.usage_half_life_s)
         self.records: dict[int, Job] = {}
-        # The allocations, indexed as a pass reads them.
-        self.running = RunningIndex()
+        # The allocations, by job id.
+        self.running: dict[str, Allocation] = {}
         self.by_id: dict[str, SimJob] = {}
         self._specs: dict[int, JobSpec] = {}
         self._checkpoints: list[tuple[float, int, SimJob, int]] = []
@@ -192,10 +196,10 @@ class SpotlinePolicy:
             return True
         entries = self.queue.by_class[job.priority]
         position = bisect.bisect_left(entries, queue_key(record), key=lambda e: e[0])
-        return position < self.config.window_per_class
+        return position < WINDOW_PER_CLASS
 
     def on_released(self, job: SimJob) -> None:
-        self.running.remove(job.id)
+        del self.running[job.id]
         self.usage.change(job.team, -job.held, self.sim.now)
         if job.phase is Phase.DONE:
             del self.records[job.idx]
@@ -213,10 +217,10 @@ class SpotlinePolicy:
             }
         )
         self.records[job.idx] = record
-        allocation = self.running.held(job.id)
+        allocation = self.running[job.id]
         self.observe(allocation.pool, False, self.sim.now)
         draining_for = allocation.draining_for or f"spot-reclaim:{job.id}"
-        self.running.put(allocation.model_copy(update={"job": record, "draining_for": draining_for}))
+        self.running[job.id] = allocation.model_copy(update={"job": record, "draining_for": draining_for})
 
     def _refresh_checkpoints(self, now: float) -> None:
         """Apply the `Checkpoint Completed` events of running jobs up to `now`."""
@@ -229,7 +233,7 @@ class SpotlinePolicy:
                 update={"last_checkpoint_at": job.last_checkpoint_at(now)}
             )
             self.records[job.idx] = record
-            self.running.put(self.running.held(job.id).model_copy(update={"job": record}))
+            self.running[job.id] = self.running[job.id].model_copy(update={"job": record})
             self._timer(job, now)
 
     def _timer(self, job: SimJob, now: float) -> None:
@@ -268,9 +272,8 @@ class SpotlinePolicy:
 
     def _would_launch(self, pool: Pool, now: float) -> bool:
         """Whether a queued job in the window a pass reads may run on `pool` at its nominal size."""
-        window = self.config.window_per_class
         for priority in PRIORITIES_HIGH_FIRST:
-            for _, job in self.queue.by_class[priority][:window]:
+            for _, job in self.queue.by_class[priority][:WINDOW_PER_CLASS]:
                 if not pool.can_host(job):
                     continue
                 remaining = estimated_remaining_s(job, now, self.config)
@@ -289,11 +292,10 @@ class SpotlinePolicy:
     # --- the pass ---------------------------------------------------------------------------
 
     def _pass_snapshot(self, now: float) -> ClusterSnapshot:
-        """What a pass reads besides the queue. Its allocations are left out: the pass reads them
-        from `self.running`."""
+        """What a pass reads besides the queue."""
         return ClusterSnapshot.model_construct(
             pools=self._pools,
-            allocations=(),
+            allocations=tuple(self.running.values()),
             quotas=self.quotas,
             usage_gpu_hours=self.usage.gpu_hours(now),
             spot=self.spot_signals(now),
@@ -312,13 +314,7 @@ class SpotlinePolicy:
         for _ in range(self.MAX_PASSES_AT_ONCE):
             stopped = False
             decisions = plan(
-                self._pass_snapshot(now),
-                self.queue,
-                now,
-                self.config,
-                self.rng,
-                explain=False,
-                running=self.running,
+                self._pass_snapshot(now), self.queue, now, self.config, self.rng, extension=self.extension
             )
             if self.observer is not None:
                 self.observer(now, decisions)
@@ -352,8 +348,8 @@ class SpotlinePolicy:
             }
         )
         self.records[job.idx] = record
-        self.running.put(
-            Allocation.model_construct(job=record, pool=ps.name, gpus=job.held, draining_for=None)
+        self.running[job.id] = Allocation.model_construct(
+            job=record, pool=ps.name, gpus=job.held, draining_for=None
         )
         self.usage.change(job.team, job.held, now)
         self._timer(job, now)
@@ -368,7 +364,7 @@ class SpotlinePolicy:
         sim.checkpoint_then_stop(job)
         self._checkpointing(job, decision.draining_for)
 
-    def _checkpointing(self, victim: SimJob, draining_for: str) -> None:
+    def _checkpointing(self, victim: SimJob, draining_for: DrainTarget) -> None:
         """Record that `victim` checkpoints before it leaves, for `draining_for`."""
         record = self.records[victim.idx]
         record = record.model_copy(
@@ -379,8 +375,8 @@ class SpotlinePolicy:
             }
         )
         self.records[victim.idx] = record
-        held = self.running.held(victim.id)
-        self.running.put(held.model_copy(update={"job": record, "draining_for": draining_for}))
+        held = self.running[victim.id]
+        self.running[victim.id] = held.model_copy(update={"job": record, "draining_for": draining_for})
 
     def _preempt(self, decision: Preempt) -> None:
         sim = self.sim

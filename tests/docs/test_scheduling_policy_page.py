@@ -90,4 +90,4 @@ def test_every_knob_is_documented_with_its_default(model: str, name: str, defaul
 def test_the_page_documents_no_knob_that_does_not_exist() -> None:
     known = {name for _, name, _ in CASES}
     assert set(documented()) <= known
-    assert len(known) > 40  # the three models' knobs, not an empty comparison
+    assert len(known) > 25  # the three models' knobs, not an empty comparison

@@ -64,6 +64,18 @@ def test_mixed_instance_types_size_for_the_most_cpu_heavy() -> None:
         (context(vpc_id="vpc-1"), "needs 'vpc_subnet_ids'"),
         (context(stage="dev env"), "must be letters"),
         (context(tracing="yes"), "'tracing': 'yes' must be true or false"),
+        (
+            context(
+                scheduler={"preemption_delay_s": 30, "fresh_checkpoint_s": 60, "weights": {"attained": 1}}
+            ),
+            "not a setting of this version: fresh_checkpoint_s, weights.attained",
+        ),
+        (context(scheduler={"preemption_delay_s": -1}), "preemption_delay_s: Input should be greater than"),
+        (
+            context(control_plane={"launch_timeout": 60}),
+            "context 'control_plane': not a setting of this version",
+        ),
+        (context(control_plane={"pools": []}), "not a setting of this version: pools"),
     ],
     ids=[
         "no-pools",
@@ -75,6 +87,10 @@ def test_mixed_instance_types_size_for_the_most_cpu_heavy() -> None:
         "vpc",
         "stage",
         "tracing",
+        "removed-scheduler-settings",
+        "bad-scheduler-value",
+        "unknown-control-plane-setting",
+        "control-plane-setting-the-stack-writes",
     ],
 )
 def test_impossible_contexts_fail_with_the_key_named(raw: dict[str, Any], message: str) -> None:

@@ -306,6 +306,12 @@ def test_settings_parse_the_environment_and_name_what_is_missing() -> None:
         Settings.from_env(
             {**env, resources.ENV_CONFIG: json.dumps({**CONFIG, "identities": {"x": "ghosts"}})}
         )
+    # A scheduler setting an earlier version had (or a typo) is refused with its name, not dropped.
+    removed = {**CONFIG, "scheduler": {**CONFIG["scheduler"], "fresh_checkpoint_s": 60}}
+    with pytest.raises(SettingsError, match="not a setting of this version: fresh_checkpoint_s"):
+        Settings.from_env({**env, resources.ENV_CONFIG: json.dumps(removed)})
+    with pytest.raises(SettingsError, match="heartbeat_timeout"):
+        Settings.from_env({**env, resources.ENV_CONFIG: json.dumps({**CONFIG, "heartbeat_timeout": 60})})
 
 
 def test_clients_honour_the_endpoint_and_region_variables(monkeypatch: pytest.MonkeyPatch) -> None:

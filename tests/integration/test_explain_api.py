@@ -58,7 +58,6 @@ def test_a_waiting_job_is_explained_with_terms_blockers_position_and_a_forecast(
         "size",
         "fairshare",
         "disruptions",
-        "attained",
         "shortest",
     }
     assert abs(sum(terms.values()) - body["priority"]["effective"]) < 0.01

@@ -19,7 +19,7 @@ import functions.rebalance
 import functions.spot_interruption
 from spotline.control.errors import BatchThrottled, PublishFailed
 from spotline.control.jobs import JobChanges, cancel_job, update_job
-from spotline.control.reconciler import reconcile
+from spotline.control.reconciler import CHECKPOINT_OVERRUN_S, LAUNCH_TIMEOUT_S, reconcile
 from spotline.control.records import JobRecord, run_id_for
 from spotline.control.scheduling import admit
 from spotline.control.workflow_tasks import (
@@ -235,7 +235,7 @@ def test_a_failed_launch_workflow_leaves_no_run_behind(deployment: Deployment) -
     [orphan] = dep.launcher.live()
 
     # The reconciler requeues after the launch timeout and stops the run found by its name.
-    dep.clock.advance(dep.plane.config.launch_timeout_s + 1)
+    dep.clock.advance(LAUNCH_TIMEOUT_S + 1)
     assert [why for _, why in reconcile(dep.plane).requeued] == ["launch timed out"]
     assert [b for b, _ in dep.launcher.terminated] == [orphan] and dep.launcher.live() == []
 
@@ -249,7 +249,7 @@ def test_an_orphan_run_of_an_earlier_admission_is_stopped_and_never_adopted(depl
         "batch_job_id"
     ]
     # Preempted before the id was recorded; admitted again (run 2), not yet launched.
-    timed_out = dep.clock() - dep.plane.config.launch_timeout_s - 1
+    timed_out = dep.clock() - LAUNCH_TIMEOUT_S - 1
     dep.plane.jobs.update_fields(record.id, states=[JobState.ADMITTED], set_fields={"admitted_at": timed_out})
     reconcile(dep.plane)  # launch timeout: requeued, the run found by name is stopped
     second = admit(dep.plane, dep.plane.jobs.get(record.id), "a100-on-demand", "fits", now=dep.clock())
@@ -634,7 +634,7 @@ def test_a_failed_preempt_workflow_is_finished_by_the_reconciler_which_stops_the
         changes={"checkpoint_deadline_at": now + 5, "checkpoint_requested_at": now},
     )
     dep.launcher.terminate_ends = False
-    dep.clock.advance(5 + dep.plane.config.checkpoint_overrun_s + 1)
+    dep.clock.advance(5 + CHECKPOINT_OVERRUN_S + 1)
 
     result = reconcile(dep.plane)
 

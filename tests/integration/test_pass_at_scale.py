@@ -5,7 +5,6 @@ size CI runs in seconds.)"""
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -25,13 +24,11 @@ from .test_scheduling_pass import pending_jobs
 WRITES = {"PutItem", "UpdateItem", "DeleteItem", "TransactWriteItems", "BatchWriteItem"}
 
 
-def with_windows(dep: Deployment, window_per_class: int, max_window_per_class: int) -> None:
-    scheduler = dep.plane.config.scheduler.model_copy(update={"window_per_class": window_per_class})
-    config = dep.plane.settings.config.model_copy(
-        update={"scheduler": scheduler, "max_window_per_class": max_window_per_class}
-    )
-    settings = dep.plane.settings.model_copy(update={"config": config})
-    dep.plane = dataclasses.replace(dep.plane, settings=settings)
+def with_windows(
+    dep: Deployment, monkeypatch: pytest.MonkeyPatch, window_per_class: int, max_window_per_class: int
+) -> None:
+    monkeypatch.setattr(scheduling, "WINDOW_PER_CLASS", window_per_class)
+    monkeypatch.setattr(scheduling, "MAX_WINDOW_PER_CLASS", max_window_per_class)
 
 
 @contextmanager
@@ -50,10 +47,12 @@ def counting_calls(dep: Deployment) -> Iterator[Counter[str]]:
         events.unregister("before-call.dynamodb", before_call)
 
 
-def test_a_pass_reads_as_many_jobs_as_gpus_are_free(deployment: Deployment) -> None:
+def test_a_pass_reads_as_many_jobs_as_gpus_are_free(
+    deployment: Deployment, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # Given a window of 4 jobs per class, 24 free GPUs (16 Spot, 8 On-Demand) and 20 pending
     # 1-GPU jobs of one class
-    with_windows(deployment, window_per_class=4, max_window_per_class=2048)
+    with_windows(deployment, monkeypatch, window_per_class=4, max_window_per_class=2048)
     deployment.clock.freeze()
     jobs = [submit(deployment, gpus=1) for _ in range(20)]
 
@@ -67,9 +66,9 @@ def test_a_pass_reads_as_many_jobs_as_gpus_are_free(deployment: Deployment) -> N
     assert not result.more_work
 
 
-def test_the_cap_bounds_the_window(deployment: Deployment) -> None:
+def test_the_cap_bounds_the_window(deployment: Deployment, monkeypatch: pytest.MonkeyPatch) -> None:
     # Given the same, with the window capped at 4 per class
-    with_windows(deployment, window_per_class=4, max_window_per_class=4)
+    with_windows(deployment, monkeypatch, window_per_class=4, max_window_per_class=4)
     deployment.clock.freeze()
     for _ in range(20):
         submit(deployment, gpus=1)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functions.reconciler
 from spotline.aws.ledger import LedgerRepository
+from spotline.control.reconciler import CHECKPOINT_OVERRUN_S, LAUNCH_TIMEOUT_S
 from spotline.control.records import Counter, Disruption
 from spotline.control.scheduling import admit
 from spotline.domain import JobState
@@ -27,7 +28,7 @@ def test_an_admitted_job_whose_launch_never_happened_is_requeued(deployment: Dep
     admitted = admit(deployment.plane, submit(deployment), "a100-spot", "fits", now=deployment.clock())
 
     # When the launch timeout has passed
-    deployment.clock.advance(deployment.plane.config.launch_timeout_s + 1)
+    deployment.clock.advance(LAUNCH_TIMEOUT_S + 1)
     result = functions.reconciler.handler(load_event("scheduled_event"), context("reconciler"))
 
     # Then it is back in the queue and its GPUs are free
@@ -53,7 +54,7 @@ def test_a_checkpointing_job_past_its_deadline_is_stopped_and_requeued(deploymen
     )
 
     # When its deadline and the overrun allowance have passed
-    deployment.clock.advance(10 + deployment.plane.config.checkpoint_overrun_s + 1)
+    deployment.clock.advance(10 + CHECKPOINT_OVERRUN_S + 1)
     functions.reconciler.handler(load_event("scheduled_event"), context("reconciler"))
 
     # Then it was stopped and requeued as preempted

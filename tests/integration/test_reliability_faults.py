@@ -19,7 +19,7 @@ from spotline.control import scheduling
 from spotline.control.errors import BatchThrottled, LaunchFailed
 from spotline.control.events import handle_spot_warning, record_checkpoint
 from spotline.control.ports import execution_name
-from spotline.control.reconciler import reconcile
+from spotline.control.reconciler import CHECKPOINT_OVERRUN_S, reconcile
 from spotline.control.records import Disruption, JobRecord
 from spotline.control.scheduling import scheduling_pass
 from spotline.control.settings import SpotlineConfig
@@ -372,7 +372,7 @@ def test_a_lost_checkpoint_and_a_dead_workflow_are_finished_by_the_reconciler(de
     config = dep.plane.config
     dep.clock.advance(config.grace_period_s)
     assert reconcile(dep.plane).requeued == []
-    dep.clock.advance(config.checkpoint_overrun_s + 1)
+    dep.clock.advance(CHECKPOINT_OVERRUN_S + 1)
     result = reconcile(dep.plane)
 
     # Then the job was stopped and requeued (restarting from the beginning), its GPUs freed

@@ -15,11 +15,13 @@ import pytest
 import functions.batch_state_change
 import functions.scheduler
 from functions.runtime import use_control_plane
+from spotline.control import scheduling
 from spotline.control.events import record_checkpoint
 from spotline.control.jobs import job_view
 from spotline.control.records import Disruption, JobRecord
 from spotline.control.scheduling import note_wait, scheduling_pass
 from spotline.domain import PRIORITIES_HIGH_FIRST, Job, JobSpec, JobState
+from spotline.domain.queue import WINDOW_PER_CLASS
 from spotline.domain.usage import decayed_usage_gpu_s, run_buckets
 
 from .helpers import Deployment, batch_event, context, load_event, start, submit
@@ -246,7 +248,7 @@ def pending_jobs(start: int, count: int, base: float) -> list[JobRecord]:
 def test_a_pass_reads_the_same_bounded_number_of_items_at_2k_and_10k_pending_jobs(
     deployment: Deployment,
 ) -> None:
-    window = deployment.plane.config.scheduler.window_per_class
+    window = WINDOW_PER_CLASS
     bound = (len(PRIORITIES_HIGH_FIRST) + 1) * window  # the head of each class + nearest deadlines
     base = deployment.clock.freeze(1_800_000_000.0) - 20_000
 
@@ -280,7 +282,7 @@ def test_a_pass_reads_the_same_bounded_number_of_items_at_2k_and_10k_pending_job
 @pytest.mark.parametrize("priority", ["critical", "low"])
 def test_window_reads_the_oldest_of_each_class(deployment: Deployment, priority: str) -> None:
     base = deployment.clock.freeze(1_800_000_000.0) - 20_000
-    window = deployment.plane.config.scheduler.window_per_class
+    window = WINDOW_PER_CLASS
     deployment.plane.jobs.bulk_load(pending_jobs(0, 4 * window + 100, base))
     head = deployment.plane.jobs.queue_head(
         PRIORITIES_HIGH_FIRST[[p.value for p in PRIORITIES_HIGH_FIRST].index(priority)], window
@@ -331,7 +333,7 @@ def test_fair_share_puts_the_team_that_used_fewer_gpus_first(deployment: Deploym
     view = job_view(plane, plane.jobs.get(first.id), deployment.clock())
     weights = plane.config.scheduler.weights
     assert view.effective_priority is not None
-    fixed = weights.effective_class_step + weights.size * 8 / weights.size_norm_gpus + weights.fairshare / 4
+    fixed = weights.class_step + weights.size * 8 / 64 + weights.fairshare / 4
     assert view.effective_priority == pytest.approx(fixed, abs=weights.age * 120 / weights.max_age_s + 0.01)
 
 
@@ -371,18 +373,17 @@ class RecordingTrigger:
         self.requests.append((reason, dedup_key))
 
 
-def test_a_pass_that_admitted_a_full_window_asks_for_the_next_at_once(deployment: Deployment) -> None:
+def test_a_pass_that_admitted_a_full_window_asks_for_the_next_at_once(
+    deployment: Deployment, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """With a backlog beyond the window and capacity left, passes follow each other at once (one
     trigger each) until the backlog no longer fills a window or nothing more fits."""
     # Given a window of 2 jobs per class (free GPUs cannot widen it: at most 2), 24 GPUs, and
     # 4 jobs of 8 GPUs queued
-    scheduler = deployment.plane.config.scheduler.model_copy(update={"window_per_class": 2})
-    config = deployment.plane.settings.config.model_copy(
-        update={"scheduler": scheduler, "max_window_per_class": 2}
-    )
-    settings = deployment.plane.settings.model_copy(update={"config": config})
+    monkeypatch.setattr(scheduling, "WINDOW_PER_CLASS", 2)
+    monkeypatch.setattr(scheduling, "MAX_WINDOW_PER_CLASS", 2)
     trigger = RecordingTrigger()
-    plane = dataclasses.replace(deployment.plane, settings=settings, trigger=trigger)
+    plane = dataclasses.replace(deployment.plane, trigger=trigger)
     use_control_plane(plane)
     deployment.clock.freeze()
     jobs = [submit(deployment) for _ in range(4)]

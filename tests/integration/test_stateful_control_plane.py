@@ -144,9 +144,7 @@ CONFIG: dict[str, Any] = {
     "spot_notice_s": 120,
     "spot_notice_margin_s": 10,
     "heartbeat_timeout_s": 300,
-    "launch_timeout_s": 200,
     "start_timeout_s": 900,
-    "checkpoint_overrun_s": 30,
     "seed": 11,
 }
 # The launch workflow's SubmitBatchJob retries BatchThrottled 6 times (statemachines/launch.asl.json),

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
-from spotline.domain import PriorityWeights, SchedulerConfig, VictimStrategy
+from spotline.domain import PriorityWeights, SchedulerConfig
 from spotline.domain.models import Priority
 from spotline.sim import SimSettings, simulate
 from spotline.sim.model import SimJob, VictimStop
@@ -17,21 +17,12 @@ SETTINGS = SimSettings(
     restart_min_s=100.0, restart_max_s=100.0, checkpoint_interval_s=1000.0, checkpoint_write_s=50.0
 )
 
-# The configuration the hand-computed scenarios were worked out with (Spotline's first defaults:
-# a 600 s protection period, least lost work, no class order beyond the class weight, ...).
+# The policy the hand-computed scenarios are worked out with: the defaults (a 600 s protection
+# period, least lost work, ...) without the mechanisms they do not test: the shortest-declared
+# term, the class head rule and moves to Spot.
 BEFORE = SchedulerConfig(
-    weights=PriorityWeights(
-        fairshare=400.0, attained=0.0, attained_norm_gpu_h=64.0, shortest=0.0, strict_class_order=False
-    ),
-    strategy=VictimStrategy.LEAST_LOST_WORK,
-    protection_period_s=600.0,
-    preemption_margin=500.0,
-    preemption_delay_s=60.0,
-    fresh_checkpoint_s=0.0,
-    stop_at_once_within_write=False,
-    preempt_lower_class_only=False,
+    weights=PriorityWeights(shortest=0.0),
     preempt_for_class_head_only=frozenset(),
-    hold_for_blocked_gang=False,
     move_to_spot_min_remaining_s=0.0,
 )
 

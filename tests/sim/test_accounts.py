@@ -21,7 +21,7 @@ from spotline.trace import Trace
 from spotline.trace.synth import synth_trace
 
 from .helpers import by_id, run
-from .test_policies import CONTENTION
+from .test_policies import AT_ONCE, CONTENTION
 
 STOP_CRITICAL = "preempted, stopped at once by a critical job"
 CHECKPOINTED = "preempted with checkpoint"
@@ -39,20 +39,27 @@ def _waited(result: Any, cls: str) -> dict[str, float]:
 
 
 def test_a_critical_preemptor_that_stops_its_victim_at_once_is_charged_its_lost_work() -> None:
-    result = run(CONTENTION, "spotline")
-    # (test_policies: j1 loses its 610 s on 8 GPUs, stopped at once at 610, and restarts in 100 s.)
-    assert _lost(result) == {STOP_CRITICAL: 8 * 610, f"restart after: {STOP_CRITICAL}": 8 * 100}
+    result = run(AT_ONCE, "spotline")
+    # (test_policies: j1 loses the 60 s since its checkpoint on 8 GPUs, and restarts in 100 s.)
+    assert _lost(result) == {STOP_CRITICAL: 8 * 60, f"restart after: {STOP_CRITICAL}": 8 * 100}
     account = result.metrics["loss_account"]
     assert account["preemptions_by_class"] == {"critical>low": 1}
-    assert account["preemptions_per_job"] == {"0": 2, "1": 1, "2": 0, "3-5": 0, "6-10": 0, ">10": 0}
+    assert account["preemptions_per_job"] == {"0": 1, "1": 1, "2": 0, "3-5": 0, "6-10": 0, ">10": 0}
     assert account["repeat_preemptions"] == 0
-    # j2 (critical) waits 10 -> 610 for j1's protection period; j3 (high) too until 610, then
-    # for j2 (critical: nothing below high to preempt) until it ends at 1110.
-    assert _waited(result, "critical") == {PROTECTION: 600}
-    assert _waited(result, "high") == {PROTECTION: 590, NO_CAPACITY: 500}
+    assert _waited(result, "critical") == {}
+
+
+def test_a_critical_preemptor_waits_out_the_protection_period_and_the_victim_s_write() -> None:
+    result = run(CONTENTION, "spotline")
+    # j1 has more unsaved work than its write: it checkpoints (50 s on 8 GPUs), restarts in 100 s.
+    assert _lost(result) == {CHECKPOINTED: 8 * 50, f"restart after: {CHECKPOINTED}": 8 * 100}
+    # j2 (critical) waits 10 -> 610 for j1's protection period, then 50 s for its write; j3 (high)
+    # too, then for j2 (critical: nothing below high to preempt) until it ends at 1160.
+    assert _waited(result, "critical") == {PROTECTION: 600, CHECKPOINT_WAIT: 50}
+    assert _waited(result, "high") == {PROTECTION: 590, CHECKPOINT_WAIT: 50, NO_CAPACITY: 500}
     critical = result.metrics["wait_account"]["critical"]
     assert critical["tail_jobs"] == 1
-    assert critical["tail_wait_share_by_cause"][PROTECTION] == 1.0
+    assert critical["tail_wait_share_by_cause"][PROTECTION] == pytest.approx(600 / 650)
 
 
 @pytest.mark.parametrize("policy", ["priority-random", "kueue", "slurm"])

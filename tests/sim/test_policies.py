@@ -76,16 +76,29 @@ def test_spotline_waits_out_the_protection_period_then_checkpoints_before_preemp
     assert j1.lost_gpu_s == pytest.approx(8 * (50 + 100))
 
 
-def test_spotline_stops_victims_at_once_for_a_critical_job() -> None:
+def test_a_critical_job_lets_a_victim_with_more_unsaved_work_than_its_write_checkpoint() -> None:
+    # The default policy: at t=610 j1 has 610 s of unsaved progress (its first checkpoint comes
+    # at 1050), more than its 50 s write, so it checkpoints as for any other class.
     result = run(CONTENTION, "spotline")
-    # The tick at t=610 (j1's protection is over) stops j1 at once, without a write: it had no
-    # durable checkpoint yet (the first comes at 1050), so it loses its 610 s; j2 starts in the
-    # same instant. j3 (high) runs after j2, then j1 restarts from scratch at 1210 (100 s restart).
-    assert waits(result) == {"j1": 0.0, "j2": 600.0, "j3": 1090.0}
-    assert jcts(result) == {"j1": 1210.0 + 100.0 + 1000.0, "j2": 1100.0, "j3": 1190.0}
+    assert waits(result) == {"j1": 0.0, "j2": 650.0, "j3": 1140.0}
+    assert by_id(result)["j1"].lost_gpu_s == pytest.approx(8 * (50 + 100))
+
+
+# j1's first periodic checkpoint is captured at 1000 s of progress and durable at 1050 (a 50 s
+# write); the critical job arrives at 1060, past j1's protection period.
+AT_ONCE = [("j1", 0.0, 2000.0, 8, "a", "low"), ("j2", 1060.0, 500.0, 8, "a", "critical")]
+
+
+def test_spotline_stops_a_victim_at_once_for_a_critical_job_when_a_write_would_save_no_more() -> None:
+    result = run(AT_ONCE, "spotline")
+    # The pass at 1060 sees 10 s since j1's checkpoint, within its write: j1 is stopped at once
+    # and j2 starts in the same instant. j1 loses the 60 s of progress since the checkpoint's
+    # capture and restarts after j2 (1560) with 1000 s left, after a 100 s restart.
+    assert waits(result) == {"j1": 0.0, "j2": 0.0}
+    assert jcts(result) == {"j1": 1560.0 + 100.0 + 1000.0, "j2": 500.0}
     j1 = by_id(result)["j1"]
     assert j1.preemptions == 1
-    assert j1.lost_gpu_s == pytest.approx(8 * (610 + 100))
+    assert j1.lost_gpu_s == pytest.approx(8 * (60 + 100))
 
 
 # Team b borrows team a's half of the cluster (both have 4 GPUs of quota: equal GPU-seconds).

@@ -106,7 +106,7 @@ def test_the_events_table_keeps_times_states_and_ids_whole_at_80_columns() -> No
                 "from": "RUNNING",
                 "to": "CHECKPOINTING",
                 "reason": "preempted for job-0fbc165d396d0a8a (critical): preempting 1 job(s) in"
-                " a100-on-demand by lowest-class-least-lost-work",
+                " a100-on-demand by least-lost-work",
             }
         ],
     }
@@ -136,7 +136,7 @@ def test_the_jobs_table_never_cuts_a_state() -> None:
 def test_a_tiny_negative_priority_term_prints_as_zero() -> None:
     text = _text(
         explain_view(
-            {"job_id": "j", "state": "RUNNING", "priority": {"effective": 1.0, "terms": {"attained": -0.001}}}
+            {"job_id": "j", "state": "RUNNING", "priority": {"effective": 1.0, "terms": {"age": -0.001}}}
         )
     )
     assert "-0.0" not in text

@@ -11,12 +11,13 @@ import random
 
 import pytest
 
-from spotline.control.scheduling import pass_window, usage_moved
+from spotline.control.scheduling import MAX_WINDOW_PER_CLASS, pass_window, usage_moved
 from spotline.domain import Admit, Allocation, Job, SchedulerConfig, SortedQueue, plan
+from spotline.domain.queue import WINDOW_PER_CLASS
 from tests.unit.domain.builders import NOW, cluster, job, pool, quota
 
-FIXED_WINDOW = 256  # the default window_per_class
-MAX_WINDOW = 2048  # SpotlineConfig.max_window_per_class's default
+FIXED_WINDOW = WINDOW_PER_CLASS
+MAX_WINDOW = MAX_WINDOW_PER_CLASS
 
 
 def passes_to_admit(backlog: list[Job], gpus: int, *, max_window: int) -> tuple[int, int]:
@@ -29,9 +30,9 @@ def passes_to_admit(backlog: list[Job], gpus: int, *, max_window: int) -> tuple[
     passes = 0
     while True:
         snapshot = cluster(pools, allocations, quotas)
-        window = pass_window(snapshot, config.window_per_class, max_window)
-        sized = config.model_copy(update={"window_per_class": window})
-        admitted = [d for d in plan(snapshot, queue, NOW, sized, random.Random(0)) if isinstance(d, Admit)]
+        window = pass_window(snapshot, WINDOW_PER_CLASS, max_window)
+        decisions = plan(snapshot, queue, NOW, config, random.Random(0), window_per_class=window)
+        admitted = [d for d in decisions if isinstance(d, Admit)]
         if not admitted:
             return passes, len(allocations)
         passes += 1

@@ -24,15 +24,14 @@ from spotline.domain import (
     Ledger,
     Pool,
     Priority,
-    PriorityWeights,
     Purchase,
     SchedulerConfig,
     SortedQueue,
     TeamQuota,
 )
-from spotline.domain.config import VictimStrategy
+from spotline.domain.models import DrainTarget
 from spotline.domain.planner import Admit, Decision, Move, PlanStats, Preempt, plan, plan_with_stats
-from spotline.domain.preemption import lost_work_gpu_s
+from spotline.domain.preemption import DEFAULT_RUNTIME_S, lost_work_gpu_s
 from spotline.domain.priority import effective_priority
 
 # A fixed "now": 2024-01-01T00:00:00Z, far enough from 0 that every relative time is positive.
@@ -155,6 +154,10 @@ class JobBuilder:
     def preemptions(self, count: int) -> Self:
         return self._with(preemptions=count)
 
+    def checkpoint_write(self, seconds: float) -> Self:
+        """The checkpoint write its agent measured (s)."""
+        return self._with(checkpoint_write_s=seconds)
+
     def interruptions(self, count: int) -> Self:
         return self._with(interruptions=count)
 
@@ -169,7 +172,7 @@ class JobBuilder:
             **self._fields,
         )
 
-    def on(self, pool: str, gpus: int | None = None, draining_for: str | None = None) -> Allocation:
+    def on(self, pool: str, gpus: int | None = None, draining_for: DrainTarget | None = None) -> Allocation:
         """The job running in `pool` (RUNNING since `NOW - DAY` unless `running_since` was set)."""
         running = self if "started_at" in self._fields else self.running_since(NOW - DAY)
         built = running.build()
@@ -223,29 +226,12 @@ def cluster(
 
 
 def config(**overrides: Any) -> SchedulerConfig:
-    """The default policy with some fields overridden; the protection period and the preemption
-    delay are 0 unless set. The mechanisms' tests read the defaults from before the tuning
-    (`bench/tune.py`'s `SPOTLINE_BEFORE`: fair-share 400, no attained-service term, least lost
-    work, margin 500, no fresh-checkpoint stop) and the rules from before issue 29 (critical victims
-    stopped at once, the margin alone deciding who may preempt whom, no strict class order, every
-    job preempting, no GPUs held for gangs, no moves to Spot) unless they set them; `test_config.py`
-    checks the tuned defaults, `test_contention_rules.py` the rules."""
+    """The default policy with some fields overridden; unless a test sets them, the protection
+    period and the preemption delay are 0, every class preempts for every job (no class head
+    rule), and no job moves to Spot: the mechanisms' tests turn on what they test."""
     overrides.setdefault("protection_period_s", 0.0)
     overrides.setdefault("preemption_delay_s", 0.0)
-    overrides.setdefault(
-        "weights",
-        PriorityWeights(fairshare=400.0, attained=0.0, attained_norm_gpu_h=64.0, strict_class_order=False),
-    )
-    overrides.setdefault("stop_at_once_within_write", False)
-    overrides.setdefault("preempt_lower_class_only", False)
-    overrides.setdefault("strategy", VictimStrategy.LEAST_LOST_WORK)
-    overrides.setdefault("preemption_margin", 500.0)
-    overrides.setdefault("fresh_checkpoint_s", 0.0)
     overrides.setdefault("preempt_for_class_head_only", frozenset())
-    overrides.setdefault("hold_for_blocked_gang", False)
-    # the plain hold, at once, when a test turns it on (`test_gang_hold.py` the backfill-aware one)
-    overrides.setdefault("gang_hold_backfill", False)
-    overrides.setdefault("gang_hold_after_s", 0.0)
     overrides.setdefault("move_to_spot_min_remaining_s", 0.0)
     return SchedulerConfig(**overrides)
 
@@ -261,7 +247,7 @@ def candidate(
     """A preemption candidate; effective priority and remaining time default to the real ones."""
     policy = policy or config()
     left = allocation.job.remaining_s(now)
-    left = policy.default_runtime_s if left is None else left
+    left = DEFAULT_RUNTIME_S if left is None else left
     if priority is None:
         priority = effective_priority(allocation.job, now, policy.weights, remaining_s=left)
     return Candidate(

@@ -1,105 +1,76 @@
-"""`SchedulerConfig`'s defaults are the tuning set's choice, as recorded in bench/data."""
+"""`SchedulerConfig` is a contract: what a deployment may set, refused with its name when it is
+not a setting (a typo, or one that no longer exists), never silently dropped."""
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
+import pytest
+from pydantic import ValidationError
 
-from bench.contention import (
-    CONTENDED_EVALUATION,
-    CONTENDED_TUNING,
-    FIRST,
-    GANG_BACKFILL_STEPS,
-    SPOT_TRACE_STEPS,
-    STEPS,
-)
-from spotline.domain import SchedulerConfig
-from spotline.sim.model import SlurmKnobs
+from spotline.domain import Priority, SchedulerConfig
+from spotline.domain.config import CLASS_GAP, PriorityWeights
 
-RECORD = Path(__file__).resolve().parents[3] / "bench" / "data" / "tuning.json"
-
-
-# Fields added after the recorded tuning, at the value that is the behaviour the tuning measured
-# (the lever is off), each switched on and off in a later `bench.tune` lever check (README, "Tuning").
-# Issue 29's opt-in mechanisms (off by default: docs/contention.md) likewise.
-ADDED_SINCE = {
-    # the deadline guard's changeover and step, settings since issue 30 (the constants they were)
-    "deadline_changeover_s": 720.0,
-    "deadline_step_s": 300.0,
-    # the deadline plans a pass may solve (issue 30): no plan is solved in the simulator's passes
-    # (its snapshot carries no Spot signals), so the tuning's behaviour at any value
-    "deadline_plans_per_pass": 16,
-    "no_preemption_delay_for": [],
-    "preempt_below_blocked_class": False,
-    "protect_backfill": True,
-}
-# Issue 29's rules, chosen after it on the tuning set's contended counterparts
-# (`python -m bench.contention --tuning --steps`, recorded in bench/data/contention_tuning.json
-# for the first three, contention_tuning_2.json for the head rule; the moves and the gang hold
-# decided again under the trace-driven Spot model by `python -m bench.retune_spot_traces`,
-# contention_tuning_3.json, with the moves weighing the pool's history; its thin-history bound, a
-# day, is the deadline guard's, not tuned); the gang hold, made backfill-aware and held only for a
-# gang that has waited 15 minutes, by `python -m bench.retune_gang_backfill`, contention_tuning_4.json).
-ISSUE_29 = {
-    "stop_at_once_within_write": True,
-    "preempt_lower_class_only": True,
-    "strategy": "lowest-class-least-lost-work",
-    "move_to_spot_min_remaining_s": 21600.0,
-    "move_to_spot_weighs_history": True,
-    "move_to_spot_min_history_s": 86400.0,
-    "hold_for_blocked_gang": True,
-    "gang_hold_backfill": True,
-    "gang_hold_after_s": 900.0,
-    "preempt_for_class_head_only": ["normal"],
-}
-WEIGHTS_ISSUE_29 = {"strict_class_order": True}
-CONTENTION_RECORD = RECORD.parent / "contention_tuning.json"  # the first rules (FIRST)
-CONTENTION_RECORD_2 = RECORD.parent / "contention_tuning_2.json"  # the second ones
-CONTENTION_RECORD_3 = RECORD.parent / "contention_tuning_3.json"  # moves and gang hold, Spot traces
-CONTENTION_RECORD_4 = RECORD.parent / "contention_tuning_4.json"  # the backfill-aware gang hold
-# The gang hold's fields, which the fourth round chose after the third.
-GANG_HOLD = ("hold_for_blocked_gang", "gang_hold_backfill", "gang_hold_after_s")
+# Settings that earlier versions had: a deployment that still sets one is told so.
+REMOVED = [
+    ({"fresh_checkpoint_s": 60}, "fresh_checkpoint_s"),
+    ({"preempt_below_blocked_class": True}, "preempt_below_blocked_class"),
+    ({"no_preemption_delay_for": ["high"]}, "no_preemption_delay_for"),
+    ({"strict_class_order": True}, "strict_class_order"),
+    ({"preemption_margin": 500}, "preemption_margin"),
+    ({"window_per_class": 64}, "window_per_class"),
+    ({"weights": {"attained": 400}}, "weights.attained"),
+    ({"weights": {"strict_class_order": False}}, "weights.strict_class_order"),
+    ({"weights": {"class_step": 1000}}, "weights.class_step"),
+    ({"protection_period": 600}, "protection_period"),  # a typo of protection_period_s
+]
 
 
-def test_the_defaults_are_what_bench_tune_chose_on_the_tuning_set() -> None:
-    record = json.loads(RECORD.read_text())
-    chosen = record["spotline"][record["spotline_best"]]["config"]
-    defaults = json.loads(SchedulerConfig().model_dump_json())
-    weights = defaults["weights"]
-    assert {k: weights.pop(k) for k in WEIGHTS_ISSUE_29} == WEIGHTS_ISSUE_29
-    assert {k: defaults.pop(k) for k in ISSUE_29} == ISSUE_29
-    assert {k: v for k, v in defaults.items() if k not in chosen} == ADDED_SINCE
-    chosen = {k: v for k, v in chosen.items() if k not in ISSUE_29}
-    assert {k: v for k, v in defaults.items() if k in chosen} == chosen
-    assert record["samples"][0].startswith("philly 2017-10-02")  # the tuning set, not evaluation
-    slurm = record["slurm"][record["slurm_best"]]["knobs"]
-    assert SlurmKnobs(**slurm) == SlurmKnobs()
+@pytest.mark.parametrize(("given", "name"), REMOVED, ids=[name for _, name in REMOVED])
+def test_a_setting_that_does_not_exist_is_refused_by_name(given: dict[str, object], name: str) -> None:
+    with pytest.raises(ValidationError) as refused:
+        SchedulerConfig.model_validate(given)
+    assert f"not a setting of this version: {name}" in str(refused.value)
+    assert "docs/concepts/scheduling-policy.md" in str(refused.value)
 
 
-def test_issue_29s_rules_are_the_step_chosen_on_the_contended_tuning_set() -> None:
-    first = json.loads(CONTENTION_RECORD.read_text())
-    assert STEPS[first["defaults"]] == FIRST
-    second = json.loads(CONTENTION_RECORD_2.read_text())
-    assert (
-        STEPS[second["defaults"]].preempt_for_class_head_only == SchedulerConfig().preempt_for_class_head_only
+def test_every_unknown_setting_is_named_in_one_error() -> None:
+    with pytest.raises(ValidationError) as refused:
+        SchedulerConfig.model_validate(
+            {"attained": 1, "protection_period": 600, "preemption_delay_s": 30, "weights": {"margin": 5}}
+        )
+    assert "not a setting of this version: attained, protection_period, weights.margin (" in str(
+        refused.value
     )
-    third = json.loads(CONTENTION_RECORD_3.read_text())
-    defaults = SchedulerConfig()
-    gang_hold = {name: getattr(defaults, name) for name in GANG_HOLD}
-    assert third["complete"] and SPOT_TRACE_STEPS[third["chosen"]].model_copy(update=gang_hold) == defaults
-    fourth = json.loads(CONTENTION_RECORD_4.read_text())
-    assert fourth["complete"] and GANG_BACKFILL_STEPS[fourth["chosen"]] == defaults
-    for record in (third, fourth):
-        rows_met = {name: goals["rows_met"] for name, goals in record["goals"].items()}
-        assert rows_met[record["chosen"]] == max(rows_met.values())
-    tuning = {s.label for s in CONTENDED_TUNING}
-    for record in (first, second, third, fourth):
-        assert set(record["samples"]) <= tuning and record["samples"]  # tuning samples only
-        assert not {s.label for s in CONTENDED_EVALUATION} & set(record["samples"])
-    for record in (first, second):
-        for steps in record["samples"].values():
-            assert set(steps) <= set(STEPS)
-    for sample in third["samples"].values():
-        assert set(sample["spotline"]) == set(SPOT_TRACE_STEPS)
-    for sample in fourth["samples"].values():
-        assert set(sample["spotline"]) == set(GANG_BACKFILL_STEPS)
+
+
+@pytest.mark.parametrize(
+    "strategy", ["lowest-class-least-lost-work", "lowest-class-least-cost", "least-cost"]
+)
+def test_a_victim_strategy_that_does_not_exist_is_refused_with_the_ones_that_do(strategy: str) -> None:
+    with pytest.raises(ValidationError) as refused:
+        SchedulerConfig.model_validate({"strategy": strategy})
+    assert "least-lost-work" in str(refused.value) and "random" in str(refused.value)
+
+
+@pytest.mark.parametrize("weight", ["age", "deadline", "size", "fairshare", "history", "shortest"])
+def test_a_negative_weight_is_refused(weight: str) -> None:
+    with pytest.raises(ValidationError, match=weight):
+        PriorityWeights.model_validate({weight: -1})
+
+
+def test_the_class_step_is_the_within_class_span_and_the_gap() -> None:
+    weights = PriorityWeights(age=100, deadline=0, size=10, fairshare=20, history=5, shortest=0)
+    assert weights.within_class_span == 135
+    assert weights.class_step == 135 + CLASS_GAP
+    assert weights.class_term(Priority.HIGH) == 2 * (135 + CLASS_GAP)
+
+
+def test_every_setting_round_trips_through_json() -> None:
+    config = SchedulerConfig.model_validate(
+        {
+            "strategy": "random",
+            "stop_at_once_for": ["critical", "high"],
+            "weights": {"age": 10, "shortest": 0},
+            "deadline_plans_per_pass": None,
+        }
+    )
+    assert SchedulerConfig.model_validate_json(config.model_dump_json()) == config

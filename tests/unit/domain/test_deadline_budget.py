@@ -158,7 +158,7 @@ def test_moves_to_spot_solve_plans_for_at_most_the_budget(solves: list[float]) -
         running.append(built.running_since(NOW - 2 * H).on("od"))
     pools = [pool("spot", purchase="spot", capacity=64), pool("od", capacity=64)]
     snapshot = ClusterSnapshot.build(pools, running, spot={"spot": signal(missing=False)})
-    policy = {"move_to_spot_min_remaining_s": 3600.0, "max_preemptions_per_pass": 16}
+    policy = {"move_to_spot_min_remaining_s": 3600.0}
     assert all(may_ask(a.job, snapshot, config(**policy), NOW, pending=False) for a in running)
     # with moves to Spot off, or less left than they ask, a running job takes no place
     assert not may_ask(running[0].job, snapshot, config(), NOW, pending=False)

@@ -4,8 +4,12 @@ leave time for an On-Demand restart (`deadline.spot_unsafe`, `moves.moves_to_on_
 
 from __future__ import annotations
 
+import pytest
+
+from spotline.domain import planner
+from spotline.domain.models import MovingTo
 from spotline.domain.placement import spot_refusal
-from spotline.domain.planner import MOVE_TO, Move
+from spotline.domain.planner import Move
 
 from .builders import HOUR, NOW, cluster, config, job, pool, run_plan, summary
 
@@ -28,17 +32,19 @@ def test_a_deadline_job_on_spot_that_can_no_longer_absorb_a_reclaim_moves_to_on_
     assert summary(decisions) == [("move", "late", "spot", "od")]
     move = decisions[0]
     assert isinstance(move, Move) and not move.to_spot
-    assert move.draining_for == MOVE_TO + "od"
+    assert move.draining_for == MovingTo(pool="od")
     assert "deadline guard: On-Demand to the end" in move.reason
 
 
-def test_no_move_without_on_demand_room_or_for_a_job_that_requires_spot() -> None:
+def test_no_move_without_on_demand_room_or_for_a_job_that_requires_spot(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     full = cluster([OD, SPOT], [LATE.on("spot"), job("x").gpus(16).on("od")])
     assert summary(run_plan(full, [], config())) == []
     required = cluster([OD, SPOT], [LATE.spot("required").on("spot")])
     assert summary(run_plan(required, [], config())) == []
-    budget = config().model_copy(update={"max_preemptions_per_pass": 0})
-    assert summary(run_plan(cluster([OD, SPOT], [LATE.on("spot")]), [], budget)) == []
+    monkeypatch.setattr(planner, "MAX_PREEMPTIONS_PER_PASS", 0)
+    assert summary(run_plan(cluster([OD, SPOT], [LATE.on("spot")]), [], config())) == []
 
 
 def test_spot_placement_is_refused_by_the_guard_s_safety_net() -> None:

@@ -1,30 +1,22 @@
-"""The gang hold made backfill-aware (`gang_hold_backfill`, `spotline/domain/gang_hold.py`): GPUs
-held for the top blocked multi-node job go to a job ranked after it only when its declared run
-time ends before the gang's projected start, or it fits what the gang leaves free then."""
+"""The gang hold, backfill-aware (`spotline/domain/gang_hold.py`): GPUs held for the top blocked
+multi-node job go to a job ranked after it only when its declared run time ends before the gang's
+projected start, or it fits what the gang leaves free then."""
 
 from __future__ import annotations
 
 import math
-import random
 
 import pytest
 
-from spotline.domain import SchedulerConfig
-from spotline.domain.decisions import Admit, Wait
-from spotline.domain.gang_hold import ENDS_AFTER, NO_RUN_TIME, projected_start
+from spotline.domain.decisions import Admit
+from spotline.domain.gang_hold import ENDS_AFTER, GANG_HOLD_AFTER_S, NO_RUN_TIME, projected_start
 from spotline.domain.models import ClusterSnapshot, Job
-from spotline.domain.planner import SortedQueue, plan
 
 from .builders import HOUR, NOW, cluster, config, job, pool, run_plan, summary
 
-
-def _policy(backfill: bool) -> SchedulerConfig:
-    return config(
-        hold_for_blocked_gang=True,
-        gang_hold_backfill=backfill,
-        protection_period_s=600.0,
-        preempt_lower_class_only=True,
-    )
+POLICY = config(protection_period_s=600.0)
+# When a gang that has waited long enough for a hold was submitted.
+HELD = NOW - GANG_HOLD_AFTER_S - 10
 
 
 def _snapshot() -> ClusterSnapshot:
@@ -36,31 +28,24 @@ def _snapshot() -> ClusterSnapshot:
 
 def _pending() -> list[Job]:
     return [
-        job("gang").high().gpus(16).nodes(2).submitted(NOW - 10).build(),
+        job("gang").high().gpus(16).nodes(2).submitted(HELD).build(),
         job("short").gpus(4).expected_runtime(HOUR / 2).submitted(NOW - 5).build(),
         job("long").gpus(4).expected_runtime(2 * HOUR).submitted(NOW - 4).build(),
         job("undeclared").gpus(4).submitted(NOW - 3).build(),
     ]
 
 
-@pytest.mark.parametrize(
-    ("backfill", "decisions"),
-    [
-        # The plain hold: every job ranked after the gang waits for the held GPUs.
-        (False, [("wait", "gang"), ("wait", "short"), ("wait", "long"), ("wait", "undeclared")]),
-        # Backfill-aware: the job that ends in half an hour, before the gang could start (in an
-        # hour), takes 4 of the held GPUs; the one that would run 2 h and the one that declares
-        # no run time wait, each saying why.
-        (True, [("wait", "gang"), ("admit", "short", "od"), ("wait", "long"), ("wait", "undeclared")]),
-    ],
-)
-def test_only_a_job_that_ends_before_the_gangs_projected_start_backfills(
-    backfill: bool, decisions: list[tuple[str, ...]]
-) -> None:
-    got = run_plan(_snapshot(), _pending(), _policy(backfill))
-    assert summary(got) == decisions
-    if not backfill:
-        return
+def test_only_a_job_that_ends_before_the_gangs_projected_start_backfills() -> None:
+    # The job that ends in half an hour, before the gang could start (in an hour), takes 4 of the
+    # held GPUs; the one that would run 2 h and the one that declares no run time wait, each
+    # saying why.
+    got = run_plan(_snapshot(), _pending(), POLICY)
+    assert summary(got) == [
+        ("wait", "gang"),
+        ("admit", "short", "od"),
+        ("wait", "long"),
+        ("wait", "undeclared"),
+    ]
     admitted = got[1]
     assert isinstance(admitted, Admit)
     assert admitted.reason == (
@@ -71,18 +56,6 @@ def test_only_a_job_that_ends_before_the_gangs_projected_start_backfills(
     assert got[3].reason.endswith(f"held for the blocked multi-node job gang ({NO_RUN_TIME})")
 
 
-def test_a_pass_without_explanations_backfills_the_same() -> None:
-    # The simulator's pass stops early once nothing can start; held GPUs a job may still backfill
-    # into do not count as full.
-    pending = [job("gang").high().gpus(16).nodes(2).submitted(NOW - 10).build()]
-    pending += [job(f"u{i}").gpus(4).submitted(NOW - 9 + i).build() for i in range(3)]
-    pending.append(job("short").gpus(4).expected_runtime(HOUR / 2).submitted(NOW - 1).build())
-    short = plan(_snapshot(), SortedQueue.of(pending), NOW, _policy(True), random.Random(0), explain=False)
-    assert [(d.job.id, d.pool) for d in short if isinstance(d, Admit)] == [("short", "od")]
-    full = run_plan(_snapshot(), pending, _policy(True))
-    assert [d.job.id for d in full if not isinstance(d, Wait)] == ["short"]
-
-
 def test_a_job_running_past_the_projected_start_backfills_into_the_gpus_the_gang_leaves_free() -> None:
     # 24 GPUs, 8 free (held for the gang, which needs 16): a job of 12 GPUs ends in an hour, one
     # of 4 in 9 h. At the gang's projected start (in an hour) 8 + 12 = 20 are free: 4 beyond its
@@ -90,11 +63,11 @@ def test_a_job_running_past_the_projected_start_backfills_into_the_gpus_the_gang
     ends_soon = job("e").low().gpus(12).team("b").expected_runtime(HOUR + 60).running_since(NOW - 60).on("od")
     ends_late = job("l").low().gpus(4).team("b").expected_runtime(9 * HOUR).running_since(NOW - 60).on("od")
     pending = [
-        job("gang").high().gpus(16).nodes(2).submitted(NOW - 10).build(),
+        job("gang").high().gpus(16).nodes(2).submitted(HELD).build(),
         job("a").gpus(4).expected_runtime(5 * HOUR).submitted(NOW - 5).build(),
         job("b").gpus(4).expected_runtime(5 * HOUR).submitted(NOW - 4).build(),
     ]
-    got = run_plan(cluster([pool("od", capacity=24)], [ends_soon, ends_late]), pending, _policy(True))
+    got = run_plan(cluster([pool("od", capacity=24)], [ends_soon, ends_late]), pending, POLICY)
     assert summary(got) == [("wait", "gang"), ("admit", "a", "od"), ("wait", "b")]
     assert got[1].reason.endswith("it fits the GPUs left free at the gang's projected start in 1.0 h")
     assert got[2].reason.endswith(f"({ENDS_AFTER})")
@@ -115,19 +88,18 @@ def test_the_projected_start_is_when_enough_gpus_free_by_the_running_jobs_ends()
 @pytest.mark.parametrize(
     ("waited", "decisions"),
     [
-        # The gang has waited 10 minutes, under `gang_hold_after_s`: nothing is held, the small job
-        # that declares no run time takes 4 of the free GPUs.
+        # The gang has waited 10 minutes, under GANG_HOLD_AFTER_S (15): nothing is held, the small
+        # job that declares no run time takes 4 of the free GPUs.
         (600.0, [("wait", "gang"), ("admit", "small", "od")]),
         # 20 minutes: the free GPUs are held for it; the small job may not backfill.
         (1200.0, [("wait", "gang"), ("wait", "small")]),
     ],
 )
-def test_the_hold_waits_until_the_gang_has_waited_gang_hold_after_s(
+def test_the_hold_waits_until_the_gang_has_waited_long_enough(
     waited: float, decisions: list[tuple[str, ...]]
 ) -> None:
-    policy = _policy(True).model_copy(update={"gang_hold_after_s": 900.0})
     pending = [
         job("gang").high().gpus(16).nodes(2).submitted(NOW - waited).build(),
         job("small").gpus(4).submitted(NOW - 5).build(),
     ]
-    assert summary(run_plan(_snapshot(), pending, policy)) == decisions
+    assert summary(run_plan(_snapshot(), pending, POLICY)) == decisions

@@ -1,11 +1,11 @@
-"""Moves to Spot weigh the target pool's history (`move_value.move_value`,
-`SchedulerConfig.move_to_spot_weighs_history`): the saving on the remaining run against the move's
-write and restart and the reclaims the pool's outages predict."""
+"""Moves to Spot weigh the target pool's history (`move_value.move_value`): the saving on the
+remaining run against the move's write and restart and the reclaims the pool's outages predict."""
 
 from __future__ import annotations
 
 import pytest
 
+from spotline.domain import moves
 from spotline.domain.models import ClusterSnapshot, SpotPoolSignal
 from spotline.domain.move_value import MoveValue, move_value
 from spotline.domain.planner import Move
@@ -104,14 +104,13 @@ def test_the_planner_moves_to_a_steady_pool_and_says_what_the_move_weighs() -> N
     assert "saves 46.8 GPU-h" in move.reason and "1 outages in 167 h of Spot there" in move.reason
 
 
-def test_the_planner_does_not_move_to_a_pool_whose_outages_cost_more_than_spot_saves() -> None:
+def test_the_planner_does_not_move_to_a_pool_whose_outages_cost_more_than_spot_saves(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     assert summary(run_plan(_with_history(BULK), [], MOVES)) == []
-    # The rule is one field: off, the remaining time alone decides (the policy before).
-    off = MOVES.model_copy(update={"move_to_spot_weighs_history": False})
-    assert summary(run_plan(_with_history(BULK), [], off)) == [("move", "long", "od", "spot")]
-    # Thin history: the remaining-time threshold alone decides.
-    thin = MOVES.model_copy(update={"move_to_spot_min_history_s": 30 * DAY})
-    assert summary(run_plan(_with_history(BULK), [], thin)) == [("move", "long", "od", "spot")]
+    # Thin history (less seen than MOVE_MIN_HISTORY_S): the remaining-time threshold alone decides.
+    monkeypatch.setattr(moves, "MOVE_MIN_HISTORY_S", 30 * DAY)
+    assert summary(run_plan(_with_history(BULK), [], MOVES)) == [("move", "long", "od", "spot")]
 
 
 def test_a_deadline_job_is_left_to_the_deadline_guard() -> None:

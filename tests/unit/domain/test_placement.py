@@ -6,6 +6,7 @@ import pytest
 
 from spotline.domain import Job, Pool, Priority, SchedulerConfig, candidate_pools, spot_refusal
 from spotline.domain.placement import expected_interruption_delay_s, spot_cost_ratio
+from spotline.domain.preemption import DEFAULT_RUNTIME_S
 
 from .builders import HOUR, NOW, config, job, pool
 
@@ -17,12 +18,12 @@ A100 = [OD, SPOT]
 
 # The deadline cases: remaining 1h, checkpoint every 1800s, restart 120s, 0.5 reclaims/hour on
 # one node -> 0.5 expected interruptions x (900 + 120) s = 510 s of delay; x2 (spot_slack_factor)
-# = 1020 s of slack needed, for an agent that does not checkpoint inside the notice (`NO_NOTICE`).
-# With the notice's checkpoint (the default), one interruption costs 60 + 120 s: 0.5 x 180 x 2 =
-# 180 s of slack needed.
+# = 1020 s of slack needed, for a job whose measured write does not fit the Spot notice
+# (`SLOW_WRITE`: it loses half an interval). With the notice's checkpoint (a write that fits), one
+# interruption costs 60 + 120 s: 0.5 x 180 x 2 = 180 s of slack needed.
 DEADLINE_JOB = job("d").gpus(8).expected_runtime(HOUR).checkpoint_interval(1800)
-NO_NOTICE = config(checkpoint_on_notice=False)
-COUNT_ONLY = config(spot_cost_aware=False)
+SLOW_WRITE = 200.0
+SLOW_DEADLINE_JOB = DEADLINE_JOB.checkpoint_write(SLOW_WRITE)
 
 
 @pytest.mark.parametrize(
@@ -38,34 +39,36 @@ COUNT_ONLY = config(spot_cost_aware=False)
         (job("j").high().build(), A100, config(on_demand_classes=frozenset({Priority.HIGH})), ["od-a100"]),
         (job("j").critical().build(), A100, config(on_demand_classes=frozenset()), ["spot-a100", "od-a100"]),
         (job("j").interruptions(1).build(), A100, config(), ["spot-a100", "od-a100"]),
-        (job("j").interruptions(2).build(), A100, COUNT_ONLY, ["od-a100"]),
-        # Cost-aware (the default): 2 interruptions in 1 h of run time on a 0.5/h pool at price
-        # 0.35 -> 0.35 x (1 + 2 x 180 / 3600) = 0.39 of On-Demand: it stays on Spot.
+        # At the cap, 2 interruptions in 1 h of run time on a 0.5/h pool at price 0.35 -> 0.35 x
+        # (1 + 2 x 180 / 3600) = 0.39 of On-Demand: it stays on Spot.
         (job("j").interruptions(2).build(), A100, config(), ["spot-a100", "od-a100"]),
-        # 20 interruptions in its first hour, no checkpoint in the notice, price 0.9: 0.9 x (1 +
-        # 20 x 1020 / 3600) = 6.0 x On-Demand -> On-Demand.
+        # 20 interruptions in its first hour, a write that does not fit the notice, price 0.9:
+        # 0.9 x (1 + 20 x 1020 / 3600) = 6.0 x On-Demand -> On-Demand.
         (
-            job("j").interruptions(20).build(),
+            job("j").interruptions(20).checkpoint_write(SLOW_WRITE).build(),
             [OD, pool("spot-dear", purchase="spot", price=0.9, rate=0.5)],
-            NO_NOTICE,
+            config(),
             ["od-a100"],
         ),
-        (job("j").interruptions(5).spot("required").build(), A100, COUNT_ONLY, ["spot-a100"]),
-        (DEADLINE_JOB.deadline(NOW + HOUR + 1000).build(), A100, NO_NOTICE, ["od-a100"]),
-        (DEADLINE_JOB.deadline(NOW + HOUR + 1100).build(), A100, NO_NOTICE, ["spot-a100", "od-a100"]),
-        (DEADLINE_JOB.deadline(NOW + HOUR + 1100).nodes(2).build(), A100, NO_NOTICE, ["od-a100"]),
         (
-            DEADLINE_JOB.deadline(NOW + HOUR + 1100).build(),
+            job("j").interruptions(20).checkpoint_write(SLOW_WRITE).spot("required").build(),
+            [OD, pool("spot-dear", purchase="spot", price=0.9, rate=0.5)],
+            config(),
+            ["spot-dear"],
+        ),
+        (SLOW_DEADLINE_JOB.deadline(NOW + HOUR + 1000).build(), A100, config(), ["od-a100"]),
+        (SLOW_DEADLINE_JOB.deadline(NOW + HOUR + 1100).build(), A100, config(), ["spot-a100", "od-a100"]),
+        (SLOW_DEADLINE_JOB.deadline(NOW + HOUR + 1100).nodes(2).build(), A100, config(), ["od-a100"]),
+        (
+            SLOW_DEADLINE_JOB.deadline(NOW + HOUR + 1100).build(),
             A100,
-            config(spot_slack_factor=0.0, checkpoint_on_notice=False),
+            config(spot_slack_factor=0.0),
             ["spot-a100", "od-a100"],
         ),
         (DEADLINE_JOB.deadline(NOW + HOUR + 170).build(), A100, config(), ["od-a100"]),
         (DEADLINE_JOB.deadline(NOW + HOUR + 190).build(), A100, config(), ["spot-a100", "od-a100"]),
-        # Slack already negative: On-Demand cannot save the deadline, the job stays on Spot
-        # (cost-aware), or goes On-Demand by the slack rule alone.
+        # Slack already negative: On-Demand cannot save the deadline, the job stays on Spot.
         (DEADLINE_JOB.deadline(NOW + HOUR - 600).build(), A100, config(), ["spot-a100", "od-a100"]),
-        (DEADLINE_JOB.deadline(NOW + HOUR - 600).build(), A100, COUNT_ONLY, ["od-a100"]),
         (
             job("j").build(),
             [
@@ -98,9 +101,8 @@ COUNT_ONLY = config(spot_cost_aware=False)
         "configured-on-demand-class",
         "no-on-demand-classes",
         "interruptions-below-cap",
-        "interruptions-at-cap-go-on-demand",
-        "cost-aware-interrupted-job-stays-on-cheap-spot",
-        "cost-aware-interrupted-job-leaves-dear-spot",
+        "interrupted-job-at-cap-stays-on-cheap-spot",
+        "interrupted-job-leaves-dear-spot",
         "required-ignores-interruption-cap",
         "deadline-slack-below-expected-interruptions",
         "deadline-slack-covers-expected-interruptions",
@@ -108,8 +110,7 @@ COUNT_ONLY = config(spot_cost_aware=False)
         "slack-factor-zero",
         "notice-checkpoint-slack-below",
         "notice-checkpoint-slack-covers",
-        "cost-aware-deadline-out-of-reach-stays-on-spot",
-        "count-only-deadline-out-of-reach-on-demand",
+        "deadline-out-of-reach-stays-on-spot",
         "price-then-rate-then-name",
         "gpu-type",
         "pool-too-small",
@@ -118,7 +119,7 @@ COUNT_ONLY = config(spot_cost_aware=False)
 def test_candidate_pools(
     subject: Job, pools: list[Pool], policy: SchedulerConfig, expected: list[str]
 ) -> None:
-    remaining = subject.remaining_s(NOW) or policy.default_runtime_s
+    remaining = subject.remaining_s(NOW) or DEFAULT_RUNTIME_S
     assert [p.name for p in candidate_pools(subject, pools, NOW, remaining, policy)] == expected
 
 
@@ -128,23 +129,21 @@ def test_candidate_pools(
         (job("j").build(), None),
         (job("j").spot("never").build(), "job asks for On-Demand only"),
         (job("j").critical().build(), "critical jobs run On-Demand"),
-        (job("j").interruptions(3).build(), "interrupted 3 times on Spot"),
         (
-            DEADLINE_JOB.deadline(NOW + HOUR + 1000).build(),
+            SLOW_DEADLINE_JOB.deadline(NOW + HOUR + 1000).build(),
             "deadline slack 1000s below the 1020s that Spot interruptions may cost",
         ),
     ],
-    ids=["allowed", "never", "on-demand-class", "interrupted-too-often", "deadline-slack"],
+    ids=["allowed", "never", "on-demand-class", "deadline-slack"],
 )
 def test_spot_refusal_reason(subject: Job, reason: str | None) -> None:
-    policy = config(spot_cost_aware=False, checkpoint_on_notice=False)
-    assert spot_refusal(subject, SPOT, NOW, HOUR, policy) == reason
+    assert spot_refusal(subject, SPOT, NOW, HOUR, config()) == reason
 
 
-def test_spot_refusal_reason_cost_aware() -> None:
+def test_spot_refusal_reason_of_an_interrupted_job() -> None:
     dear = pool("spot-dear", purchase="spot", price=0.9, rate=0.5)
-    subject = job("j").interruptions(20).build()
-    assert spot_refusal(subject, dear, NOW, HOUR, NO_NOTICE) == (
+    subject = job("j").interruptions(20).checkpoint_write(SLOW_WRITE).build()
+    assert spot_refusal(subject, dear, NOW, HOUR, config()) == (
         "interrupted 20 times on Spot: expected to cost 6.00x On-Demand there"
     )
 
@@ -157,8 +156,9 @@ def test_spot_cost_ratio_hand_computed() -> None:
 
 
 def test_expected_interruption_delay_hand_computed() -> None:
+    # 0.5/h x 2h x 2 nodes = 2 interruptions x (1800/2 + 120) s when the write does not fit the
+    # notice, or x (60 + 120) s with the notice's checkpoint
+    slow = SLOW_DEADLINE_JOB.nodes(2).build()
+    assert expected_interruption_delay_s(slow, SPOT, 2 * HOUR, config()) == pytest.approx(2040.0)
     gang = DEADLINE_JOB.nodes(2).build()
-    # 0.5/h x 2h x 2 nodes = 2 interruptions x (1800/2 + 120) s, or x (60 + 120) s with the
-    # notice's checkpoint
-    assert expected_interruption_delay_s(gang, SPOT, 2 * HOUR, NO_NOTICE) == pytest.approx(2040.0)
     assert expected_interruption_delay_s(gang, SPOT, 2 * HOUR, config()) == pytest.approx(360.0)

@@ -19,27 +19,34 @@ from spotline.domain import (
     VictimStrategy,
     select_victims,
 )
-from spotline.domain.preemption import ORDERINGS, eligibility, estimated_remaining_s, lost_work_gpu_s
+from spotline.domain.preemption import (
+    MAX_PREEMPTIONS_PER_JOB,
+    NOT_LOWER,
+    eligibility,
+    estimated_remaining_s,
+    lost_work_gpu_s,
+    order_victims,
+)
 
 from .builders import NOW, candidate, cluster, config, job, pool, quota
 
 P = pool("p", capacity=16, per_node=8)
 PREEMPTOR = job("pre").critical().gpus(8).team("a").build()
-POLICY = config(protection_period_s=600.0, max_preemptions_per_job=3, preemption_margin=500.0)
+POLICY = config(protection_period_s=600.0)
+CAP = MAX_PREEMPTIONS_PER_JOB
 
 
 def check(
     cand: Candidate,
     *,
     preemptor: Job = PREEMPTOR,
-    preemptor_priority: float = 3000.0,
     quotas: tuple[TeamQuota, ...] = (),
     others: tuple[Allocation, ...] = (),
     policy: SchedulerConfig = POLICY,
 ) -> str | None:
     snapshot = cluster([P, pool("q", capacity=64)], (cand.allocation, *others), quotas)
     ledger = Ledger.of(snapshot)
-    return eligibility(cand, preemptor, preemptor_priority, NOW, policy, ledger.team_used, ledger)
+    return eligibility(cand, preemptor, NOW, policy, ledger.team_used, ledger)
 
 
 LOW = job("v").low().gpus(8).team("b")
@@ -49,15 +56,12 @@ B_OVER = (job("b-more").team("b").gpus(8).on("q"),)  # puts team b at 16 with 8 
 @pytest.mark.parametrize(
     ("cand", "kwargs", "reason"),
     [
-        (candidate(LOW.on("p"), priority=2000.0), {}, None),
-        (candidate(LOW.on("p"), priority=2500.0), {}, "not lower priority"),
-        (candidate(LOW.on("p"), priority=2499.0), {}, None),
-        (candidate(LOW.on("p"), priority=2900.0), {}, "not lower priority"),
-        (candidate(LOW.on("p"), priority=2900.0), {"policy": config(preemption_margin=0.0)}, None),
+        (candidate(LOW.on("p"), priority=0.0), {}, None),
+        (candidate(LOW.critical().on("p"), priority=0.0), {}, NOT_LOWER),
         (candidate(LOW.running_since(NOW - 100).on("p"), priority=0.0), {}, "inside its protection period"),
         (candidate(LOW.running_since(NOW - 600).on("p"), priority=0.0), {}, None),
-        (candidate(LOW.preemptions(3).on("p"), priority=0.0), {}, "reached the preemption cap"),
-        (candidate(LOW.preemptions(2).on("p"), priority=0.0), {}, None),
+        (candidate(LOW.preemptions(CAP).on("p"), priority=0.0), {}, "reached the preemption cap"),
+        (candidate(LOW.preemptions(CAP - 1).on("p"), priority=0.0), {}, None),
         (candidate(LOW.on("p", draining_for="other"), priority=0.0), {}, "already leaving"),
         (candidate(job("pre").on("p"), priority=0.0), {}, "already leaving"),
         # reclaim: b is over its nominal 8, a is within its nominal -> with policy `any` even a
@@ -80,7 +84,7 @@ B_OVER = (job("b-more").team("b").gpus(8).on("q"),)  # puts team b at 16 with 8 
                 "others": B_OVER,
                 "preemptor": job("pre").normal().gpus(8).team("a").build(),
             },
-            "not lower priority",
+            NOT_LOWER,
         ),
         (
             candidate(LOW.normal().on("p"), priority=3500.0),
@@ -100,31 +104,31 @@ B_OVER = (job("b-more").team("b").gpus(8).on("q"),)  # puts team b at 16 with 8 
                 "policy": config(reclaim_within_cohort=ReclaimPolicy.LOWER_PRIORITY),
                 "preemptor": job("pre").normal().gpus(8).team("a").build(),
             },
-            "not lower priority",
+            NOT_LOWER,
         ),
         (
-            candidate(LOW.on("p"), priority=3500.0),
+            candidate(LOW.critical().on("p"), priority=3500.0),
             {
                 "quotas": (quota("a", 16), quota("b", 8)),
                 "others": B_OVER,
                 "policy": config(reclaim_within_cohort=ReclaimPolicy.NEVER),
             },
-            "not lower priority",
+            NOT_LOWER,
         ),
         (
             candidate(LOW.critical().on("p"), priority=3500.0),
             {"quotas": (quota("a", 16), quota("b", 16)), "others": B_OVER},
-            "not lower priority",
+            NOT_LOWER,
         ),
         (
             candidate(LOW.critical().on("p"), priority=3500.0),
             {"quotas": (quota("a", 4), quota("b", 8)), "others": B_OVER},
-            "not lower priority",
+            NOT_LOWER,
         ),
         (
             candidate(LOW.critical().team("a").on("p"), priority=3500.0),
             {"quotas": (quota("a", 16),), "others": (job("a-more").team("a").gpus(16).on("q"),)},
-            "not lower priority",
+            NOT_LOWER,
         ),
         (
             candidate(LOW.critical().on("p"), priority=3500.0),
@@ -133,12 +137,12 @@ B_OVER = (job("b-more").team("b").gpus(8).on("q"),)  # puts team b at 16 with 8 
                 "others": B_OVER,
                 "preemptor": job("pre").critical().gpus(8).nodes(2).team("a").build(),
             },
-            "not lower priority",
+            NOT_LOWER,
         ),
         (
             candidate(LOW.critical().on("p"), priority=3500.0),
             {"quotas": (quota("b", 8),), "others": B_OVER},
-            "not lower priority",
+            NOT_LOWER,
         ),
         (
             candidate(LOW.critical().running_since(NOW - 10).on("p"), priority=3500.0),
@@ -147,11 +151,8 @@ B_OVER = (job("b-more").team("b").gpus(8).on("q"),)  # puts team b at 16 with 8 
         ),
     ],
     ids=[
-        "lower-by-more-than-margin",
-        "lower-by-exactly-margin",
-        "lower-by-just-over-margin",
-        "same-class-aged-within-margin",
-        "no-margin",
+        "lower-class",
+        "same-class",
         "inside-protection-period",
         "protection-period-just-over",
         "at-preemption-cap",
@@ -175,41 +176,31 @@ def test_eligibility(cand: Candidate, kwargs: dict[str, Any], reason: str | None
     assert check(cand, **kwargs) == reason
 
 
-CLASS_RULE = config(protection_period_s=600.0, max_preemptions_per_job=3, preempt_lower_class_only=True)
-
-
 @pytest.mark.parametrize(
-    ("victim", "preemptor", "policy", "reason"),
+    ("victim", "preemptor", "reason"),
     [
-        # By the margin alone (the default) an aged or urgent job preempts its own class...
-        ("critical", "critical", POLICY, None),
-        # ... and even the class above it, when that job ranks lower by the margin.
-        ("critical", "high", POLICY, None),
-        # By class: never its own class, never a class above; a lower class as before.
-        ("critical", "critical", CLASS_RULE, "not lower priority"),
-        ("critical", "high", CLASS_RULE, "not lower priority"),
-        ("high", "critical", CLASS_RULE, None),
-        ("low", "normal", CLASS_RULE, None),
-        ("normal", "normal", CLASS_RULE, "not lower priority"),
+        # Never its own class, never a class above, however the two rank; a lower class always.
+        ("critical", "critical", NOT_LOWER),
+        ("critical", "high", NOT_LOWER),
+        ("high", "critical", None),
+        ("low", "normal", None),
+        ("normal", "normal", NOT_LOWER),
     ],
 )
-def test_preemption_rights_by_class(
-    victim: str, preemptor: str, policy: SchedulerConfig, reason: str | None
-) -> None:
-    # The victim ranks 1,000 below the preemptor: lower by the margin (500) in every row.
-    cand = candidate(job("v").priority(victim).gpus(8).team("b").on("p"), priority=2000.0)
+def test_preemption_rights_by_class(victim: str, preemptor: str, reason: str | None) -> None:
+    cand = candidate(job("v").priority(victim).gpus(8).team("b").on("p"), priority=0.0)
     pre = job("pre").priority(preemptor).gpus(8).team("a").build()
-    assert check(cand, preemptor=pre, preemptor_priority=3000.0, policy=policy) == reason
+    assert check(cand, preemptor=pre) == reason
 
 
 def test_the_class_rule_leaves_the_quota_reclaim_alone() -> None:
     # Team b borrows; a, within its nominal, reclaims from b's job of its own class (as
-    # same-or-lower-priority allows), class rule or not.
-    policy = CLASS_RULE.model_copy(update={"reclaim_within_cohort": ReclaimPolicy.SAME_OR_LOWER_PRIORITY})
+    # same-or-lower-priority allows).
+    policy = POLICY.model_copy(update={"reclaim_within_cohort": ReclaimPolicy.SAME_OR_LOWER_PRIORITY})
     cand = candidate(LOW.normal().on("p"), priority=3500.0)
     pre = job("pre").normal().gpus(8).team("a").build()
     kwargs: dict[str, Any] = {"quotas": (quota("a", 16), quota("b", 8)), "others": B_OVER}
-    assert check(cand, preemptor=pre, preemptor_priority=3000.0, policy=policy, **kwargs) is None
+    assert check(cand, preemptor=pre, policy=policy, **kwargs) is None
 
 
 # --- ordering ---------------------------------------------------------------------------
@@ -284,17 +275,17 @@ def c(job_id: str, **knobs: float) -> Candidate:
     ],
 )
 def test_ordering(strategy: VictimStrategy, candidates: list[Candidate], order: list[str]) -> None:
-    ordered = ORDERINGS[strategy](candidates, random.Random(7))
+    ordered = order_victims(candidates, strategy, random.Random(7))
     assert [x.job_id for x in ordered] == order
     # The order does not depend on the order the candidates came in.
-    again = ORDERINGS[strategy](list(reversed(candidates)), random.Random(7))
+    again = order_victims(list(reversed(candidates)), strategy, random.Random(7))
     assert [x.job_id for x in again] == order
 
 
 def test_random_order_depends_on_seed_only() -> None:
     candidates = [c(name) for name in "abcdefgh"]
     orders = {
-        tuple(x.job_id for x in ORDERINGS[VictimStrategy.RANDOM](candidates, random.Random(s)))
+        tuple(x.job_id for x in order_victims(candidates, VictimStrategy.RANDOM, random.Random(s)))
         for s in range(8)
     }
     assert len(orders) > 1
@@ -407,14 +398,13 @@ def test_select_victims(
     before = (dict(ledger.pool_used), dict(ledger.team_used))
     chosen = select_victims(
         preemptor,
-        3000.0,
         snapshot.pools[pool_name],
         candidates,
         ledger,
         NOW,
         config(),
         random.Random(0),
-        VictimStrategy.LEAST_REMAINING_TIME,
+        strategy=VictimStrategy.LEAST_REMAINING_TIME,
     )
     assert chosen is not None
     assert [v.job_id for v in chosen] == victims
@@ -474,9 +464,7 @@ def test_select_victims_edges(
 ) -> None:
     cands = [x if isinstance(x, Candidate) else candidate(x, priority=0.0) for x in candidates]
     snapshot, ledger = setting([x.allocation for x in cands], quotas)
-    chosen = select_victims(
-        preemptor, 3000.0, snapshot.pools["p"], cands, ledger, NOW, config(), random.Random(0)
-    )
+    chosen = select_victims(preemptor, snapshot.pools["p"], cands, ledger, NOW, config(), random.Random(0))
     assert (None if chosen is None else [v.job_id for v in chosen]) == expected
 
 

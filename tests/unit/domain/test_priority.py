@@ -8,32 +8,17 @@ from spotline.domain import Job, PriorityWeights, TeamQuota, effective_priority,
 
 from .builders import DAY, HOUR, NOW, job, quota
 
-NONE = {
-    "class_step": 0.0,
-    "age": 0.0,
-    "deadline": 0.0,
-    "size": 0.0,
-    "fairshare": 0.0,
-    "history": 0.0,
-    "attained": 0.0,
-    "shortest": 0.0,
-}
+NONE = {"age": 0.0, "deadline": 0.0, "size": 0.0, "fairshare": 0.0, "history": 0.0, "shortest": 0.0}
 
 
 def only(**weights: float) -> PriorityWeights:
-    """Weights where every factor but the given ones counts zero (classes not strict: the class
-    term is `class_step` x rank)."""
-    return PriorityWeights(**{**NONE, **weights}, strict_class_order=False)
+    """Weights where every factor but the given ones counts zero."""
+    return PriorityWeights(**{**NONE, **weights})
 
 
 @pytest.mark.parametrize(
     ("weights", "subject", "remaining", "fairshare", "expected"),
     [
-        # class order: low 0, normal 1, high 2, critical 3 class steps
-        (only(class_step=1000), job("j").low().build(), 0.0, 1.0, 0.0),
-        (only(class_step=1000), job("j").normal().build(), 0.0, 1.0, 1000.0),
-        (only(class_step=1000), job("j").high().build(), 0.0, 1.0, 2000.0),
-        (only(class_step=1000), job("j").critical().build(), 0.0, 1.0, 3000.0),
         # aging: linear up to max_age_s, then capped; counted from the last enqueue
         (only(age=900), job("j").submitted(NOW).build(), 0.0, 1.0, 0.0),
         (only(age=900), job("j").submitted(NOW - 12 * HOUR).build(), 0.0, 1.0, 450.0),
@@ -63,22 +48,6 @@ def only(**weights: float) -> PriorityWeights:
         (only(history=600), job("j").preemptions(1).build(), 0.0, 1.0, 200.0),
         (only(history=600), job("j").preemptions(1).interruptions(1).build(), 0.0, 1.0, 400.0),
         (only(history=600), job("j").preemptions(2).interruptions(4).build(), 0.0, 1.0, 600.0),
-        # attained service (least attained first): gpus x runtime / 64 GPU-h, capped, subtracted
-        (only(attained=300, attained_norm_gpu_h=64), job("j").gpus(8).build(), 0.0, 1.0, 0.0),
-        (
-            only(attained=300, attained_norm_gpu_h=64),
-            job("j").gpus(8).runtime(4 * HOUR).build(),
-            0.0,
-            1.0,
-            -150.0,
-        ),
-        (
-            only(attained=300, attained_norm_gpu_h=64),
-            job("j").gpus(32).runtime(4 * HOUR).build(),
-            0.0,
-            1.0,
-            -300.0,
-        ),
         # shortest declared first: 1 - ln(1 + r/1h) / ln(1 + 72), of the declared remaining r
         (only(shortest=900), job("j").build(), 0.0, 1.0, 0.0),
         (
@@ -97,23 +66,17 @@ def only(**weights: float) -> PriorityWeights:
         ),
         (only(shortest=900), job("j").expected_runtime(HOUR).runtime(2 * HOUR).build(), 0.0, 1.0, 0.0),
         (only(shortest=900), job("j").expected_runtime(100 * HOUR).build(), 0.0, 1.0, 0.0),
-        # all factors with the default weights:
-        # 4160 (normal: strict class order, a class step of 1000 + 3160, the sum of the within-class
-        # weights) + 450 (12h) + 750 (slack 3h) + 12.5 (8 GPUs) + 200 (fs 0.5, x400) + 20 (1 of 3, x60)
-        # (it has run nothing: no attained-service term)
+        # all factors with the default weights: 450 (12h) + 750 (slack 3h) + 12.5 (8 GPUs) + 200
+        # (fs 0.5, x400) + 20 (1 of 3, x60)
         (
             PriorityWeights(),
             job("j").gpus(8).submitted(NOW - 12 * HOUR).deadline(NOW + 4 * HOUR).preemptions(1).build(),
             HOUR,
             0.5,
-            5592.5,
+            1432.5,
         ),
     ],
     ids=[
-        "class-low",
-        "class-normal",
-        "class-high",
-        "class-critical",
         "age-fresh",
         "age-half-day",
         "age-capped-at-max-age",
@@ -132,9 +95,6 @@ def only(**weights: float) -> PriorityWeights:
         "history-one-preemption",
         "history-preemption-plus-interruption",
         "history-capped",
-        "attained-none",
-        "attained-half",
-        "attained-capped",
         "shortest-nothing-declared",
         "shortest-one-hour-declared",
         "shortest-declared-less-run-so-far",
@@ -146,9 +106,26 @@ def only(**weights: float) -> PriorityWeights:
 def test_effective_priority(
     weights: PriorityWeights, subject: Job, remaining: float, fairshare: float, expected: float
 ) -> None:
-    assert effective_priority(
-        subject, NOW, weights, remaining_s=remaining, fairshare=fairshare
-    ) == pytest.approx(expected)
+    """`expected`: the job's score above its class term."""
+    score = effective_priority(subject, NOW, weights, remaining_s=remaining, fairshare=fairshare)
+    assert score - weights.class_term(subject.priority) == pytest.approx(expected)
+
+
+@pytest.mark.parametrize(
+    ("weights", "step"),
+    [
+        # With no other factor, the classes are CLASS_GAP (1000) apart.
+        (only(), 1000.0),
+        # With the defaults, the gap plus the sum of the other weights (3160).
+        (PriorityWeights(), 4160.0),
+    ],
+)
+def test_each_class_is_one_class_step_above_the_one_below(weights: PriorityWeights, step: float) -> None:
+    scores = [
+        effective_priority(job("j").priority(cls).build(), NOW, weights, remaining_s=0.0, fairshare=0.0)
+        for cls in ("low", "normal", "high", "critical")
+    ]
+    assert [score - scores[0] for score in scores] == pytest.approx([0.0, step, 2 * step, 3 * step])
 
 
 def test_fully_aged_job_never_passes_a_fresh_job_of_the_class_above() -> None:
@@ -161,9 +138,11 @@ def test_fully_aged_job_never_passes_a_fresh_job_of_the_class_above() -> None:
     # with strict class order: 1000 + the within-class weights' 3160) + 12.5 + 400
     assert old == pytest.approx(1312.5)
     assert fresh == pytest.approx(4572.5)
-    # Without strict order, one class step (1000) still outweighs a full day of waiting.
-    loose = PriorityWeights(strict_class_order=False)
-    assert effective_priority(fresh_normal, NOW, loose, remaining_s=HOUR) == pytest.approx(1412.5)
+    # However large the age weight, the class step grows with it.
+    heavy = PriorityWeights(age=10_000.0)
+    assert effective_priority(old_low, NOW, heavy, remaining_s=HOUR) < effective_priority(
+        fresh_normal, NOW, heavy, remaining_s=HOUR
+    )
 
 
 @pytest.mark.parametrize(

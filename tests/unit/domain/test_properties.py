@@ -6,7 +6,6 @@ capacity, Kueue-style borrowing) instead of trusting the planner's own ledger.
 
 from __future__ import annotations
 
-import functools
 import itertools
 import math
 import random
@@ -38,8 +37,15 @@ from spotline.domain import (
     plan,
     select_victims,
 )
-from spotline.domain.preemption import _may_reclaim, estimated_remaining_s, reclaim_allowed_between, shielded
-from spotline.domain.priority import PriorityScorer, fairshare_factors, score_floor, shortness
+from spotline.domain.planner import MAX_PREEMPTIONS_PER_PASS
+from spotline.domain.preemption import (
+    MAX_PREEMPTIONS_PER_JOB,
+    _may_reclaim,
+    estimated_remaining_s,
+    reclaim_allowed_between,
+    shielded,
+)
+from spotline.domain.priority import PriorityScorer, fairshare_factors, shortness
 from spotline.domain.quota import borrowed_gpus
 from spotline.domain.running import RunningIndex
 from spotline.domain.victims import RunningJobs
@@ -203,41 +209,35 @@ def policies(draw: st.DrawFn) -> SchedulerConfig:
     return SchedulerConfig(
         strategy=draw(st.sampled_from(list(VictimStrategy))),
         protection_period_s=draw(st.sampled_from([0.0, 0.0, 600.0, 4 * HOUR])),
-        max_preemptions_per_job=draw(st.sampled_from([3, 3, 0, 1])),
-        preemption_margin=draw(st.sampled_from([0.0, 100.0, 500.0])),
-        window_per_class=draw(st.integers(1, 4)),
-        max_preemptions_per_pass=draw(st.sampled_from([16, 4, 2, 1, 0])),
         on_demand_classes=frozenset(draw(st.sets(st.sampled_from(list(Priority))))),
-        # The tuned knobs too (`bench/tune.py` searches them): the pass's performance devices must
-        # decide the same under every weight, not only the defaults'.
+        # Other weights than the defaults: the rules must hold under every weight.
         weights=PriorityWeights(
             fairshare=draw(st.sampled_from([400.0, 0.0, 100.0, 800.0])),
-            attained=draw(st.sampled_from([0.0, 0.0, 200.0, 400.0])),
-            attained_norm_gpu_h=draw(st.sampled_from([64.0, 16.0, 256.0])),
             shortest=draw(st.sampled_from([200.0, 0.0, 900.0])),
             age=draw(st.sampled_from([900.0, 300.0])),
         ),
-        fresh_checkpoint_s=draw(st.sampled_from([0.0, 0.0, 60.0, 3600.0])),
         preemption_delay_s=draw(st.sampled_from([0.0, 0.0, 60.0, 3600.0])),
         move_to_spot_min_remaining_s=draw(st.sampled_from([0.0, 0.0, 3600.0])),
-        # Issue 29's second rules, on and off.
+        stop_at_once_for=frozenset(draw(st.sets(st.sampled_from(list(Priority))))),
         preempt_for_class_head_only=frozenset(draw(st.sets(st.sampled_from(list(Priority))))),
-        hold_for_blocked_gang=draw(st.booleans()),
-        gang_hold_backfill=draw(st.booleans()),
-        gang_hold_after_s=draw(st.sampled_from([0.0, 0.0, 3600.0])),
-        protect_backfill=draw(st.booleans()),
     )
 
 
+# A pass's inputs: the cluster, the queue, the policy, the seed, the window per class.
+Scenario = tuple[ClusterSnapshot, list[Job], SchedulerConfig, int, int]
+
+
 @st.composite
-def scenarios(draw: st.DrawFn) -> tuple[ClusterSnapshot, list[Job], SchedulerConfig, int]:
+def scenarios(draw: st.DrawFn) -> Scenario:
     snapshot = draw(snapshots())
     queue = [draw(pending(f"q{i:02d}")) for i in range(draw(st.integers(0, 12)))]
-    return snapshot, queue, draw(policies()), draw(st.integers(0, 2**16))
+    return snapshot, queue, draw(policies()), draw(st.integers(0, 2**16)), draw(st.integers(1, 4))
 
 
-def run(snapshot: ClusterSnapshot, queue: list[Job], policy: SchedulerConfig, seed: int) -> list[Decision]:
-    return plan(snapshot, SortedQueue.of(queue), NOW, policy, random.Random(seed))
+def run(
+    snapshot: ClusterSnapshot, queue: list[Job], policy: SchedulerConfig, seed: int, window: int
+) -> list[Decision]:
+    return plan(snapshot, SortedQueue.of(queue), NOW, policy, random.Random(seed), window_per_class=window)
 
 
 def outcome(decisions: list[Decision]) -> list[tuple[object, ...]]:
@@ -320,19 +320,11 @@ class Replay:
             assert v.pool == d.pool
             assert v.draining_for is None and v.job.id not in self.gone
             assert v.job.started_at is not None
-            # Inside its protection period only when `protect_backfill` is off and the victim is a
-            # single-node job that started after a gang or critical preemptor was queued.
-            backfilled = (
-                not policy.protect_backfill
-                and v.job.nodes == 1
-                and (d.job.nodes > 1 or d.job.priority is Priority.CRITICAL)
-                and v.job.started_at >= d.job.enqueued_at
-            )
-            assert backfilled or NOW - v.job.started_at >= policy.protection_period_s, (
+            assert NOW - v.job.started_at >= policy.protection_period_s, (
                 f"{v.job.id} preempted inside its protection period"
             )
-            assert v.job.preemptions < policy.max_preemptions_per_job
-            lower = self.priority(v.job) < d.effective_priority - policy.preemption_margin
+            assert v.job.preemptions < MAX_PREEMPTIONS_PER_JOB
+            lower = v.job.priority.rank < d.job.priority.rank
             theirs = self.snapshot.quotas.get(v.job.team)
             borrowing = theirs is not None and self.team_used.get(v.job.team, 0) > theirs.nominal_gpus
             assert lower or (may_reclaim and v.job.team != d.job.team and borrowing), (
@@ -353,14 +345,12 @@ class Replay:
 
 @PROPERTY
 @given(scenarios())
-def test_plan_never_over_commits_and_preempts_only_eligible_minimal_sets(
-    scenario: tuple[ClusterSnapshot, list[Job], SchedulerConfig, int],
-) -> None:
-    snapshot, queue, policy, seed = scenario
+def test_plan_never_over_commits_and_preempts_only_eligible_minimal_sets(scenario: Scenario) -> None:
+    snapshot, queue, policy, seed, window = scenario
     replay = Replay(snapshot, policy)
-    decisions = run(snapshot, queue, policy, seed)
+    decisions = run(snapshot, queue, policy, seed, window)
     assert len({d.job.id for d in decisions}) == len(decisions)
-    assert sum(isinstance(d, Preempt) for d in decisions) <= policy.max_preemptions_per_pass
+    assert sum(isinstance(d, Preempt | Move) for d in decisions) <= MAX_PREEMPTIONS_PER_PASS
     event(f"preemptions: {min(2, sum(isinstance(d, Preempt) for d in decisions))}")
     event(f"admits: {min(3, sum(isinstance(d, Admit) for d in decisions))}")
     for d in decisions:
@@ -374,94 +364,25 @@ def test_plan_never_over_commits_and_preempts_only_eligible_minimal_sets(
 
 @PROPERTY
 @given(scenarios())
-def test_plan_is_deterministic_and_leaves_the_snapshot_unchanged(
-    scenario: tuple[ClusterSnapshot, list[Job], SchedulerConfig, int],
-) -> None:
-    snapshot, queue, policy, seed = scenario
+def test_plan_is_deterministic_and_leaves_the_snapshot_unchanged(scenario: Scenario) -> None:
+    snapshot, queue, policy, seed, window = scenario
     before = snapshot.model_dump()
     ledger_before = Ledger.of(snapshot)
-    first = outcome(run(snapshot, queue, policy, seed))
+    first = outcome(run(snapshot, queue, policy, seed, window))
     assert snapshot.model_dump() == before
     assert Ledger.of(snapshot) == ledger_before
     # Same seed, same decisions, whatever order the snapshot and the queue list things in.
     shuffled = snapshot.model_copy(update={"allocations": tuple(reversed(snapshot.allocations))})
-    second = outcome(run(shuffled, list(reversed(queue)), policy, seed))
+    second = outcome(run(shuffled, list(reversed(queue)), policy, seed, window))
     assert first == second
 
 
 @st.composite
-def busy_scenarios(draw: st.DrawFn) -> tuple[ClusterSnapshot, list[Job], SchedulerConfig, int]:
-    """Mostly full clusters with longer queues: where a pass runs out of things to decide."""
+def busy_scenarios(draw: st.DrawFn) -> Scenario:
+    """Mostly full clusters with longer queues."""
     snapshot = draw(snapshots(max_running=48))
     queue = [draw(pending(f"q{i:02d}")) for i in range(draw(st.integers(4, 16)))]
-    return snapshot, queue, draw(policies()), draw(st.integers(0, 2**16))
-
-
-@PROPERTY
-@given(st.one_of(scenarios(), busy_scenarios()), st.sampled_from(list(ReclaimPolicy)))
-def test_a_pass_without_explanations_makes_exactly_the_same_admissions_and_preemptions(
-    scenario: tuple[ClusterSnapshot, list[Job], SchedulerConfig, int], reclaim: ReclaimPolicy
-) -> None:
-    # (`explain=False` stops once no job left can be admitted or preempt: the simulator's pass.)
-    snapshot, queue, policy, seed = scenario
-    policy = policy.model_copy(update={"reclaim_within_cohort": reclaim})
-    full = outcome(plan(snapshot, SortedQueue.of(queue), NOW, policy, random.Random(seed)))
-    short = outcome(plan(snapshot, SortedQueue.of(queue), NOW, policy, random.Random(seed), explain=False))
-    assert short == [row for row in full if row[0] != "wait"]
-    event(f"waits left out: {min(2, len(full) - len(short))}")
-
-
-def index_state(index: RunningIndex) -> tuple[object, ...]:
-    held = {a.job.id: a for a in index.allocations()}
-    return (held, index.pool_used, index.team_used, index.draining, index.groups, index.team_counts)
-
-
-@PROPERTY
-@given(st.one_of(scenarios(), busy_scenarios()), st.data())
-def test_an_index_kept_up_to_date_equals_one_built_from_scratch_and_decides_the_same(
-    scenario: tuple[ClusterSnapshot, list[Job], SchedulerConfig, int], data: st.DataObject
-) -> None:
-    # (The simulator keeps a `RunningIndex` up to date across passes; the control plane builds one
-    # from the snapshot's allocations in every pass.)
-    snapshot, queue, policy, seed = scenario
-    index = RunningIndex()
-    held: dict[str, Allocation] = {}
-    for allocation in data.draw(st.permutations(snapshot.allocations)):
-        index.put(allocation)
-        held[allocation.job.id] = allocation
-    # A pass orders the groups it searches (`RunningIndex.ordered`), kept up to date from then on.
-    plan(snapshot, SortedQueue.of(queue), NOW, policy, random.Random(seed), explain=False, running=index)
-    # Some jobs end; some change: a new checkpoint, start or stop draining for a preemptor.
-    changed = data.draw(st.lists(st.sampled_from(sorted(held)), unique=True)) if held else []
-    for job_id in changed:
-        old = held.pop(job_id)
-        change = data.draw(st.sampled_from(["end", "checkpoint", "drain"]))
-        event(f"change: {change}")
-        if change == "end":
-            assert index.remove(job_id) == old
-            continue
-        if change == "checkpoint":
-            new = old.model_copy(update={"job": old.job.with_changes(last_checkpoint_at=NOW - 60.0)})
-        else:
-            new = old.model_copy(update={"draining_for": data.draw(st.sampled_from([None, "q00", "gone"]))})
-        index.put(new)
-        held[job_id] = new
-    now = snapshot.model_copy(update={"allocations": tuple(held.values())})
-    assert index_state(index) == index_state(RunningIndex.of(now.allocations))
-    fresh = RunningIndex.of(now.allocations)
-    key = functools.partial(score_floor, weights=policy.weights)
-    for pool_name, classes in index.groups.items():
-        for cls in classes:
-            ordered = index.ordered(pool_name, cls, key, policy.weights, NOW)
-            assert ordered == fresh.ordered(pool_name, cls, key, policy.weights, NOW)
-    assert sorted(a.job.id for a in index.allocations()) == sorted(held)
-    assert all(index.held(job_id) == allocation for job_id, allocation in held.items())
-    indexed = plan(now, SortedQueue.of(queue), NOW, policy, random.Random(seed), explain=False, running=index)
-    built = plan(now, SortedQueue.of(queue), NOW, policy, random.Random(seed), explain=False)
-    assert outcome(indexed) == outcome(built)
-    for job_id in list(held):
-        index.remove(job_id)
-    assert index_state(index) == index_state(RunningIndex())
+    return snapshot, queue, draw(policies()), draw(st.integers(0, 2**16)), draw(st.integers(1, 4))
 
 
 # --- select_victims: minimal and eligible, on small clusters ------------------------------
@@ -475,10 +396,9 @@ def test_select_victims_returns_a_minimal_set_of_eligible_victims(
     policy = data.draw(policies())
     preemptor = data.draw(pending("pre"))
     target = data.draw(st.sampled_from(list(snapshot.pools.values())))
-    priority = data.draw(st.floats(0.0, 6000.0))
     candidates = [candidate(a, policy=policy) for a in snapshot.allocations]
     ledger = Ledger.of(snapshot)
-    chosen = select_victims(preemptor, priority, target, candidates, ledger, NOW, policy, random.Random(0))
+    chosen = select_victims(preemptor, target, candidates, ledger, NOW, policy, random.Random(0))
     assert ledger == Ledger.of(snapshot)
     if chosen is None:
         return
@@ -495,10 +415,10 @@ def test_select_victims_returns_a_minimal_set_of_eligible_victims(
     for c in chosen:
         assert c.allocation.pool == target.name and c.allocation.draining_for is None
         assert c.job.started_at is not None and NOW - c.job.started_at >= policy.protection_period_s
-        assert c.job.preemptions < policy.max_preemptions_per_job
+        assert c.job.preemptions < MAX_PREEMPTIONS_PER_JOB
         theirs = snapshot.quotas.get(c.job.team)
         borrowing = theirs is not None and used.get(c.job.team, 0) > theirs.nominal_gpus
-        lower = c.effective_priority < priority - policy.preemption_margin
+        lower = c.job.priority.rank < preemptor.priority.rank
         assert lower or (may_reclaim and borrowing and c.job.team != preemptor.team)
 
 
@@ -563,20 +483,6 @@ def test_more_disruptions_never_lower_effective_priority(
 
 
 @PROPERTY
-@given(st.data(), st.floats(0, 10 * DAY), st.floats(0, 10 * DAY))
-def test_more_attained_service_never_raises_effective_priority(
-    data: st.DataObject, ran: float, more: float
-) -> None:
-    # (Without the shortest-declared term, which rises as a job nears the end it declared.)
-    weights = PriorityWeights(attained=300.0, shortest=0.0)
-    base = data.draw(job_shapes("j"))
-    less_run, more_run = base.runtime(ran).build(), base.runtime(ran + more).build()
-    assert effective_priority(more_run, NOW, weights, remaining_s=HOUR) <= effective_priority(
-        less_run, NOW, weights, remaining_s=HOUR
-    )
-
-
-@PROPERTY
 @given(st.data(), st.floats(60, 3 * DAY), st.floats(0, 3 * DAY))
 def test_a_shorter_declared_run_time_never_lowers_effective_priority(
     data: st.DataObject, declared: float, longer: float
@@ -598,8 +504,7 @@ def test_a_shorter_declared_run_time_never_lowers_effective_priority(
         [
             PriorityWeights(),
             PriorityWeights(size=0.0, age=1500.0, max_age_s=3600.0),
-            PriorityWeights(attained=400.0, attained_norm_gpu_h=8.0),
-            PriorityWeights(shortest=900.0, shortest_norm_s=6 * 3600.0),
+            PriorityWeights(shortest=900.0, fairshare=0.0),
         ]
     ),
 )
@@ -646,34 +551,30 @@ def documented_formula(
     deadline = subject.spec.deadline_at
     urgency = 0.0
     if deadline is not None:
-        urgency = min(1.0, max(0.0, 1.0 - (deadline - now - remaining) / weights.deadline_horizon_s))
+        urgency = min(1.0, max(0.0, 1.0 - (deadline - now - remaining) / (6 * HOUR)))
     disruptions = subject.preemptions + subject.interruptions
     return (
-        weights.effective_class_step * subject.priority.rank
+        weights.class_step * subject.priority.rank
         + weights.age * min(wait / weights.max_age_s, 1.0)
         + weights.deadline * urgency
-        + weights.size * min(1.0, subject.gpus / weights.size_norm_gpus)
+        + weights.size * min(1.0, subject.gpus / 64)
         + weights.fairshare * fairshare.get(subject.team, 1.0)
-        + weights.history * (min(disruptions, weights.history_cap) / weights.history_cap)
+        + weights.history * (min(disruptions, 3) / 3)
         + (weights.shortest * shortness(subject, now, weights) if weights.shortest > 0.0 else 0.0)
     )
 
 
-# --- the victim search: the pools' floors -------------------------------------------------
+# --- the victim search -----------------------------------------------------------------------
 
 
 @PROPERTY
 @given(st.one_of(scenarios(), busy_scenarios()), st.sampled_from(list(ReclaimPolicy)), st.data())
-def test_the_victim_search_finds_exactly_the_running_jobs_lower_by_the_margin_or_reclaimable(
-    scenario: tuple[ClusterSnapshot, list[Job], SchedulerConfig, int],
-    reclaim: ReclaimPolicy,
-    data: st.DataObject,
+def test_the_victim_search_finds_exactly_the_running_jobs_of_lower_classes_or_reclaimable(
+    scenario: Scenario, reclaim: ReclaimPolicy, data: st.DataObject
 ) -> None:
-    # (A pass searches each pool's running jobs for victims of each job it cannot admit, best job
-    # first, and skips the jobs lower by the margin in a pool whose floor (`_pool_floor`, kept for
-    # the pass while no victim is taken) says none is. Here the preemptors come in any order, and
-    # victims are taken along the way; each search is checked against the definition.)
-    snapshot, queue, policy, _ = scenario
+    # (The preemptors come in any order, and victims are taken along the way; each search is
+    # checked against the definition.)
+    snapshot, queue, policy, _, _ = scenario
     policy = policy.model_copy(update={"reclaim_within_cohort": reclaim})
     teams = {*snapshot.usage_gpu_hours, *snapshot.quotas}
     fairshare = fairshare_factors(teams, snapshot.quotas, snapshot.usage_gpu_hours)
@@ -683,20 +584,17 @@ def test_the_victim_search_finds_exactly_the_running_jobs_lower_by_the_margin_or
     running_ids = sorted(a.job.id for a in snapshot.allocations)
     taken: set[str] = set()
     for preemptor in data.draw(st.permutations(queue)):
-        priority = score(preemptor)
-        threshold = priority - policy.preemption_margin
         for name in snapshot.pools:
             stoppable = [
                 a
                 for a in snapshot.allocations
                 if a.pool == name and a.job.id not in taken and shielded(a, NOW, policy) is None
             ]
-            below = [score(a.job) for a in stoppable if score(a.job) < threshold]
             may_reclaim = _may_reclaim(preemptor, ledger.team_used, ledger, name)
             want = {
                 a.job.id
                 for a in stoppable
-                if score(a.job) < threshold
+                if a.job.priority.rank < preemptor.priority.rank
                 or (
                     may_reclaim
                     and a.job.team != preemptor.team
@@ -704,14 +602,8 @@ def test_the_victim_search_finds_exactly_the_running_jobs_lower_by_the_margin_or
                     and borrowed_gpus(a.job.team, ledger.team_used, ledger.quotas) > 0
                 )
             }
-            found = search.possible_victims(preemptor, priority, name, ledger, taken)
+            found = search.possible_victims(preemptor, name, ledger, taken)
             assert sorted(c.job_id for c in found) == sorted(want)
-            if search._class_floor:
-                floor = search._pool_floor(name, threshold, taken)
-                # (Kept from a search with a higher threshold, it may be that threshold or a score
-                # between the two when none is below this one: what it says is the comparison.)
-                assert (floor < threshold) == bool(below)
-                if below:
-                    assert floor == min(below)
+            assert all(c.effective_priority == score(c.job) for c in found)
         if running_ids and data.draw(st.booleans()):
             taken.add(data.draw(st.sampled_from(running_ids)))
