@@ -1,4 +1,4 @@
-"""The loss and wait accounts of one simulation (issue 29): where GPU-hours were lost, and what
+"""The loss and wait accounts of one simulation: where GPU-hours were lost, and what
 the urgent classes' waiting jobs waited for.
 
 Loss account. Every GPU-second a job held without progress that counted (the `lost_gpu_hours`

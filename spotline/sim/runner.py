@@ -38,10 +38,10 @@ from spotline.trace.canonical import Trace
 
 POLICIES: tuple[str, ...] = ("fifo", "priority-random", "kueue", "slurm", "spotline")
 # Policies `--policy` also accepts: Kueue's other configurations (`kueue` is `KUEUE_DEFAULT`).
-VARIANTS: tuple[str, ...] = tuple(KUEUE_SETUPS)
-# The Spot-and-deadline peers of issue 30 (`peers/spot_peers.py`), by name only.
+KUEUE_NAMES: tuple[str, ...] = tuple(KUEUE_SETUPS)
+# The Spot-and-deadline peers (`peers/spot_peers.py`), by name only.
 SPOT_PEERS: tuple[str, ...] = ("on-demand", "batch-spot-first", "skypilot", "uniform-progress")
-KNOWN_POLICIES: tuple[str, ...] = POLICIES + VARIANTS + SPOT_PEERS
+KNOWN_POLICIES: tuple[str, ...] = POLICIES + KUEUE_NAMES + SPOT_PEERS
 PREEMPTING_PEERS: tuple[str, ...] = ("priority-random", "kueue")
 # Share of the GPUs in Spot pools unless told otherwise: with p4d Spot at 0.33 of On-Demand, 75%
 # Spot prices a busy cluster at about 0.5 On-Demand, and the On-Demand quarter (128 of 512 GPUs)
