@@ -8,7 +8,7 @@ and Spot interruptions are in the replay but not in the forecast, as in producti
 
 `--runtimes exact`: every job declares its true run time (`expected_runtime_s` = the trace's
 duration), the best case; `--runtimes none`: no job declares one, so the forecast assumes the
-scheduler's `default_runtime_s` (1 h) for each, the worst case.
+scheduler's `DEFAULT_RUNTIME_S` (1 h) for each, the worst case.
 
     .venv/bin/python -m bench.forecast_error --days 2 --every-h 2 --per-sample 6
 

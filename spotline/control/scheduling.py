@@ -351,7 +351,7 @@ def _start_launch(cp: ControlPlane, admitted: JobRecord, pool_name: str) -> None
         )
     except Exception:
         # The job stays ADMITTED without a Batch job; the reconciler requeues it after
-        # launch_timeout_s.
+        # LAUNCH_TIMEOUT_S.
         logger.exception("launch workflow not started", extra={"job_id": admitted.id})
 
 
