@@ -62,6 +62,8 @@ def _heartbeat(record: SQSRecord) -> bool:
             utilization=detail.utilization,
             team=team,
             node_index=detail.node_index,
+            restored_step=detail.restored_step,
+            restored_checkpoint_uri=detail.restored_checkpoint_uri,
         )
         count_agent_event("Heartbeats", stored is not None)
         return stored is not None

@@ -42,14 +42,17 @@ the same triggers by writing nothing, so every node stops at the same step on SI
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import os
 import signal
+import sys
 import threading
 import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
 from types import FrameType, TracebackType
 from typing import TYPE_CHECKING, Any, cast
 
@@ -63,7 +66,7 @@ from spotline.agent.checkpointing import (
 )
 from spotline.agent.control import ControlPlanePoller, JobSignalSource
 from spotline.agent.events import EventBridgePublisher, EventPublisher, LogPublisher
-from spotline.agent.settings import AgentSettings
+from spotline.agent.settings import AgentSettings, sigterm_marker
 from spotline.agent.signals import InstanceMetadata, JobRecordPoller, SpotInstanceAction
 from spotline.agent.state import decode_state
 from spotline.agent.store import CheckpointRecord, CheckpointStore, open_store
@@ -129,6 +132,8 @@ class Agent(CheckpointOrchestration, ControlPlanePoller):
         self.stray_of: str | None = None
         self._last_checkpoint_at = now
         self.last_checkpoint: CheckpointRecord | None = None
+        # The checkpoint this run resumed from (None: a fresh start), reported in heartbeats.
+        self.restored: CheckpointRecord | None = None
         self._step = 0
         self._progress: float | None = None
         self._utilization: float | None = None
@@ -140,6 +145,7 @@ class Agent(CheckpointOrchestration, ControlPlanePoller):
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self._previous_sigterm: Any = None
+        self._log_handler: logging.Handler | None = None
         # Files checkpoints upload on one background thread, one at a time.
         self._uploads: ThreadPoolExecutor | None = None
         self._inflight: Future[CheckpointRecord | None] | None = None
@@ -201,7 +207,9 @@ class Agent(CheckpointOrchestration, ControlPlanePoller):
     # -- lifecycle ------------------------------------------------------------------------------
 
     def start(self) -> Agent:
-        """Install the SIGTERM handler (main thread only) and start the background pollers."""
+        """Install the SIGTERM handler (main thread only) and start the background pollers. The
+        agent's log lines go to stderr (the run's log) unless the script configured logging."""
+        self._log_handler = _attach_log_handler()
         if threading.current_thread() is threading.main_thread():
             self._previous_sigterm = signal.signal(signal.SIGTERM, self._on_sigterm)
         else:
@@ -239,6 +247,9 @@ class Agent(CheckpointOrchestration, ControlPlanePoller):
         if self._previous_sigterm is not None:
             signal.signal(signal.SIGTERM, self._previous_sigterm)
             self._previous_sigterm = None
+        if self._log_handler is not None:
+            logging.getLogger(_LOGGER).removeHandler(self._log_handler)
+            self._log_handler = None
 
     def __enter__(self) -> Agent:
         return self.start()
@@ -249,8 +260,13 @@ class Agent(CheckpointOrchestration, ControlPlanePoller):
         self.close()
 
     def _on_sigterm(self, signum: int, frame: FrameType | None) -> None:
-        # Only a flag: the state is consistent at the next step boundary, not here.
+        # Only a flag: the state is consistent at the next step boundary, not here. Under the
+        # wrapper, a marker too (no lock taken: the main thread may hold it): the wrapper then
+        # reports a stopped run even if the script exits 0 (Lightning's SIGTERMException does).
         self._sigterm = True
+        if self.settings.status_file:
+            with contextlib.suppress(OSError):
+                Path(sigterm_marker(self.settings.status_file)).touch()
 
     def now(self) -> float:
         """The agent's clock (epoch seconds): what `captured_at` is measured in."""
@@ -278,9 +294,7 @@ class Agent(CheckpointOrchestration, ControlPlanePoller):
         record, data = found
         state = decode_state(data, record.encoding)
         self.last_restore_s = time.monotonic() - started
-        with self._lock:
-            self.last_checkpoint = record
-            self._step, self._progress = record.step, record.progress
+        self._restored_from(record)
         log.info("restored step %d from %s", record.step, record.uri)
         return Restored(step=record.step, state=state, record=record)
 
@@ -297,11 +311,22 @@ class Agent(CheckpointOrchestration, ControlPlanePoller):
             return None
         record, path = found
         self.last_restore_s = time.monotonic() - started
-        with self._lock:
-            self.last_checkpoint = record
-            self._step, self._progress = record.step, record.progress
+        self._restored_from(record)
         log.info("restored step %d into %s in %.2f s", record.step, path, self.last_restore_s)
         return RestoredFiles(step=record.step, path=path, record=record)
+
+    def _restored_from(self, record: CheckpointRecord) -> None:
+        """This run resumes from `record`: a heartbeat says so now (not at the next beat), so
+        the job's status and timeline name the checkpoint actually restored."""
+        with self._lock:
+            self.last_checkpoint = record
+            self.restored = record
+            self._step, self._progress = record.step, record.progress
+        if self.settings.is_node_leader and (self.settings.heartbeat_s > 0 or self.settings.status_file):
+            try:
+                self._heartbeat()
+            except Exception:  # a lost heartbeat must never stop the restore
+                log.warning("heartbeat after the restore not sent", exc_info=True)
 
     # -- the safe point -------------------------------------------------------------------------
 
@@ -383,6 +408,27 @@ class Agent(CheckpointOrchestration, ControlPlanePoller):
             if reason is not None and reason is not CheckpointReason.PERIODIC:
                 return False
             self._sleep(min(remaining, _PAUSE_SLICE_S))
+
+
+_LOGGER = "spotline"
+_LOG_FORMAT = "spotline-agent: %(levelname)s %(name)s: %(message)s"
+
+
+def _attach_log_handler() -> logging.Handler | None:
+    """Send the agent's INFO lines (checkpoints, restores, stops) to stderr, which is the run's
+    log (`spotline logs`), when the script did not configure logging itself. The handler steps
+    aside once the root logger has a handler of its own (e.g. `logging.basicConfig` called
+    later), so no line is printed twice. None when one is already in place."""
+    logger = logging.getLogger(_LOGGER)
+    if logger.handlers or logging.getLogger().handlers:
+        return None
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter(_LOG_FORMAT))
+    handler.addFilter(lambda record: not logging.getLogger().handlers)
+    logger.addHandler(handler)
+    if logger.level == logging.NOTSET:
+        logger.setLevel(logging.INFO)
+    return handler
 
 
 def resolve_region(imds: InstanceMetadata | None) -> str | None:

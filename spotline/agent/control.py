@@ -40,6 +40,7 @@ class ControlPlanePoller:
     imds: InstanceMetadata | None
     instance_id: str | None
     last_checkpoint: CheckpointRecord | None
+    restored: CheckpointRecord | None
     stray_of: str | None
     _clock: Callable[[], float]
     _lock: threading.Lock
@@ -152,6 +153,7 @@ class ControlPlanePoller:
                 progress=self._progress,
                 utilization=self._utilization,
                 last_checkpoint_step=last.step if last else None,
+                restored=self.restored,
             )
         if self.settings.status_file:
             # Under the command wrapper: it sends the heartbeats, with our figures.

@@ -126,7 +126,10 @@ def heartbeat_detail(
     progress: float | None,
     utilization: float | None,
     last_checkpoint_step: int | None,
+    restored: CheckpointRecord | None = None,
 ) -> dict[str, Any]:
+    """What a heartbeat says: where training is, and the checkpoint this run restored (None for a
+    fresh start), so that the control plane names the checkpoint the run actually resumed from."""
     return {
         "job_id": job_id,
         "run_id": run_id,
@@ -135,6 +138,8 @@ def heartbeat_detail(
         "progress": progress,
         "utilization": utilization,
         "last_checkpoint_step": last_checkpoint_step,
+        "restored_step": None if restored is None else restored.step,
+        "restored_checkpoint_uri": None if restored is None else restored.uri,
     }
 
 

@@ -31,6 +31,12 @@ AGENT_ENV_KEEP_CHECKPOINTS = "SPOTLINE_KEEP_CHECKPOINTS"
 # so that the wrapper's heartbeats carry them and the child does not send heartbeats of its own.
 AGENT_ENV_STATUS_FILE = "SPOTLINE_AGENT_STATUS_FILE"
 
+
+def sigterm_marker(status_file: str) -> str:
+    """The file a library-using child creates beside its status file when SIGTERM reaches it: the
+    wrapper then reports the run as stopped, whatever status the child exits with."""
+    return status_file + ".sigterm"
+
 # Set by AWS Batch in every container (and by the local fleet): the run's Batch job id. A node of
 # a multi-node parallel job is a child job, `<job id>#<node index>`.
 ENV_BATCH_JOB_ID = "AWS_BATCH_JOB_ID"

@@ -3,6 +3,12 @@
 The wrapper runs the command, forwards SIGTERM to it, passes its exit status through (a death by
 signal N becomes 128 + N, as a shell reports it) and sends `Job Heartbeat`s while it runs.
 
+A stopped run is never reported as a success: once SIGTERM reached the container (the wrapper is
+its PID 1: Batch stopping the job, the host going down) or the command's own agent, the wrapper
+exits with `EXIT_STOPPED` (143) whatever status the command exits with (Lightning's
+`SIGTERMException` exits 0, torchrun 1), and the control plane requeues the job from its
+checkpoint instead of calling it done (docs/training.md, "When a run ends").
+
 What it cannot do is checkpoint: only the training loop knows its state and its safe points. A
 command that does not use the library (`spotline.agent.Agent`) is therefore never checkpointed:
 on preemption or Spot reclaim it restarts from scratch (or from whatever checkpoints it keeps
@@ -32,13 +38,15 @@ from typing import Any
 from spotline.agent.distributed import distributed_environment
 from spotline.agent.events import DETAIL_JOB_HEARTBEAT, EventBridgePublisher, EventPublisher, LogPublisher
 from spotline.agent.events import heartbeat_detail as make_heartbeat_detail
-from spotline.agent.settings import AGENT_ENV_STATUS_FILE, AgentSettings
+from spotline.agent.settings import AGENT_ENV_STATUS_FILE, AgentSettings, sigterm_marker
 from spotline.agent.signals import InstanceMetadata
 
 log = logging.getLogger(__name__)
 
 # How often the wrapper wakes to check on the child and on the heartbeat schedule.
 _TICK_S = 0.2
+# What a run stopped by SIGTERM exits with (128 + SIGTERM), as `spotline.agent.EXIT_STOPPED`.
+_EXIT_STOPPED = 128 + signal.SIGTERM
 
 Popen = Callable[..., "subprocess.Popen[bytes]"]
 
@@ -83,6 +91,10 @@ class CommandWrapper:
         self._clock = clock
         self._probe = utilization_probe
         self.heartbeats_sent = 0
+        # SIGTERM reached the wrapper and was passed on: the run was stopped from outside.
+        self.stop_relayed = False
+        self._status_seen: tuple[float, int] | None = None
+        self._restore_sent: Any = None
 
     def run(self, command: Sequence[str], env: Mapping[str, str] | None = None) -> int:
         """Run `command` to completion; return its exit status (128 + N for death by signal N)."""
@@ -101,7 +113,7 @@ class CommandWrapper:
                     # Every node of a gang sends them: the control plane learns each node's
                     # instance (a Spot notice for any of them concerns the job) and its liveness.
                     due = self.settings.heartbeat_s > 0 and self._clock() >= next_heartbeat
-                    if due and self.settings.is_node_leader:
+                    if self.settings.is_node_leader and (due or self._restore_reported(status_file)):
                         next_heartbeat = self._clock() + self.settings.heartbeat_s
                         self._heartbeat(status_file)
                     try:
@@ -111,8 +123,43 @@ class CommandWrapper:
                         continue
             finally:
                 restore()
+            stopped_by = (
+                "the container"
+                if self.stop_relayed
+                else "the command"
+                if Path(sigterm_marker(str(status_file))).exists()
+                else None
+            )
         code = process.returncode
-        return 128 - code if code < 0 else code
+        status = 128 - code if code < 0 else code
+        if stopped_by is not None and status != _EXIT_STOPPED:
+            log.warning(
+                "the command exited %d after SIGTERM reached %s: reported as stopped (%d), not as its own"
+                " status, so the run is requeued from its checkpoint and never counted as done",
+                status,
+                stopped_by,
+                _EXIT_STOPPED,
+            )
+            return _EXIT_STOPPED
+        return status
+
+    def _restore_reported(self, status_file: Path) -> bool:
+        """The command just reported the checkpoint it restored (its status file names one not
+        sent yet): worth a heartbeat now rather than at the next beat."""
+        try:
+            stat = status_file.stat()
+        except OSError:
+            return False
+        seen = (stat.st_mtime, stat.st_size)
+        if seen == self._status_seen:
+            return False
+        self._status_seen = seen
+        body = _read_status(status_file) or {}
+        restored = body.get("restored_checkpoint_uri")
+        if restored is None or restored == self._restore_sent:
+            return False
+        self._restore_sent = restored
+        return True
 
     def _forward_sigterm(self, process: subprocess.Popen[bytes]) -> Callable[[], None]:
         if threading.current_thread() is not threading.main_thread():
@@ -120,7 +167,9 @@ class CommandWrapper:
 
         def forward(signum: int, frame: FrameType | None) -> None:
             # `docker stop` (how Batch stops a job) signals only PID 1: pass it on, then keep
-            # waiting, so the child's checkpoint and exit status are not cut short by us.
+            # waiting, so the child's checkpoint and exit status are not cut short by us. Each
+            # SIGTERM is passed on: a second TerminateJob sends a second one.
+            self.stop_relayed = True
             if process.poll() is None:
                 process.send_signal(signum)
 

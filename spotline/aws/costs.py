@@ -64,6 +64,28 @@ def run_items(
     return items
 
 
+def lost_credit_items(
+    table_name: str, *, team: str, pool: str, at: float, gpu_s: float
+) -> list[TransactItem]:
+    """The update that gives back `gpu_s` of lost work charged to `pool` in the month of `at` (a
+    late checkpoint showed it was saved after all)."""
+    if gpu_s <= 0:
+        return []
+    expr = Expression()
+    add = f"{expr.name(LOST_GPU_S + pool)} {expr.value(-round(gpu_s, 3))}"
+    return [
+        {
+            "Update": expr.attach(
+                {
+                    "TableName": table_name,
+                    "Key": serialize_item({"pk": cost_key(team, month_of(at))}),
+                    "UpdateExpression": "ADD " + add,
+                }
+            )
+        }
+    ]
+
+
 class CostBook:
     """Reads the cost items (writes go with the job's release, `run_items`)."""
 

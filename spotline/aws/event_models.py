@@ -84,6 +84,9 @@ class HeartbeatDetail(_Detail):
     utilization: float | None = Field(default=None, ge=0.0, le=1.0)
     # The sending node of a gang (Batch multi-node job; every node heartbeats): None elsewhere.
     node_index: int | None = Field(default=None, ge=0, le=511)
+    # The checkpoint this run restored (None: a fresh start, or an agent that does not say).
+    restored_step: int | None = Field(default=None, ge=0)
+    restored_checkpoint_uri: str | None = Field(default=None, min_length=1, max_length=2048)
 
 
 class HeartbeatEvent(_Event):

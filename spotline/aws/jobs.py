@@ -200,6 +200,39 @@ class JobRepository(JobReads):
         self.commit_together([PreparedTransition(record, new, (entry,), items, roles)])
         return new
 
+    def annotate(
+        self,
+        record: JobRecord,
+        reason: str,
+        *,
+        now: float,
+        job: Mapping[str, Any] | None = None,
+        changes: Mapping[str, Any] | None = None,
+        lost_gpu_s_returned: float = 0.0,
+    ) -> JobRecord:
+        """What is known about the job changes, not its state (the checkpoint a run restored, a
+        late checkpoint giving back lost work): a version bump and a timeline entry whose from
+        and to are the job's state, in one write conditional on the state and version read.
+        `lost_gpu_s_returned` is taken back from the month `record.lost_work` was charged to."""
+        new = record.with_changes(
+            job={**(job or {}), "version": record.version + 1}, updated_at=now, **dict(changes or {})
+        )
+        entry = TimelineEntry(record.id, new.version, now, record.state.value, record.state.value, reason)
+        extra: list[TransactItem] = []
+        loss = record.lost_work
+        if lost_gpu_s_returned > 0 and loss is not None and loss.pool is not None:
+            extra = costs.lost_credit_items(
+                self.ledger.table.name,
+                team=record.team,
+                pool=loss.pool,
+                at=loss.until,
+                gpu_s=lost_gpu_s_returned,
+            )
+        roles = [("other", f"cost {record.team}")] * len(extra)
+        items, item_roles = self.transition_items(record, new, [entry], extra, roles)
+        self.commit_together([PreparedTransition(record, new, (entry,), items, item_roles)])
+        return new
+
     def transition_items(
         self,
         old: JobRecord,

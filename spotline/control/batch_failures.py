@@ -6,10 +6,15 @@ Spot reclaims, scale-in, hardware failures), and when its container could not st
 reason that passes (a registry timeout or throttle, a daemon error while creating or starting the
 container: `TRANSIENT`). Each requeue counts in the job's `interruptions`, so retries are bounded
 by `max_interruptions` and the last one ends the job FAILED with the cause as its reason.
-Everything else is the job's or its configuration's fault, and running it again would fail
-again: an image that does not exist or may not be pulled, a misconfiguration, a timeout, an exit
-code. Those end the job FAILED at once with the reason, so a bad image named `spotline-train` on
-a Spot pool is not requeued at all.
+A run that ended on a stop from outside the job is requeued the same way: its container exited
+143 (128 + SIGTERM). The agent's wrapper (the image's ENTRYPOINT, PID 1) reports 143 whenever
+SIGTERM reached the container or the training script's agent, whatever status the script exited
+with (Lightning exits 0 after SIGTERM), so such a run is never a success; Batch's reason then
+says only "Essential container in task exited". That is a host going down or ECS stopping the
+task, not the job's own error (`STOPPED`). Everything else is the job's or its configuration's
+fault, and running it again would fail again: an image that does not exist or may not be pulled,
+a misconfiguration, a timeout, any other exit code. Those end the job FAILED at once with the reason,
+so a bad image named `spotline-train` on a Spot pool is not requeued at all.
 
 The reasons come joined by "; " (job, last attempt, container; `BatchJobStateDetail.reasons`).
 ECS's task error names: docs.aws.amazon.com/AmazonECS/latest/developerguide/stopped-task-error-codes.html
@@ -28,6 +33,7 @@ class FailureKind(StrEnum):
     CONFIGURATION = "container could not be created or started"
     TRANSIENT = "container did not start (transient)"
     TIMEOUT = "attempt timed out"
+    STOPPED = "stopped by SIGTERM from outside the job"
     APPLICATION = "the job failed"
 
 
@@ -41,7 +47,7 @@ class FailureCause:
     def requeue(self) -> bool:
         """Worth running again from the checkpoint: the host went away, or the container did not
         start for a reason that passes (bounded by max_interruptions)."""
-        return self.kind in (FailureKind.HOST_LOST, FailureKind.TRANSIENT)
+        return self.kind in (FailureKind.HOST_LOST, FailureKind.TRANSIENT, FailureKind.STOPPED)
 
     def describe(self) -> str:
         return f"{self.kind.value}: {self.evidence}" if self.evidence else self.kind.value
@@ -69,11 +75,14 @@ _TRANSIENT = re.compile(
     re.IGNORECASE,
 )
 _TIMEOUT = re.compile(r"^Job attempt duration exceeded timeout$")
+# 128 + SIGTERM: what the agent's wrapper exits with once a stop reached the run.
+EXIT_STOPPED = 143
 
 
-def classify_failure(reasons: str) -> FailureCause:
-    """The cause of a FAILED Batch job. `reasons`: Batch's reasons joined by "; ". The exit code
-    does not decide: a container whose host is reclaimed is killed too (137 or 143)."""
+def classify_failure(reasons: str, exit_code: int | None = None) -> FailureCause:
+    """The cause of a FAILED Batch job. `reasons`: Batch's reasons joined by "; ". The reasons
+    decide first (a container whose host is reclaimed is killed too, 137 or 143); then an exit
+    code of 143 is a stop from outside the job; anything else is the job's own failure."""
     parts = [part.strip() for part in reasons.split(";") if part.strip()]
     # A container that never started decides first: the host may have been stopped after it.
     for pattern, kind in ((_IMAGE, FailureKind.IMAGE), (_CONFIGURATION, FailureKind.CONFIGURATION)):
@@ -88,4 +97,6 @@ def classify_failure(reasons: str) -> FailureCause:
     for part in parts:
         if _TIMEOUT.match(part):
             return FailureCause(FailureKind.TIMEOUT, part)
+    if exit_code == EXIT_STOPPED:
+        return FailureCause(FailureKind.STOPPED, f"exit code {exit_code}")
     return FailureCause(FailureKind.APPLICATION, "; ".join(parts))

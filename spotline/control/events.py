@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 from spotline.control.batch_failures import classify_failure
-from spotline.control.errors import InvalidTransition, StaleJobError
+from spotline.control.errors import ConditionFailed, InvalidTransition, StaleJobError
 from spotline.control.lifecycle import (
     answer_checkpoint_wait,
     iso,
@@ -35,6 +35,7 @@ from spotline.control.records import (
 from spotline.control.spot_signals import observe as observe_spot
 from spotline.control.spot_signals import observe_risk as observe_spot_risk
 from spotline.domain import TERMINAL_STATES, JobState
+from spotline.domain.checkpoint_cost import spot_wait_deadline
 
 logger = logging.getLogger(__name__)
 
@@ -46,15 +47,20 @@ def handle_spot_warning(
 ) -> list[str]:
     """Every job running on `instance_id` checkpoints now and is requeued as INTERRUPTED,
     through the same workflow as a preemption, with the notice's deadline (event time + 2
-    minutes, less a margin to stop the job before EC2 does). Returns the jobs affected."""
+    minutes, less a margin to stop the job before EC2 does; the whole notice for a job whose
+    measured checkpoint write needs it). Returns the jobs affected."""
     now = cp.clock()
-    deadline = event_time + cp.config.spot_notice_s - cp.config.spot_notice_margin_s
+    notice_end = event_time + cp.config.spot_notice_s
     affected: list[str] = []
     records = _jobs_on(cp, instance_id)
     observe_spot(cp, [r.job.pool for r in records if r.job.pool], False, event_time, "interruption warning")
     for record in records:
         if record.state not in (JobState.RUNNING, JobState.CHECKPOINTING):
             continue
+        # Sized from the job's measured write: a large checkpoint is waited for to the end.
+        deadline = spot_wait_deadline(
+            record.job, requested_at=now, notice_end=notice_end, margin_s=cp.config.spot_notice_margin_s
+        )
         try:
             start_disruption(
                 cp,
@@ -194,13 +200,74 @@ def record_checkpoint(
             any_of=[[("last_checkpoint_run", "<>?", run), ("last_checkpoint_step", "<=?", step)]],
         )
     except StaleJobError:
-        _log_dropped(cp, "checkpoint", job_id, team, "last_checkpoint_step", step, run=run)
-        return None
+        late = _credit_late_checkpoint(
+            cp, job_id, run=run, team=team, at=at, step=step, checkpoint_uri=checkpoint_uri, fields=fields
+        )
+        if late is None:
+            _log_dropped(cp, "checkpoint", job_id, team, "last_checkpoint_step", step, run=run)
+        return late
     wanted = record.checkpoint_requested_at
     answers = wanted is None or at >= wanted or (requested_at is not None and requested_at >= wanted - 1e-3)
     if record.state is JobState.CHECKPOINTING and answers:
         answer_checkpoint_wait(cp, record, {"checkpoint_uri": checkpoint_uri, "step": step})
     return record
+
+
+def _credit_late_checkpoint(
+    cp: ControlPlane,
+    job_id: str,
+    *,
+    run: int,
+    team: str | None,
+    at: float,
+    step: int,
+    checkpoint_uri: str,
+    fields: dict[str, object],
+) -> JobRecord | None:
+    """A checkpoint of a run that was already stopped and requeued (its upload finished just
+    after the plane gave up waiting, e.g. a large one at the end of a Spot notice), while the job
+    waits for its next run: it is what that run restores, so it is recorded as the job's last
+    checkpoint, and the work before its capture, which the requeue counted as lost, is given
+    back. None when it is not such a checkpoint (an older one, a duplicate, or a later run has
+    started: that run reports what it restored)."""
+    for _ in range(3):
+        record = cp.jobs.find(job_id)
+        if record is None or (team is not None and record.team != team):
+            return None
+        loss = record.lost_work
+        # Only while no later run has started: that run restored what it found, and says so.
+        if loss is None or loss.run != run or record.run != run or record.state in ACTIVE_STATES:
+            return None
+        recorded = record.job.last_checkpoint_step if record.last_checkpoint_run == run else None
+        if recorded is not None and step <= recorded and at <= loss.since:
+            return None  # nothing new: a duplicate, or an older checkpoint
+        captured = min(at, loss.until)
+        credit = max(0.0, captured - loss.since)
+        job_changes: dict[str, object] = {}
+        if credit > 0:
+            job_changes = {
+                "lost_work_s": max(0.0, record.job.lost_work_s - credit),
+                "runtime_s": record.job.runtime_s + credit,
+            }
+        changes: dict[str, object] = {
+            "lost_work": loss.model_copy(update={"since": max(loss.since, captured)}),
+            "lost_gpu_s": max(0.0, round(record.lost_gpu_s - credit * loss.gpus, 3)),
+        }
+        job_changes.update({k: v for k, v in fields.items() if k != "last_checkpoint_run"})
+        changes["last_checkpoint_run"] = run
+        try:
+            return cp.jobs.annotate(
+                record,
+                f"checkpoint step {step} of run {run} became durable after the run was stopped:"
+                f" {credit:.1f}s of work counted as lost were saved by it ({checkpoint_uri})",
+                now=cp.clock(),
+                job=job_changes,
+                changes=changes,
+                lost_gpu_s_returned=credit * loss.gpus,
+            )
+        except (StaleJobError, ConditionFailed):
+            continue
+    return None
 
 
 def record_heartbeat(
@@ -214,6 +281,8 @@ def record_heartbeat(
     utilization: float | None = None,
     team: str | None = None,
     node_index: int | None = None,
+    restored_step: int | None = None,
+    restored_checkpoint_uri: str | None = None,
 ) -> JobRecord | None:
     """Progress, utilization and the instance the job runs on (the agent reads it from instance
     metadata, which is where a Spot warning's instance id comes from). Dropped (None, with a log
@@ -253,7 +322,33 @@ def record_heartbeat(
         return None
     if instance_id:
         cp.instances.add_job([instance_id], job_id, now)
+    if restored_checkpoint_uri is not None and restored_step is not None and record.restored_run != run:
+        record = _note_restore(cp, record, run, restored_step, restored_checkpoint_uri) or record
     return record
+
+
+def _note_restore(cp: ControlPlane, record: JobRecord, run: int, step: int, uri: str) -> JobRecord | None:
+    """The run's agent reports the checkpoint it restored: the job's status and timeline name it
+    (it may be newer than the last one recorded: one written on SIGTERM, or one that landed after
+    the plane gave up waiting). Once per run; a lost race is retried by the next heartbeat."""
+    for _ in range(3):
+        if record.run != run or record.restored_run == run or record.state not in ACTIVE_STATES:
+            return None
+        recorded = record.job.last_checkpoint_step
+        differs = "" if recorded in (None, step) else f" (the newest recorded was step {recorded})"
+        try:
+            return cp.jobs.annotate(
+                record,
+                f"run {run} resumed from checkpoint step {step}{differs}: {uri}",
+                now=cp.clock(),
+                changes={"restored_run": run, "restored_step": step, "restored_checkpoint_uri": uri},
+            )
+        except (StaleJobError, ConditionFailed):
+            found = cp.jobs.find(record.id)
+            if found is None:
+                return None
+            record = found
+    return None
 
 
 def _owned_by(team: str | None) -> list[tuple[str, str, object]]:
@@ -324,7 +419,9 @@ def handle_batch_job_change(cp: ControlPlane, change: BatchJobChange) -> str:
         return _on_node_event(cp, record, run, change)
     ended = change.status in TERMINAL_BATCH_STATUSES
     confirmed = ""
-    if ended and change.batch_job_id in record.terminating_batch_job_ids:
+    # The plane asked this run to stop (TerminateJob sent): its end is never a success.
+    stop_asked = change.batch_job_id in record.terminating_batch_job_ids
+    if ended and stop_asked:
         record = cp.jobs.confirm_stopped(job_id, change.batch_job_id) or record
         confirmed = "termination confirmed; "
     foreign = _not_owned(cp, record, run, change)
@@ -352,7 +449,7 @@ def handle_batch_job_change(cp: ControlPlane, change: BatchJobChange) -> str:
         if change.status == "RUNNING":
             return confirmed + _on_running(cp, record, change, now)
         if change.status == "SUCCEEDED":
-            return confirmed + _on_succeeded(cp, record, change, now)
+            return confirmed + _on_succeeded(cp, record, change, now, stop_asked=stop_asked)
         if change.status == "FAILED":
             return confirmed + _on_failed(cp, record, change, now)
     except (StaleJobError, InvalidTransition) as error:
@@ -453,7 +550,14 @@ def _finish_run(record: JobRecord, now: float) -> dict[str, object]:
     return {"runtime_s": job.elapsed_s(now), "started_at": None}
 
 
-def _on_succeeded(cp: ControlPlane, record: JobRecord, change: BatchJobChange, now: float) -> str:
+def _on_succeeded(
+    cp: ControlPlane, record: JobRecord, change: BatchJobChange, now: float, *, stop_asked: bool = False
+) -> str:
+    if record.state is JobState.CHECKPOINTING and stop_asked:
+        # The plane stopped this run (a preemption, a Spot notice): whatever the script exited
+        # with, the job is not done. The preempt workflow (or the reconciler after the deadline)
+        # requeues it from its checkpoint.
+        return "stopped by the plane: left to the preempt workflow"
     cp.jobs.transition(
         record,
         JobState.SUCCEEDED,
@@ -481,7 +585,7 @@ def _on_failed(cp: ControlPlane, record: JobRecord, change: BatchJobChange, now:
         # Being stopped by the preempt workflow (or lost while checkpointing): the workflow,
         # or the reconciler after the deadline, requeues it with the right outcome.
         return "checkpointing: left to the preempt workflow"
-    cause = classify_failure(change.status_reason)
+    cause = classify_failure(change.status_reason, change.exit_code)
     exit_code = f" (exit code {change.exit_code})" if change.exit_code is not None else ""
     if cause.requeue:
         moved = requeue_interrupted(

@@ -106,6 +106,10 @@ _RECORD_FIELDS = (
     "last_heartbeat_at",
     "step",
     "last_checkpoint_run",
+    "restored_run",
+    "restored_step",
+    "restored_checkpoint_uri",
+    "lost_work",
     "finished_at",
     "request_digest",
     "deps_met_at",
@@ -143,6 +147,8 @@ def record_to_item(record: JobRecord) -> Item:
             value = set(value) or None
         elif isinstance(value, StrEnum):
             value = value.value
+        elif isinstance(value, BaseModel):
+            value = value.model_dump(exclude_none=True)
         item[name] = value
     for node, heard in record.node_heartbeats.items():
         item[node_heartbeat_field(node)] = heard

@@ -87,6 +87,16 @@ class CheckpointView(BaseModel):
     at: float | None
 
 
+class RestoredView(BaseModel):
+    """The checkpoint a run resumed from."""
+
+    model_config = ConfigDict(defer_build=True)
+
+    run: int
+    step: int
+    uri: str | None
+
+
 class JobView(BaseModel):
     """A job as the API shows it (architecture.md: GET /jobs/{id})."""
 
@@ -122,6 +132,9 @@ class JobView(BaseModel):
     progress: float | None
     step: int | None
     last_checkpoint: CheckpointView | None
+    # The checkpoint the current (or last) run actually restored, as its agent reported it
+    # (None: a fresh start, or not reported yet).
+    restored: RestoredView | None = None
     checkpoint_requested_at: float | None
     preemptions: int
     interruptions: int
@@ -192,6 +205,11 @@ def job_view(
         progress=job.progress,
         step=record.step,
         last_checkpoint=checkpoint,
+        restored=None
+        if record.restored_run is None or record.restored_step is None
+        else RestoredView(
+            run=record.restored_run, step=record.restored_step, uri=record.restored_checkpoint_uri
+        ),
         checkpoint_requested_at=record.checkpoint_requested_at,
         preemptions=job.preemptions,
         interruptions=job.interruptions,

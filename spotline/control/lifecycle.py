@@ -18,7 +18,7 @@ from spotline import resources
 from spotline.control.errors import ConditionFailed, StaleJobError
 from spotline.control.plane import ControlPlane
 from spotline.control.ports import BatchJobRequest, execution_name
-from spotline.control.records import Disruption, JobRecord
+from spotline.control.records import Disruption, JobRecord, LostWork
 from spotline.domain import JobState
 from spotline.domain.arrays import element_environment
 
@@ -132,6 +132,11 @@ def requeue_after_disruption(
     """
     job = record.job
     lost = job.unsaved_work_s(now)
+    # Kept so that a checkpoint of this run that lands after the stop can give the work back.
+    since = max(job.started_at or now, job.last_checkpoint_at or 0.0)
+    lost_work = LostWork(
+        run=record.run, since=min(since, now), until=now, gpus=record.gpus_held, pool=job.pool
+    )
     counters = (
         {"preemptions": job.preemptions + 1}
         if outcome is JobState.PREEMPTED
@@ -161,7 +166,7 @@ def requeue_after_disruption(
             "lost_work_s": job.lost_work_s + lost,
             "pool": None,
         },
-        changes=_run_cleared(record, retired, run_stopped=run_stopped),
+        changes={**_run_cleared(record, retired, run_stopped=run_stopped), "lost_work": lost_work},
     )
     if record.instance_ids:
         cp.instances.remove_job(record.instance_ids, record.id)

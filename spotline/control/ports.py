@@ -293,6 +293,19 @@ class JobStore(Protocol):
         changes: Mapping[str, Any] | None = None,
     ) -> JobRecord: ...
 
+    def annotate(
+        self,
+        record: JobRecord,
+        reason: str,
+        *,
+        now: float,
+        job: Mapping[str, Any] | None = None,
+        changes: Mapping[str, Any] | None = None,
+        lost_gpu_s_returned: float = 0.0,
+    ) -> JobRecord:
+        """A timeline entry without a change of state, with field changes and a version bump."""
+        ...
+
     def update_fields(
         self,
         job_id: str,

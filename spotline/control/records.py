@@ -94,6 +94,21 @@ class Disruption(StrEnum):
         return JobState.PREEMPTED if self is Disruption.PREEMPT else JobState.INTERRUPTED
 
 
+class LostWork(BaseModel):
+    """The work the last ended run was charged as lost: from `since` (its last durable checkpoint,
+    or its start) to `until` (when it was stopped), on `gpus` GPUs of `pool`. A checkpoint of
+    that run that becomes durable after it was stopped (its upload finished just after the
+    plane gave up) gives back the part before its capture (`spotline.control.events`)."""
+
+    model_config = ConfigDict(defer_build=True, frozen=True)
+
+    run: int
+    since: float
+    until: float
+    gpus: int = 0
+    pool: str | None = None
+
+
 class JobRecord(BaseModel):
     """A job as stored: the domain `Job` plus what the control plane tracks about its run."""
 
@@ -141,6 +156,13 @@ class JobRecord(BaseModel):
     node_heartbeats: dict[int, float] = Field(default_factory=dict)
     # The run that wrote the last recorded checkpoint (its step is compared only within a run).
     last_checkpoint_run: int | None = None
+    # The checkpoint a run actually restored, as its agent reported it (heartbeat): which run,
+    # the step and the checkpoint's URI. A fresh start reports none.
+    restored_run: int | None = None
+    restored_step: int | None = None
+    restored_checkpoint_uri: str | None = None
+    # What the last ended run was charged as lost (a late checkpoint may give some back).
+    lost_work: LostWork | None = None
     finished_at: float | None = None
     # A digest of the submission that created the job (Idempotency-Key reuse is checked on it).
     request_digest: str | None = None

@@ -12,6 +12,9 @@ defaults, as before.
 - **Lost work**: a preemption or an interruption also costs the restore of the next run.
 - **Spot notice**: a checkpoint that cannot be written within the 2-minute notice (less the time
   to notice it) does not save the work: an interruption then loses half a checkpoint interval.
+  How long an interruption waits for the checkpoint is sized the same way: a job whose measured
+  write would still be running at the usual deadline (the notice less a margin) is waited for
+  until the notice ends, since the instance is lost then anyway.
 """
 
 from __future__ import annotations
@@ -34,6 +37,18 @@ def grace_period_s(job: Job, default_s: float) -> float:
     if job.checkpoint_write_s is None:
         return default_s
     return max(default_s, GRACE_FACTOR * job.checkpoint_write_s + GRACE_MARGIN_S)
+
+
+def spot_wait_deadline(job: Job, *, requested_at: float, notice_end: float, margin_s: float) -> float:
+    """Until when an interruption waits for `job`'s checkpoint, asked for at `requested_at`, on a
+    notice that ends (the instance is reclaimed) at `notice_end`: `margin_s` before the end, or
+    the end itself when the job's measured write (times `GRACE_FACTOR`) would not be done by
+    then. Giving up earlier would stop the run while its checkpoint lands and count its work
+    as lost, for no gain: the capacity goes at the end of the notice either way."""
+    deadline = notice_end - margin_s
+    if job.checkpoint_write_s is not None and requested_at + GRACE_FACTOR * job.checkpoint_write_s > deadline:
+        return notice_end
+    return deadline
 
 
 def write_s(job: Job, config: SchedulerConfig) -> float:

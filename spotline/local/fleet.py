@@ -3,11 +3,13 @@
 Pools of nodes with instance ids and GPUs; Batch job states SUBMITTED -> RUNNABLE -> STARTING ->
 RUNNING -> SUCCEEDED | FAILED, each published as a `Batch Job State Change` event in AWS's
 documented shape on the default bus; each job's command run as a real local process with the
-agent's environment, the runtime's own interpreter environment first on PATH (as the image
-would have it); and injected failures: a Spot reclaim (an `EC2 Spot Instance Interruption
-Warning` in AWS's shape, then the node dies after the notice) and a node failure. A warned node
-drains (`drain`), whoever put the warning on the bus. A job that cannot be started, whatever the
-error, fails with its GPUs given back.
+agent's environment, the runtime's own interpreter environment first on PATH, under the agent's
+wrapper (`python -m spotline.agent --`, the training image's ENTRYPOINT), as the image would run
+it; TerminateJob as `docker stop` does it (SIGTERM to the wrapper, which passes it on; SIGKILL
+to every process of the run `stop_grace_s` later); and injected failures: a Spot reclaim (an
+`EC2 Spot Instance Interruption Warning` in AWS's shape, then the node dies after the notice)
+and a node failure. A warned node drains (`drain`), whoever put the warning on the bus. A job
+that cannot be started, whatever the error, fails with its GPUs given back.
 """
 
 from __future__ import annotations
@@ -32,6 +34,10 @@ log = logging.getLogger("spotline.local.fleet")
 ACCOUNT_ID = "123456789012"
 REGION = "us-east-1"
 HOST_TERMINATED = "Host EC2 (instance {instance}) terminated."
+# What the training image's ENTRYPOINT puts before a job's command (images/training/Dockerfile).
+AGENT_WRAPPER: tuple[str, ...] = (sys.executable, "-m", "spotline.agent", "--")
+# How long a stopped run has between SIGTERM and SIGKILL (`docker stop`'s timeout locally).
+STOP_GRACE_S = 10.0
 
 
 @dataclass
@@ -100,8 +106,9 @@ class LocalFleet:
         log_dir: Path,
         base_env: Mapping[str, str] | None = None,
         start_delay_s: float = 0.3,
-        stop_grace_s: float = 10.0,
+        stop_grace_s: float = STOP_GRACE_S,
         capacity_return_s: float = 5.0,
+        wrapper: Sequence[str] = AGENT_WRAPPER,
     ) -> None:
         self._pools = {p.name: p for p in pools}
         self._queue_pool = {p.job_queue: p.name for p in pools}
@@ -110,6 +117,7 @@ class LocalFleet:
         self._base_env = interpreter_first_on_path(base_env or os.environ)
         self._start_delay_s = start_delay_s
         self._stop_grace_s = stop_grace_s
+        self._wrapper = list(wrapper)
         # A lost node's replacement joins its pool this long after it died (Batch launching one).
         self._capacity_return_s = capacity_return_s
         self._lock = threading.RLock()
@@ -412,7 +420,11 @@ class LocalFleet:
         logfile = job.log_path.open("wb")
         try:
             job.process = subprocess.Popen(
-                job.command, env=env, stdout=logfile, stderr=subprocess.STDOUT, start_new_session=True
+                [*self._wrapper, *job.command],
+                env=env,
+                stdout=logfile,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
             )
         except (OSError, ValueError, TypeError) as error:  # ValueError: a NUL byte in an argument
             logfile.close()
@@ -448,7 +460,10 @@ class LocalFleet:
                 self._set(job, "FAILED")
             return
         try:
-            os.killpg(process.pid, sig)
+            if sig == signal.SIGKILL or not self._wrapper:
+                os.killpg(process.pid, sig)
+            else:
+                os.kill(process.pid, sig)  # as `docker stop`: PID 1 (the wrapper) passes it on
         except ProcessLookupError:
             return
         if sig != signal.SIGKILL:

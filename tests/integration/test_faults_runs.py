@@ -469,21 +469,35 @@ def test_reordering_running_after_succeeded_changes_nothing_and_stops_nothing(
     assert dep.launcher.terminated == []
 
 
-def test_reordering_a_checkpoint_and_a_heartbeat_after_the_requeue_are_not_credited(
+def test_a_checkpoint_landing_after_the_requeue_is_recorded_and_gives_back_the_lost_work(
     deployment: Deployment,
 ) -> None:
     dep = deployment
-    dep.clock.freeze()
+    at = dep.clock.freeze()
     first = start(dep, submit(dep))
-    assert checkpoint(first, 50)
+    assert checkpoint(first, 50, created_at=at)
+    dep.clock.advance(100)
     requeued = lose_host(dep, first)
+    assert requeued.job.lost_work_s == pytest.approx(100)
 
-    # Delivered after the requeue, before the next admission: the job holds no run.
-    assert not checkpoint(first, 80)
-    assert not heartbeat(first, 90)
+    # Delivered after the requeue, before the next admission: a checkpoint captured 90 s into
+    # the 100 s the requeue counted as lost. It is what the next run restores: recorded, and
+    # those 90 s are given back (to the job and to its GPU-seconds).
+    assert checkpoint(first, 80, created_at=at + 90)
     stored = dep.plane.jobs.get(first.id)
-    assert stored.job.last_checkpoint_step == 50 and stored.step is None
-    assert stored.version == requeued.version
+    assert stored.state is JobState.PENDING and stored.job.last_checkpoint_step == 80
+    assert stored.job.lost_work_s == pytest.approx(10)
+    assert stored.job.runtime_s == pytest.approx(requeued.job.runtime_s + 90)
+    assert first.gpus_held > 0
+    assert stored.lost_gpu_s == pytest.approx(requeued.lost_gpu_s - 90 * first.gpus_held)
+    # A duplicate, an older checkpoint and a heartbeat change nothing more.
+    assert not checkpoint(first, 80, created_at=at + 90)
+    assert not checkpoint(first, 60, created_at=at + 20)
+    assert not heartbeat(first, 90)
+    again = dep.plane.jobs.get(first.id)
+    assert again.version == stored.version and again.step is None
+    entries, _ = dep.plane.timeline.list(first.id)
+    assert "checkpoint step 80 of run 1 became durable after the run was stopped" in entries[-1].reason
 
 
 def test_reordering_a_late_failed_event_of_an_earlier_run_leaves_the_current_run_alone(
@@ -646,11 +660,13 @@ def test_a_failed_preempt_workflow_is_finished_by_the_reconciler_which_stops_the
     assert reconcile(dep.plane).terminations_confirmed == [running.batch_job_id]
 
 
-def test_reordering_a_run_that_succeeds_while_the_preempt_workflow_stops_it_ends_succeeded(
+def test_a_run_that_exits_0_once_the_plane_asked_it_to_stop_is_requeued_not_succeeded(
     deployment: Deployment,
 ) -> None:
-    """The workflow asked Batch to stop the run (a pending termination), but the run had
-    finished: its SUCCEEDED event still counts, and the workflow's requeue finds nothing to do."""
+    """The workflow asked Batch to stop the run (a pending termination), and the run then exited
+    0 (Lightning does after SIGTERM, without the agent's wrapper): not a success. The workflow
+    requeues it from its checkpoint; a run that had in fact finished resumes from its final
+    checkpoint and ends at once."""
     from spotline.control.workflow_tasks import finish_preemption, terminate_batch_job
 
     dep = deployment
@@ -662,7 +678,11 @@ def test_reordering_a_run_that_succeeds_while_the_preempt_workflow_stops_it_ends
 
     outcome = batch(running, running.batch_job_id, "SUCCEEDED")
 
-    assert outcome == "termination confirmed; succeeded"
-    assert finish_preemption(dep.plane, running.id)["finished"] is False
+    assert outcome == "termination confirmed; stopped by the plane: left to the preempt workflow"
+    assert dep.plane.jobs.get(running.id).state is JobState.CHECKPOINTING
+    assert finish_preemption(dep.plane, running.id)["finished"] is True
     stored = dep.plane.jobs.get(running.id)
-    assert stored.state is JobState.SUCCEEDED and stored.terminating_batch_job_ids == ()
+    assert stored.state is JobState.PENDING and stored.job.preemptions == 1
+    # (the requeue keeps the run as a pending termination; the reconciler finds it ended)
+    reconcile(dep.plane)
+    assert dep.plane.jobs.get(running.id).terminating_batch_job_ids == ()
