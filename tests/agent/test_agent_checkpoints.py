@@ -406,7 +406,26 @@ def test_heartbeats_carry_the_last_reported_step(tmp_path: Path, clock: FakeCloc
         "progress": 0.12,
         "utilization": 0.9,
         "last_checkpoint_step": None,
+        "restored_step": None,
+        "restored_checkpoint_uri": None,
     }
+
+
+def test_a_restore_is_announced_by_a_heartbeat_at_once_naming_the_checkpoint(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    # Given a durable checkpoint at step 9
+    first = make_agent(tmp_path, clock, RecordingPublisher(), heartbeat_s=0, checkpoint_interval_s=0)
+    record = first.checkpoint(9, {"w": 1})
+    assert record is not None
+    # When a new run restores it
+    publisher = RecordingPublisher()
+    agent = make_agent(tmp_path, clock, publisher, heartbeat_s=30.0, checkpoint_interval_s=0)
+    restored = agent.restore()
+    # Then a heartbeat names it at once (not at the next beat), and every later one too
+    assert restored is not None and restored.step == 9
+    beats = [d for kind, d in publisher.events if kind == DETAIL_JOB_HEARTBEAT]
+    assert [(b["restored_step"], b["restored_checkpoint_uri"]) for b in beats] == [(9, record.uri)]
 
 
 def test_under_the_wrapper_heartbeats_go_to_the_status_file(tmp_path: Path, clock: FakeClock) -> None:

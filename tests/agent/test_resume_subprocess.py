@@ -236,3 +236,99 @@ def test_wrapper_needs_a_command() -> None:
         check=False,
     )
     assert done.returncode == 2 and "no command" in done.stderr
+
+
+# A script that exits 0 after SIGTERM, as a Lightning script does (its SIGTERMException is a
+# SystemExit without a code); with the library it also leaves the SIGTERM marker.
+_EXITS_0_ON_SIGTERM = """
+import signal, sys, time
+from spotline.agent import Agent
+use_agent = sys.argv[1] == "agent"
+stopped = []
+if use_agent:
+    agent = Agent.from_env().start()
+else:
+    signal.signal(signal.SIGTERM, lambda *_: stopped.append(1))
+print("ready", flush=True)
+deadline = time.time() + 20
+while time.time() < deadline and not (stopped or (use_agent and agent.stop_requested)):
+    time.sleep(0.02)
+sys.exit(0)
+"""
+
+
+def _start_wrapped(mode: str) -> subprocess.Popen[str]:
+    process = subprocess.Popen(
+        [sys.executable, "-m", "spotline.agent", "--", sys.executable, "-c", _EXITS_0_ON_SIGTERM, mode],
+        env={**os.environ, "PYTHONPATH": str(REPO), "SPOTLINE_HEARTBEAT_S": "0", "SPOTLINE_JOB_ID": "job-s"},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    assert process.stdout is not None and process.stdout.readline().strip() == "ready"
+    return process
+
+
+def test_a_run_stopped_by_sigterm_is_reported_stopped_even_if_the_script_exits_0() -> None:
+    # Given a script that exits 0 after SIGTERM, under the wrapper (the container's PID 1)
+    process = _start_wrapped("plain")
+    # When SIGTERM reaches the container (docker stop signals the wrapper only)
+    process.send_signal(signal.SIGTERM)
+    _, stderr = process.communicate(timeout=20)
+    # Then the run is reported stopped (143), never a success
+    assert process.returncode == EXIT_STOPPED, stderr
+    assert "reported as stopped (143)" in stderr and "reached the container" in stderr
+
+
+def test_a_sigterm_that_reaches_only_the_scripts_agent_is_reported_stopped_too() -> None:
+    # Given a script using the agent that exits 0 after SIGTERM, under the wrapper
+    process = _start_wrapped("agent")
+    # When SIGTERM reaches the script itself, not the wrapper (e.g. `kill` of the training process)
+    child = int(
+        subprocess.run(["pgrep", "-P", str(process.pid)], capture_output=True, text=True).stdout.split()[0]
+    )
+    os.kill(child, signal.SIGTERM)
+    _, stderr = process.communicate(timeout=20)
+    # Then the wrapper learns it from the agent's marker and reports the run stopped
+    assert process.returncode == EXIT_STOPPED, stderr
+    assert "reached the command" in stderr
+
+
+def test_a_run_that_ends_on_its_own_keeps_its_status() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "spotline.agent", "--", sys.executable, "-c", "print('done')"],
+        env={**os.environ, "PYTHONPATH": str(REPO), "SPOTLINE_HEARTBEAT_S": "0"},
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert done.returncode == 0 and "reported as stopped" not in done.stderr
+
+
+@pytest.mark.parametrize("configured", [False, True])
+def test_the_agents_log_lines_reach_the_runs_log_without_logging_configured(
+    tmp_path: Path, configured: bool
+) -> None:
+    # Given a script that uses the agent, with or without configuring logging itself
+    script = (
+        "import logging, sys\n"
+        f"{'logging.basicConfig(level=logging.INFO)' if configured else ''}\n"
+        "from spotline.agent import Agent\n"
+        f"agent = Agent.from_env(checkpoint_uri={tmp_path.as_uri()!r}).start()\n"
+        "agent.checkpoint(7, {'w': 1})\n"
+        "agent.close()\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        env={**os.environ, "PYTHONPATH": str(REPO), "SPOTLINE_HEARTBEAT_S": "0"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    # Then its INFO lines are on stderr (the run's log, `spotline logs`), each once
+    lines = [line for line in done.stderr.splitlines() if "checkpoint at step 7" in line]
+    assert len(lines) == 1, done.stderr
+    assert lines[0].startswith("INFO:spotline.agent" if configured else "spotline-agent: INFO spotline.agent")

@@ -686,3 +686,51 @@ def test_a_run_that_exits_0_once_the_plane_asked_it_to_stop_is_requeued_not_succ
     # (the requeue keeps the run as a pending termination; the reconciler finds it ended)
     reconcile(dep.plane)
     assert dep.plane.jobs.get(running.id).terminating_batch_job_ids == ()
+
+
+# --- a stopped run is never done; the step a run restored ---------------------------------------
+
+
+@pytest.mark.parametrize(("exit_code", "state"), [(143, JobState.PENDING), (1, JobState.FAILED)])
+def test_a_run_stopped_by_sigterm_from_outside_is_requeued_but_a_crash_fails(
+    deployment: Deployment, exit_code: int, state: JobState
+) -> None:
+    dep = deployment
+    dep.clock.freeze()
+    running = start(dep, submit(dep))
+    assert running.batch_job_id is not None and checkpoint(running, 40)
+
+    # The container exited 143 (the agent's wrapper: SIGTERM reached the run), or 1 (a crash)
+    outcome = batch(running, running.batch_job_id, "FAILED", exit_code=exit_code)
+
+    stored = dep.plane.jobs.get(running.id)
+    assert stored.state is state, outcome
+    if state is JobState.PENDING:
+        assert stored.job.interruptions == 1 and stored.job.last_checkpoint_step == 40
+        assert "stopped by SIGTERM from outside the job" in stored.state_reason or outcome.startswith(
+            "interr"
+        )
+
+
+def test_the_checkpoint_a_run_restored_is_its_status_and_a_timeline_entry_once(
+    deployment: Deployment,
+) -> None:
+    dep = deployment
+    dep.clock.freeze()
+    first = start(dep, submit(dep))
+    assert checkpoint(first, 40)
+    second = start(dep, lose_host(dep, first))
+    uri = f"s3://ckpt/{second.id}/step-55/"  # newer than the one recorded: written on SIGTERM, say
+
+    assert heartbeat(second, 55, restored_step=55, restored_checkpoint_uri=uri)
+    assert heartbeat(second, 56, restored_step=55, restored_checkpoint_uri=uri)
+
+    stored = dep.plane.jobs.get(second.id)
+    assert (stored.restored_run, stored.restored_step, stored.restored_checkpoint_uri) == (2, 55, uri)
+    from spotline.control.jobs import job_view
+
+    view = job_view(dep.plane, stored, dep.clock()).model_dump()
+    assert view["restored"] == {"run": 2, "step": 55, "uri": uri}
+    entries, _ = dep.plane.timeline.list(second.id)
+    notes = [e.reason for e in entries if "resumed from checkpoint" in e.reason]
+    assert notes == [f"run 2 resumed from checkpoint step 55 (the newest recorded was step 40): {uri}"]

@@ -66,6 +66,30 @@ CASES = {
 def test_classify_failure(reasons: str, kind: FailureKind) -> None:
     cause = classify_failure(reasons)
     assert cause.kind is kind
-    assert cause.requeue is (kind in (FailureKind.HOST_LOST, FailureKind.TRANSIENT))
+    assert cause.requeue is (kind in (FailureKind.HOST_LOST, FailureKind.TRANSIENT, FailureKind.STOPPED))
     if kind is not FailureKind.APPLICATION:
         assert cause.evidence and cause.evidence in reasons
+
+
+EXIT_CASES = {
+    # The agent's wrapper exits 143 once SIGTERM reached the run, whatever the script did.
+    "stopped from outside": ("Essential container in task exited", 143, FailureKind.STOPPED),
+    "the job's own error": ("Essential container in task exited", 1, FailureKind.APPLICATION),
+    "killed (OOM or the stop timeout)": ("Essential container in task exited", 137, FailureKind.APPLICATION),
+    "a lost host decides before the code": (
+        "Host EC2 (instance i-0abc) terminated.",
+        143,
+        FailureKind.HOST_LOST,
+    ),
+    "a timeout decides before the code": ("Job attempt duration exceeded timeout", 143, FailureKind.TIMEOUT),
+    "an image error decides before the code": ("CannotPullContainerError: not found", 143, FailureKind.IMAGE),
+}
+
+
+@pytest.mark.parametrize(("reasons", "exit_code", "kind"), EXIT_CASES.values(), ids=list(EXIT_CASES))
+def test_exit_143_is_a_stop_from_outside_the_job_unless_a_reason_says_more(
+    reasons: str, exit_code: int, kind: FailureKind
+) -> None:
+    cause = classify_failure(reasons, exit_code)
+    assert cause.kind is kind
+    assert cause.requeue is (kind in (FailureKind.HOST_LOST, FailureKind.STOPPED))

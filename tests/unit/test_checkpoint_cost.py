@@ -11,6 +11,7 @@ from spotline.domain.checkpoint_cost import (
     grace_period_s,
     interruption_lost_s,
     restore_s,
+    spot_wait_deadline,
 )
 from spotline.domain.config import SchedulerConfig
 from spotline.domain.models import Job
@@ -51,3 +52,21 @@ def test_a_preemption_also_costs_the_measured_restore() -> None:
     with_restore = lost_work_gpu_s(measured(None, restore=50.0), 8, 200.0, config)
     assert with_restore - without == pytest.approx(8 * 50.0)
     assert restore_s(measured(None)) == 0.0
+
+
+@pytest.mark.parametrize(
+    ("write_s", "deadline"),
+    [
+        (None, 110.0),  # not measured: the notice less the margin
+        (5.0, 110.0),  # 1.5 x 5 s fits before the margin
+        (8.0, 120.0),  # 1.5 x 8 s would end in the margin: wait to the notice's end
+        (300.0, 120.0),  # cannot fit at all: still no later than the notice's end
+    ],
+)
+def test_an_interruption_waits_to_the_notices_end_for_a_write_that_needs_it(
+    write_s: float | None, deadline: float
+) -> None:
+    # A request at t=100 on a notice that ends at t=120, with a 10 s margin
+    assert (
+        spot_wait_deadline(measured(write_s), requested_at=100.0, notice_end=120.0, margin_s=10.0) == deadline
+    )
