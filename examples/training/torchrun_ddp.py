@@ -1,100 +1,75 @@
-"""A plain PyTorch DDP loop under torchrun, checkpointing with Spotline (one shard per rank).
+"""A PyTorch DDP loop under torchrun that checkpoints with Spotline and resumes exactly.
 
-    torchrun --nproc_per_node 2 examples/training/torchrun_ddp.py --steps 200
+    torchrun --nproc_per_node 2 examples/training/torchrun_ddp.py --steps 60
 
-On a Spotline request, a Spot notice or SIGTERM every rank checkpoints at the same step
-(`torch.distributed.checkpoint`, one shard per rank, uploaded by its own rank; the manifest last);
-on SIGTERM every rank stops at that step and the process exits with 143. A restarted run resumes
-from the newest durable checkpoint. Gloo on the CPU, NCCL where there are GPUs. The model and its
-data are made here (no download): a small regression whose batches depend only on the seed, the
-step and the rank, so a resumed run sees the data an uninterrupted one would.
-
-`--losses FILE` writes each rank's losses (JSON lines) for the tests.
+On a Spotline request, a Spot notice or SIGTERM every rank checkpoints at the same step with
+`torch.distributed.checkpoint` (one shard per rank, each uploaded by its rank; the manifest last);
+on SIGTERM every rank stops there and the run exits with 143. A new run resumes from the newest
+durable checkpoint: model, AdamW's state, each rank's data position and random generators, so
+its losses are those of an uninterrupted run. Gloo on the CPU, NCCL where there are GPUs. The
+data are made here (no download). Needs `pip install 'spotline[torch]'`.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import logging
 import os
 import sys
 import time
-from pathlib import Path
 
 import torch
 import torch.distributed as dist
 from torch import nn
-from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+from torch.nn import functional as F
 from torch.nn.parallel import DistributedDataParallel
+from torch.utils.data import TensorDataset
 
 from spotline.agent import EXIT_STOPPED, Agent
+from spotline.integrations.data import ResumableDataLoader
 from spotline.integrations.torch import DistributedCheckpointer
-
-
-def batch(seed: int, step: int, rank: int, world: int) -> tuple[torch.Tensor, torch.Tensor]:
-    g = torch.Generator().manual_seed(seed * 1_000_003 + step * world + rank)
-    x = torch.randn(16, 8, generator=g)
-    return x, x.sum(dim=1, keepdim=True) * 0.5 + 0.1 * torch.randn(16, 1, generator=g)
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=200)
+    parser.add_argument("--steps", type=int, default=60)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--step-time-s", type=float, default=0.0, help="sleep per step (a slower model)")
-    parser.add_argument(
-        "--local-dir", default=os.environ.get("SPOTLINE_LOCAL_CHECKPOINT_DIR", "/tmp/spotline")
-    )
-    parser.add_argument("--losses", help="append this rank's losses here (JSON lines)")
+    parser.add_argument("--step-time-s", type=float, default=0.0, help="stands in for a larger model")
+    parser.add_argument("--local-dir", default="/tmp/spotline-ddp")
     args = parser.parse_args()
-    logging.basicConfig(
-        level=logging.INFO, format="%(asctime)s rank" + os.environ.get("RANK", "0") + " %(message)s"
-    )
 
     cuda = torch.cuda.is_available()
     dist.init_process_group("nccl" if cuda else "gloo")
-    rank, world = dist.get_rank(), dist.get_world_size()
-    device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0"))) if cuda else torch.device("cpu")
+    rank = dist.get_rank()
+    device = torch.device("cuda", int(os.environ["LOCAL_RANK"])) if cuda else torch.device("cpu")
 
     torch.manual_seed(args.seed)
-    model = DistributedDataParallel(
-        nn.Sequential(nn.Linear(8, 32), nn.Tanh(), nn.Linear(32, 1)).to(device),
-        device_ids=[device.index] if cuda else None,
-    )
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.02, momentum=0.9)
+    net = nn.Sequential(nn.Linear(8, 32), nn.Tanh(), nn.Dropout(0.1), nn.Linear(32, 1)).to(device)
+    model = DistributedDataParallel(net, device_ids=[device.index] if cuda else None)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    g = torch.Generator().manual_seed(args.seed)
+    x = torch.randn(256, 8, generator=g)
+    data = TensorDataset(x, x.sum(dim=1, keepdim=True) + 0.1 * torch.randn(256, 1, generator=g))
+    loader = ResumableDataLoader(data, batch_size=16, shuffle=True, seed=args.seed)  # a share per rank
+    torch.manual_seed(args.seed + rank)  # each rank's own dropout
 
-    def state() -> dict[str, object]:
-        model_state, optim_state = get_state_dict(model, optimizer)
-        return {"model": model_state, "optim": optim_state}
-
-    losses: list[float] = []
+    agent = Agent.from_env().start()
+    ckpt = DistributedCheckpointer(agent, args.local_dir, model=model, optimizer=optimizer, loader=loader)
+    step = ckpt.restore()  # 0, or the step of the checkpoint restored (all of the above as saved)
     stopped = False
-    with Agent.from_env() as agent:
-        checkpointer = DistributedCheckpointer(agent, Path(args.local_dir) / f"job-{agent.job_id}")
-        current = state()
-        start = checkpointer.restore(current)
-        if start:
-            set_state_dict(
-                model, optimizer, model_state_dict=current["model"], optim_state_dict=current["optim"]
-            )
-        for step in range(start, args.steps):
-            x, y = batch(args.seed, step, rank, world)
+    while step < args.steps and not stopped:
+        for inputs, targets in loader:
             optimizer.zero_grad()
-            loss = nn.functional.mse_loss(model(x.to(device)), y.to(device))
+            loss = F.mse_loss(model(inputs.to(device)), targets.to(device))
             loss.backward()
             optimizer.step()
-            losses.append(loss.item())
-            logging.info("step %d/%d loss %.6f", step + 1, args.steps, losses[-1])
-            if args.step_time_s:
-                time.sleep(args.step_time_s)
-            if not checkpointer.step(step + 1, state, progress=(step + 1) / args.steps):
-                stopped = True
+            step += 1
+            print(f"rank {rank} step {step} loss {loss.item()!r}", flush=True)
+            time.sleep(args.step_time_s)
+            if not ckpt.step(step, progress=step / args.steps):
+                stopped = True  # every rank stops at this step, its checkpoint durable
+            if stopped or step == args.steps:
                 break
-        checkpointer.close()
-    if args.losses:
-        with open(args.losses, "a") as out:
-            out.write(json.dumps({"rank": rank, "start": start, "losses": losses, "stopped": stopped}) + "\n")
+    ckpt.close()  # waits for the last upload
     dist.destroy_process_group()
     return EXIT_STOPPED if stopped else 0
 

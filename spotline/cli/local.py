@@ -1,5 +1,6 @@
-"""`spotline local up` (the control plane locally, until stopped) and `spotline local
-spot-warning` (EC2's Spot warning on the local bus)."""
+"""`spotline local up` (the control plane locally, until stopped), `spotline local spot-warning`
+(EC2's Spot warning on the local bus) and `spotline local preempt` (a job stopped as a preemption
+stops it)."""
 
 from __future__ import annotations
 
@@ -180,6 +181,69 @@ def spot_warning(
         f" in {notice if notice is not None else '?'} s (the local notice) and its jobs resume elsewhere"
         " from their checkpoints"
     )
+
+
+@local_app.command("preempt")
+@reported
+def preempt(
+    job: Annotated[str, typer.Option("--job", help="The running job to preempt.", show_default=False)],
+) -> None:
+    """Stop a running job as a preemption would: the control plane's preempt workflow asks its
+    agent for a checkpoint, waits for it (the job's grace period: the deployment's, or longer
+    for a job whose measured checkpoint write needs it), stops the run, and requeues the job
+    (PREEMPTED, then PENDING); the next scheduling pass runs it again from that checkpoint. No
+    preemptor is needed, so any job can be tried against a preemption, beside `local
+    spot-warning` for a Spot interruption."""
+    info = _local_info()
+    view = _job_view(info, job)
+    if view.get("state") != "RUNNING":
+        raise ClientError(f"job {job} is {view.get('state')}: only a RUNNING job can be preempted")
+    import boto3
+
+    stepfunctions = boto3.client(
+        "stepfunctions",
+        endpoint_url=info["aws_endpoint_url"],
+        region_name=info["region"],
+        aws_access_key_id="local",
+        aws_secret_access_key="local",
+    )
+    machines = stepfunctions.list_state_machines().get("stateMachines", [])
+    arn = next((m["stateMachineArn"] for m in machines if m["name"].endswith("-preempt")), None)
+    if arn is None:
+        raise ClientError("the local control plane has no preempt workflow: is `spotline local up` running?")
+    from botocore.exceptions import ClientError as AwsError
+
+    from spotline.control.ports import execution_name
+
+    version = int(view["version"])
+    try:
+        stepfunctions.start_execution(
+            stateMachineArn=arn,
+            name=execution_name("local-preempt", job, version),
+            input=json.dumps({"job_id": job, "version": version, "disruption": "preempt", "timeout_s": None}),
+        )
+    except AwsError as error:
+        if error.response.get("Error", {}).get("Code") == "ExecutionAlreadyExists":
+            raise ClientError(f"job {job} is already being preempted") from None
+        raise ClientError(f"the local preempt workflow did not start: {error}") from None
+    typer.echo(
+        f"preempting {job}: it checkpoints now and stops, then it is requeued and resumes from that"
+        " checkpoint (`spotline events` shows each step)"
+    )
+
+
+def _job_view(info: dict[str, Any], job_id: str) -> dict[str, Any]:
+    """The job as its team sees it (any local team's)."""
+    for team, spec in (info.get("teams") or {}).items():
+        api = Endpoint(info["api_url"], "local", team=team, headers=dict(spec.get("headers") or {}))
+        try:
+            view: dict[str, Any] = api.request("GET", f"/jobs/{job_id}")
+        except ClientError as error:
+            if error.status == 404:
+                continue
+            raise
+        return view
+    raise ClientError(f"job {job_id}: no local team has it", EXIT_FAILED, 404)
 
 
 def _local_info() -> dict[str, Any]:

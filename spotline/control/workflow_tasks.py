@@ -26,6 +26,7 @@ from spotline.control.lifecycle import (
 from spotline.control.plane import ControlPlane
 from spotline.control.records import ACTIVE_STATES, Disruption, JobRecord
 from spotline.domain import JobState
+from spotline.domain.checkpoint_cost import grace_period_s
 
 logger = logging.getLogger(__name__)
 
@@ -55,7 +56,9 @@ def confirm_checkpointing(
         )
     if record.state is not JobState.CHECKPOINTING:
         return {"proceed": False, "timeout_s": 1, "batch_job_id": None, "why": f"job is {record.state.value}"}
-    deadline = record.checkpoint_deadline_at or now + (timeout_s or cp.config.grace_period_s)
+    deadline = record.checkpoint_deadline_at or now + (
+        timeout_s or grace_period_s(record.job, cp.config.grace_period_s)
+    )
     return {
         "proceed": True,
         "timeout_s": max(1, math.floor(deadline - now)),
@@ -68,12 +71,13 @@ def start_disruption_without_workflow(
     cp: ControlPlane, record: JobRecord, disruption: Disruption, *, now: float, timeout_s: int | None
 ) -> JobRecord:
     """RUNNING -> CHECKPOINTING for a workflow that was started directly (the scheduler and the
-    Spot handler mark the job before starting the workflow, so they do not come here)."""
-    deadline = now + (timeout_s or cp.config.grace_period_s)
+    Spot handler mark the job before starting the workflow, so they do not come here; `spotline
+    local preempt` does). Without `timeout_s`, the job's size-aware grace period."""
+    deadline = now + (timeout_s or grace_period_s(record.job, cp.config.grace_period_s))
     return cp.jobs.transition(
         record,
         JobState.CHECKPOINTING,
-        f"{disruption.value} requested by workflow",
+        f"{disruption.value} requested directly (its workflow started without a scheduling pass)",
         now=now,
         changes={
             "disruption": disruption,

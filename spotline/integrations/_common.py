@@ -1,8 +1,14 @@
-"""What every integration shares: the checkpoint decision every rank agrees on."""
+"""What every integration shares: the checkpoint decision every rank agrees on, and the
+process's random generators as a checkpoint keeps them."""
 
 from __future__ import annotations
 
+import random
 from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import torch
 
 from spotline.agent import Agent, CheckpointReason
 
@@ -44,3 +50,32 @@ def agreed_decision(
         agent.request_stop()
     reason = _REASONS[code]
     return reason, reason is CheckpointReason.SIGTERM
+
+
+def collect_rng_states() -> dict[str, Any]:
+    """The process's random generators, in types a `weights_only` load accepts."""
+    kind, keys, pos, has_gauss, gauss = np.random.get_state(legacy=True)
+    states: dict[str, Any] = {
+        "torch": torch.get_rng_state(),
+        "python": random.getstate(),
+        "numpy": [
+            kind,
+            torch.from_numpy(np.asarray(keys, dtype=np.int64)),
+            int(pos),
+            int(has_gauss),
+            float(gauss),
+        ],
+    }
+    if torch.cuda.is_available():
+        states["cuda"] = torch.cuda.get_rng_state_all()
+    return states
+
+
+def set_rng_states(states: dict[str, Any]) -> None:
+    torch.set_rng_state(states["torch"])
+    version, internal, gauss = states["python"]
+    random.setstate((version, tuple(internal), gauss))
+    kind, keys, pos, has_gauss, gauss_np = states["numpy"]
+    np.random.set_state((kind, keys.numpy().astype(np.uint32), pos, has_gauss, gauss_np))
+    if "cuda" in states and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(states["cuda"])

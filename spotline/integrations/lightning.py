@@ -3,9 +3,16 @@
     agent = Agent.from_env().start()
     spotline = SpotlineCallback(agent, "/tmp/spotline-ckpt")
     trainer = L.Trainer(..., callbacks=[spotline])
-    trainer.fit(model, data, ckpt_path=spotline.restore())
+    try:
+        trainer.fit(model, data, ckpt_path=spotline.restore())
+    except SIGTERMException:  # Lightning's own SIGTERM handling ends fit with it
+        pass
     spotline.close()          # waits for the last upload
     if spotline.stopped: sys.exit(EXIT_STOPPED)
+
+For an exact mid-epoch resume, the training data comes from a
+`spotline.integrations.data.ResumableDataLoader` (Lightning then restores its position; a plain
+shuffled DataLoader restarts the epoch's data), and the callback keeps the RNG states.
 
 At the end of each training batch (the step boundary) every rank agrees on one decision
 (`trainer.strategy.reduce`, MAX); on a checkpoint every rank calls Lightning's own
@@ -17,49 +24,19 @@ a stray run) the checkpoint is durable before `trainer.should_stop` ends the fit
 
 from __future__ import annotations
 
-import random
 import shutil
 import time
 from pathlib import Path
 from typing import Any
 
 import lightning.pytorch as pl
-import numpy as np
 import torch
 
 from spotline.agent import Agent, CheckpointReason
-from spotline.integrations._common import agreed_decision
+from spotline.integrations._common import agreed_decision, collect_rng_states, set_rng_states
+from spotline.integrations.data import is_resumable_state
 
 _RNG_KEY = "spotline_rng_states"
-
-
-def _collect_rng_states() -> dict[str, Any]:
-    """The process's random generators, in types a `weights_only` load accepts."""
-    kind, keys, pos, has_gauss, gauss = np.random.get_state(legacy=True)
-    states: dict[str, Any] = {
-        "torch": torch.get_rng_state(),
-        "python": random.getstate(),
-        "numpy": [
-            kind,
-            torch.from_numpy(np.asarray(keys, dtype=np.int64)),
-            int(pos),
-            int(has_gauss),
-            float(gauss),
-        ],
-    }
-    if torch.cuda.is_available():
-        states["cuda"] = torch.cuda.get_rng_state_all()
-    return states
-
-
-def _set_rng_states(states: dict[str, Any]) -> None:
-    torch.set_rng_state(states["torch"])
-    version, internal, gauss = states["python"]
-    random.setstate((version, tuple(internal), gauss))
-    kind, keys, pos, has_gauss, gauss_np = states["numpy"]
-    np.random.set_state((kind, keys.numpy().astype(np.uint32), pos, has_gauss, gauss_np))
-    if "cuda" in states and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(states["cuda"])
 
 
 class SpotlineCallback(pl.Callback):
@@ -83,13 +60,21 @@ class SpotlineCallback(pl.Callback):
         # draw differently after a resume: keep the process's generators with it (the writer's:
         # in a multi-rank run every rank resumes with rank 0's).
         if self.save_rng:
-            checkpoint[_RNG_KEY] = _collect_rng_states()
+            checkpoint[_RNG_KEY] = collect_rng_states()
+        # A ResumableDataLoader counts the batches it handed out, one more than were trained
+        # (Lightning fetches one ahead): record the batches the fit loop actually trained.
+        fit_loop = checkpoint.get("loops", {}).get("fit_loop", {})
+        progress = trainer.fit_loop.epoch_loop.batch_progress.current  # a _ProcessedTracker
+        for state in fit_loop.get("state_dict", {}).get("combined_loader", []):
+            if is_resumable_state(state):
+                state["epoch"] = trainer.current_epoch
+                state["batches"] = progress.processed  # type: ignore[attr-defined]
 
     def on_load_checkpoint(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict[str, Any]
     ) -> None:
         if self.save_rng and _RNG_KEY in checkpoint:
-            _set_rng_states(checkpoint[_RNG_KEY])
+            set_rng_states(checkpoint[_RNG_KEY])
 
     def restore(self) -> str | None:
         """Download the newest durable checkpoint; the path for `trainer.fit(..., ckpt_path=...)`,
