@@ -254,7 +254,7 @@ def validate_spec(cp: ControlPlane, team: str, body: Mapping[str, Any], now: flo
     except ValidationError as error:
         raise InvalidRequest(_validation_errors(error)) from error
     check_policy(cp, team, spec)
-    check_command_size(spec.command)
+    check_command_size(spec.command, spec.env)
     probe = Job(id="probe", team=team, spec=spec, submitted_at=now, enqueued_at=now)
     if not any(pool.can_host(probe) for pool in cp.config.pools):
         shapes = ", ".join(
@@ -276,16 +276,19 @@ ENVIRONMENT_RESERVE_BYTES = 2 * 1024
 COMMAND_LIMIT_BYTES = CONTAINER_OVERRIDES_LIMIT_BYTES - ENVIRONMENT_RESERVE_BYTES
 
 
-def check_command_size(command: Sequence[str]) -> None:
-    """Refuse at submission (422 naming `command`) a command AWS Batch would refuse at launch:
-    its JSON must leave room for the agent's environment in the 8 KiB of container overrides."""
+def check_command_size(command: Sequence[str], env: Mapping[str, str] | None = None) -> None:
+    """Refuse at submission (422 naming `command`, or `env` when it is the one that does not fit)
+    what AWS Batch would refuse at launch: the command and the job's own environment, as JSON,
+    must leave room for the agent's environment in the 8 KiB of container overrides."""
     size = len(json.dumps(list(command)).encode())
-    if size > COMMAND_LIMIT_BYTES:
+    env_size = len(json.dumps([{"name": k, "value": v} for k, v in (env or {}).items()]).encode()) if env else 0
+    if size + env_size > COMMAND_LIMIT_BYTES:
+        field = "env" if env_size and size <= COMMAND_LIMIT_BYTES else "command"
         raise InvalidRequest.field(
-            "command",
-            f"{size} bytes as JSON, over the {COMMAND_LIMIT_BYTES} AWS Batch leaves a command (8 KiB of "
-            "container overrides, less the agent's environment); put long arguments in a file in the "
-            "image or in S3, and pass its path",
+            field,
+            f"command and env take {size + env_size} bytes as JSON, over the {COMMAND_LIMIT_BYTES} AWS"
+            " Batch leaves them (8 KiB of container overrides, less the agent's environment); put long"
+            " arguments or settings in a file in the image or in S3, and pass its path",
         )
 
 

@@ -316,6 +316,8 @@ def launch_request(cp: ControlPlane, record: JobRecord) -> BatchJobRequest:
     if record.run_id is None:
         raise ValueError(f"job {job.id} was never admitted")
     environment = {
+        # The job's own variables first: none may name one of the agent's (JobSpec refuses them).
+        **(job.spec.env or {}),
         resources.AGENT_ENV_JOB_ID: job.id,
         # The team's job definition sets it too; the agent's event source and signal item carry it.
         resources.AGENT_ENV_TEAM: job.team,

@@ -6,6 +6,7 @@ needs the current time takes `now`.
 
 from __future__ import annotations
 
+import itertools
 import re
 import unicodedata
 from collections.abc import Iterable, Mapping
@@ -179,6 +180,70 @@ def check_command(value: list[str]) -> list[str]:
     return value
 
 
+# A job's own environment variables (`env`): POSIX-portable names, bounded sizes (they travel in
+# AWS Batch's 8 KiB of container overrides, with the command), none that the agent, AWS or a gang's
+# rendezvous sets, and no secret in plain text (a spec is stored and shown as written).
+ENV_NAME = re.compile(r"[A-Z_][A-Z0-9_]*")
+MAX_ENV_VARS = 64
+MAX_ENV_NAME = 128
+MAX_ENV_VALUE = 4096
+RESERVED_ENV_PREFIXES = ("AWS_", "SPOTLINE_", "ECS_")
+RESERVED_ENV_NAMES = frozenset(
+    {"MASTER_ADDR", "MASTER_PORT", "NNODES", "NODE_RANK", "WORLD_SIZE", "RANK", "LOCAL_RANK"}
+)
+SECRETS_POINTER = (
+    "keep secrets out of the job spec (it is stored and shown as written): store them in AWS Secrets"
+    " Manager or SSM Parameter Store and read them at run time (docs: security.md, Secrets for jobs)"
+)
+# Name parts that say a value is a credential (HF_TOKEN, WANDB_API_KEY, DB_PASSWORD; not
+# TOKENIZERS_PARALLELISM), and the shapes of well-known credentials.
+_SECRET_NAME_PARTS = frozenset(
+    {"SECRET", "PASSWORD", "PASSWD", "TOKEN", "APIKEY", "CREDENTIAL", "CREDENTIALS"}
+)
+_SECRET_NAME_PAIRS = frozenset({("API", "KEY"), ("ACCESS", "KEY"), ("PRIVATE", "KEY"), ("AUTH", "KEY")})
+_SECRET_VALUES = (
+    ("an AWS access key id", re.compile(r"\b(AKIA|ASIA)[0-9A-Z]{16}\b")),
+    ("a private key", re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----")),
+    ("a GitHub token", re.compile(r"\b(gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{30,})")),
+    ("a Hugging Face token", re.compile(r"\bhf_[A-Za-z0-9]{30,}")),
+    ("an API key (sk-...)", re.compile(r"\bsk-[A-Za-z0-9_-]{20,}")),
+    ("a Slack token", re.compile(r"\bxox[abprs]-[A-Za-z0-9-]{10,}")),
+    ("a Google API key", re.compile(r"\bAIza[0-9A-Za-z_-]{35}")),
+    ("a JSON Web Token", re.compile(r"\beyJ[A-Za-z0-9_-]{10,}\.eyJ[A-Za-z0-9_-]{10,}\.")),
+    ("a URL with a password", re.compile(r"[a-z][a-z0-9+.-]*://[^/\s:@]+:[^/\s@]+@")),
+)
+
+
+def check_env(value: dict[str, str]) -> dict[str, str]:
+    """A job's environment: see ENV_NAME and the limits above; the first problem, naming the
+    variable."""
+    if len(value) > MAX_ENV_VARS:
+        raise ValueError(f"{len(value)} variables, at most {MAX_ENV_VARS}")
+    for name, text in value.items():
+        if len(name) > MAX_ENV_NAME or not ENV_NAME.fullmatch(name):
+            raise ValueError(
+                f"{name!r} is not a variable name: upper-case letters, digits and _, not starting with a"
+                f" digit, at most {MAX_ENV_NAME} characters"
+            )
+        if name.startswith(RESERVED_ENV_PREFIXES) or name in RESERVED_ENV_NAMES:
+            prefixes = ", ".join(p + "*" for p in RESERVED_ENV_PREFIXES)
+            raise ValueError(
+                f"{name} is reserved: Spotline, AWS and the gang's rendezvous set {prefixes} and"
+                f" {', '.join(sorted(RESERVED_ENV_NAMES))}"
+            )
+        if len(text) > MAX_ENV_VALUE:
+            raise ValueError(f"{name}: {len(text)} characters, at most {MAX_ENV_VALUE}")
+        if "\0" in text:
+            raise ValueError(f"{name}: contains a NUL byte")
+        parts = name.split("_")
+        if _SECRET_NAME_PARTS & set(parts) or _SECRET_NAME_PAIRS & set(itertools.pairwise(parts)):
+            raise ValueError(f"{name}: its name says it holds a secret; {SECRETS_POINTER}")
+        for what, pattern in _SECRET_VALUES:
+            if pattern.search(text):
+                raise ValueError(f"{name}: its value looks like {what}; {SECRETS_POINTER}")
+    return value
+
+
 class JobSpec(BaseModel):
     """What a team submits (the body of `POST /jobs`, or the file `spotline submit` reads).
 
@@ -214,6 +279,9 @@ class JobSpec(BaseModel):
         default=None, min_length=1, max_length=MAX_DEPENDENCIES
     )
     dependency: Dependency | None = None
+    env: Annotated[
+        dict[str, Annotated[str, Field(strict=True)]] | None, AfterValidator(lambda v: v and check_env(v))
+    ] = None
 
     @model_validator(mode="before")
     @classmethod

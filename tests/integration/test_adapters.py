@@ -465,3 +465,31 @@ def test_an_efa_pool_needs_every_teams_efa_definition() -> None:
         }
     )
     assert config.pools_by_name["a100-spot"].efa and not config.pools_by_name["a100-on-demand"].efa
+
+
+def test_a_jobs_env_reaches_its_container_through_the_batch_overrides(deployment: Deployment) -> None:
+    from .helpers import start, submit
+
+    # Given a job with an env of its own, admitted and launched
+    record = start(deployment, submit(deployment, env={"LR": "3e-4", "TOKENIZERS_PARALLELISM": "false"}))
+    (launched,) = [r for r in deployment.launcher.submitted if r.job_id == record.id]
+    # Then the launch carries it beside the agent's environment
+    assert (
+        launched.environment["LR"] == "3e-4" and launched.environment[resources.AGENT_ENV_JOB_ID] == record.id
+    )
+    # And AWS Batch receives it in the container overrides
+    batch = boto3.client("batch", region_name=REGION)
+    sent: list[dict[str, Any]] = []
+    batch.meta.events.register(
+        "provide-client-params.batch.SubmitJob", lambda params, **_: sent.append(params)
+    )
+    with Stubber(batch) as stub:
+        stub.add_response(
+            "describe_job_definitions", described(launched.image), {"jobDefinitions": [DEFINITION]}
+        )
+        stub.add_response("submit_job", {"jobName": launched.job_name, "jobId": "b-9"})
+        assert AwsBatchLauncher(batch, DEFINITION).submit(launched) == "b-9"
+        stub.assert_no_pending_responses()
+    environment = {e["name"]: e["value"] for e in sent[0]["containerOverrides"]["environment"]}
+    assert environment["LR"] == "3e-4" and environment["TOKENIZERS_PARALLELISM"] == "false"
+    assert environment[resources.AGENT_ENV_JOB_ID] == record.id

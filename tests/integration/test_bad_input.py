@@ -364,3 +364,16 @@ def test_the_openapi_document_lists_every_status_of_each_route() -> None:
     assert listed[("GET", "/jobs/{job_id}/events")] == {200, 404} | common
     error = document["paths"]["/jobs"]["post"]["responses"]["422"]["content"]["application/json"]["schema"]
     assert error == {"$ref": "#/components/schemas/ErrorBody"}
+
+
+def test_a_bad_or_secret_env_is_refused_naming_it_and_nothing_is_written(deployment: Deployment) -> None:
+    for env in ({"HF_TOKEN": "hf_" + "x" * 34}, {"AWS_REGION": "eu-west-1"}, {"lr": "1"}):
+        status, error = post_job(env=env)
+        assert status == 422 and error["detail"][0]["loc"][:2] == ["body", "env"], env
+        assert "hf_xxx" not in json.dumps(error)  # the refused value is not echoed back
+    # Together with the command, it must fit AWS Batch's container overrides
+    status, error = post_job(command=["python", "x" * 3000], env={"BIG": "y" * 3500})
+    assert status == 422 and error["detail"][0]["loc"] == ["body", "env"] and "8 KiB" in error["message"]
+    assert stored_jobs(deployment) == []
+    status, job = post_job(env={"LR": "3e-4"})
+    assert status == 201 and job["spec"]["env"] == {"LR": "3e-4"}
