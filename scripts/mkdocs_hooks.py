@@ -4,6 +4,8 @@ sources of truth, so they cannot go stale.
 - `docs/api.md`: the marker `<!-- spotline:api-reference -->` becomes the routes and schemas of
   the OpenAPI document the API handler serves at `GET /openapi.json` (Powertools' resolver,
   `get_openapi_json_schema()`, built offline: importing the handler reads no environment).
+- `docs/job-spec.md`: the marker `<!-- spotline:job-spec -->` becomes a table of every field of
+  the job spec (`spotline.domain.models.JobSpec`: type, default, limits and its description).
 - `docs/cli.md`: the marker `<!-- spotline:cli-reference -->` becomes every command's `--help`
   (typer's own Markdown renderer, the one behind `typer spotline.cli utils docs`).
 - `benchmarks/latest.md`: `bench/results/latest.md`, the newest results `make bench` wrote, and
@@ -20,6 +22,7 @@ ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
 API_MARKER = "<!-- spotline:api-reference -->"
 CLI_MARKER = "<!-- spotline:cli-reference -->"
+JOB_SPEC_MARKER = "<!-- spotline:job-spec -->"
 BENCH_MARKER = "<!-- spotline:bench-results -->"
 LATEST_PAGE = "benchmarks/latest.md"
 
@@ -144,6 +147,42 @@ def render_api(document: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+# --- the job spec, from its model -------------------------------------------------------------
+
+
+def _inline_refs(schema: Any, defs: dict[str, Any]) -> Any:
+    """`schema` with each `$ref` to one of the model's own `$defs` replaced by what it names."""
+    if isinstance(schema, dict):
+        if "$ref" in schema:
+            named = defs[schema["$ref"].rsplit("/", 1)[-1]]
+            return _inline_refs({**named, **{k: v for k, v in schema.items() if k != "$ref"}}, defs)
+        return {k: _inline_refs(v, defs) for k, v in schema.items()}
+    if isinstance(schema, list):
+        return [_inline_refs(v, defs) for v in schema]
+    return schema
+
+
+def render_job_spec() -> str:
+    """Every field of the job spec: type, required, default, constraints, description."""
+    from spotline.domain.models import JobSpec
+
+    schema = JobSpec.model_json_schema()
+    defs = schema.get("$defs", {})
+    required = set(schema.get("required", []))
+    lines = [
+        "| field | type | required | default | constraints | what it does |",
+        "|---|---|---|---|---|---|",
+    ]
+    for field, prop in schema["properties"].items():
+        prop = _inline_refs(prop, defs)
+        default = f"`{json.dumps(_plain(prop['default']))}`" if "default" in prop else ""
+        lines.append(
+            f"| `{field}` | {_cell(schema_type(prop))} | {'yes' if field in required else 'no'} | "
+            f"{_cell(default)} | {_cell(_constraints(prop))} | {_cell(prop.get('description', ''))} |"
+        )
+    return "\n".join(lines)
+
+
 # --- the CLI page, from --help --------------------------------------------------------------
 
 
@@ -191,6 +230,8 @@ def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
         markdown = markdown.replace(API_MARKER, render_api(openapi_document()))
     if CLI_MARKER in markdown:
         markdown = markdown.replace(CLI_MARKER, render_cli())
+    if JOB_SPEC_MARKER in markdown:
+        markdown = markdown.replace(JOB_SPEC_MARKER, render_job_spec())
     if BENCH_MARKER in markdown:
         markdown = markdown.replace(BENCH_MARKER, results_list())
     return markdown

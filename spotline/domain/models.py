@@ -256,32 +256,128 @@ class JobSpec(BaseModel):
     # user would not expect: `true` or "4" is not a GPU count, 1.5 is not a count at all.
     model_config = ConfigDict(defer_build=True, extra="forbid", frozen=True, allow_inf_nan=False)
 
-    name: Annotated[str, AfterValidator(check_name)] = Field(min_length=1, max_length=128, strict=True)
-    priority: Priority = Priority.NORMAL
-    gpus: int = Field(gt=0, le=4096, strict=True)
-    image: Annotated[str, AfterValidator(check_image)] = Field(min_length=1, max_length=512, strict=True)
+    name: Annotated[str, AfterValidator(check_name)] = Field(
+        min_length=1,
+        max_length=128,
+        strict=True,
+        description="A name for people: shown by `spotline list` and the dashboard; need not be unique.",
+    )
+    priority: Priority = Field(
+        default=Priority.NORMAL,
+        description="The priority class: a higher class is admitted first and may preempt lower ones"
+        " (within the team's policy: a team may be capped below `critical`).",
+    )
+    gpus: int = Field(
+        gt=0,
+        le=4096,
+        strict=True,
+        description="GPUs in all (over every node of a gang): a whole number that `nodes` divides.",
+    )
+    image: Annotated[str, AfterValidator(check_image)] = Field(
+        min_length=1,
+        max_length=512,
+        strict=True,
+        description="The container image the command runs in on AWS (its ENTRYPOINT is the Spotline"
+        " agent's wrapper); the local runtime runs the command without pulling it.",
+    )
     command: Annotated[
         list[Annotated[str, Field(min_length=1, max_length=4096, strict=True)]], AfterValidator(check_command)
-    ] = Field(min_length=1, max_length=256)
-    gpu_type: str | None = Field(default=None, max_length=64, strict=True)
-    nodes: int = Field(default=1, gt=0, le=512, strict=True)
-    deadline: DateTime | None = None
-    spot: SpotPreference = SpotPreference.AUTO
-    checkpoint_interval_s: float = Field(default=1800.0, gt=0, le=1e9, strict=True)
-    expected_runtime_s: float | None = Field(default=None, gt=0, le=1e9, strict=True)
-    max_runtime_s: float | None = Field(default=None, gt=0, le=1e9, strict=True)
+    ] = Field(
+        min_length=1,
+        max_length=256,
+        description="The program and its arguments (argv, no shell), run under the agent; with `env`,"
+        " at most 6 KiB as JSON (AWS Batch's container overrides).",
+    )
+    gpu_type: str | None = Field(
+        default=None,
+        max_length=64,
+        strict=True,
+        description="A GPU type of the deployment's pools (e.g. `a100`); any type when left out.",
+    )
+    nodes: int = Field(
+        default=1,
+        gt=0,
+        le=512,
+        strict=True,
+        description="Gang size: more than 1 runs as an AWS Batch multi-node parallel job (On-Demand"
+        " only), each node with `gpus / nodes` GPUs and the rendezvous variables.",
+    )
+    deadline: DateTime | None = Field(
+        default=None,
+        description="When the job must be done (ISO-8601 with a zone, in the future): the deadline"
+        " guard moves it off Spot in time to make it.",
+    )
+    spot: SpotPreference = Field(
+        default=SpotPreference.AUTO,
+        description="`auto`: Spot or On-Demand, whichever the scheduler judges better; `required`:"
+        " Spot only; `never`: On-Demand only.",
+    )
+    checkpoint_interval_s: float = Field(
+        default=1800.0,
+        gt=0,
+        le=1e9,
+        strict=True,
+        description="Seconds between periodic checkpoints (the agent's SPOTLINE_CHECKPOINT_INTERVAL_S),"
+        " besides those a preemption, a Spot notice or SIGTERM ask for.",
+    )
+    expected_runtime_s: float | None = Field(
+        default=None,
+        gt=0,
+        le=1e9,
+        strict=True,
+        description="Your estimate of the run time without interruptions: the scheduler plans with it"
+        " until the job reports progress.",
+    )
+    max_runtime_s: float | None = Field(
+        default=None,
+        gt=0,
+        le=1e9,
+        strict=True,
+        description="A cap on the run time over all runs: each run gets what is left as its AWS Batch"
+        " attempt timeout, and a run that reaches it fails.",
+    )
     # An array (spotline.domain.arrays): indexes "0-15", or a sweep matrix; and its cap.
-    array: str | None = Field(default=None, min_length=1, max_length=256, strict=True)
-    sweep: dict[str, list[SweepValue]] | None = Field(default=None, max_length=16)
-    max_running: int | None = Field(default=None, gt=0, le=MAX_ARRAY_ELEMENTS, strict=True)
+    array: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=256,
+        strict=True,
+        description='An array of jobs, one per index: `"0-15"`, `"1,3,5-7"`, or Slurm\'s `"0-15%4"`'
+        " (with its cap); each element gets SPOTLINE_ARRAY_INDEX.",
+    )
+    sweep: dict[str, list[SweepValue]] | None = Field(
+        default=None,
+        max_length=16,
+        description="A sweep: one job per combination of the values (`{lr: [0.1, 0.01]}`); each element"
+        " gets `SPOTLINE_PARAM_<NAME>` and SPOTLINE_ARRAY_INDEX.",
+    )
+    max_running: int | None = Field(
+        default=None,
+        gt=0,
+        le=MAX_ARRAY_ELEMENTS,
+        strict=True,
+        description="With `array` or `sweep`: at most this many elements hold GPUs at once.",
+    )
     # Dependencies (Slurm's --dependency): job or array ids of the same team; afterok by default.
     after: list[Annotated[str, Field(min_length=1, max_length=64, strict=True)]] | None = Field(
-        default=None, min_length=1, max_length=MAX_DEPENDENCIES
+        default=None,
+        min_length=1,
+        max_length=MAX_DEPENDENCIES,
+        description="Job or array ids of the same team that must end before this job is queued.",
     )
-    dependency: Dependency | None = None
+    dependency: Dependency | None = Field(
+        default=None,
+        description="With `after`: `afterok` (the default: they must succeed) or `afterany` (any end).",
+    )
     env: Annotated[
         dict[str, Annotated[str, Field(strict=True)]] | None, AfterValidator(lambda v: v and check_env(v))
-    ] = None
+    ] = Field(
+        default=None,
+        description="Environment variables for the command (`{NAME: value}`): names `[A-Z_][A-Z0-9_]*`,"
+        f" at most {MAX_ENV_VARS}, values at most {MAX_ENV_VALUE} characters; AWS_*, SPOTLINE_*, ECS_*"
+        " and the rendezvous names are refused, and so is anything that looks like a secret (keep"
+        " secrets in Secrets Manager or Parameter Store).",
+    )
 
     @model_validator(mode="before")
     @classmethod

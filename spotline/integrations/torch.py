@@ -198,6 +198,27 @@ class DistributedCheckpointer:
         wait: bool = False,
     ) -> Future[CheckpointRecord | None]:
         """A sharded checkpoint of `state` at `step`, on every rank (collective)."""
+
+        def write(path: Path) -> Any:
+            if self.async_write and not wait:
+                return dcp_async_save(dict(state), checkpoint_id=str(path), process_group=self._write)
+            dcp_save(dict(state), checkpoint_id=str(path), process_group=self._write)
+            return None
+
+        return self.save_written(step, write, reason=reason, progress=progress, wait=wait)
+
+    def save_written(
+        self,
+        step: int,
+        write: Callable[[Path], Any],
+        *,
+        reason: CheckpointReason | str = CheckpointReason.MANUAL,
+        progress: float | None = None,
+        wait: bool = False,
+    ) -> Future[CheckpointRecord | None]:
+        """A checkpoint that `write(path)` writes into the directory `path` on every rank (a
+        collective of the framework's: each rank writes its own files; it may return a future,
+        whose `result()` the upload waits for); each rank then uploads the files `owner` gives it."""
         captured_at = self.agent.now()  # the state is the step's: later requests are not answered
         self.agent.wait_for_upload()  # one checkpoint in flight; its collectives come first
         started = time.monotonic()
@@ -209,11 +230,7 @@ class DistributedCheckpointer:
             shutil.rmtree(path)
         self._barrier()
         prefix = self._broadcast(store.new_files_prefix(step) if self.rank == 0 else None)
-        if self.async_write and not wait:
-            written: Any = dcp_async_save(dict(state), checkpoint_id=str(path), process_group=self._write)
-        else:
-            dcp_save(dict(state), checkpoint_id=str(path), process_group=self._write)
-            written = None
+        written = write(path)
 
         def upload() -> list[CheckpointFile]:
             mine: list[CheckpointFile] | None = None
@@ -248,16 +265,20 @@ class DistributedCheckpointer:
             started=started,
         )
 
+    def owner(self, name: str) -> int:
+        """The rank that uploads the file `name` of a checkpoint: a shard's own rank
+        (`__<rank>_<n>.distcp`), rank 0 for the metadata and anything else."""
+        match = _SHARD.fullmatch(Path(name).name)
+        return int(match.group(1)) if match else 0
+
     def _own_files(self, path: Path) -> dict[str, Path]:
-        """This rank's shard files (and, on rank 0, the metadata and any other file dcp wrote)."""
+        """The files of `path` this rank uploads (see `owner`)."""
         own: dict[str, Path] = {}
         for file in sorted(path.rglob("*")):
-            if not file.is_file():
-                continue
-            name = file.relative_to(path).as_posix()
-            match = _SHARD.fullmatch(file.name)
-            if (match and int(match.group(1)) == self.rank) or (not match and self.rank == 0):
-                own[name] = file
+            if file.is_file():
+                name = file.relative_to(path).as_posix()
+                if self.owner(name) == self.rank:
+                    own[name] = file
         return own
 
     # -- restore ----------------------------------------------------------------------------------
