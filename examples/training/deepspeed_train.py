@@ -12,21 +12,18 @@ uses DeepSpeed's CPU accelerator (gloo). Needs `pip install 'spotline[deepspeed]
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 
+import deepspeed  # its accelerator: CUDA where there is one, else the CPU (gloo)
 import torch
+from torch import nn
+from torch.nn import functional as F
+from torch.utils.data import TensorDataset
 
-os.environ.setdefault("DS_ACCELERATOR", "cpu" if not torch.cuda.is_available() else "cuda")
-import deepspeed  # noqa: E402  (after choosing its accelerator)
-from torch import nn  # noqa: E402
-from torch.nn import functional as F  # noqa: E402
-from torch.utils.data import TensorDataset  # noqa: E402
-
-from spotline.agent import EXIT_STOPPED, Agent  # noqa: E402
-from spotline.integrations.data import ResumableDataLoader  # noqa: E402
-from spotline.integrations.deepspeed import DeepSpeedCheckpointer  # noqa: E402
+from spotline.agent import EXIT_STOPPED, Agent
+from spotline.integrations.data import ResumableDataLoader
+from spotline.integrations.deepspeed import DeepSpeedCheckpointer
 
 
 def main() -> int:
@@ -39,7 +36,11 @@ def main() -> int:
 
     torch.manual_seed(args.seed)
     model = nn.Sequential(nn.Linear(8, 32), nn.Tanh(), nn.Dropout(0.1), nn.Linear(32, 1))
-    config = {"train_micro_batch_size_per_gpu": 16, "zero_optimization": {"stage": 2}, "steps_per_print": 10**9}
+    config = {
+        "train_micro_batch_size_per_gpu": 16,
+        "zero_optimization": {"stage": 2},
+        "steps_per_print": 10**9,
+    }
     engine, _, _, _ = deepspeed.initialize(
         model=model, optimizer=torch.optim.AdamW(model.parameters(), lr=1e-2), config=config
     )

@@ -57,7 +57,7 @@ def main() -> int:
     parser.add_argument("--examples", type=int, default=512)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--step-time-s", type=float, default=0.0)
-    parser.add_argument("--output-dir", default="/tmp/spotline-hf")
+    parser.add_argument("--local-dir", default="/tmp/spotline-hf", help="the Trainer's output_dir")
     args = parser.parse_args()
 
     torch.manual_seed(args.seed)
@@ -69,7 +69,7 @@ def main() -> int:
     trainer = Trainer(
         model=model,
         args=TrainingArguments(
-            output_dir=args.output_dir,
+            output_dir=args.local_dir,
             num_train_epochs=args.epochs,
             per_device_train_batch_size=16,
             seed=args.seed,
@@ -82,7 +82,7 @@ def main() -> int:
         callbacks=[spotline, PrintLoss(args.step_time_s)],
     )
     try:
-        trainer.train(resume_from_checkpoint=spotline.restore(args.output_dir))
+        trainer.train(resume_from_checkpoint=spotline.restore(args.local_dir))
     finally:
         spotline.close()
     return EXIT_STOPPED if spotline.stopped else 0

@@ -23,6 +23,7 @@ import pytest
 from typer.testing import CliRunner
 
 from spotline.cli import app
+from spotline.local.fleet import interpreter_first_on_path
 from spotline.local.runtime import LocalControlPlane
 
 pytestmark = [pytest.mark.frameworks, pytest.mark.slow]
@@ -75,7 +76,9 @@ def losses(text: str) -> dict[tuple[int, int], str]:
 
 def uninterrupted(case: Case, tmp: Path) -> dict[tuple[int, int], str]:
     """The same script run to its end outside the plane, with a checkpoint store of its own."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SPOTLINE_")}
+    # As the fleet runs it: this interpreter's bin first on PATH (DeepSpeed JIT-builds an op with the
+    # first `ninja` there, and a different one would build it again).
+    env = interpreter_first_on_path({k: v for k, v in os.environ.items() if not k.startswith("SPOTLINE_")})
     env.update(case.env, SPOTLINE_CHECKPOINT_URI=(tmp / "reference-store").as_uri(), SPOTLINE_HEARTBEAT_S="0")
     command = case.command(tmp / "reference")
     done = subprocess.run(
