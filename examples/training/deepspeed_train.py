@@ -68,6 +68,7 @@ def main() -> int:
             if stopped or step == args.steps:
                 break
     ckpt.close()  # waits for the last upload
+    deepspeed.comm.destroy_process_group()
     return EXIT_STOPPED if stopped else 0
 
 

@@ -89,6 +89,14 @@ def _job_rows(job: dict[str, Any]) -> list[tuple[str, str]]:
                 + f"{age(checkpoint.get('at'))}: {checkpoint.get('uri')}",
             )
         )
+    restored = job.get("restored") or {}
+    if restored:
+        rows.append(
+            (
+                "resumed from",
+                f"step {restored.get('step')} (run {restored.get('run')}): {restored.get('uri')}",
+            )
+        )
     rows.append(
         (
             "disruptions",

@@ -433,7 +433,8 @@ class LocalFleet:
             return
         job.started_at = int(time.time() * 1000)
         self._set(job, "RUNNING")
-        job.exit_code = job.process.wait()
+        code = job.process.wait()
+        job.exit_code = 128 - code if code < 0 else code  # a death by signal N, as Docker reports it
         logfile.close()
         self._finish(job, "SUCCEEDED" if job.exit_code == 0 and not job.status_reason else "FAILED")
 

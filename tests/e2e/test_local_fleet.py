@@ -129,3 +129,55 @@ def test_a_reclaimed_node_dies_after_the_notice_and_capacity_comes_back(tmp_path
         assert local.jobs[after].instances == [replacement.instance_id]
     finally:
         local.close()
+
+
+def test_a_script_ignoring_sigterm_gets_each_stop_and_is_killed_after_the_grace(tmp_path: Path) -> None:
+    # Given a job whose script ignores SIGTERM (it prints each one), under the agent's wrapper
+    events = Events()
+    local = LocalFleet(
+        [PoolSpec("spot", "q-spot", nodes=1, gpus_per_node=4, spot=True)],
+        events,
+        log_dir=tmp_path,
+        base_env={"PATH": "/usr/bin:/bin", "SPOTLINE_HEARTBEAT_S": "0"},
+        start_delay_s=0.0,
+        stop_grace_s=1.5,
+    )
+    script = (
+        "import signal, sys, time\n"
+        "signal.signal(signal.SIGTERM, lambda *_: print('got SIGTERM', flush=True))\n"
+        "print('ready', flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    try:
+        job = local.submit_job(
+            job_name="spotline-stubborn",
+            job_queue="q-spot",
+            command=["python", "-c", script],
+            environment={},
+            gpus=1,
+        )
+        deadline = time.time() + 20
+        while "ready" not in (
+            (local.log_path(job) or tmp_path / "none").read_text() if local.log_path(job) else ""
+        ):
+            assert time.time() < deadline, "the script never started"
+            time.sleep(0.05)
+        # When TerminateJob comes twice (the preempt workflow, then the reconciler's retry)
+        stopped_at = time.monotonic()
+        local.terminate_job(job, "Spotline: preempted")
+        time.sleep(0.3)
+        local.terminate_job(job, "Spotline: run no longer owned by its job (retry)")
+        detail = events.final(job)
+        # Then each SIGTERM reached the script, and it was killed the grace after the first
+        assert time.monotonic() - stopped_at >= 1.5
+        log = local.log_path(job)
+        assert log is not None and log.read_text().count("got SIGTERM") == 2
+        assert detail["status"] == "FAILED" and detail["attempts"][0]["container"]["exitCode"] == 128 + 9
+    finally:
+        local.close()
+
+
+def test_the_local_stop_grace_is_ten_seconds() -> None:
+    from spotline.local.fleet import STOP_GRACE_S
+
+    assert STOP_GRACE_S == 10.0  # what docs/training.md says

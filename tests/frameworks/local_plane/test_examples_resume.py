@@ -42,7 +42,8 @@ class Case:
     script: str
     args: tuple[str, ...]
     launcher: tuple[str, ...] = ()
-    env: dict[str, str] = field(default_factory=dict)
+    # (OMP_NUM_THREADS=1 as torchrun sets it: the number of threads changes float sums' order)
+    env: dict[str, str] = field(default_factory=lambda: {"OMP_NUM_THREADS": "1"})
 
     def command(self, local_dir: Path, *extra: str) -> list[str]:
         return [
@@ -61,7 +62,7 @@ CASES = {
     "transformers": Case(
         "transformers_train.py",
         ("--epochs", "2", "--examples", "320"),
-        env={"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"},  # through the job spec's env
+        env={"OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"},  # the spec's env
     ),
     "torchrun-ddp": Case("torchrun_ddp.py", ("--steps", "40"), TORCHRUN),
     "fsdp2": Case("fsdp2_train.py", ("--steps", "40"), TORCHRUN),
@@ -174,7 +175,7 @@ def test_the_documented_example_resumes_exactly_after_a_preemption_and_a_spot_wa
         "command": [sys.executable, *command] if not case.launcher else command,
         "spot": "required",
         "checkpoint_interval_s": 3600,
-        "env": {"OMP_NUM_THREADS": "1", **case.env},
+        "env": case.env,
     }
     job = Job(plane, body)
 
