@@ -14,7 +14,7 @@ SPECS = sorted((REPO / "examples" / "training").glob("*.yaml"))
 
 
 def test_every_integration_has_an_example_and_a_spec() -> None:
-    assert {p.stem for p in SPECS} == {"lightning", "transformers", "torchrun"}
+    assert {p.stem for p in SPECS} == {"lightning", "transformers", "torchrun", "fsdp2", "deepspeed"}
 
 
 @pytest.mark.parametrize("path", SPECS, ids=lambda p: p.stem)
