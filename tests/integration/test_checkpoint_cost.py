@@ -82,3 +82,33 @@ def test_a_negative_figure_is_refused_by_the_event_model(field: str) -> None:
         CheckpointCompletedDetail.model_validate(
             {"job_id": "j", "checkpoint_uri": "s3://b/m.json", "step": 1, field: -1}
         )
+
+
+@pytest.mark.parametrize(("write_s", "waits_to_the_end"), [(None, False), (20.0, False), (80.0, True)])
+def test_a_spot_interruption_waits_for_a_write_that_needs_the_whole_notice(
+    deployment: Deployment, write_s: float | None, waits_to_the_end: bool
+) -> None:
+    from spotline.control.events import handle_spot_warning
+
+    # Given a job on a Spot instance whose agent measured its checkpoint's write (or did not)
+    now = deployment.clock.freeze()
+    job = start(deployment, submit(deployment), instance_id="i-0aaaaaaaaaaaaaaa1")
+    if write_s is not None:
+        assert record_checkpoint(
+            deployment.plane,
+            job.id,
+            run_id=job.run_id,
+            checkpoint_uri="s3://bucket/ckpt/manifest-000000000001.json",
+            step=1,
+            captured_at=now,
+            write_s=write_s,
+            team="vision",
+        )
+    # When EC2 warns that instance
+    assert handle_spot_warning(deployment.plane, "i-0aaaaaaaaaaaaaaa1", now) == [job.id]
+    # Then the plane waits for the checkpoint until the notice less its margin, or, for a write
+    # that 1.5 times over would end in the margin, until the notice's end
+    config = deployment.plane.config
+    end = now + config.spot_notice_s
+    stored = deployment.plane.jobs.get(job.id)
+    assert stored.checkpoint_deadline_at == (end if waits_to_the_end else end - config.spot_notice_margin_s)
