@@ -37,6 +37,7 @@ def sigterm_marker(status_file: str) -> str:
     wrapper then reports the run as stopped, whatever status the child exits with."""
     return status_file + ".sigterm"
 
+
 # Set by AWS Batch in every container (and by the local fleet): the run's Batch job id. A node of
 # a multi-node parallel job is a child job, `<job id>#<node index>`.
 ENV_BATCH_JOB_ID = "AWS_BATCH_JOB_ID"

@@ -281,7 +281,8 @@ def check_command_size(command: Sequence[str], env: Mapping[str, str] | None = N
     what AWS Batch would refuse at launch: the command and the job's own environment, as JSON,
     must leave room for the agent's environment in the 8 KiB of container overrides."""
     size = len(json.dumps(list(command)).encode())
-    env_size = len(json.dumps([{"name": k, "value": v} for k, v in (env or {}).items()]).encode()) if env else 0
+    entries = [{"name": k, "value": v} for k, v in (env or {}).items()]
+    env_size = len(json.dumps(entries).encode()) if entries else 0
     if size + env_size > COMMAND_LIMIT_BYTES:
         field = "env" if env_size and size <= COMMAND_LIMIT_BYTES else "command"
         raise InvalidRequest.field(
