@@ -75,3 +75,21 @@ def test_the_results_list_names_every_dated_results_file() -> None:
     assert dated, "bench/results/ has no results file"
     for name in dated:
         assert f"`bench/results/{name}`" in listed
+
+
+def test_the_job_spec_page_lists_every_field_with_what_it_does() -> None:
+    from spotline.domain.models import JobSpec
+
+    assert "<!-- spotline:job-spec -->" in (DOCS / "job-spec.md").read_text()
+    page = hooks.render_job_spec()
+    for name, field in JobSpec.model_fields.items():
+        assert f"| `{name}` |" in page
+        assert field.description and field.description.split("`")[0][:30] in page, name
+
+
+def test_the_integrations_page_includes_each_example_the_framework_tests_run() -> None:
+    from tests.frameworks.local_plane.test_examples_resume import CASES
+
+    page = (DOCS / "training-integrations.md").read_text()
+    for case in CASES.values():
+        assert f'--8<-- "examples/training/{case.script}"' in page, case.script
