@@ -544,6 +544,18 @@ def run_cost_writes(
     return writes
 
 
+def lost_credit_write(*, team: str, pool: str, at: float, gpu_s: float) -> Write:
+    """Give back `gpu_s` of lost work charged to `pool` in the month of `at`."""
+    key = cost_key(team, month_of(at))
+
+    def credited(item: Item | None) -> Item:
+        item = item or {"pk": key}
+        item[LOST_GPU_S + pool] = item.get(LOST_GPU_S + pool, 0) - round(gpu_s, 3)
+        return item
+
+    return Write(LEDGER, key, None, credited)
+
+
 class MemoryCosts:
     """The `CostStore` port: each team's ended runs per month (added with each release)."""
 
@@ -894,6 +906,31 @@ class MemoryJobs:
         entry = TimelineEntry(record.id, new.version, now, record.state.value, record.state.value, reason)
         items, roles = self.transition_items(record, new, [entry], [], [])
         self.commit_together([PreparedTransition(record, new, (entry,), items, roles)])
+        return new
+
+    def annotate(
+        self,
+        record: JobRecord,
+        reason: str,
+        *,
+        now: float,
+        job: Mapping[str, Any] | None = None,
+        changes: Mapping[str, Any] | None = None,
+        lost_gpu_s_returned: float = 0.0,
+    ) -> JobRecord:
+        new = record.with_changes(
+            job={**(job or {}), "version": record.version + 1}, updated_at=now, **dict(changes or {})
+        )
+        entry = TimelineEntry(record.id, new.version, now, record.state.value, record.state.value, reason)
+        extra: list[Write] = []
+        loss = record.lost_work
+        if lost_gpu_s_returned > 0 and loss is not None and loss.pool is not None:
+            extra = [
+                lost_credit_write(team=record.team, pool=loss.pool, at=loss.until, gpu_s=lost_gpu_s_returned)
+            ]
+        roles = [("other", f"cost {record.team}")] * len(extra)
+        items, item_roles = self.transition_items(record, new, [entry], extra, roles)
+        self.commit_together([PreparedTransition(record, new, (entry,), items, item_roles)])
         return new
 
     def _signal_write(self, team: str, job_id: str, values: Mapping[str, Any]) -> Write:
@@ -1380,7 +1417,7 @@ class MemoryImages:
         if "@" in image:
             return image
         name = image.rsplit("/", 1)[-1]
-        repository, tag = (image.rsplit(":", 1) if ":" in name else (image, "latest"))
+        repository, tag = image.rsplit(":", 1) if ":" in name else (image, "latest")
         digest = self.digests.get(f"{repository}:{tag}")
         if digest is not None:
             return f"{repository}@{digest}"

@@ -318,6 +318,52 @@ def test_update_spec_bumps_the_version_with_an_entry_in_the_same_state(stores: S
         stores.jobs.update_spec(read, read.job.spec, "from a stale read", now=NOW + 2)
 
 
+def test_annotate_bumps_the_version_with_an_entry_and_can_give_lost_work_back(stores: Stores) -> None:
+    from spotline.control.records import LostWork
+
+    # Given a run that ended charged with an hour of lost work on 8 GPUs
+    record = admit(stores, stores.jobs.create(job("job-a"), now=NOW, reason="submitted"))
+    running = stores.jobs.transition(record, JobState.RUNNING, "started", now=NOW)
+    requeued = stores.jobs.transition(
+        running,
+        JobState.PENDING,
+        "requeued",
+        via=JobState.INTERRUPTED,
+        now=NOW + 3600,
+        job={"lost_work_s": 3600.0},
+        changes={"lost_work": LostWork(run=1, since=NOW, until=NOW + 3600, gpus=8, pool="a100-spot")},
+    )
+    month = stores.costs.months(["vision"], month_of(NOW), [], NOW + 3600)["vision"]
+    assert month.lost_gpu_s == {"a100-spot": 8 * 3600.0}
+    # When a late checkpoint gives back 3000 s of it
+    noted = stores.jobs.annotate(
+        requeued,
+        "late checkpoint",
+        now=NOW + 3700,
+        job={"lost_work_s": 600.0, "last_checkpoint_step": 9},
+        changes={"restored_step": 9},
+        lost_gpu_s_returned=8 * 3000.0,
+    )
+    # Then the record, its timeline and the team's month say so, in one write
+    assert stores.jobs.get("job-a") == noted and noted.version == requeued.version + 1
+    assert (noted.state, noted.job.lost_work_s, noted.job.last_checkpoint_step) == (
+        JobState.PENDING,
+        600.0,
+        9,
+    )
+    assert noted.lost_work == requeued.lost_work and noted.restored_step == 9
+    assert [(e.source, e.target, e.reason) for e in entries(stores, "job-a")][-1] == (
+        "PENDING",
+        "PENDING",
+        "late checkpoint",
+    )
+    month = stores.costs.months(["vision"], month_of(NOW), [], NOW + 3700)["vision"]
+    assert month.lost_gpu_s == {"a100-spot": 8 * 600.0}
+    # And from a stale read it changes nothing
+    with pytest.raises(StaleJobError):
+        stores.jobs.annotate(requeued, "again", now=NOW + 3800)
+
+
 # --- writes that are not transitions --------------------------------------------------------------
 
 
