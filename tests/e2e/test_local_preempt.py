@@ -43,8 +43,9 @@ def test_local_preempt_checkpoints_stops_and_requeues_a_job_that_resumes(
         # When it is preempted from the command line
         done = runner.invoke(app, ["local", "preempt", "--job", job_id])
         assert done.exit_code == 0 and "preempting" in done.stdout, done.output
+        # (asked twice: the same workflow execution, or refused once the job is no longer RUNNING)
         again = runner.invoke(app, ["local", "preempt", "--job", job_id])
-        assert again.exit_code == 1  # already being preempted, or no longer RUNNING
+        assert again.exit_code in (0, 1), again.output
         # Then it is requeued once and runs again, from its checkpoint
         deadline = time.time() + 90
         view = api.get(f"/jobs/{job_id}", headers=vision).json()
@@ -61,7 +62,8 @@ def test_local_preempt_checkpoints_stops_and_requeues_a_job_that_resumes(
         # And the spec's env reached the process
         logs = runner.invoke(app, ["logs", job_id])
         assert logs.exit_code == 0 and "hello from the spec" in logs.stdout, logs.output
-        wait_for(api, job_id, vision, {"SUCCEEDED"}, timeout_s=120)
+        finished = wait_for(api, job_id, vision, {"SUCCEEDED"}, timeout_s=120)
+        assert finished["preemptions"] == 1  # one preemption, however often it was asked
         # A job that is not running cannot be preempted; a job no team has is unknown
         ended = runner.invoke(app, ["local", "preempt", "--job", job_id])
         assert ended.exit_code == 1 and "only a RUNNING job" in ended.stderr
