@@ -162,6 +162,8 @@ class Wait:
     why: WaitReason
     reason: str
     action: str = "wait"
+    # (pool, GPUs): the free GPUs held for it in this pass, as the first blocked gang.
+    holds: tuple[str, int] | None = None
 
 
 @dataclass(slots=True)

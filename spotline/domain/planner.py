@@ -466,6 +466,7 @@ class _Pass:
         running = (a for members in self.indexed.groups.get(pool.name, {}).values() for a in members.values())
         self.gang_hold = hold_for(job, pool, self.ledger, running, self.now, self.config)
         if self.gang_hold is not None:
+            wait.holds = (pool.name, self.gang_hold.gpus)
             self._changed_ledger()
 
     # --- helpers ------------------------------------------------------------------------------

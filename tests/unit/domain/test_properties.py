@@ -32,6 +32,7 @@ from spotline.domain import (
     SortedQueue,
     TeamQuota,
     VictimStrategy,
+    Wait,
     effective_priority,
     fairshare_factor,
     plan,
@@ -264,6 +265,7 @@ class Replay:
         self.present, self.team_used = usage_of(self.snapshot.allocations)  # victims still there
         self.after = dict(self.present)  # once every victim has left and every preemptor runs
         self.reserved: dict[str, int] = {}  # what the planner holds back for preemptors
+        self.held: dict[str, int] = {}  # free GPUs held for the pass's first blocked gang
         self.gone: set[str] = set()
         self.by_id = {a.job.id: a for a in self.snapshot.allocations}
         self.fairshare = {
@@ -281,8 +283,18 @@ class Replay:
         assert self.present.get(name, 0) <= capacity, f"{name} over-committed while victims leave"
         assert self.after.get(name, 0) <= capacity, f"{name} over-committed once they have left"
 
+    def hold(self, d: Wait) -> None:
+        if d.holds is not None:
+            pool, gpus = d.holds
+            self.held[pool] = self.held.get(pool, 0) + gpus
+
     def admit(self, d: Admit) -> None:
         demand = self.snapshot.pools[d.pool].demand_gpus(d.job)
+        if self.held.get(d.pool):
+            # A job backfilled into the gang's hold takes the held GPUs it needs beyond the free.
+            capacity = self.snapshot.pools[d.pool].capacity_gpus
+            free = capacity - self.present.get(d.pool, 0) - self.reserved.get(d.pool, 0) - self.held[d.pool]
+            self.held[d.pool] -= min(self.held[d.pool], max(0, demand - free))
         team = d.job.team
         new_usage = self.team_used.get(team, 0) + demand
         assert quota_allows(team, new_usage, self.team_used, self.snapshot.quotas), f"{d.job.id} over quota"
@@ -333,7 +345,10 @@ class Replay:
 
     def check_minimal(self, d: Preempt, victims: list[Allocation], target: Pool) -> None:
         """The victims free enough, and no proper subset of them does (by brute force)."""
-        pool_used = {n: self.present.get(n, 0) + self.reserved.get(n, 0) for n in self.snapshot.pools}
+        pool_used = {
+            n: self.present.get(n, 0) + self.reserved.get(n, 0) + self.held.get(n, 0)
+            for n in self.snapshot.pools
+        }
         ledger = Ledger(self.snapshot.pools, self.snapshot.quotas, pool_used, dict(self.team_used))
         assert ledger.fits_without(d.job, target, victims)
         for size in range(len(victims)):
@@ -360,6 +375,8 @@ def test_plan_never_over_commits_and_preempts_only_eligible_minimal_sets(scenari
             replay.preempt(d)
         else:
             assert d.reason
+            if isinstance(d, Wait):
+                replay.hold(d)
 
 
 @PROPERTY
