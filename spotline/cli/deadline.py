@@ -42,7 +42,8 @@ def deadline_command(
         list[float],
         typer.Option(
             "--start-hour",
-            help="Hour of the trace at which the job starts (on the trace's grid); repeat for several.",
+            help="Hour of the trace at which the job starts; repeat for several. A start off the"
+            " trace's grid is snapped to the nearest tick (within half a tick), and the output says so.",
         ),
     ],
     policy: Annotated[str, typer.Option("--policy", help=f"One of {', '.join(POLICY_NAMES)}.")],
@@ -52,11 +53,12 @@ def deadline_command(
 
     Each trace step the job is idle, on Spot (only while the trace has an instance) or On-Demand;
     every switch to a running state costs D hours without progress at the new state's price; Spot
-    costs 1 per hour and On-Demand K; the cost is reported as a fraction of K * C.
+    costs 1 per hour and On-Demand K; the cost is reported as a fraction of K * C. A trace's
+    `prices` (SkyPilot's preemption traces) are accepted and not used: the cost is in Spot hours.
     """
     from spotline.cli.outfile import OutputError, check_file, write_text
     from spotline.sim.availability import AvailabilityError, load_availability
-    from spotline.sim.deadline import JobSetup, simulate_deadline
+    from spotline.sim.deadline import JobSetup, grid_tick, simulate_deadline, snap_note
 
     if policy not in POLICY_NAMES:
         raise _fail(f"--policy: unknown policy {policy!r} (one of {', '.join(POLICY_NAMES)})")
@@ -68,13 +70,23 @@ def deadline_command(
         setup.check()
         trace = load_availability(availability)
         outcomes = simulate_deadline(trace, setup, start_hour, policy)
+        notes = [note for note in (snap_note(trace, s) for s in dict.fromkeys(start_hour)) if note]
+        grid = [grid_tick(trace, o.start_hour) * trace.gap_hours for o in outcomes]
     except (AvailabilityError, OutputError, ValueError) as error:
         raise _fail(str(error)) from None
-    document = {"results": [o.to_json() for o in outcomes]}
+    if trace.prices is not None:
+        notes.append(
+            f"the trace's 'prices' (Spot per hour, {min(trace.prices):g} to {max(trace.prices):g}) are not"
+            f" used: cost counts Spot hours at 1 and On-Demand hours at --price-ratio {price_ratio:g}"
+        )
+    results = [{**o.to_json(), "grid_start_hour": round(g, 9)} for o, g in zip(outcomes, grid, strict=True)]
+    document: dict[str, object] = {"results": results, "notes": notes}
     try:
         write_text(json_out, json.dumps(document, indent=2) + "\n", "--json")
     except OutputError as error:
         raise _fail(str(error)) from None
+    for note in notes:
+        typer.echo(f"note: {note}")
     met = sum(o.met_deadline for o in outcomes)
     mean = sum(o.cost_fraction_of_on_demand for o in outcomes) / len(outcomes)
     typer.echo(

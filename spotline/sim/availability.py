@@ -5,6 +5,11 @@ A trace is SkyPilot's format (skypilot-org/spot-traces, the data of "Can't Be La
 be obtained at tick i. The capacity is piecewise constant: `n_i` holds over
 `[i * G, (i + 1) * G)` seconds from the trace start. The repository ships the traces it uses under
 `spotline/sim/data/availability/` (see the README there for provenance).
+
+SkyPilot's preemption traces also carry `"prices": [p0, p1, ...]`, the Spot price per hour at each
+tick. It is accepted and validated (one finite price >= 0 per tick) and kept on the trace; the
+benchmarks price Spot at 1 and On-Demand at a fixed ratio, so they do not use it (see
+`AvailabilityTrace.prices`).
 """
 
 from __future__ import annotations
@@ -29,6 +34,9 @@ class AvailabilityTrace:
     name: str
     gap_seconds: int
     counts: tuple[int, ...]
+    # The Spot price per hour at each tick, when the file has one (SkyPilot's preemption traces);
+    # kept for the record: the benchmarks' cost model prices Spot at 1 and On-Demand at a ratio.
+    prices: tuple[float, ...] | None = None
 
     @property
     def gap_hours(self) -> float:
@@ -62,10 +70,11 @@ def parse_availability(text: str, name: str) -> AvailabilityTrace:
         raise AvailabilityError(f"{name}: {error.args[0]} is not a number JSON allows") from None
     if not isinstance(document, dict):
         raise AvailabilityError(f"{name}: expected a JSON object with 'metadata' and 'data'")
-    unknown = sorted(set(document) - {"metadata", "data"})
+    unknown = sorted(set(document) - {"metadata", "data", "prices"})
     if unknown:
         raise AvailabilityError(
-            f"{name}: unknown key(s) {', '.join(unknown)} (expected 'metadata' and 'data')"
+            f"{name}: unknown key(s) {', '.join(unknown)} (expected 'metadata', 'data' and,"
+            " optionally, 'prices')"
         )
     metadata = document.get("metadata")
     if not isinstance(metadata, dict):
@@ -83,7 +92,26 @@ def parse_availability(text: str, name: str) -> AvailabilityTrace:
                 f"{name}: data[{index}] must be a whole number of instances >= 0, got {value!r}"
             )
         counts.append(int(value))
-    return AvailabilityTrace(name=name, gap_seconds=int(gap), counts=tuple(counts))
+    prices = _prices(document["prices"], len(counts), name) if "prices" in document else None
+    return AvailabilityTrace(name=name, gap_seconds=int(gap), counts=tuple(counts), prices=prices)
+
+
+def _prices(raw: object, ticks: int, name: str) -> tuple[float, ...]:
+    """A preemption trace's `prices`: one finite Spot price >= 0 per tick of `data`."""
+    if not isinstance(raw, list) or len(raw) != ticks:
+        got = f"{len(raw)} entries" if isinstance(raw, list) else type(raw).__name__
+        raise AvailabilityError(
+            f"{name}: 'prices' must be a list of one price per tick of 'data' ({ticks}), got {got}"
+        )
+    prices: list[float] = []
+    for index, value in enumerate(raw):
+        fault = f"{name}: prices[{index}] must be a finite price >= 0, got {value!r}"
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise AvailabilityError(fault)
+        if not 0 <= value < math.inf:
+            raise AvailabilityError(fault)
+        prices.append(float(value))
+    return tuple(prices)
 
 
 class _NonFinite(ValueError):

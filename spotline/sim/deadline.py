@@ -116,18 +116,41 @@ class Step:
 Policy = Callable[[Step], Placement]
 
 
-def first_tick(trace: AvailabilityTrace, setup: JobSetup, start_hour: float) -> int:
-    """The tick a start hour falls on; refuses a start off the trace's grid or too late."""
+def grid_tick(trace: AvailabilityTrace, start_hour: float) -> int:
+    """The tick nearest a start hour. A start within half a tick of a tick boundary (published
+    start hours are rounded, e.g. 134.117 h on a 195 s grid) is snapped to it; one exactly halfway
+    between two boundaries is refused, since neither is nearer."""
     if not (math.isfinite(start_hour) and start_hour >= 0):
         raise ValueError(f"--start-hour must be a finite number >= 0, got {start_hour:g}")
     ticks = start_hour * 3600.0 / trace.gap_seconds
     tick = round(ticks)
-    if abs(ticks - tick) > 1e-6:
+    if abs(ticks - tick) >= 0.5 - 1e-9:
         raise ValueError(
-            f"--start-hour {start_hour:g} is not on the trace's {trace.gap_seconds} s grid"
-            f" (use a multiple of {trace.gap_hours:g} h)"
+            f"--start-hour {start_hour:g} lies halfway between two ticks of the trace's"
+            f" {trace.gap_seconds} s grid ({math.floor(ticks) * trace.gap_hours:g} h and"
+            f" {math.ceil(ticks) * trace.gap_hours:g} h); give one of them"
         )
-    if start_hour + setup.deadline_h > trace.hours + EPS:
+    return tick
+
+
+def snap_note(trace: AvailabilityTrace, start_hour: float) -> str | None:
+    """What snapping a start to the grid did, or None for a start on the grid (to 1e-6 ticks)."""
+    tick = grid_tick(trace, start_hour)
+    off_s = start_hour * 3600.0 - tick * trace.gap_seconds
+    if abs(off_s) <= 1e-6 * trace.gap_seconds:
+        return None
+    return (
+        f"--start-hour {start_hour:g} is not on the trace's {trace.gap_seconds} s grid: snapped to"
+        f" {tick * trace.gap_hours:.6g} h (tick {tick},"
+        f" {abs(off_s):.1f} s {'earlier' if off_s > 0 else 'later'})"
+    )
+
+
+def first_tick(trace: AvailabilityTrace, setup: JobSetup, start_hour: float) -> int:
+    """The tick a start hour falls on (snapped to the grid within half a tick, `grid_tick`);
+    refuses a start whose window runs past the trace's end."""
+    tick = grid_tick(trace, start_hour)
+    if tick * trace.gap_hours + setup.deadline_h > trace.hours + EPS:
         raise ValueError(
             f"--start-hour {start_hour:g} + --deadline-hours {setup.deadline_h:g} run past the end of"
             f" {trace.name} ({trace.hours:g} h)"

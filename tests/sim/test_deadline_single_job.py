@@ -131,11 +131,14 @@ def test_the_cli_follows_the_contract(tmp_path: Path) -> None:
             "--json", str(out)]  # fmt: skip
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
-    results = json.loads(out.read_text())["results"]
+    document = json.loads(out.read_text())
+    results = document["results"]
     assert [r["start_hour"] for r in results] == [0.0, 50.0]
+    assert [r["grid_start_hour"] for r in results] == [0.0, 50.0]  # both on the 600 s grid
+    assert document["notes"] == []  # nothing snapped, no prices
     for r in results:
-        assert set(r) == {"start_hour", "policy", "cost_fraction_of_on_demand", "met_deadline",
-                          "spot_hours", "on_demand_hours", "changeovers"}  # fmt: skip
+        assert set(r) == {"start_hour", "grid_start_hour", "policy", "cost_fraction_of_on_demand",
+                          "met_deadline", "spot_hours", "on_demand_hours", "changeovers"}  # fmt: skip
         assert r["policy"] == "uniform-progress" and r["met_deadline"] is True
 
 
@@ -143,7 +146,7 @@ def test_the_cli_follows_the_contract(tmp_path: Path) -> None:
     ("change", "message"),
     [
         ({"--policy": "cheapest"}, "unknown policy"),
-        ({"--start-hour": "0.05"}, "grid"),
+        ({"--start-hour": "0.08333333333333333"}, "halfway between two ticks"),  # 300 s on a 600 s grid
         ({"--start-hour": "640"}, "past the end"),
         ({"--job-hours": "-1"}, "--job-hours"),
         ({"--price-ratio": "0.5"}, "--price-ratio"),
