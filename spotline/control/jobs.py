@@ -35,6 +35,7 @@ from spotline.control.records import ACTIVE_STATES, ArrayRecord, JobRecord, Time
 from spotline.control.settings import principal_key
 from spotline.control.usage import check_budget
 from spotline.domain import TERMINAL_STATES, Job, JobSpec, JobState, Priority, effective_priority
+from spotline.domain.elastic import size_refusal
 from spotline.domain.models import DateTime
 from spotline.domain.preemption import estimated_remaining_s
 from spotline.domain.priority import fairshare_factor, wait_s
@@ -264,6 +265,10 @@ def validate_spec(cp: ControlPlane, team: str, body: Mapping[str, Any], now: flo
         raise InvalidRequest.field(
             "gpus", f"no pool can host {spec.gpus} GPUs on {spec.nodes} node(s) of this type ({shapes}{gang})"
         )
+    refused = size_refusal(spec, cp.config.pools)
+    if refused is not None:
+        field, why = refused
+        raise InvalidRequest([{"loc": ["body", *field.split(".")], "msg": why, "type": "value_error"}])
     return spec
 
 

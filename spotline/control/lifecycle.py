@@ -21,6 +21,7 @@ from spotline.control.ports import BatchJobRequest, execution_name
 from spotline.control.records import Disruption, JobRecord, LostWork
 from spotline.domain import JobState
 from spotline.domain.arrays import element_environment
+from spotline.domain.elastic_spec import WORLD_SIZE_ENV
 
 logger = logging.getLogger(__name__)
 
@@ -327,6 +328,9 @@ def launch_request(cp: ControlPlane, record: JobRecord) -> BatchJobRequest:
         resources.AGENT_ENV_CHECKPOINT_INTERVAL_S: f"{job.spec.checkpoint_interval_s:g}",
         resources.AGENT_ENV_POLL_S: f"{cp.config.agent_poll_s:g}",
     }
+    if job.spec.elastic is not None:
+        # The size this run has (it changes with each resize): the job sets its world size from it.
+        environment[WORLD_SIZE_ENV] = str(job.spec.gpus)
     if job.array_id is not None and job.array_index is not None:
         environment.update(element_environment(job.array_id, job.array_index, job.array_params or {}))
     uri = cp.settings.checkpoint_uri(job.team, job.id)

@@ -44,6 +44,7 @@ from spotline.domain import (
     plan_with_stats,
 )
 from spotline.domain.checkpoint_cost import grace_period_s
+from spotline.domain.decisions import Resize
 from spotline.domain.preemption import estimated_remaining_s, lost_work_gpu_s
 from spotline.domain.priority import wait_s
 from spotline.domain.queue import WINDOW_PER_CLASS
@@ -215,7 +216,7 @@ def scheduling_pass(cp: ControlPlane, *, act_until: float | None = None) -> Pass
                 result.left_for_next_pass = len(decisions) - done
                 break
             # (A move's job is a running one, not one of the queue's.)
-            moving = isinstance(decision, Move)
+            moving = isinstance(decision, (Move, Resize))
             subject = active_by_id.get(decision.job.id) if moving else queue.records[decision.job.id]
             if subject is None:
                 continue
@@ -265,6 +266,11 @@ def act(
         elif isinstance(decision, Move):
             if move(cp, record, decision, now=now):
                 result.moved.append((record.id, decision.pool))
+        elif isinstance(decision, Resize):
+            # A growth into idle GPUs: not carried out by the control plane yet (docs: elastic.md).
+            result.skipped.append(
+                (record.id, "an elastic job's growth: not carried out by the control plane")
+            )
         elif isinstance(decision, Wait):
             result.waiting += 1
             if note_wait(cp, record, decision.reason):

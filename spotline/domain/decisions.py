@@ -140,9 +140,30 @@ class Admit:
 
 
 @dataclass(slots=True)
+class Resize:
+    """Checkpoint the elastic `job`, running on `from_gpus` in `pool`, stop it and restart it
+    there on `to_gpus` (its GPUs stay held meanwhile): a shrink that makes room for the job
+    `for_job`, a give-back of GPUs it grew into, or a growth into idle GPUs (`for_job` None)."""
+
+    job: Job
+    pool: str
+    from_gpus: int
+    to_gpus: int
+    effective_priority: float
+    reason: str
+    for_job: str | None = None
+    action: str = "resize"
+
+    @property
+    def shrinks(self) -> bool:
+        return self.to_gpus < self.from_gpus
+
+
+@dataclass(slots=True)
 class Preempt:
     """Checkpoint and stop `victims` in `pool` (or stop them at once when `checkpoint` is
-    False: `SchedulerConfig.stop_at_once_for`); `job` is admitted once they have left."""
+    False: `SchedulerConfig.stop_at_once_for`); `job` is admitted once they have left. A victim
+    with a `Resize` in `resizes` is an elastic job shrunk instead: it restarts smaller in `pool`."""
 
     job: Job
     pool: str
@@ -151,6 +172,7 @@ class Preempt:
     reason: str
     checkpoint: bool = True
     action: str = "preempt"
+    resizes: tuple[Resize, ...] = ()
 
 
 @dataclass(slots=True)
@@ -190,7 +212,7 @@ class Move:
         return MovingTo(pool=self.pool)
 
 
-Decision = Admit | Preempt | Wait | Move
+Decision = Admit | Preempt | Wait | Move | Resize
 
 
 @dataclass(frozen=True)

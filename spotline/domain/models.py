@@ -33,6 +33,7 @@ from spotline.domain.arrays import (
     parse_array_range,
     sweep_elements,
 )
+from spotline.domain.elastic_spec import ElasticSpec
 
 
 class Priority(StrEnum):
@@ -379,6 +380,13 @@ class JobSpec(BaseModel):
         " secrets in Secrets Manager or Parameter Store).",
     )
 
+    elastic: ElasticSpec | None = Field(
+        default=None,
+        description="An elastic job (`{min_gpus, max_gpus, sizes or step, cooldown_s}`): shrunk toward"
+        " min_gpus instead of preempted, grown into idle GPUs up to max_gpus; each resize is a"
+        " checkpoint and a restart at the new size (`gpus` is the size it runs at; docs: elastic.md).",
+    )
+
     @model_validator(mode="before")
     @classmethod
     def _array_cap_suffix(cls, data: Any) -> Any:
@@ -454,7 +462,24 @@ class JobSpec(BaseModel):
             raise ValueError("max_running: applies to an array; give array or sweep")
         if self.dependency is not None and self.after is None:
             raise ValueError("dependency: applies to jobs named in after; give after")
+        if self.elastic is not None:
+            self._check_elastic(self.elastic)
         return self
+
+    def _check_elastic(self, elastic: ElasticSpec) -> None:
+        """`gpus` is one of its sizes; a multi-node job's sizes are whole nodes of its shape."""
+        if self.gpus not in elastic.ladder():
+            raise ValueError(f"elastic: gpus={self.gpus} is not one of its sizes {list(elastic.ladder())}")
+        if self.nodes > 1:
+            per_node = self.gpus_per_node
+            listed = elastic.sizes is not None or elastic.step is not None
+            sizes = elastic.ladder() if listed else (elastic.min_gpus, elastic.max_gpus)
+            odd = [s for s in sizes if s % per_node]
+            if odd:
+                raise ValueError(
+                    f"elastic: size {odd[0]} is not a whole number of nodes of {per_node} GPUs"
+                    " (a multi-node job grows and shrinks by whole nodes)"
+                )
 
     @property
     def is_array(self) -> bool:
@@ -468,6 +493,18 @@ class JobSpec(BaseModel):
         if self.sweep is not None:
             return list(enumerate(sweep_elements(self.sweep)))
         return [(0, {})]
+
+    def elastic_sizes(self) -> tuple[int, ...]:
+        """The sizes it may run at (just `gpus` for a job that is not elastic)."""
+        if self.elastic is None:
+            return (self.gpus,)
+        return self.elastic.node_sizes(self.gpus_per_node) if self.nodes > 1 else self.elastic.ladder()
+
+    def at_size(self, gpus: int) -> JobSpec:
+        """The spec resized to `gpus` (one of `elastic_sizes`): a multi-node job keeps its GPUs per
+        node and changes its node count."""
+        nodes = gpus // self.gpus_per_node if self.nodes > 1 else 1
+        return self.model_copy(update={"gpus": gpus, "nodes": nodes})
 
     def element_spec(self) -> JobSpec:
         """The spec each element stores: the array's fields left out (the element's own index,
@@ -513,6 +550,11 @@ class Job(BaseModel):
     interruptions: int = 0
     lost_work_s: float = 0.0
     pool: str | None = None
+    # When its last resize (an elastic job's) started: the next waits its `elastic.cooldown_s`.
+    resized_at: float | None = None
+    # The size an elastic job ran at before it first grew into idle GPUs: what it holds above
+    # it is given back first when a job arrives (None: it never grew).
+    base_gpus: int | None = Field(default=None, gt=0)
     # An array's element: the array's id, its index and parameters, and the array's cap.
     array_id: str | None = None
     array_index: int | None = None
@@ -646,6 +688,14 @@ class Allocation(BaseModel):
     gpus: int = Field(gt=0)
     # Set while the job checkpoints before it leaves (it cannot be picked again).
     draining_for: DrainTarget | None = None
+    # An elastic job's resize under way: the size it restarts at here once its checkpoint is
+    # written (`gpus` is what it holds meanwhile: the larger of the two sizes).
+    resize_to: int | None = Field(default=None, gt=0)
+
+    @property
+    def leaving_gpus(self) -> int:
+        """GPUs it gives back when it has checkpointed: all of them, or a shrink's difference."""
+        return self.gpus if self.resize_to is None else max(0, self.gpus - self.resize_to)
 
 
 class SpotPoolSignal(BaseModel):

@@ -38,14 +38,16 @@ from spotline.domain.decisions import (
     PlanStats,
     Preempt,
     PreemptionDelay,
+    Resize,
     SpareClaimed,
     Wait,
     WaitReason,
 )
+from spotline.domain.elastic import Shrink, growth_sizes, shrinks_for
 from spotline.domain.explain import wait_text
 from spotline.domain.extension import PassHooks, PlannerExtension
 from spotline.domain.gang_hold import GANG_HOLD_AFTER_S, GangHold, backfill_into, hold_for
-from spotline.domain.models import ClusterSnapshot, Job, MovingTo, Pool, Priority
+from spotline.domain.models import Allocation, ClusterSnapshot, Job, MovingTo, Pool, Priority
 from spotline.domain.moves import moves_to_on_demand, moves_to_spot
 from spotline.domain.placement import candidate_pools, guard_refused_spot
 from spotline.domain.preemption import Candidate, estimated_remaining_s, select_victims, stops_at_once
@@ -70,6 +72,7 @@ __all__ = [
     "PendingQueue",
     "PlanStats",
     "Preempt",
+    "Resize",
     "SortedQueue",
     "Wait",
     "deadline_key",
@@ -144,6 +147,9 @@ def plan_with_stats(
         state.hooks = extension.for_pass(snapshot, now, config)
         state.variant = extension.name
     state.indexed = indexed
+    for allocation in indexed.allocations():
+        if allocation.job.spec.elastic is not None:
+            state.elastic.setdefault(allocation.pool, []).append(allocation)
     state.plans = PassPlans.for_pass(snapshot, window, config, now, snapshot.allocations)
     state.reserve_for_draining(window)
     decisions: list[Decision] = [state.decide(job, priority) for job, priority in ranked(window, score)]
@@ -159,6 +165,7 @@ def plan_with_stats(
     for move in moves:
         state.hooks.decided(move)
     decisions.extend(moves)
+    decisions.extend(state.grow_elastic(window_per_class, budget - len(moves)))
     return decisions, PlanStats(candidates_examined=len(window), running_considered=len(indexed))
 
 
@@ -223,6 +230,10 @@ class _Pass:
         # A simulator variant's hooks, and its name (`extension.py`); the default ones do nothing.
         self.hooks = PassHooks()
         self.variant = ""
+        # Pools a job of the window could use and waits for, or preempts in: no growth there.
+        self.wanted: set[str] = set()
+        # The running elastic jobs, by pool (none: the elastic checks do nothing).
+        self.elastic: dict[str, list[Allocation]] = {}
         self.checks: tuple[_Check, ...] = (
             self._draining,
             self._array_cap,
@@ -232,6 +243,7 @@ class _Pass:
             self._held_for_gang,
             self._claim_spare,
             self._behind_class_head,
+            self._shrink_elastic,
             self._budget_spent,
             self._preemption_delay,
             self._held_by_variant,
@@ -397,6 +409,74 @@ class _Pass:
             return None
         return self._wait(turn, BehindClassHead(self._shortfall(turn), head))
 
+    def _shrink_elastic(self, turn: _Turn) -> Decision | None:
+        """Shrinking running elastic jobs makes room for it in one of its pools (`elastic.shrinks_for`:
+        GPUs they grew into first, then lower-class jobs toward their minimum): they restart
+        smaller, it waits for them instead of a whole job being preempted."""
+        if self.preemptions_left <= 0 or not self.elastic:
+            return None
+        job = turn.job
+        for pool in turn.pools:
+            running = self.elastic.get(pool.name, ())
+            shrinks = shrinks_for(job, pool, running, self.ledger, self.taken, self.now, self.config)
+            if shrinks:
+                return self._preempt_by_shrinking(turn, pool, shrinks)
+        return None
+
+    def _preempt_by_shrinking(self, turn: _Turn, pool: Pool, shrinks: list[Shrink]) -> Preempt:
+        job = turn.job
+        shortfall = self._shortfall(turn)
+        self.wanted.add(pool.name)
+        ids = tuple(s.allocation.job.id for s in shrinks)
+        self.taken.update(ids)
+        self.preemptions_left -= 1
+        leaving = [s.allocation.model_copy(update={"resize_to": s.keeps}) for s in shrinks]
+        reserve_for_preemptor(self.ledger, job, pool, leaving)
+        add_spare(self.surplus, job, pool, leaving)
+        self._changed_ledger()
+        resizes = tuple(
+            Resize(
+                s.allocation.job,
+                pool.name,
+                s.allocation.job.spec.gpus,
+                s.to_gpus,
+                turn.priority,
+                _shrink_reason(s, job.id),
+                for_job=job.id,
+            )
+            for s in shrinks
+        )
+        reason = f"shrinking {len(ids)} elastic job(s) in {pool.name} instead of preempting: {shortfall}"
+        return Preempt(job, pool.name, ids, turn.priority, reason, resizes=resizes)
+
+    def grow_elastic(self, window_per_class: int, budget: int) -> list[Resize]:
+        """Grow running elastic jobs into GPUs no queued job can use (`elastic.growth_sizes`): only
+        when the pass read the whole queue, and only in pools no job of it waits for or preempts in."""
+        if not self.elastic or budget <= 0:
+            return []
+        counts: dict[Priority, int] = {}
+        for job in self.window:
+            counts[job.priority] = counts.get(job.priority, 0) + 1
+        if any(n >= window_per_class for n in counts.values()):
+            return []  # more may queue behind what the pass read
+        open_pools = set(self.snapshot.pools) - self.wanted
+        running = [a for pool in open_pools for a in self.elastic.get(pool, ())]
+        grown = growth_sizes(
+            self.snapshot.pools, running, self.ledger, open_pools, self.taken, self.now, self.config, budget
+        )
+        decisions = []
+        for allocation, size, free in grown:
+            job = allocation.job
+            reason = (
+                f"grown from {job.spec.gpus} to {size} GPUs: {free} GPUs idle in {allocation.pool}"
+                " that no queued job can use"
+            )
+            priority = self.score.scores([job])[0]
+            decisions.append(Resize(job, allocation.pool, job.spec.gpus, size, priority, reason))
+        for decision in decisions:
+            self.hooks.decided(decision)
+        return decisions
+
     def _budget_spent(self, turn: _Turn) -> Decision | None:
         if self.preemptions_left > 0:
             return None
@@ -439,6 +519,7 @@ class _Pass:
             return self._wait(turn, NoVictim(self._shortfall(turn), names), holds_for=priority)
         shortfall = self._shortfall(turn)
         pool, victims = best
+        self.wanted.add(pool.name)
         self.taken.update(v.job_id for v in victims)
         self.preemptions_left -= 1
         leaving = [v.allocation for v in victims]
@@ -476,6 +557,7 @@ class _Pass:
         wait for the same reason (until the ledger changes)."""
         if holds_for is not None and turn.alike is not None:
             self.waits[turn.alike] = (holds_for, why)
+        self.wanted.update(pool.name for pool in turn.pools)
         return Wait(turn.job, turn.priority, why, wait_text(why))
 
     def _shortfall(self, turn: _Turn) -> str:
@@ -487,6 +569,14 @@ class _Pass:
 
     def _changed_ledger(self) -> None:
         self.waits.clear()
+
+
+def _shrink_reason(shrink: Shrink, preemptor: str) -> str:
+    """What the timeline says of a shrink: a give-back of GPUs it grew into, or a shrink."""
+    size, to = shrink.allocation.job.spec.gpus, shrink.to_gpus
+    if shrink.give_back:
+        return f"gives back GPUs it grew into: {size} to {to} GPUs for job {preemptor}"
+    return f"shrunk from {size} to {to} GPUs for job {preemptor}"
 
 
 # The waits of a job short of capacity (it could use GPUs, and found none it may take).

@@ -137,6 +137,7 @@ def eligibility(
 INSIDE_PROTECTION = "inside its protection period"
 NOT_LOWER = "not of a lower class"
 PREEMPTION_CAP = "reached the preemption cap"
+RESIZING = "restarting at a new size"
 
 
 def shielded(allocation: Allocation, now: float, config: SchedulerConfig) -> str | None:
@@ -145,6 +146,8 @@ def shielded(allocation: Allocation, now: float, config: SchedulerConfig) -> str
     job = allocation.job
     if allocation.draining_for is not None:
         return "already leaving"
+    if allocation.resize_to is not None:
+        return RESIZING
     if job.preemptions >= MAX_PREEMPTIONS_PER_JOB:
         return PREEMPTION_CAP
     until = protected_until(job, config)

@@ -12,7 +12,7 @@ from spotline.domain.quota import Ledger, quota_shortfall
 
 def add_spare(surplus: dict[str, int], job: Job, pool: Pool, victims: Sequence[Allocation]) -> None:
     """Count the GPUs that `victims` free in `pool` beyond what `job` takes there."""
-    spare = sum(v.gpus for v in victims if v.pool == pool.name) - pool.demand_gpus(job)
+    spare = sum(v.leaving_gpus for v in victims if v.pool == pool.name) - pool.demand_gpus(job)
     if spare > 0:
         surplus[pool.name] = surplus.get(pool.name, 0) + spare
 
@@ -44,8 +44,8 @@ def reserve_for_preemptor(ledger: Ledger, job: Job, pool: Pool, victims: Sequenc
     could take the same free GPUs and over-commit the pool. Quotas move at once.
     """
     demand = pool.demand_gpus(job)
-    freed = sum(v.gpus for v in victims if v.pool == pool.name)
+    freed = sum(v.leaving_gpus for v in victims if v.pool == pool.name)
     ledger.pool_used[pool.name] = ledger.pool_used.get(pool.name, 0) + max(0, demand - freed)
     for victim in victims:
-        ledger.team_used[victim.job.team] = ledger.team_used.get(victim.job.team, 0) - victim.gpus
+        ledger.team_used[victim.job.team] = ledger.team_used.get(victim.job.team, 0) - victim.leaving_gpus
     ledger.team_used[job.team] = ledger.team_used.get(job.team, 0) + demand

@@ -30,7 +30,7 @@ from spotline.domain import (
     TeamQuota,
 )
 from spotline.domain.models import DrainTarget
-from spotline.domain.planner import Admit, Decision, Move, PlanStats, Preempt, plan, plan_with_stats
+from spotline.domain.planner import Admit, Decision, Move, PlanStats, Preempt, Resize, plan, plan_with_stats
 from spotline.domain.preemption import DEFAULT_RUNTIME_S, lost_work_gpu_s
 from spotline.domain.priority import effective_priority
 
@@ -160,6 +160,14 @@ class JobBuilder:
 
     def interruptions(self, count: int) -> Self:
         return self._with(interruptions=count)
+
+    def elastic(self, min_gpus: int, max_gpus: int, **more: Any) -> Self:
+        """An elastic job (`elastic: {min_gpus, max_gpus, ...}`)."""
+        return self._with_spec(elastic={"min_gpus": min_gpus, "max_gpus": max_gpus, **more})
+
+    def resized(self, at: float, base_gpus: int | None = None) -> Self:
+        """Its last resize started at `at`; `base_gpus`: the size it grew from."""
+        return self._with(resized_at=at, base_gpus=base_gpus)
 
     # --- results ---------------------------------------------------------------------------
     def build(self) -> Job:
@@ -295,6 +303,8 @@ def summary(decisions: Sequence[Decision]) -> list[tuple[str, ...]]:
             rows.append(("preempt", d.job.id, d.pool, *d.victims))
         elif isinstance(d, Move):
             rows.append(("move", d.job.id, d.source, d.pool))
+        elif isinstance(d, Resize):
+            rows.append(("resize", d.job.id, d.pool, str(d.from_gpus), str(d.to_gpus)))
         else:
             rows.append(("wait", d.job.id))
     return rows
