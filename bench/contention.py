@@ -31,10 +31,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -42,6 +41,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from bench import goals
+from bench.goals import Goal
 from bench.policy_bench import runs as pb_runs
 from bench.policy_bench import setup as pb
 from bench.policy_bench.tables import _fmt
@@ -51,8 +52,6 @@ from spotline.sim.accounts import LOSS_CAUSES, RESTART_LABELS, SPOT, WAIT_CAUSES
 from spotline.sim.variants import VARIANTS
 from spotline.trace import Trace
 from spotline.trace.synth import synth_trace
-
-PREEMPTING = tuple(p for p in pb.PEERS if p != "fifo")
 
 
 @dataclass(frozen=True)
@@ -140,81 +139,16 @@ def run_contended(
     return runs
 
 
-# --- the goals ------------------------------------------------------------------------------
-
-
-def _urgent_wait(m: dict[str, Any]) -> float:
-    """The worse of the critical and high p99 waits (with requeues)."""
-    waits = m["wait_p99_s_by_priority"]
-    return max(float(waits["critical"]), float(waits["high"]))
-
-
-@dataclass(frozen=True)
-class Goal:
-    label: str
-    value: Callable[[dict[str, Any]], float]
-    lower_is_better: bool
-    target: float
-    peers: tuple[str, ...] = pb.PEERS
-    absolute: float | None = None  # also met at or under this (waits: 5 minutes)
-
-
-GOALS: tuple[Goal, ...] = (
-    Goal(
-        "lost GPU-hours <= 0.7x the best preempting peer",
-        lambda m: m["lost_gpu_hours"],
-        True,
-        0.7,
-        PREEMPTING,
-    ),
-    Goal("critical and high p99 wait <= 1.1x or <= 5 min", _urgent_wait, True, 1.1, absolute=300.0),
-    Goal("average JCT <= 1.0x", lambda m: m["avg_jct_s"], True, 1.0),
-    Goal("low-class average JCT <= 1.2x", lambda m: m["avg_jct_s_by_priority"]["low"], True, 1.2),
-    Goal("cost per useful GPU-hour <= 1.0x", lambda m: m["cost_per_useful_gpu_hour"], True, 1.0),
-    Goal("Jain's fairness >= 0.97x", lambda m: m["jain_fairness"], False, 0.97),
-    # Worst team's finish-time fairness rho: lower is better, read as best peer / ours (>= 0.97).
-    Goal(
-        "finish-time fairness (worst team) >= 0.97x",
-        lambda m: 1.0 / m["ftf_max"] if m["ftf_max"] else 0.0,
-        False,
-        0.97,
-    ),
-)
-
-
-def best_peer(goal: Goal, runs: dict[str, dict[str, Any]]) -> tuple[str, float]:
-    values = {p: goal.value(runs[p]) for p in goal.peers if p in runs}
-    name = (min if goal.lower_is_better else max)(values, key=lambda p: values[p])
-    return name, values[name]
+# --- the goals (one table for every policy bench: `bench.goals`) ---------------------------
 
 
 def judge(goal: Goal, runs: dict[str, dict[str, Any]]) -> tuple[float, bool, str]:
-    """(ours / best peer's, met, how) in one sample."""
-    ours = goal.value(runs["spotline"])
-    peer, theirs = best_peer(goal, runs)
-    if goal.absolute is not None and ours <= goal.absolute:
-        return (ours / theirs if theirs else 1.0), True, f"{ours / 60:.1f} min"
-    ratio = (1.0 if ours == 0 else math.inf) if theirs == 0 else ours / theirs
-    met = ratio <= goal.target if goal.lower_is_better else ratio >= goal.target
-    return ratio, met, f"x{ratio:.3f} vs {peer}"
+    """(ours / best peer's, met, how) in one sample, against this bench's peers."""
+    return goals.judge(goal, runs, pb.PEERS)
 
 
 def goal_rows(per_sample: Sequence[dict[str, dict[str, Any]]]) -> list[dict[str, Any]]:
-    rows = []
-    for goal in GOALS:
-        outcomes = [judge(goal, runs) for runs in per_sample]
-        mean, half = pb.interval([r for r, _, _ in outcomes])
-        rows.append(
-            {
-                "goal": goal.label,
-                "mean_ratio": mean,
-                "ci95": half,
-                "met_in_samples": sum(met for _, met, _ in outcomes),
-                "samples": len(outcomes),
-                "per_sample": [how for _, _, how in outcomes],
-            }
-        )
-    return rows
+    return goals.goal_rows(per_sample, pb.PEERS)
 
 
 def with_variant(runs: dict[str, dict[str, Any]], label: str) -> dict[str, dict[str, Any]]:
@@ -244,8 +178,11 @@ def print_goals(
 
 
 def best_preempting(runs: dict[str, dict[str, Any]]) -> str:
-    """The preempting peer that lost the fewest GPU-hours in this sample."""
-    return min((p for p in PREEMPTING if p in runs), key=lambda p: runs[p]["lost_gpu_hours"])
+    """The preempting peer with the least preemption churn in this sample."""
+    return min(
+        (p for p in pb.PEERS if p in runs and goals.is_preempting(p)),
+        key=lambda p: runs[p]["preemption_churn_per_1k_useful_gpu_h"],
+    )
 
 
 def spot_loss(run: dict[str, Any]) -> float:
@@ -255,44 +192,45 @@ def spot_loss(run: dict[str, Any]) -> float:
     return float(by_cause.get(spot, 0.0)) + float(by_cause.get(RESTART_LABELS[SPOT], 0.0))
 
 
-@dataclass(frozen=True)
-class LossBudget:
-    """What Spot leaves of the lost-work goal in one sample: the goal's budget (the target times
-    the best preempting peer's loss), the least any peer or Spotline lost to Spot in the sample,
-    and the rest, which is all a policy with that little Spot loss may lose to preemptions and
-    still meet the goal. Each preemption costs a write and a restart whoever schedules, so a budget near 0
-    (or below it) says the goal is out of reach of the queue's order, whatever it preempts."""
-
-    peer: str
-    budget: float
-    least_spot: float
-    least_spot_policy: str
-    peer_preemption_loss: float
-
-    @property
-    def left_for_preemptions(self) -> float:
-        return self.budget - self.least_spot
+# The loss metrics every policy reports (`spotline simulate --json`), as the tables print them.
+LOSS_METRICS: tuple[tuple[str, str, str], ...] = (
+    ("preemption churn (lost GPU-h per 1k useful)", "preemption_churn_per_1k_useful_gpu_h", "{:.1f}"),
+    ("Spot waste (lost GPU-h per 1k Spot GPU-h)", "spot_waste_per_1k_spot_gpu_h", "{:.1f}"),
+    ("move loss (GPU-h)", "move_loss_gpu_hours", "{:.1f}"),
+    ("priced loss (On-Demand GPU-h)", "priced_loss_on_demand_gpu_h", "{:.1f}"),
+    ("lost GPU-h, all causes", "lost_gpu_hours", "{:.1f}"),
+    ("Spot / On-Demand GPU-h held", "", ""),
+    ("preemptions / moves", "", ""),
+    ("cost per useful GPU-h", "cost_per_useful_gpu_hour", "{:.4f}"),
+)
 
 
-def loss_budget(runs: dict[str, dict[str, Any]]) -> LossBudget:
-    goal = GOALS[0]
-    peer = best_preempting(runs)
-    budget = goal.target * float(runs[peer]["lost_gpu_hours"])
-    # The peers and the Spotline judged, not the earlier variant some tables run beside them.
-    policy = min((p for p in (*pb.PEERS, "spotline") if p in runs), key=lambda p: spot_loss(runs[p]))
-    return LossBudget(
-        peer=peer,
-        budget=budget,
-        least_spot=spot_loss(runs[policy]),
-        least_spot_policy=policy,
-        peer_preemption_loss=float(runs[peer]["lost_gpu_hours"]) - spot_loss(runs[peer]),
-    )
+def loss_cell(run: dict[str, Any], key: str, form: str, label: str) -> str:
+    if label.startswith("Spot / On-Demand"):
+        return f"{run['spot_gpu_hours']:.0f} / {run['on_demand_gpu_hours']:.0f}"
+    if label.startswith("preemptions / moves"):
+        return f"{run['preemptions']} / {run['moves']}"
+    return form.format(float(run[key]))
+
+
+def print_losses(label: str, runs: dict[str, dict[str, Any]], console: Console) -> None:
+    """Every policy's loss metrics in one sample."""
+    table = Table(title=f"Losses by policy: {label}")
+    table.add_column("metric")
+    names = list(runs)
+    for name in names:
+        table.add_column(name, justify="right")
+    for row, key, form in LOSS_METRICS:
+        table.add_row(row, *(loss_cell(runs[n], key, form, row) for n in names))
+    console.print(table)
 
 
 def print_accounts(label: str, runs: dict[str, dict[str, Any]], console: Console) -> None:
     peer = best_preempting(runs)
     names = ("spotline", peer)
-    table = Table(title=f"Loss account: {label} (spotline vs {peer}, the preempting peer that lost least)")
+    table = Table(
+        title=f"Loss account: {label} (spotline vs {peer}, the preempting peer with the least churn)"
+    )
     table.add_column("GPU-hours lost by cause")
     for name in names:
         table.add_column(name, justify="right")
@@ -336,13 +274,6 @@ def print_accounts(label: str, runs: dict[str, dict[str, Any]], console: Console
                 for n in names
             ),
         )
-    budget = loss_budget(runs)
-    table.caption = (
-        f"Lost-work goal ({GOALS[0].target:g}x {budget.peer}'s loss): {budget.budget:.1f} GPU-h; the least"
-        f" any policy lost to Spot here: {budget.least_spot:.1f} ({budget.least_spot_policy}); left for"
-        f" preemptions at that Spot loss: {budget.left_for_preemptions:.1f}, against"
-        f" {budget.peer_preemption_loss:.1f} for {budget.peer}'s preemptions"
-    )
     console.print(table)
     waits = Table(
         title=f"Wait account: {label}: what the p99 tail of each class waited for (share of its wait)"
@@ -419,6 +350,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             runs[variant] = run_contended(sample, ["spotline"], workers=1, variants=args.variant)["spotline"]
         per_contended.append(runs)
         saved[sample.label] = runs
+        print_losses(sample.label, runs, console)
         print_accounts(sample.label, runs, console)
         if variant is not None:
             print_accounts(f"{sample.label}, {variant}", with_variant(runs, variant), console)

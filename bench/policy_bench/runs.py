@@ -133,7 +133,7 @@ def evaluate(samples: Sequence[Sample]) -> dict[str, Any]:
     ]
     reach = {
         "jct_floor_over_best_peer": interval(floors),
-        "jct_floor_above_goal_in_samples": sum(f > 0.9 for f in floors),
+        "jct_floor_above_goal_in_samples": sum(f > 1.0 for f in floors),
         "lost_gpu_hours_over_best_preempting_peer": interval(lost_vs_preempting),
     }
     n_by_class = {

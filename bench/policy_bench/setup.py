@@ -4,16 +4,15 @@ read, and the metrics and goals its tables compare."""
 from __future__ import annotations
 
 import gzip
-import math
 import os
 import shutil
-import statistics
 import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from bench import goals
 from spotline.sim.peers import KUEUE_SETUPS
 from spotline.trace import Trace, parse_when, read_philly
 from spotline.trace.synth import synth_trace
@@ -31,8 +30,8 @@ QUICK = os.environ.get("SPOTLINE_BENCH_QUICK") == "1"
 REDUCED = os.environ.get("SPOTLINE_BENCH_REDUCED") == "1"
 PEERS = ("fifo", "priority-random", "kueue", *KUEUE_SETUPS, "slurm")
 EVAL_POLICIES = (*PEERS, "spotline")
-# Student's t, two-sided 95%, by degrees of freedom.
-T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262}
+T95 = goals.T95
+interval = goals.interval
 # `kueue` is one of the setups under its default name: the others are enough as peers.
 EVAL_POLICIES = tuple(p for p in EVAL_POLICIES if p != "kueue")
 PEERS = tuple(p for p in PEERS if p != "kueue")
@@ -172,6 +171,15 @@ METRICS: tuple[tuple[str, Callable[[dict[str, Any]], float], bool, float], ...] 
     ("GPU utilization", lambda m: m["gpu_utilization"], False, 1.0),
     ("goodput", lambda m: m["goodput"], False, 1.0),
     ("lost GPU-hours", lambda m: m["lost_gpu_hours"], True, 1.0),
+    (
+        "preemption churn (lost GPU-h / 1k useful)",
+        lambda m: m["preemption_churn_per_1k_useful_gpu_h"],
+        True,
+        1.0,
+    ),
+    ("Spot waste (lost GPU-h / 1k Spot GPU-h)", lambda m: m["spot_waste_per_1k_spot_gpu_h"], True, 1.0),
+    ("move loss (GPU-h)", lambda m: m["move_loss_gpu_hours"], True, 1.0),
+    ("priced loss (On-Demand GPU-h)", lambda m: m["priced_loss_on_demand_gpu_h"], True, 1.0),
     ("cost / useful GPU-h", lambda m: m["cost_per_useful_gpu_hour"], True, 1.0),
     ("Jain's fairness", lambda m: m["jain_fairness"], False, 1.0),
     ("finish-time fairness, worst team", lambda m: m["ftf_max"], True, 1.0),
@@ -181,24 +189,8 @@ METRICS: tuple[tuple[str, Callable[[dict[str, Any]], float], bool, float], ...] 
 METRIC = {label: (value, lower) for label, value, lower, _ in METRICS}
 
 
-@dataclass(frozen=True)
-class Goal:
-    label: str
-    metric: str
-    target: float  # on ours / best peer (for higher-is-better metrics: ours / best peer >= target)
-    absolute_s: float | None = None  # also met when ours is at most this (waits: 5 minutes)
-
-
-GOALS: tuple[Goal, ...] = (
-    Goal("average JCT <= 0.9x", "avg JCT (h)", 0.9),
-    Goal("critical p99 wait <= 1.1x or <= 5 min", "p99 wait critical (min, with requeues)", 1.1, 300.0),
-    Goal("high p99 wait <= 1.1x or <= 5 min", "p99 wait high (min, with requeues)", 1.1, 300.0),
-    Goal("lost GPU-hours <= 0.7x", "lost GPU-hours", 0.7),
-    Goal("cost per useful GPU-hour <= 0.97x", "cost / useful GPU-h", 0.97),
-    Goal("low-class average JCT <= 1.2x", "avg JCT low (h)", 1.2),
-    Goal("finish-time fairness (worst team) >= 1.0x", "finish-time fairness, worst team", 1.0),
-    Goal("Jain's fairness >= 1.0x", "Jain's fairness", 1.0),
-)
+# The goals: one table for every policy bench (`bench.goals`), judged against this bench's peers.
+GOALS = goals.GOALS
 
 
 def best_peer(metric: str, runs: dict[str, dict[str, Any]]) -> tuple[str, float]:
@@ -208,63 +200,13 @@ def best_peer(metric: str, runs: dict[str, dict[str, Any]]) -> tuple[str, float]
     return name, values[name]
 
 
-def goal_value(goal: Goal, runs: dict[str, dict[str, Any]]) -> tuple[float, bool, str]:
-    """(the value compared, met, how): the ratio to the best peer on the metric, oriented so
-    that the goal reads `<= target` for lower-is-better metrics and `>= target` otherwise; the
-    absolute value when the best peer's is 0."""
-    value, lower = METRIC[goal.metric]
-    ours = value(runs["spotline"])
-    peer, theirs = best_peer(goal.metric, runs)
-    if goal.absolute_s is not None and ours <= goal.absolute_s:
-        return ours, True, f"{ours / 60:.1f} min absolute"
-    if theirs == 0 or ours == 0:
-        if lower:
-            return ours, ours <= theirs, f"absolute {ours:.3g} vs {theirs:.3g} ({peer})"
-        return ours, ours >= theirs, f"absolute {ours:.3g} vs {theirs:.3g} ({peer})"
-    if lower:
-        r = ours / theirs
-        return r, r <= goal.target, f"x{r:.3f} vs {peer}"
-    # Higher is better (Jain), or a lower-is-better fairness read as its inverse (FTF: best / ours).
-    r = ours / theirs
-    return r, r >= goal.target, f"x{r:.3f} vs {peer}"
-
-
-def goal_row(goal: Goal, per_sample: Sequence[dict[str, dict[str, Any]]]) -> dict[str, Any]:
+def goal_row(goal: goals.Goal, per_sample: Sequence[dict[str, dict[str, Any]]]) -> dict[str, Any]:
     """A goal over the samples: the mean ratio and its CI, and in how many samples it is met."""
-    outcomes = [goal_value(goal, r) for r in per_sample]
-    mean, half = interval([_goal_ratio(goal, r) for r in per_sample])
-    return {
-        "mean_ratio": mean,
-        "ci95": half,
-        "met_in_samples": sum(met for _, met, _ in outcomes),
-        "samples": len(outcomes),
-        "met": all(met for _, met, _ in outcomes),
-        "per_sample": [how for _, _, how in outcomes],
-    }
+    return goals.goal_row(goal, per_sample, PEERS)
 
 
-def _goal_ratio(goal: Goal, runs: dict[str, dict[str, Any]]) -> float:
-    """The per-sample ratio the goal's mean is taken over (inverted for lower-is-better fairness
-    so that >= 1.0 means at least as fair)."""
-    value, _ = METRIC[goal.metric]
-    ours = value(runs["spotline"])
-    _, theirs = best_peer(goal.metric, runs)
-    if goal.metric == "finish-time fairness, worst team":
-        return theirs / ours if ours > 0 else math.inf
-    if theirs == 0:
-        return 1.0 if ours == 0 else math.inf
-    return ours / theirs
-
-
-def interval(values: Sequence[float]) -> tuple[float, float]:
-    """Mean and the half-width of its 95% confidence interval (t over the samples)."""
-    finite = [v for v in values if math.isfinite(v)]
-    if not finite:
-        return math.inf, math.nan
-    mean = statistics.fmean(finite)
-    if len(finite) < 2:
-        return mean, math.nan
-    return mean, T95.get(len(finite) - 1, 1.96) * statistics.stdev(finite) / math.sqrt(len(finite))
+def goal_rows_for(per_sample: Sequence[dict[str, dict[str, Any]]]) -> list[dict[str, Any]]:
+    return goals.goal_rows(per_sample, PEERS)
 
 
 COLUMNS: tuple[str, ...] = (

@@ -77,7 +77,7 @@ def print_evaluation(results: dict[str, Any], console: Console) -> None:
     floor = _fmt(*_pair(reach["jct_floor_over_best_peer"]), digits=3)
     console.print(
         f"average JCT floor (every job started at submission, never stopped) over the best peer's: {floor};"
-        f" above the 0.9x goal in {reach['jct_floor_above_goal_in_samples']}/{len(results['samples'])}"
+        f" above the 1.0x goal in {reach['jct_floor_above_goal_in_samples']}/{len(results['samples'])}"
         " samples, where no policy that runs jobs at their trace speed can meet it"
     )
     lost = _fmt(*_pair(reach["lost_gpu_hours_over_best_preempting_peer"]), digits=3)

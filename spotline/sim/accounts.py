@@ -11,6 +11,8 @@ of the metrics, `SimJob.lost_gpu_s`) is tagged with the cause of the run's early
 - `preempted with checkpoint`: checkpoint-then-stop; it loses the GPU time of the write;
 - `Spot interruption`: a reclaim or a capacity shortage (the write inside the notice, or the
   work since the latest periodic checkpoint when none fits or the policy does not act);
+- `moved between Spot and On-Demand`: a voluntary move (checkpoint, leave, resume in the other
+  kind of pool, no other job asking for the GPUs): the GPU time of the write; not a preemption;
 - `restart after ...`: the restart (image pull, loading the checkpoint) of the run that follows
   each of those, on all the job's GPUs.
 
@@ -108,12 +110,16 @@ STOP_NOW_CRITICAL = 1
 STOP_NOW = 2
 CHECKPOINT = 3
 SPOT = 4
+MOVE = 5
 LOSS_CAUSES: dict[int, str] = {
     STOP_NOW_CRITICAL: "preempted, stopped at once by a critical job",
     STOP_NOW: "preempted, stopped at once by another class",
     CHECKPOINT: "preempted with checkpoint",
     SPOT: "Spot interruption",
+    MOVE: "moved between Spot and On-Demand",
 }
+# The causes that are preemptions: stops made for another job (the churn a scheduler causes).
+PREEMPTION_CAUSES: tuple[int, ...] = (STOP_NOW_CRITICAL, STOP_NOW, CHECKPOINT)
 RESTART_LABELS: dict[int, str] = {cause: f"restart after: {label}" for cause, label in LOSS_CAUSES.items()}
 
 # A victim preempted again within this long of its previous preemption is a repeat.

@@ -195,6 +195,9 @@ class Simulation:
         self.passes = 0
         self.preemptions = 0
         self.interruptions = 0
+        self.moves = 0
+        # Lost GPU-seconds at the price of the pool where they were held (On-Demand = 1).
+        self.priced_lost_gpu_s = 0.0
         # Held GPU-seconds at each pool's price, per team (On-Demand GPU-seconds: On-Demand = 1).
         self.team_cost_gpu_s: dict[str, float] = {}
         self.running_jobs = 0
@@ -325,7 +328,7 @@ class Simulation:
         job.run_id += 1
         job.run_start = now
         job.run_base = job.saved
-        job.run_overhead = job.restart if (job.preemptions or job.interruptions) else 0.0
+        job.run_overhead = job.restart if (job.preemptions or job.interruptions or job.moves) else 0.0
         job.pool = ps.index
         job.held = demand
         self._start_seq += 1
@@ -368,6 +371,18 @@ class Simulation:
         job.exit_cause = acc.CHECKPOINT
         self._leave_later(job, self.now + job.write, job.progress(self.now), Exit.PREEMPTED)
         self.accounts.preempted(job, preemptor, self.now)
+
+    def move(self, job: SimJob) -> None:
+        """Move `job` between Spot and On-Demand of the policy's own accord: it checkpoints as a
+        preemption's victim does, leaves and is requeued, but no other job asked for its GPUs, so
+        it counts as a move (`moves`), not a preemption."""
+        if job.phase is not Phase.RUNNING:
+            raise RuntimeError(f"{self.policy.name}: {job.id} is not running")
+        self._count_futile(job)
+        job.moves += 1
+        self.moves += 1
+        job.exit_cause = acc.MOVE
+        self._leave_later(job, self.now + job.write, job.progress(self.now), Exit.PREEMPTED)
 
     def _count_futile(self, job: SimJob) -> None:
         """Count a preemption of `job` before its run made progress (still restoring); past
@@ -428,6 +443,7 @@ class Simulation:
             return
         job.useful_gpu_s += job.gpus * (job.work - job.run_base)
         job.lost_gpu_s += job.gpus * job.run_overhead
+        self.priced_lost_gpu_s += job.gpus * job.run_overhead * self.pools[job.pool].pool.price
         self.accounts.lose(job, 0.0, job.gpus * job.run_overhead)
         job.saved = job.work
         job.finish = now
@@ -471,6 +487,7 @@ class Simulation:
         job.useful_gpu_s += job.gpus * kept
         lost = job.gpus * ((now - job.run_start) - kept)
         job.lost_gpu_s += lost
+        self.priced_lost_gpu_s += lost * self.pools[job.pool].pool.price
         restart = job.gpus * min(job.run_overhead, now - job.run_start)
         self.accounts.lose(job, lost - restart, restart)
         job.restart_cause = job.exit_cause

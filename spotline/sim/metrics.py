@@ -27,6 +27,17 @@
   A team's rho is the GPU-time-weighted mean of its completed jobs' rho; `ftf_max` is the worst
   team's (lower is better; <= 1: every team does at least as well as on its entitlement
   alone), `ftf_jain` Jain's index over the teams' 1/rho (1.0: every team sees the same ratio).
+- `preemptions`: stops made for another job (a voluntary move between Spot and On-Demand is
+  not one: `moves`).
+- `preemption_churn_per_1k_useful_gpu_h`: GPU-hours lost to preemptions (the work since the last
+  checkpoint or the write, and the restart after each) per 1,000 useful GPU-hours.
+- `move_loss_gpu_hours`: GPU-hours lost to moves between Spot and On-Demand (the write and the
+  restart after each); `moves` counts them.
+- `spot_waste_per_1k_spot_gpu_h`: GPU-hours lost to Spot interruptions (with their restarts) per
+  1,000 GPU-hours held on Spot (0 with none held); `spot_gpu_hours` / `on_demand_gpu_hours`:
+  the GPU-hours held in each kind of pool.
+- `priced_loss_on_demand_gpu_h`: each lost GPU-hour at the price of the pool it was held in,
+  over On-Demand's (On-Demand GPU-hours: an hour lost on Spot at 30% of the price counts 0.3).
 - `deadline_miss_rate`: jobs with a deadline that finished after it (or never), over jobs with a
   deadline; 0 when none has one.
 """
@@ -40,6 +51,7 @@ from typing import Any
 import numpy as np
 
 from spotline.domain.models import PRIORITIES_HIGH_FIRST
+from spotline.sim import accounts as acc
 from spotline.sim.engine import Simulation
 from spotline.sim.model import Phase, SimJob
 
@@ -147,6 +159,11 @@ def policy_metrics(sim: Simulation, isolated: Sequence[float] | None = None) -> 
     with_deadline = [j for j in jobs if j.deadline is not None]
     missed = [j for j in with_deadline if j.finish is None or j.deadline is None or j.finish > j.deadline]
     ratios = [team_work[t] / team_time[t] for t in sorted(team_work) if team_time[t] > 0]
+    spot_held = sum(ps.held_gpu_s for ps in sim.pools if ps.is_spot) / 3600.0
+    accounts = sim.accounts.to_json()
+    by_cause = accounts["loss_account"]["lost_gpu_hours_by_cause"]
+    preempted = cause_loss(by_cause, acc.PREEMPTION_CAUSES)
+    useful_h = useful / 3600.0
     return {
         "jobs": len(jobs),
         "completed": len(done),
@@ -170,6 +187,23 @@ def policy_metrics(sim: Simulation, isolated: Sequence[float] | None = None) -> 
         "ftf_max": ftf_max,
         "ftf_jain": ftf_jain,
         "deadline_miss_rate": len(missed) / len(with_deadline) if with_deadline else 0.0,
-        # Added keys (issue 29): the loss and wait accounts (`accounts.py`).
-        **sim.accounts.to_json(),
+        "moves": sim.moves,
+        "preemption_churn_per_1k_useful_gpu_h": 1000.0 * preempted / useful_h if useful_h > 0 else 0.0,
+        "move_loss_gpu_hours": cause_loss(by_cause, (acc.MOVE,)),
+        "spot_waste_per_1k_spot_gpu_h": (
+            1000.0 * cause_loss(by_cause, (acc.SPOT,)) / spot_held if spot_held > 0 else 0.0
+        ),
+        "spot_gpu_hours": spot_held,
+        "on_demand_gpu_hours": held / 3600.0 - spot_held,
+        "priced_loss_on_demand_gpu_h": sim.priced_lost_gpu_s / 3600.0,
+        # The loss and wait accounts (`accounts.py`).
+        **accounts,
     }
+
+
+def cause_loss(by_cause: Mapping[str, float], causes: Sequence[int]) -> float:
+    """GPU-hours a loss account charges to `causes`, with the restart after each."""
+    return sum(
+        float(by_cause.get(acc.LOSS_CAUSES[c], 0.0)) + float(by_cause.get(acc.RESTART_LABELS[c], 0.0))
+        for c in causes
+    )

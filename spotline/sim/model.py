@@ -62,6 +62,28 @@ class SlurmKnobs:
 
 
 @dataclass(frozen=True)
+class PeerKnobs:
+    """The main parameter of each peer setup added for the contended benches, as its operator
+    sets it; the defaults are what the contended tuning set chose (design-notes/contention.md).
+
+    - `kueue_borrow_max_priority`: `kueue-lp`'s `borrowWithinCohort.maxPriorityThreshold`, as a
+      class rank (low 0 ... critical 3): a queue borrowing to admit a workload may preempt the
+      others' borrowed workloads of at most this priority (and lower than the workload's);
+    - `slurm_preempt_exempt_s`: `slurm-exempt`'s `PreemptExemptTime`: a job that has run less
+      than this is not a preemption candidate;
+    - `skypilot_fallback_s`: `skypilot`'s wait for Spot before a job falls back to On-Demand
+      (`skypilot-recovery` never falls back);
+    - `batch_share_decay_s`: `batch-fair-share`'s `shareDecaySeconds` (the half-life of a share
+      identifier's usage; 0: its GPUs held now alone).
+    """
+
+    kueue_borrow_max_priority: int = 0
+    slurm_preempt_exempt_s: float = 1800.0
+    skypilot_fallback_s: float = 600.0
+    batch_share_decay_s: float = 3600.0
+
+
+@dataclass(frozen=True)
 class SimSettings:
     """The model's knobs; the defaults are what `spotline simulate` uses."""
 
@@ -77,6 +99,7 @@ class SimSettings:
     # the same thing. False: nothing is declared (the "without declared run times" ablation).
     spotline_declared_runtimes: bool = True
     slurm: SlurmKnobs = field(default_factory=SlurmKnobs)
+    peers: PeerKnobs = field(default_factory=PeerKnobs)
 
     # Spot capacity shortages (`engine.py`): periods, a Poisson process of this many per Spot pool
     # per day, during which `shortage_share` of the pool's instances are withdrawn (their jobs get
@@ -165,6 +188,9 @@ class SimJob:
     finish: float | None = None
     preemptions: int = 0
     interruptions: int = 0
+    # Voluntary moves between Spot and On-Demand (checkpoint, leave, resume elsewhere): not
+    # preemptions, as no other job asked for the GPUs.
+    moves: int = 0
     lost_gpu_s: float = 0.0
     useful_gpu_s: float = 0.0
     # While LEAVING: when it leaves, what it keeps (None: its latest periodic checkpoint), why.

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import gc
+import math
 import multiprocessing
 import time
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from spotline.domain.config import SchedulerConfig
@@ -21,6 +22,7 @@ from spotline.sim.peers import (
     KUEUE_DEFAULT,
     KUEUE_SETUPS,
     AllOnDemandPolicy,
+    BatchFairSharePolicy,
     BatchSpotFirstPolicy,
     FifoPolicy,
     KueuePolicy,
@@ -41,7 +43,9 @@ POLICIES: tuple[str, ...] = ("fifo", "priority-random", "kueue", "slurm", "spotl
 KUEUE_NAMES: tuple[str, ...] = tuple(KUEUE_SETUPS)
 # The Spot-and-deadline peers (`peers/spot_peers.py`), by name only.
 SPOT_PEERS: tuple[str, ...] = ("on-demand", "batch-spot-first", "skypilot", "uniform-progress")
-KNOWN_POLICIES: tuple[str, ...] = POLICIES + KUEUE_NAMES + SPOT_PEERS
+# The peers' setups of the contended benches (`PeerKnobs` sets each one's main parameter).
+CONTENTION_PEERS: tuple[str, ...] = ("slurm-exempt", "batch-fair-share", "skypilot-recovery")
+KNOWN_POLICIES: tuple[str, ...] = POLICIES + KUEUE_NAMES + SPOT_PEERS + CONTENTION_PEERS
 PREEMPTING_PEERS: tuple[str, ...] = ("priority-random", "kueue")
 # Share of the GPUs in Spot pools unless told otherwise: with p4d Spot at 0.33 of On-Demand, 75%
 # Spot prices a busy cluster at about 0.5 On-Demand, and the On-Demand quarter (128 of 512 GPUs)
@@ -105,13 +109,29 @@ def make_policy(
         return FifoPolicy(competent)
     if name == "priority-random":
         return PriorityRandomPolicy(seed, competent)
+    knobs = settings.peers
     if name == "kueue" or name in KUEUE_SETUPS:
-        policy = KueuePolicy(shares, KUEUE_SETUPS[KUEUE_DEFAULT if name == "kueue" else name], competent)
+        setup = KUEUE_SETUPS[KUEUE_DEFAULT if name == "kueue" else name]
+        if setup.borrow_max_priority is not None:
+            setup = replace(setup, borrow_max_priority=knobs.kueue_borrow_max_priority)
+        policy = KueuePolicy(shares, setup, competent)
         policy.name = name
         return policy
-    if name == "slurm":
+    if name in ("slurm", "slurm-exempt"):
         estimates = estimate_model(settings.slurm_estimates)
-        return SlurmPolicy(shares, settings.usage_half_life_s, estimates, seed, competent, settings.slurm)
+        exempt = knobs.slurm_preempt_exempt_s if name == "slurm-exempt" else 0.0
+        slurm = SlurmPolicy(
+            shares, settings.usage_half_life_s, estimates, seed, competent, settings.slurm, exempt
+        )
+        slurm.name = name
+        return slurm
+    if name == "batch-fair-share":
+        return BatchFairSharePolicy(shares, knobs.batch_share_decay_s, competent)
+    if name in ("skypilot", "skypilot-recovery"):
+        wait = knobs.skypilot_fallback_s if name == "skypilot" else math.inf
+        sky = SkyPilotPolicy(competent, wait)
+        sky.name = name
+        return sky
     spot_peer = {
         "on-demand": AllOnDemandPolicy,
         "batch-spot-first": BatchSpotFirstPolicy,

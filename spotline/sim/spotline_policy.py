@@ -182,7 +182,7 @@ class SpotlinePolicy:
             last_checkpoint_uri=None,
             progress=None,
             utilization=None,
-            preemptions=job.preemptions,
+            preemptions=job.preemptions + job.moves,
             interruptions=job.interruptions,
             lost_work_s=job.lost_gpu_s / job.gpus,
             pool=None,
@@ -361,7 +361,7 @@ class SpotlinePolicy:
         if sim.logging:
             sim.log("preempt", decision.job.id, decision.source, (decision.job.id,), decision.reason)
         job = self.by_id[decision.job.id]
-        sim.checkpoint_then_stop(job)
+        sim.move(job)
         self._checkpointing(job, decision.draining_for)
 
     def _checkpointing(self, victim: SimJob, draining_for: DrainTarget) -> None:
@@ -370,7 +370,8 @@ class SpotlinePolicy:
         record = record.model_copy(
             update={
                 "state": JobState.CHECKPOINTING,
-                "preemptions": victim.preemptions,
+                # The planner's disruption count: a move disrupts the job as a preemption does.
+                "preemptions": victim.preemptions + victim.moves,
                 "version": record.version + 1,
             }
         )

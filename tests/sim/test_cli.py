@@ -27,6 +27,13 @@ EXTRA_KEYS = {
     "loss_account",
     "wait_account",
     "gang_account",
+    "moves",
+    "preemption_churn_per_1k_useful_gpu_h",
+    "move_loss_gpu_hours",
+    "spot_waste_per_1k_spot_gpu_h",
+    "spot_gpu_hours",
+    "on_demand_gpu_hours",
+    "priced_loss_on_demand_gpu_h",
 }
 POLICY_KEYS = {
     "jobs",

@@ -3,6 +3,7 @@ class), one module per peer; what they share is `base.PeerPolicy` (its docstring
 peer stops victims and places jobs)."""
 
 from spotline.sim.peers.base import CRITICAL_RANK, PeerPolicy
+from spotline.sim.peers.batch_fair_share import BatchFairSharePolicy
 from spotline.sim.peers.fifo import FifoPolicy
 from spotline.sim.peers.kueue import KUEUE_DEFAULT, KUEUE_SETUPS, KueuePolicy, KueueSetup
 from spotline.sim.peers.priority_random import PriorityRandomPolicy
@@ -29,6 +30,7 @@ __all__ = [
     "KUEUE_SETUPS",
     "TIME_LIMIT_LADDER_H",
     "AllOnDemandPolicy",
+    "BatchFairSharePolicy",
     "BatchSpotFirstPolicy",
     "EstimateModel",
     "FifoPolicy",

@@ -25,6 +25,12 @@ class KueueSetup:
     # Fair sharing (`fairSharing.enable`, admission by the queues' share, preemption with the
     # strategies [LessThanOrEqualToFinalShare, LessThanInitialShare]).
     fair_sharing: bool = False
+    # `preemption.reclaimWithinCohort: LowerPriority` (False: `Any`): a queue under its nominal
+    # quota reclaims only the others' borrowed workloads of lower priority than its own.
+    reclaim_lower_priority: bool = False
+    # `borrowWithinCohort.maxPriorityThreshold` as a class rank (None: none): while borrowing, a
+    # queue preempts another's workloads only of at most this priority.
+    borrow_max_priority: int | None = None
 
 
 # The setups `spotline simulate --policy` accepts, by name; `kueue` is the one the bench found
@@ -33,6 +39,9 @@ KUEUE_SETUPS: dict[str, KueueSetup] = {
     "kueue-classic": KueueSetup(),
     "kueue-bwc": KueueSetup(borrow_within_cohort=True),
     "kueue-fair": KueueSetup(fair_sharing=True),
+    # The setup Spotline's own rule matches: reclaim of lower priority only, borrowing with a
+    # threshold (`PeerKnobs.kueue_borrow_max_priority` sets it; this one is the default's).
+    "kueue-lp": KueueSetup(borrow_within_cohort=True, reclaim_lower_priority=True, borrow_max_priority=0),
 }
 KUEUE_DEFAULT = "kueue-classic"
 
@@ -61,7 +70,8 @@ class KueuePolicy(PeerPolicy):
        queue's nominal quota there;
     4. candidates (findCandidates): lower-priority workloads of its own queue in that flavor, and
        every workload of other queues of the cohort that borrow in that flavor (reclaimWithinCohort
-       Any);
+       Any), or only those of lower priority than the workload (`kueue-lp`: LowerPriority; there
+       also, while borrowing, only those of at most `borrow_max_priority`);
     5. ordering (CandidatesOrdering): other queues first, lower priority first, most recently
        admitted first, then UID; with fair sharing, other queues by their share, highest first;
     6. minimalPreemptions: remove candidates in order (skipping another queue's once it no longer
@@ -216,7 +226,8 @@ class KueuePolicy(PeerPolicy):
                 job,
                 targets,
                 ps,
-                f"kueue: preemption in flavor {ps.name} (LowerPriority, reclaimWithinCohort Any"
+                f"kueue: preemption in flavor {ps.name} (LowerPriority, reclaimWithinCohort"
+                f" {'LowerPriority' if self.setup.reclaim_lower_priority else 'Any'}"
                 f"{', borrowWithinCohort' if self.setup.borrow_within_cohort else ''}"
                 f"{', fair sharing' if self.setup.fair_sharing else ''}), {self.stop_label}",
                 f"kueue: admitted after preemption in {ps.name}",
@@ -253,10 +264,16 @@ class KueuePolicy(PeerPolicy):
             return []
         # The others' candidates some attempt may take: all (reclaimWithinCohort Any) under
         # nominal quota; with borrowWithinCohort above it, the lower-priority ones; else none.
-        if under:
+        lp = self.setup.reclaim_lower_priority
+        top = job.rank
+        if not under and self.setup.borrow_max_priority is not None:
+            top = min(top, self.setup.borrow_max_priority + 1)
+        if under and not lp:
             reachable = sum(usage[t] for t in borrowing)
         else:
-            reachable = sum(held.get((t, rank), 0) for t in borrowing for rank in range(job.rank))
+            reachable = sum(
+                held.get((t, rank), 0) for t in borrowing for rank in range(job.rank if under else top)
+            )
         # No attempt frees enough: nothing to scan.
         if ps.free + same_lower + reachable < demand:
             return []
@@ -269,7 +286,9 @@ class KueuePolicy(PeerPolicy):
             if w.team == team:
                 if w.rank < job.rank:
                     same.append(w)
-            elif w.team in borrowing and not (lower_only and w.rank >= job.rank):
+            elif w.team in borrowing and not ((lower_only or lp) and w.rank >= job.rank):
+                if lower_only and w.rank >= top:
+                    continue  # above borrowWithinCohort's maxPriorityThreshold
                 others.append(w)
         if not same and not others:
             return []

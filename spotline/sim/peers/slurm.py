@@ -152,7 +152,8 @@ class SlurmPolicy(PeerPolicy):
     2. the main scheduler takes jobs in priority order: a job starts where it fits (in its
        class's pool order); else it preempts lower-QOS running jobs of one pool, chosen lowest
        QOS first, then fewest nodes (preempt/qos `_gen_job_prio`), then job id, greedily until
-       it fits and then only those needed;
+       it fits and then only those needed; with `PreemptExemptTime` (the `slurm-exempt`
+       setup) a job that has run less than that is no candidate;
     3. the first job that can do neither stops the main scheduler;
     4. backfill (at most every bf_interval, 30 s) walks the pending jobs in priority order, at
        most bf_max_job_test (500), over a profile of free GPUs in time built from the running
@@ -184,8 +185,11 @@ class SlurmPolicy(PeerPolicy):
         seed: int = 1,
         competent: bool = True,
         knobs: SlurmKnobs | None = None,
+        preempt_exempt_s: float = 0.0,
     ) -> None:
         super().__init__(competent)
+        # PreemptExemptTime: a job that has run less than this is not a preemption candidate.
+        self.preempt_exempt_s = preempt_exempt_s
         knobs = knobs or SlurmKnobs()
         self.WEIGHT_AGE = knobs.weight_age
         self.WEIGHT_FAIRSHARE = knobs.weight_fairshare
@@ -368,8 +372,13 @@ class SlurmPolicy(PeerPolicy):
             demand = ps.demand(job)
             if ps.free + sum(ps.held_by_rank[: job.rank]) < demand:
                 continue
+            exempt_after = self.sim.now - self.preempt_exempt_s
             candidates = sorted(
-                (w for w in ps.running.values() if w.rank < job.rank and w.phase is Phase.RUNNING),
+                (
+                    w
+                    for w in ps.running.values()
+                    if w.rank < job.rank and w.phase is Phase.RUNNING and w.run_start <= exempt_after
+                ),
                 key=lambda w: (w.rank, w.nodes, w.idx),
             )
             victims: list[SimJob] = []

@@ -34,6 +34,7 @@ a job that does not fit not holding back later jobs that do. None preempts anoth
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING
 
 from spotline.sim.model import Phase, SimJob
@@ -110,29 +111,35 @@ class AllOnDemandPolicy(_DispatchPolicy):
 
 
 class SkyPilotPolicy(_DispatchPolicy):
-    """SkyPilot managed jobs on Spot with recovery, zone failover and On-Demand fallback."""
+    """SkyPilot managed jobs on Spot with recovery, zone failover and On-Demand fallback after
+    `fallback_after_s` without Spot (`math.inf`: pure recovery, `skypilot-recovery`: a job
+    waits for Spot however long it is missing)."""
 
     name = "skypilot"
 
-    def __init__(self, competent: bool = True) -> None:
+    def __init__(self, competent: bool = True, fallback_after_s: float = FALLBACK_AFTER_S) -> None:
         super().__init__(competent)
+        self.fallback_after_s = fallback_after_s
         self._fell_back: set[int] = set()
 
     def choices(self, job: SimJob, now: float) -> list[PoolState]:
         if self.must_on_demand(job) or job.idx in self._fell_back:
             return self.on_demand_pools(job)
-        if now - job.enqueued >= FALLBACK_AFTER_S:
+        if now - job.enqueued >= self.fallback_after_s:
             # Spot has been missing this long since the job last wanted it: On-Demand from now on.
             self._fell_back.add(job.idx)
             return self.on_demand_pools(job)
-        self.sim.wake_at(job.enqueued + FALLBACK_AFTER_S)
+        if math.isfinite(self.fallback_after_s):
+            self.sim.wake_at(job.enqueued + self.fallback_after_s)
         return self.spot_pools(job)
 
     def schedule(self, now: float) -> None:
         super().schedule(now)
+        if not math.isfinite(self.fallback_after_s):
+            return
         for job in self._pending.values():
             if job.idx not in self._fell_back and not self.must_on_demand(job):
-                self.sim.wake_at(max(now + 1.0, job.enqueued + FALLBACK_AFTER_S))
+                self.sim.wake_at(max(now + 1.0, job.enqueued + self.fallback_after_s))
 
 
 class UniformProgressPolicy(_DispatchPolicy):
@@ -193,11 +200,11 @@ class UniformProgressPolicy(_DispatchPolicy):
                     # (else it rides Spot on, the best it can do).
                     if self._safety_net(job, now) and job.gpus <= od_room:
                         od_room -= job.gpus
-                        sim.checkpoint_then_stop(job)
+                        sim.move(job)
                     continue
                 if job.gpus > spot_room or self._safety_net(job, now):
                     continue
                 elapsed = now - job.submit + 2 * self._changeover(job)
                 if job.progress(now) >= self._line(job, elapsed):
                     spot_room -= job.gpus
-                    sim.checkpoint_then_stop(job)  # ahead of the hysteresis line: back to Spot
+                    sim.move(job)  # ahead of the hysteresis line: back to Spot
