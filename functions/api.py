@@ -345,6 +345,42 @@ def usage(
     return usage_service.team_usage(control_plane(), _team(), team=team, month=month)
 
 
+@app.get(
+    "/history",
+    summary="The team's finished jobs, the latest to end first, by state and end time",
+    responses=_responses(200, JobList),
+)
+def history(
+    state: Annotated[JobState | None, Query(description="SUCCEEDED, FAILED or CANCELLED")] = None,
+    since: Annotated[
+        str | None, Query(max_length=64, description="Ended at or after this ISO-8601 time (with a zone)")
+    ] = None,
+    team: Annotated[str | None, Query(description="The caller's team (the only one it may read)")] = None,
+    next_token: Annotated[str | None, Query(max_length=2048)] = None,
+    limit: Annotated[int, Query(ge=1, le=100)] = 50,
+) -> JobList:
+    from spotline.control import history as history_service
+
+    plane = control_plane()
+    records, token = history_service.finished_jobs(
+        plane, _team(), team=team, state=state, since=since, limit=limit, next_token=next_token
+    )
+    now = plane.clock()
+    usage = plane.ledger.fairshare_usage()
+    return JobList(jobs=[service.job_view(plane, r, now, usage) for r in records], next_token=token)
+
+
+@app.get(
+    "/pools",
+    summary="Each pool: capacity, GPUs used and free, its nodes by state, its Spot state",
+    responses=_responses(200, None),
+)
+def pools() -> dict[str, Any]:
+    from spotline.control import pools as pools_service  # on first use, as explain
+
+    return pools_service.pools_view(control_plane(), _team())
+
+
 @app.get("/openapi.json", summary="This API's OpenAPI document", include_in_schema=False)
 def openapi() -> Response[str]:
     return Response(

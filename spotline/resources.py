@@ -84,6 +84,8 @@ class Table:
 #   active_pk   = "A#<shard>"     while holding GPUs (ADMITTED, RUNNING, CHECKPOINTING), or while a
 #                                 termination is pending; shard = crc32(job_id) % 8 (aws.job_items)
 #   team, team_sk = "<submitted_at:017.3f>#<job_id>"      always
+#   finished_pk = "F#<team>"  once finished (SUCCEEDED, FAILED, CANCELLED)
+#                                                      finished_sk = "<finished_at:017.3f>#<job_id>"
 #   (a job held for its dependencies is PENDING under queue_pk = "Q#held" instead, with no
 #   deadline attributes, until they end: spotline.control.arrays)
 # An array's own item (`kind` = "array", key = the array id) has none of the index attributes
@@ -101,6 +103,7 @@ JOBS = Table(
         Index("deadline", "deadline_pk", "deadline_sk"),
         Index("active", "active_pk", "job_id"),
         Index("team", "team", "team_sk"),
+        Index("finished", "finished_pk", "finished_sk"),
     ),
 )
 

@@ -18,6 +18,7 @@ from spotline.control.items import (
     ACTIVE_SHARDS,
     ARRAY_KIND,
     DEADLINE_PK,
+    FINISHED_PK_PREFIX,
     HELD_QUEUE_PK,
     ITEM_HEADROOM_BYTES,
     QUEUE_PK_PREFIX,
@@ -41,6 +42,7 @@ __all__ = [
     "ACTIVE_SHARDS",
     "ARRAY_KIND",
     "DEADLINE_PK",
+    "FINISHED_PK_PREFIX",
     "HELD_QUEUE_PK",
     "ITEM_HEADROOM_BYTES",
     "QUEUE_PK_PREFIX",
@@ -109,5 +111,3 @@ def new_job_write(
         [new_item_put(table_name, record_to_item(record)), timeline.append_item(entry)],
         [("new-job", job.id), ("timeline", job.id)],
     )
-
-

@@ -13,11 +13,13 @@ from spotline.aws.dynamo import DynamoTable, Expression, Item, serialize_item
 from spotline.aws.job_items import (
     ARRAY_KIND,
     DEADLINE_PK,
+    FINISHED_PK_PREFIX,
     HELD_QUEUE_PK,
     QUEUE_PK_PREFIX,
     active_partitions,
     item_to_record,
     item_to_record_lenient,
+    order_key,
 )
 from spotline.aws.timeline import decode_token, encode_token
 from spotline.control.errors import ConditionFailed, JobNotFound, UnreadableRecord
@@ -179,6 +181,46 @@ class JobReads:
         # An item that moved from the unsharded key to its shard between two queries is read
         # twice: keep one.
         return sorted({record.id: record for record in records}.values(), key=lambda record: record.id)
+
+    def list_finished(
+        self,
+        team: str,
+        *,
+        since: float | None = None,
+        state: JobState | None = None,
+        limit: int = 50,
+        next_token: str | None = None,
+        max_pages: int = 5,
+    ) -> tuple[list[JobRecord], str | None]:
+        """A team's finished jobs, the latest to end first (the `finished` index), that ended at
+        `since` or later; optionally of one state (a filter: up to `max_pages` reads fill a page)."""
+        start = decode_token(next_token)
+        found: list[JobRecord] = []
+        for _ in range(max_pages):
+            expr = Expression()
+            condition = f"{expr.name('finished_pk')} = {expr.value(FINISHED_PK_PREFIX + team)}"
+            if since is not None:
+                condition += f" AND {expr.name('finished_sk')} >= {expr.value(order_key(since, ''))}"
+            request: dict[str, Any] = {
+                "IndexName": "finished",
+                "KeyConditionExpression": condition,
+                "ScanIndexForward": False,
+                "Limit": limit - len(found),
+            }
+            if state is not None:
+                request["FilterExpression"] = f"{expr.name('state')} = {expr.value(state.value)}"
+            expr.attach(request)
+            if start is not None:
+                request["ExclusiveStartKey"] = start
+            items, start = self.table.query(request)
+            for item in items:
+                try:
+                    found.append(item_to_record_lenient(item)[0])
+                except UnreadableRecord as error:
+                    logger.error("unreadable job record not listed", extra={"job_id": error.job_id})
+            if start is None or len(found) >= limit:
+                break
+        return found, encode_token(start)
 
     def list_team(
         self,

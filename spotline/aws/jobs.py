@@ -52,6 +52,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
+
 class JobRepository(JobReads):
     """Jobs, their transitions (with Timeline and Ledger items in the same transaction), and the
     index reads of the scheduling pass."""

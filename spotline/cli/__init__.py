@@ -54,6 +54,15 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "spotline.cli.client",
         "GPU-hours, dollars, Spot share, lost work and budget state of a team for a month.",
     ),
+    "pools": (
+        "spotline.cli.pools",
+        "Each pool: capacity, GPUs used and free, nodes (running, idle, draining, reclaimed, joining)"
+        " and Spot state.",
+    ),
+    "history": (
+        "spotline.cli.history",
+        "The team's finished jobs, the latest to end first (filters: --state, --since, --team).",
+    ),
     "configure": (
         "spotline.cli.client",
         "Write ~/.config/spotline/config.toml: the API URL (given, or from the stack's outputs).",

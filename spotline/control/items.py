@@ -48,6 +48,9 @@ ACTIVE_PK = "A"
 # The `queue` index's partition of the jobs held for their dependencies (not a priority class:
 # the pass reads it apart, `JobRepository.held_head`).
 HELD_QUEUE_PK = QUEUE_PK_PREFIX + "held"
+# The `finished` index: a team's finished jobs by the time they ended (the history view).
+FINISHED_PK_PREFIX = "F#"
+FINAL_STATES = frozenset({JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED})
 ACTIVE_SHARDS = 8
 
 
@@ -166,8 +169,11 @@ def record_to_item(record: JobRecord) -> Item:
             item["deadline_sk"] = order_key(deadline, job.id)
     if job.state in ACTIVE_STATES or record.terminating_batch_job_ids:
         item["active_pk"] = active_pk_for(job.id)
+    if job.state in FINAL_STATES:
+        ended = record.finished_at if record.finished_at is not None else record.updated_at
+        item["finished_pk"] = FINISHED_PK_PREFIX + job.team
+        item["finished_sk"] = order_key(ended, job.id)
     return {k: v for k, v in item.items() if v is not None}
-
 
 
 # A store refuses an item over 400 KB (DynamoDB's limit, names and values in UTF-8 together).

@@ -48,6 +48,7 @@ from spotline.control.errors import (
 from spotline.control.items import (
     ARRAY_KIND,
     DEADLINE_PK,
+    FINISHED_PK_PREFIX,
     HELD_QUEUE_PK,
     QUEUE_PK_PREFIX,
     Item,
@@ -58,6 +59,7 @@ from spotline.control.items import (
     item_to_array,
     item_to_record,
     new_job_record,
+    order_key,
     record_to_item,
     signal_changes,
     transitioned,
@@ -1126,6 +1128,49 @@ class MemoryJobs:
             found += [r for r in (item_to_record(i) for i in page) if state is None or r.state is state]
             position = (
                 {"job_id": page[-1]["job_id"], "team": team, "team_sk": page[-1]["team_sk"]}
+                if index and page
+                else None
+            )
+            if position is None or len(found) >= limit:
+                break
+        return found, _encode(position)
+
+    def list_finished(
+        self,
+        team: str,
+        *,
+        since: float | None = None,
+        state: JobState | None = None,
+        limit: int = 50,
+        next_token: str | None = None,
+        max_pages: int = 5,
+    ) -> tuple[list[JobRecord], str | None]:
+        """A team's finished jobs, the latest to end first (the `finished` index), ended at
+        `since` or later; as on DynamoDB the limit counts the items read before the state filter."""
+        start = _decode(next_token)
+        low = order_key(since, "") if since is not None else ""
+        index = sorted(
+            (
+                i
+                for i in self.tables.scan(JOBS)
+                if i.get("finished_pk") == FINISHED_PK_PREFIX + team and str(i.get("finished_sk", "")) >= low
+            ),
+            key=lambda i: i["finished_sk"],
+            reverse=True,
+        )
+        if start is not None:
+            index = [i for i in index if i["finished_sk"] < str(start.get("finished_sk", ""))]
+        found: list[JobRecord] = []
+        position: dict[str, Any] | None = None
+        for _ in range(max_pages):
+            page, index = index[: limit - len(found)], index[limit - len(found) :]
+            found += [r for r in (item_to_record(i) for i in page) if state is None or r.state is state]
+            position = (
+                {
+                    "job_id": page[-1]["job_id"],
+                    "finished_pk": page[-1]["finished_pk"],
+                    "finished_sk": page[-1]["finished_sk"],
+                }
                 if index and page
                 else None
             )

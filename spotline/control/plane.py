@@ -23,6 +23,7 @@ from spotline.control.ports import (
     InstanceStore,
     JobStore,
     LedgerStore,
+    NodeSource,
     PageTokenStore,
     PassTrigger,
     RunLogs,
@@ -71,6 +72,8 @@ class ControlPlane:
     # The handlers' idempotency records (a Powertools persistence layer); None: DynamoDB's, on the
     # idempotency table (`functions.runtime.idempotent_on_event_id`).
     idempotency: Any = None
+    # Reports each pool's nodes (`spotline pools`); None where the deployment cannot see them.
+    nodes: NodeSource | None = None
 
     @property
     def config(self) -> SpotlineConfig:

@@ -357,6 +357,20 @@ class JobStore(Protocol):
         max_pages: int = 5,
     ) -> tuple[list[JobRecord], str | None]: ...
 
+    def list_finished(
+        self,
+        team: str,
+        *,
+        since: float | None = None,
+        state: JobState | None = None,
+        limit: int = 50,
+        next_token: str | None = None,
+        max_pages: int = 5,
+    ) -> tuple[list[JobRecord], str | None]:
+        """A team's finished jobs, the latest to end first, that ended at `since` or later (the
+        `finished` index: a Query, never a scan), optionally of one state."""
+        ...
+
 
 class TimelineStore(Protocol):
     def list(
@@ -448,4 +462,32 @@ class SpotPoolStore(Protocol):
 
     def signals(self, pools: Sequence[str], now: float) -> dict[str, SpotPoolSignal]:
         """What a pass plans from, for the pools seen at least once (one BatchGetItem)."""
+        ...
+
+
+# --- nodes ------------------------------------------------------------------------------------
+
+# What a node is doing, as `spotline pools` shows it.
+NODE_STATES = ("running", "idle", "draining", "reclaimed", "joining")
+
+
+@dataclass(frozen=True)
+class NodeView:
+    """One instance of a pool as its fleet reports it: `state` one of NODE_STATES (`running`:
+    some GPUs in use; `draining`: warned, takes no new job; `reclaimed`: gone; `joining`: a
+    replacement on its way, no instance id yet)."""
+
+    pool: str
+    state: str
+    gpus: int
+    used_gpus: int = 0
+    instance_id: str | None = None
+    # When it entered `state` (epoch seconds), and for a draining or joining node when that ends.
+    since: float | None = None
+    until: float | None = None
+
+
+class NodeSource(Protocol):
+    def nodes(self, now: float) -> list[NodeView]:
+        """Every pool's nodes now, with those reclaimed recently and the replacements joining."""
         ...

@@ -25,7 +25,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -50,6 +50,21 @@ class Node:
     draining: bool = False
     # Set once the node's end is scheduled (a Spot notice running): a second warning changes nothing.
     reclaim_scheduled: bool = False
+    # When it joined, began to drain, is due to end (a Spot notice), and died (epoch seconds).
+    joined_at: float = field(default_factory=time.time)
+    drained_at: float | None = None
+    ends_at: float | None = None
+    died_at: float | None = None
+
+
+@dataclass(frozen=True)
+class Joining:
+    """A replacement on its way into `pool`, due at `at` (Batch launching an instance)."""
+
+    pool: str
+    gpus: int
+    since: float
+    at: float
 
 
 @dataclass
@@ -125,6 +140,7 @@ class LocalFleet:
             Node(_instance_id(), p.name, p.gpus_per_node) for p in pools for _ in range(p.nodes)
         ]
         self.jobs: dict[str, LocalBatchJob] = {}
+        self.joining: list[Joining] = []
         # Instances a pool may hold now (a Spot availability trace sets it: `set_capacity`);
         # absent: its configured node count.
         self._limits: dict[str, int] = {}
@@ -191,6 +207,11 @@ class LocalFleet:
         with self._lock:
             return {i: self.jobs[i].status for i in job_ids if i in self.jobs}
 
+    def inventory(self) -> tuple[list[Node], list[Joining]]:
+        """Copies of the nodes (the dead ones included) and of the replacements on their way."""
+        with self._lock:
+            return [replace(n) for n in self.nodes], list(self.joining)
+
     # --- injected failures --------------------------------------------------------------
 
     def instance_of(self, name_prefix: str) -> str | None:
@@ -240,7 +261,8 @@ class LocalFleet:
             node = next((n for n in self.nodes if n.instance_id == instance_id), None)
             if node is None:
                 return False
-            node.draining = True
+            if not node.draining:
+                node.draining, node.drained_at = True, time.time()
             return True
 
     def is_spot(self, instance_id: str) -> bool:
@@ -258,8 +280,11 @@ class LocalFleet:
             node = self._node(instance_id)
             if node.reclaim_scheduled or not node.alive:
                 return False
-            node.draining = True
+            now = time.time()
+            if not node.draining:
+                node.draining, node.drained_at = True, now
             node.reclaim_scheduled = True
+            node.ends_at = now + notice_s
         timer = threading.Timer(notice_s, self.fail_node, args=(instance_id,))
         timer.daemon = True
         timer.start()
@@ -274,6 +299,11 @@ class LocalFleet:
             if not node.alive:
                 return
             node.alive = False
+            node.died_at = time.time()
+            if self._capacity_return_s > 0:
+                self.joining.append(
+                    Joining(node.pool, node.gpus, node.died_at, node.died_at + self._capacity_return_s)
+                )
             victims = [j for j in self.jobs.values() if instance_id in j.instances and j.status == "RUNNING"]
         for job in victims:
             job.status_reason = HOST_TERMINATED.format(instance=instance_id)
@@ -287,6 +317,7 @@ class LocalFleet:
 
     def _replace(self, lost: Node) -> None:
         with self._lock:
+            self.joining = [j for j in self.joining if not (j.pool == lost.pool and j.since == lost.died_at)]
             if not self._closed.is_set() and self._standing(lost.pool) < self._limit(lost.pool):
                 self.nodes.append(Node(_instance_id(), lost.pool, lost.gpus))
 

@@ -24,7 +24,7 @@ from spotline import resources as r
 from spotline.aws.clients import AwsClients, reset_default_clients
 from spotline.aws.plane import build_control_plane
 from spotline.control.logs import FileRunLogs
-from spotline.control.ports import TERMINAL_BATCH_STATUSES, BatchJobRequest
+from spotline.control.ports import TERMINAL_BATCH_STATUSES, BatchJobRequest, NodeView
 from spotline.control.settings import Settings, get_settings
 from spotline.domain import JobState
 from spotline.local import lambdas, provision
@@ -213,6 +213,35 @@ class FleetLauncher:
         return {i for i in batch_job_ids if known.get(i, "SUCCEEDED") in TERMINAL_BATCH_STATUSES}
 
 
+# A reclaimed or failed node stays in `spotline pools` this long after it died.
+RECLAIMED_SHOWN_S = 600.0
+
+
+class FleetNodes:
+    """The local fleet's nodes as `spotline pools` shows them (the `NodeSource` port)."""
+
+    def __init__(self, fleet: LocalFleet) -> None:
+        self.fleet = fleet
+
+    def nodes(self, now: float) -> list[NodeView]:
+        nodes, joining = self.fleet.inventory()
+        found: list[NodeView] = []
+        for node in nodes:
+            if not node.alive:
+                if node.died_at is not None and now - node.died_at <= RECLAIMED_SHOWN_S:
+                    found.append(
+                        NodeView(node.pool, "reclaimed", node.gpus, 0, node.instance_id, since=node.died_at)
+                    )
+                continue
+            if node.draining:
+                state, since, until = "draining", node.drained_at, node.ends_at
+            else:
+                state, since, until = ("running" if node.used else "idle"), node.joined_at, None
+            found.append(NodeView(node.pool, state, node.gpus, node.used, node.instance_id, since, until))
+        found += [NodeView(j.pool, "joining", j.gpus, since=j.since, until=j.at) for j in joining]
+        return found
+
+
 class LocalInstanceResolver:
     """The local fleet names a node's container instance `.../container-instance/<cluster>/<instance id>`."""
 
@@ -367,6 +396,7 @@ class LocalControlPlane:
             instance_resolver=LocalInstanceResolver(),
             run_logs=FileRunLogs(self.fleet.log_path),
         )
+        plane.nodes = FleetNodes(self.fleet)
         from functions.runtime import use_control_plane
 
         use_control_plane(plane)

@@ -72,6 +72,39 @@ def running(api: Endpoint, now: float | None = None) -> list[dict[str, Any]]:
     return rows
 
 
+def history(
+    api: Endpoint, state: str | None = None, since: str | None = None, page: str | None = None
+) -> dict[str, Any]:
+    """One page of the team's finished jobs (`GET /history`), the latest to end first: `state`
+    one of FINAL_STATES (else all), `since` a span (7d, 24h) or an ISO date or time."""
+    from spotline.cli.history import since_iso
+
+    chosen = (state or "").upper() or None
+    if chosen is not None and chosen not in FINAL_STATES:
+        raise ClientError(f"state: {state!r} is not one of {', '.join(sorted(FINAL_STATES))}", status=422)
+    try:
+        after = since_iso(since) if since else None
+    except ClientError as error:  # a span or time the client cannot read
+        raise ClientError(str(error).replace("--since", "since"), status=422) from None
+    params: dict[str, Any] = {"limit": PAGE, "state": chosen, "since": after, "next_token": page}
+    answer = api.request("GET", "/history", params=params)
+    return {
+        "jobs": list(answer.get("jobs") or []),
+        "page": page,
+        "next_page": answer.get("next_token") or None,
+        "state": chosen,
+        "since": since or "",
+        "since_iso": after,
+        "states": sorted(FINAL_STATES),
+    }
+
+
+def pools(api: Endpoint) -> dict[str, Any]:
+    """Every pool: capacity, GPUs used and free, nodes by state, Spot state (`GET /pools`)."""
+    found: dict[str, Any] = api.request("GET", "/pools")
+    return found
+
+
 def _explain_or_none(api: Endpoint, job_id: str) -> dict[str, Any] | None:
     try:
         return explain(api, job_id)

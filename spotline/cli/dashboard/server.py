@@ -24,7 +24,7 @@ import socket
 import threading
 import time
 from collections.abc import Mapping
-from datetime import datetime
+from datetime import UTC, datetime
 from http import HTTPStatus
 from http.cookies import SimpleCookie
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -109,15 +109,26 @@ class Dashboard:
     # --- the pages -------------------------------------------------------------------------
 
     def page(
-        self, team: str, view: str, job_id: str | None = None, page: str | None = None
+        self,
+        team: str,
+        view: str,
+        job_id: str | None = None,
+        page: str | None = None,
+        query: Mapping[str, str] | None = None,
     ) -> tuple[str, dict[str, Any]]:
         """The template and values of one view of one team (`page`: the API's page token of the
-        queue's page to show, None for its first)."""
+        queue's or the history's page to show, None for its first; `query`: the history's
+        filters, `state` and `since`)."""
         api = self.endpoints[team]
+        if view == "history":
+            filters = query or {}
+            return "history.html", data.history(api, filters.get("state"), filters.get("since"), page)
         if view == "queue":
             return "queue.html", data.queue(api, page)
         if view == "running":
             return "running.html", {"jobs": data.running(api)}
+        if view == "pools":
+            return "pools.html", data.pools(api)
         if view == "team":
             month = data.team(api)
             usage = month["usage"]
@@ -213,9 +224,9 @@ def when(value: Any) -> str:
     epoch = value if isinstance(value, int | float) else _epoch(value)
     if epoch is None:
         return "—"
-    moment = datetime.fromtimestamp(epoch).astimezone()
-    today = datetime.now().astimezone().date() == moment.date()
-    return moment.strftime("%H:%M:%S %Z" if today else "%Y-%m-%d %H:%M %Z")
+    moment = datetime.fromtimestamp(epoch, UTC)  # one zone everywhere: UTC, 24-hour
+    today = datetime.now(UTC).date() == moment.date()
+    return moment.strftime("%H:%M:%S UTC" if today else "%Y-%m-%d %H:%M UTC")
 
 
 def pct(value: Any) -> str:
@@ -230,7 +241,7 @@ def usd(value: Any) -> str:
 
 ROUTES: list[tuple[str, re.Pattern[str], str]] = [
     ("GET", re.compile(rf"^{_TEAM}/?$"), "queue"),
-    ("GET", re.compile(rf"^{_TEAM}/(?P<view>queue|running|team)$"), "view"),
+    ("GET", re.compile(rf"^{_TEAM}/(?P<view>queue|running|team|pools|history)$"), "view"),
     ("GET", re.compile(rf"^{_TEAM}/jobs/{_JOB}$"), "job"),
     ("GET", re.compile(rf"^{_TEAM}/jobs/{_JOB}/explain$"), "explain"),
     ("POST", re.compile(rf"^{_TEAM}/jobs/{_JOB}/(?P<action>cancel|priority|deadline)$"), "act"),
@@ -333,7 +344,7 @@ class Handler(BaseHTTPRequestHandler):
                 return self._send(HTTPStatus.OK, html, "text/html; charset=utf-8")
             view = params.get("view", "job" if name == "job" else "queue")
             # `?page=`: the API's own page token, passed back to it as is (it refuses a bad one).
-            template, values = self.dash.page(team, view, params.get("job"), query.get("page") or None)
+            template, values = self.dash.page(team, view, params.get("job"), query.get("page") or None, query)
             html = self.dash.render(template, team=team, view=view, fragment=fragment, **values)
         except ClientError as error:
             status = (

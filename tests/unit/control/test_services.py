@@ -27,6 +27,7 @@ from tests.integration.test_faults_runs import *  # noqa: F403
 from tests.integration.test_gang_nodes import *  # noqa: F403
 from tests.integration.test_job_logs import *  # noqa: F403
 from tests.integration.test_orphan_races import *  # noqa: F403
+from tests.integration.test_pools_history_api import *  # noqa: F403
 from tests.integration.test_rebalance_risk import *  # noqa: F403
 from tests.integration.test_reconciler import *  # noqa: F403
 from tests.integration.test_scheduling_pass import *  # noqa: F403
