@@ -86,6 +86,12 @@ def main(argv: Sequence[str] = ()) -> int:
     # starts per trace (the paper's 300: --starts 300 --part all)
     with record.section("Single job under a deadline"):
         deadline_bench.main(["--starts", "100", "--ratios", "0.6,0.7,0.8,0.9,0.95", "--part", "eval"])
+    from bench import deadline_families
+
+    # the single-job table per trace family with 95% CIs and the goals: the repository's traces
+    # (their evaluation half) and two held-out families of SkyPilot's (bench/data/spot-traces/)
+    with record.section("Single job under a deadline, per trace family"):
+        deadline_families.main(["--starts", "3"])
     from bench import spot_pools
 
     # many jobs on real Spot capacity (issue 30 §5): the Philly evaluation windows' first days on

@@ -47,7 +47,16 @@ def test_a_recorded_run_writes_a_dated_file_and_latest(tmp_path: Path) -> None:
 
 def test_make_bench_records_every_part(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     import bench.__main__ as bench_main
-    from bench import aws_costs, cli_startup, cold_start, deadline_bench, pass_scale, plan_bench, spot_pools
+    from bench import (
+        aws_costs,
+        cli_startup,
+        cold_start,
+        deadline_bench,
+        deadline_families,
+        pass_scale,
+        plan_bench,
+        spot_pools,
+    )
 
     # Every part prints a line of its own instead of running (`make bench` takes many minutes).
     parts = {
@@ -60,6 +69,7 @@ def test_make_bench_records_every_part(monkeypatch: pytest.MonkeyPatch, tmp_path
         (cold_start, "main"): "cold table",
         (aws_costs, "main"): "cost table",
         (deadline_bench, "main"): "deadline table",
+        (deadline_families, "main"): "deadline families table",
     }
     for (module, name), line in parts.items():
         monkeypatch.setattr(module, name, lambda *_, line=line: print(line, flush=True))
@@ -149,11 +159,20 @@ def test_make_bench_simulates_the_evaluation_once_and_times_each_part(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     import bench.__main__ as bench_main
-    from bench import aws_costs, cli_startup, cold_start, deadline_bench, pass_scale, plan_bench, spot_pools
+    from bench import (
+        aws_costs,
+        cli_startup,
+        cold_start,
+        deadline_bench,
+        deadline_families,
+        pass_scale,
+        plan_bench,
+        spot_pools,
+    )
 
     for module, name in ((plan_bench, "main"), (pass_scale, "main"), (cold_start, "main"),
                          (cli_startup, "main"), (aws_costs, "main"), (deadline_bench, "main"),
-                         (spot_pools, "main")):  # fmt: skip
+                         (deadline_families, "main"), (spot_pools, "main")):  # fmt: skip
         monkeypatch.setattr(module, name, lambda *_: None)
 
     def policy(*arguments: str) -> None:  # the policy part saves its evaluation where it is told

@@ -43,7 +43,7 @@ POLICIES = ("spotline", "greedy", "uniform-progress", "omniscient", "on-demand")
 EPS = 1e-9
 HISTORY_WINDOW_H = 7 * 24.0  # the pool history the guard is given: the week before now
 REFIT_H = 3 * 24.0  # how often the guard's plan refits its model of the pool (at multiples of this)
-MAX_DP_CELLS = 40_000_000  # ticks * progress units * states; beyond this the DP is refused
+MAX_DP_CELLS = 200_000_000  # ticks * progress units that can still finish * states; beyond it, refused
 
 
 @dataclass(frozen=True, slots=True)
@@ -412,12 +412,14 @@ def omniscient(trace: AvailabilityTrace, setup: JobSetup, starts: Sequence[float
     change = round(change_s)
     unit = math.gcd(gap_s, change) if change else gap_s
     job_s = setup.job_h * 3600.0
+    deadline_s = setup.deadline_h * 3600.0
     units = math.ceil(job_s / unit - 1e-9)  # progress cells 0 .. units-1 (not yet done)
     phases = math.ceil(change / gap_s) if change else 0  # phase j: changeover left max(0, change - j*gap)
     lengths = step_lengths(trace, setup)
     n_states = 1 + 2 * (phases + 1)  # 0 idle; 1 + j Spot phase j; 2 + phases + j On-Demand phase j
     rows = len(starts)
-    if len(lengths) * units * n_states > MAX_DP_CELLS:
+    band = min(units, math.floor((deadline_s - job_s) / unit) + 2)  # progress that can still finish
+    if len(lengths) * band * n_states > MAX_DP_CELLS:
         raise ValueError(
             "the omniscient policy's grid is too fine for these flags (job hours / gcd of the trace's gap"
             " and the changeover); use a changeover of whole minutes"
@@ -427,6 +429,9 @@ def omniscient(trace: AvailabilityTrace, setup: JobSetup, starts: Sequence[float
     cost = np.full((n_states, rows, units), np.inf)
     spot = np.zeros((n_states, rows, units))
     switches = np.zeros((n_states, rows, units))
+    # the next step's cells, reused step after step: only the costs a step can write are reset
+    # (a Spot total or switch count is read only beside a finite cost)
+    new_cost, new_spot, new_sw = np.full_like(cost, np.inf), np.zeros_like(spot), np.zeros_like(switches)
     cost[0, :, 0] = 0.0
     best_cost = np.full(rows, np.inf)
     best_spot = np.zeros(rows)
@@ -447,9 +452,9 @@ def omniscient(trace: AvailabilityTrace, setup: JobSetup, starts: Sequence[float
         last = k == len(lengths) - 1
         has_spot = counts[starts_at + k] > 0
         hi = min(units, int((k + 1) * gap_s // unit) + 1)  # progress reachable so far
-        new_cost = np.full_like(cost, np.inf)
-        new_spot = np.zeros_like(spot)
-        new_sw = np.zeros_like(switches)
+        # progress below `lo` cannot finish by the deadline: those cells are skipped (exactly)
+        lo = min(hi, max(0, math.floor((job_s - (deadline_s - k * gap_s)) / unit)))
+        new_cost[:, :, lo : min(units, int((k + 2) * gap_s // unit) + 1)] = np.inf
 
         def offer(
             target: int,
@@ -458,28 +463,31 @@ def omniscient(trace: AvailabilityTrace, setup: JobSetup, starts: Sequence[float
             s: np.ndarray,
             w: np.ndarray,
             hi: int = hi,
+            lo: int = lo,
             new_cost: np.ndarray = new_cost,
             new_spot: np.ndarray = new_spot,
             new_sw: np.ndarray = new_sw,
         ) -> None:
+            # c, s and w hold progress lo, lo + 1, ...; they land `shift` units further on
             top = min(units, hi + shift)
-            width = top - shift
+            width = min(top - lo - shift, c.shape[1])
             if width <= 0:
                 return
-            dest = new_cost[target, :, shift:top]
+            at = slice(lo + shift, lo + shift + width)
+            dest = new_cost[target, :, at]
             src = c[:, :width]
             better = src < dest
             if not better.any():
                 return
             np.copyto(dest, src, where=better)
-            np.copyto(new_spot[target, :, shift:top], s[:, :width], where=better)
-            np.copyto(new_sw[target, :, shift:top], w[:, :width], where=better)
+            np.copyto(new_spot[target, :, at], s[:, :width], where=better)
+            np.copyto(new_sw[target, :, at], w[:, :width], where=better)
 
         for source in range(n_states):
-            c_src = cost[source, :, :hi]
+            c_src = cost[source, :, lo:hi]
             if not np.isfinite(c_src).any():
                 continue
-            s_src, w_src = spot[source, :, :hi], switches[source, :, :hi]
+            s_src, w_src = spot[source, :, lo:hi], switches[source, :, lo:hi]
             mode, phase = split(source)
             if not last:
                 offer(0, 0, c_src, s_src, w_src)  # idle
@@ -491,24 +499,25 @@ def omniscient(trace: AvailabilityTrace, setup: JobSetup, starts: Sequence[float
                 c_run = np.where(has_spot[:, None], c_src, np.inf) if target_mode == 1 else c_src
                 w_run = w_src if same else w_src + 1
                 # finishing in this step: pay only the changeover left and the work left
-                finish_from = max(0, math.ceil((job_s - (length - left)) / unit - 1e-9))
+                finish_from = max(lo, math.ceil((job_s - (length - left)) / unit - 1e-9))
                 if finish_from < hi:
                     used_h = (left + job_s - positions[finish_from:hi] * unit) / 3600.0
-                    totals = c_run[:, finish_from:hi] + price * used_h
+                    totals = c_run[:, finish_from - lo : hi - lo] + price * used_h
                     pick = np.argmin(totals, axis=1)
                     row_ix = np.arange(rows)
                     value = totals[row_ix, pick]
                     better = value < best_cost - 1e-12
                     if better.any():
-                        spot_total = s_src[row_ix, finish_from + pick] + (
+                        spot_total = s_src[row_ix, finish_from - lo + pick] + (
                             used_h[pick] if target_mode == 1 else 0.0
                         )
                         best_cost = np.where(better, value, best_cost)
                         best_spot = np.where(better, spot_total, best_spot)
-                        best_switches = np.where(better, w_run[row_ix, finish_from + pick], best_switches)
+                        chosen = w_run[row_ix, finish_from - lo + pick]
+                        best_switches = np.where(better, chosen, best_switches)
                 if last:
                     continue
-                stay = min(hi, finish_from)
+                stay = min(hi, finish_from) - lo
                 if stay <= 0:
                     continue
                 shift = round(max(0.0, length - left) / unit)
@@ -520,7 +529,7 @@ def omniscient(trace: AvailabilityTrace, setup: JobSetup, starts: Sequence[float
                     s_src[:, :stay] + spot_add,
                     w_run[:, :stay],
                 )
-        cost, spot, switches = new_cost, new_spot, new_sw
+        cost, spot, switches, new_cost, new_spot, new_sw = new_cost, new_spot, new_sw, cost, spot, switches
     outcomes = []
     for row, start in enumerate(starts):
         total = float(best_cost[row])
