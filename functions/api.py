@@ -166,6 +166,13 @@ def _array_view(array: Any, records: list[Any]) -> ArrayView:
 def submit(
     spec: Annotated[JobSpec, Body(description="The job spec")],
     idempotency_key: Annotated[str | None, Header(alias="Idempotency-Key", max_length=128)] = None,
+    require_feasible: Annotated[
+        bool,
+        Query(
+            description="Refuse (422 naming `deadline`, nothing stored) a job whose deadline cannot be"
+            " promised: its `deadline_answer` would be `cannot` or `unknown`"
+        ),
+    ] = False,
 ) -> Response[JobView | ArrayView]:
     # The resolver checked the body's shape; the service checks it against the clock and the
     # deployment (deadline, GPU type, priority allowed, a pool that can host it).
@@ -179,7 +186,9 @@ def submit(
             content_type=content_types.APPLICATION_JSON,
             body=_array_view(array, records),
         )
-    record, created = service.submit_job(control_plane(), _team(), body, idempotency_key=idempotency_key)
+    record, created = service.submit_job(
+        control_plane(), _team(), body, idempotency_key=idempotency_key, require_feasible=require_feasible
+    )
     return Response(
         status_code=201 if created else 200, content_type=content_types.APPLICATION_JSON, body=_view(record)
     )

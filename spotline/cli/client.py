@@ -113,13 +113,22 @@ def submit(
             "which the command's own retries reuse).",
         ),
     ] = None,
+    require_feasible: Annotated[
+        bool,
+        typer.Option(
+            "--require-feasible",
+            help="Refuse (exit 1, nothing submitted) a job whose deadline cannot be promised.",
+        ),
+    ] = False,
 ) -> None:
-    """Submit a job from FILE; prints the job (its `id` with --output json)."""
+    """Submit a job from FILE; prints the job (its `id` with --output json). A job with a
+    deadline gets its answer: meets it, meets it only On-Demand (at about $X), or cannot."""
     from spotline.cli import specfile  # YAML: only where a spec is read
 
     spec = specfile.load(file, set_ or ())
+    path = "/jobs?require_feasible=true" if require_feasible else "/jobs"
     try:
-        job = post_idempotent(session.api, "/jobs", spec.body, idempotency_key or f"cli-{uuid.uuid4()}")
+        job = post_idempotent(session.api, path, spec.body, idempotency_key or f"cli-{uuid.uuid4()}")
     except ClientError as error:
         if error.status == 422 and error.detail:
             parts = []

@@ -78,6 +78,8 @@ def _job_rows(job: dict[str, Any]) -> list[tuple[str, str]]:
         rows.append(("finished", f"{iso(job['finished_at'])} ({age(job['finished_at'])})"))
     if job.get("deadline"):
         rows.append(("deadline", str(job["deadline"])))
+    if job.get("deadline_answer"):
+        rows.append(("deadline answer", deadline_answer_text(job["deadline_answer"])))
     if job.get("progress") is not None:
         step = "" if job.get("step") is None else f" (step {job['step']})"
         rows.append(("progress", f"{100 * float(job['progress']):.0f}%{step}"))
@@ -136,6 +138,20 @@ def _num(value: Any) -> str:
         return "-"
     text = f"{float(value):.1f}"
     return "0.0" if text == "-0.0" else text  # a tiny negative term reads as 0, not -0
+
+
+def deadline_answer_text(answer: dict[str, Any]) -> str:
+    """The deadline's answer at submission in one line: what it says, and the run time it used
+    with the range that run time comes from."""
+    text = str(answer.get("summary") or answer.get("kind"))
+    runtime = answer.get("runtime")
+    if isinstance(runtime, dict):
+        text += (
+            f"; run time planned {float(runtime['planned_s']) / 3600:.2f} h"
+            f" ({runtime.get('source')}, range {float(runtime['low_s']) / 3600:.2f}"
+            f"-{float(runtime['high_s']) / 3600:.2f} h)"
+        )
+    return text
 
 
 def job_table(job: dict[str, Any]) -> Table:
@@ -239,6 +255,9 @@ def explain_view(data: dict[str, Any]) -> Group:
                 pool.get("pool", ""), "; ".join(pool.get("blockers") or []) or "-", pool.get("unblock") or "-"
             )
         parts.append(table)
+    answer = data.get("deadline_answer")
+    if isinstance(answer, dict):
+        parts.append(f"deadline answer: {deadline_answer_text(answer)}")
     guard = data.get("deadline_guard")
     if guard:
         advice, placed = guard.get("advice"), guard.get("now")

@@ -11,6 +11,7 @@ from __future__ import annotations
 import random
 from typing import Any
 
+from spotline.control.admission import answer_view
 from spotline.control.arrays import array_summary, dependency_explanation, get_array
 from spotline.control.jobs import get_job
 from spotline.control.lifecycle import iso
@@ -93,6 +94,9 @@ def explain_job(cp: ControlPlane, team: str, job_id: str) -> dict[str, Any]:
     )
     if guard is not None:
         out["deadline_guard"] = guard
+    if job.deadline_answer is not None:
+        # What its deadline was answered at submission, with the run time it planned with.
+        out["deadline_answer"] = answer_view(job.deadline_answer)
     checkpoint = describe_checkpoint(job, float(cp.config.grace_period_s))
     if checkpoint is not None:
         # What the agent measured of its last checkpoint, and what the planning makes of it.

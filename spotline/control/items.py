@@ -88,6 +88,7 @@ _JOB_FIELDS = (
     "array_index",
     "array_params",
     "max_running",
+    "deadline_answer",
 )
 _RECORD_FIELDS = (
     "updated_at",
@@ -142,7 +143,10 @@ def record_to_item(record: JobRecord) -> Item:
         "gpus": job.gpus,
     }
     for name in _JOB_FIELDS:
-        item[name] = getattr(job, name)
+        value = getattr(job, name)
+        if isinstance(value, BaseModel):
+            value = value.model_dump(mode="json", exclude_none=True)
+        item[name] = value
     for name in _RECORD_FIELDS:
         value = getattr(record, name)
         if isinstance(value, tuple):

@@ -15,6 +15,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from spotline.control.admission import answer_at_submission, answer_view
 from spotline.control.arrays import elements_of, get_array, select_elements, submit_array, with_dependencies
 from spotline.control.errors import (
     Conflict,
@@ -151,6 +152,9 @@ class JobView(BaseModel):
     array_params: dict[str, str] | None = None
     # What it has cost so far, across requeues (spotline.control.job_cost).
     cost: dict[str, Any] | None = None
+    # Its deadline's answer at submission (spotline.control.admission): kind, earliest finish,
+    # On-Demand cost, the run time planned with, the On-Demand GPUs held for it.
+    deadline_answer: dict[str, Any] | None = None
 
 
 def job_view(
@@ -225,6 +229,7 @@ def job_view(
         array_index=job.array_index,
         array_params=job.array_params,
         cost=job_cost(cp, record, now),
+        deadline_answer=answer_view(job.deadline_answer),
     )
 
 
@@ -327,12 +332,21 @@ def pin_image(cp: ControlPlane, spec: JobSpec) -> JobSpec:
 
 
 def submit_job(
-    cp: ControlPlane, team: str, body: Mapping[str, Any], *, idempotency_key: str | None = None
+    cp: ControlPlane,
+    team: str,
+    body: Mapping[str, Any],
+    *,
+    idempotency_key: str | None = None,
+    require_feasible: bool = False,
 ) -> tuple[JobRecord, bool]:
     """Validate and store a new PENDING job, then announce it (Job Submitted). Returns the job
     and whether it was created now: with an `idempotency_key`, a retried request returns the
     job the first one created instead of a duplicate, and a different request under a key
-    already used is refused (as payment APIs do) rather than answered with the first job."""
+    already used is refused (as payment APIs do) rather than answered with the first job.
+
+    A job with a deadline gets its answer (`admission.answer_at_submission`), stored with it
+    (with the On-Demand GPUs held for it); `require_feasible` refuses it, storing nothing, when
+    the answer is neither "meets" nor "on-demand-only"."""
     now = cp.clock()
     spec = validate_spec(cp, team, body, now)
     if spec.is_array:
@@ -351,6 +365,11 @@ def submit_job(
     check_budget(cp, team, spec.priority)
     spec = pin_image(cp, with_dependencies(cp, team, spec, {job_id}))
     job = Job(id=job_id, team=team, spec=spec, submitted_at=now, enqueued_at=now)
+    answer = answer_at_submission(cp, job, now)
+    if answer is not None:
+        if require_feasible and not answer.feasible:
+            raise InvalidRequest.field("deadline", f"refused (require_feasible): {answer.summary}")
+        job = job.with_changes(deadline_answer=answer)
     try:
         record = cp.jobs.create(
             job,

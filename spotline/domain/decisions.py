@@ -112,6 +112,15 @@ class HeldByVariant:
     why: str
 
 
+@dataclass(frozen=True, slots=True)
+class HeldForDeadlines:
+    """Its On-Demand pools' free GPUs are held for deadline jobs answered at submission
+    (`admission.OnDemandHold`) over the time it would run (`held` GPUs at most, in `pools`)."""
+
+    pools: tuple[str, ...]
+    held: int
+
+
 WaitReason = (
     ArrayCap
     | Draining
@@ -124,6 +133,7 @@ WaitReason = (
     | BehindClassHead
     | HeldForGang
     | HeldByVariant
+    | HeldForDeadlines
 )
 
 

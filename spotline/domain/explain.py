@@ -16,6 +16,7 @@ from spotline.domain.decisions import (
     BudgetSpent,
     Draining,
     HeldByVariant,
+    HeldForDeadlines,
     HeldForGang,
     NoGpuType,
     NoPool,
@@ -87,6 +88,11 @@ def wait_text(why: WaitReason) -> str:
             )
         case HeldByVariant(shortfall, variant, held):
             return f"waiting: {shortfall}; {held} (simulator variant {variant})"
+        case HeldForDeadlines(pools, held):
+            return (
+                f"waiting: the free On-Demand GPUs of {', '.join(pools)} are held for deadline jobs"
+                f" ({held} GPUs at most while it would run)"
+            )
         case HeldForGang(shortfall, gang, pool, backfill):
             return (
                 f"waiting: {shortfall}; the free GPUs of {pool} are held for the blocked"

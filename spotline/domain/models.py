@@ -25,6 +25,7 @@ from pydantic import (
     model_validator,
 )
 
+from spotline.domain.admission_models import DeadlineAnswer
 from spotline.domain.arrays import (
     MAX_ARRAY_ELEMENTS,
     MAX_DEPENDENCIES,
@@ -560,6 +561,8 @@ class Job(BaseModel):
     array_index: int | None = None
     array_params: dict[str, str] | None = None
     max_running: int | None = None
+    # What its deadline was answered at submission, and the On-Demand GPUs held for it.
+    deadline_answer: DeadlineAnswer | None = None
 
     # Conveniences that read like the domain.
     @property

@@ -20,6 +20,7 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from spotline.domain.admission import PassHolds
 from spotline.domain.config import SchedulerConfig
 from spotline.domain.deadline import PassPlans
 from spotline.domain.decisions import (
@@ -30,6 +31,7 @@ from spotline.domain.decisions import (
     Decision,
     Draining,
     HeldByVariant,
+    HeldForDeadlines,
     HeldForGang,
     Move,
     NoGpuType,
@@ -151,6 +153,7 @@ def plan_with_stats(
         if allocation.job.spec.elastic is not None:
             state.elastic.setdefault(allocation.pool, []).append(allocation)
     state.plans = PassPlans.for_pass(snapshot, window, config, now, snapshot.allocations)
+    state.holds = PassHolds.of(window, snapshot)
     state.reserve_for_draining(window)
     decisions: list[Decision] = [state.decide(job, priority) for job, priority in ranked(window, score)]
     moves = moves_to_on_demand(
@@ -222,6 +225,7 @@ class _Pass:
         self.window: list[Job] = []
         self.indexed = RunningIndex()
         self.plans = PassPlans()  # the deadline guard's plans: the pass's budget, those solved
+        self.holds = PassHolds({})  # On-Demand GPUs held for deadline jobs (`admission`)
         # The head of each class in this pass: the first of its jobs that neither started nor
         # claimed spare GPUs (`_behind_class_head`).
         self.heads: dict[Priority, str] = {}
@@ -239,6 +243,7 @@ class _Pass:
             self._array_cap,
             self._waits_alike,
             self._no_pool,
+            self._on_demand_held,
             self._admit,
             self._held_for_gang,
             self._claim_spare,
@@ -347,6 +352,27 @@ class _Pass:
         if gpu_type is not None and gpu_type not in self.snapshot.gpu_types:
             return self._wait(turn, NoGpuType(gpu_type), holds_for=holds_for)
         return self._wait(turn, NoPool(job.gpus, job.nodes, job.spec.spot, job.priority), holds_for=holds_for)
+
+    def _on_demand_held(self, turn: _Turn) -> Decision | None:
+        """On-Demand GPUs held for other deadline jobs while it would run are not its: a pool
+        without room beside them is left out; with none left, it waits."""
+        if not self.holds.by_pool:
+            return None
+        job, held = turn.job, 0
+        kept: list[Pool] = []
+        short: list[str] = []
+        remaining = estimated_remaining_s(job, self.now, self.config)
+        for pool in turn.pools:
+            against = 0 if pool.is_spot else self.holds.held_against(job, pool, self.now, remaining)
+            if against and self.ledger.free(pool.name) - against < pool.demand_gpus(job):
+                held = max(held, against)
+                short.append(pool.name)
+            else:
+                kept.append(pool)
+        if not short:
+            return None
+        turn.pools = kept
+        return None if kept else self._wait(turn, HeldForDeadlines(tuple(short), held))
 
     def _admit(self, turn: _Turn) -> Decision | None:
         """It fits the first pool with room (capacity and quota): admitted there."""

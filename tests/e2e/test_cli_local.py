@@ -110,3 +110,40 @@ def test_a_bad_spec_is_one_line_naming_the_field_and_its_line(client_env: Path) 
     assert result.exit_code == 1 and "refused (404)" in result.stderr
     result = cli("priority", "job-x", "urgent")
     assert result.exit_code == 2 and "CLASS" in result.stderr
+
+
+def test_a_deadline_is_answered_at_submission(client_env: Path) -> None:
+    soon = datetime.now(UTC)
+
+    def deadline_spec(name: str, steps: int, deadline: datetime) -> Path:
+        path = client_env / f"{name}.yaml"
+        body = {**train_body(name, steps), "deadline": deadline.isoformat(timespec="seconds")}
+        path.write_text(yaml.safe_dump(body, sort_keys=False))
+        return path
+
+    # submit prints the answer: a few seconds of work due in 6 h can be promised
+    roomy = deadline_spec("dl-roomy", 10, soon + timedelta(hours=6))
+    job = ok("submit", str(roomy), "--idempotency-key", "dl-roomy-1")
+    assert job["deadline_answer"]["kind"] in {"meets", "on-demand-only"}
+    assert job["deadline_answer"]["feasible"] is True
+    printed = cli("submit", str(roomy), "--idempotency-key", "dl-roomy-1")
+    assert printed.exit_code == 0 and "deadline answer" in printed.stdout and "meets it" in printed.stdout
+
+    # --require-feasible refuses an hour of work due in 10 minutes, and submits nothing
+    tight = client_env / "dl-tight.yaml"
+    body = {**train_body("dl-tight", 10), "expected_runtime_s": 3600}
+    body["deadline"] = (soon + timedelta(minutes=10)).isoformat(timespec="seconds")
+    tight.write_text(yaml.safe_dump(body, sort_keys=False))
+    refused = cli("submit", str(tight), "--require-feasible")
+    assert refused.exit_code == 1
+    assert "deadline" in refused.output and "cannot: the earliest finish is" in refused.output
+    assert "dl-tight" not in [j["name"] for j in ok("list", "--all")]
+    # without the flag it is stored, flagged
+    flagged = ok("submit", str(tight))
+    assert flagged["deadline_answer"]["kind"] == "cannot"
+
+    # explain shows it, with the run time it planned with
+    explained = cli("explain", flagged["id"])
+    assert explained.exit_code == 0 and "deadline answer: cannot" in explained.stdout
+    assert "run time planned 1.00 h (declared" in explained.stdout
+    ok("cancel", job["id"], flagged["id"])

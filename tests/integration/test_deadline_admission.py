@@ -1,0 +1,91 @@
+"""The deadline answer at submission through the API handler on moto: `POST /jobs` answers a
+deadline (meets it / only On-Demand / cannot), stores it with the job, `require_feasible`
+refuses what cannot be promised, explain shows it, and a pass keeps the On-Demand GPUs held."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from typing import Any
+
+import functions.api
+from spotline.control.scheduling import scheduling_pass
+
+from .helpers import SPEC, Deployment, api_event, context
+
+VISION = {"userArn": "arn:aws:sts::123456789012:assumed-role/vision-researchers/alice"}
+HOUR = 3600.0
+
+
+def iso(at: float) -> str:
+    return datetime.fromtimestamp(at, UTC).isoformat()
+
+
+def call(method: str, path: str, body: Any = None, query: dict[str, str] | None = None) -> tuple[int, Any]:
+    response = functions.api.handler(
+        api_event(method, path, identity=VISION, body=body, query=query), context("api")
+    )
+    return response["statusCode"], json.loads(response["body"])
+
+
+def post(now: float, hours_left: float, query: dict[str, str] | None = None, **spec: Any) -> tuple[int, Any]:
+    body = {**SPEC, "expected_runtime_s": 2 * HOUR, "deadline": iso(now + hours_left * HOUR), **spec}
+    return call("POST", "/jobs", body, query)
+
+
+def test_each_deadline_gets_its_answer_and_the_on_demand_pool_is_held(deployment: Deployment) -> None:
+    now = deployment.clock.freeze()
+    # Given an empty cluster (a100-on-demand: 8 GPUs at 1.0 per GPU-hour)
+    status, first = post(now, 6)
+    assert status == 201
+    answer = first["deadline_answer"]
+    assert answer["kind"] == "meets" and answer["feasible"] is True
+    assert answer["hold"]["pool"] == "a100-on-demand" and answer["hold"]["gpus"] == 8
+    assert answer["hold"]["end_iso"].startswith(iso(now + 6 * HOUR)[:19])
+    assert answer["on_demand_cost"] == 16.0
+    assert answer["runtime"]["planned_s"] == 2 * HOUR
+
+    # The same deadline again: the pool is held for the first at the end, so only now On-Demand.
+    status, second = post(now, 6)
+    assert status == 201
+    assert second["deadline_answer"]["kind"] == "on-demand-only"
+    assert "only On-Demand, at about $16.00" in second["deadline_answer"]["summary"]
+
+    # A third cannot: both windows are held; the earliest finish is after the first's deadline.
+    status, third = post(now, 6)
+    assert status == 201 and third["deadline_answer"]["kind"] == "cannot"
+    assert third["deadline_answer"]["earliest_finish"] > now + 6 * HOUR
+    assert third["deadline_answer"]["summary"].startswith("cannot: the earliest finish is")
+
+    # Stored with the job: GET and explain read it back from the table.
+    status, read = call("GET", f"/jobs/{first['id']}")
+    assert status == 200 and read["deadline_answer"] == answer
+    status, explained = call("GET", f"/jobs/{third['id']}/explain")
+    assert status == 200 and explained["deadline_answer"]["kind"] == "cannot"
+
+
+def test_require_feasible_refuses_and_stores_nothing(deployment: Deployment) -> None:
+    now = deployment.clock.freeze()
+    status, error = post(now, 1.5, {"require_feasible": "true"})
+    assert status == 422
+    assert error["detail"][0]["loc"][-1] == "deadline"
+    assert "cannot: the earliest finish is" in error["detail"][0]["msg"]
+    assert call("GET", "/jobs")[1]["jobs"] == []
+    # A feasible one goes through with the flag.
+    status, created = post(now, 6, {"require_feasible": "true"})
+    assert status == 201 and created["deadline_answer"]["kind"] == "meets"
+
+
+def test_a_pass_keeps_the_held_gpus_from_other_jobs(deployment: Deployment) -> None:
+    now = deployment.clock.freeze()
+    status, held = post(now, 3, spot="never")
+    assert status == 201 and held["deadline_answer"]["kind"] == "on-demand-only"
+    # A critical job (On-Demand, ranked first by a pass) submitted after must not take the held GPUs.
+    body = {**SPEC, "priority": "critical", "expected_runtime_s": 3 * HOUR}
+    status, other = call("POST", "/jobs", body)
+    assert status == 201 and other.get("deadline_answer") is None
+    scheduling_pass(deployment.plane)
+    states = {j["id"]: j for j in call("GET", "/jobs")[1]["jobs"]}
+    assert states[held["id"]]["state"] == "ADMITTED"
+    assert states[other["id"]]["state"] == "PENDING"
+    assert "held for deadline jobs" in states[other["id"]]["wait_reason"]
