@@ -183,6 +183,23 @@ def simulate_command(
             min=0.0,
         ),
     ] = None,
+    elastic_share: Annotated[
+        float,
+        typer.Option(
+            "--elastic-share",
+            help="Share of the multi-GPU jobs that are elastic (seeded, the same jobs for every policy):"
+            " each may run on half to double its GPUs, and Spotline shrinks it instead of preempting"
+            " and grows it into idle GPUs (docs/elastic.md). Default 0: none.",
+        ),
+    ] = 0.0,
+    elastic_scaling: Annotated[
+        float,
+        typer.Option(
+            "--elastic-scaling",
+            help="With --elastic-share: an elastic job's progress per second on g GPUs is"
+            " (g / its trace GPUs) ** this (1: linear; 0.8: a declared scaling efficiency).",
+        ),
+    ] = 1.0,
     variant: Annotated[
         list[str] | None,
         typer.Option(
@@ -236,7 +253,11 @@ def simulate_command(
         raise typer.BadParameter(
             "--spot-availability needs --spot-model trace", param_hint="--spot-availability"
         )
-    for flag, share in (("--spot-fraction", spot_fraction), ("--deadline-share", deadline_share)):
+    if not 0.0 < elastic_scaling <= 1.0:  # (refuses nan too)
+        hint = "--elastic-scaling"
+        raise typer.BadParameter(f"must be in (0, 1], got {elastic_scaling:g}", param_hint=hint)
+    shares = (("--spot-fraction", spot_fraction), ("--deadline-share", deadline_share))
+    for flag, share in (*shares, ("--elastic-share", elastic_share)):
         if not 0.0 <= share <= 1.0:  # (refuses nan too)
             raise typer.BadParameter(f"must be a share in [0, 1], got {share:g}", param_hint=flag)
     try:
@@ -263,6 +284,8 @@ def simulate_command(
         spotline_declared_runtimes=declared_runtimes,
         shortage_rate_per_day=spot_shortages,
         deadline_share=deadline_share,
+        elastic_share=elastic_share,
+        elastic_scaling=elastic_scaling,
     )
     moved = None if move_to_spot is None else SchedulerConfig(move_to_spot_min_remaining_s=move_to_spot)
     sink_file = decisions.open("w") if decisions is not None else None

@@ -80,5 +80,6 @@ class ElasticSpec(BaseModel):
         return tuple(range(self.min_gpus, self.max_gpus + 1, self.step or 1))
 
     def node_sizes(self, gpus_per_node: int) -> tuple[int, ...]:
-        """The sizes of a multi-node job with `gpus_per_node` GPUs on each node: whole nodes."""
-        return tuple(s for s in self.ladder() if s % gpus_per_node == 0)
+        """The sizes of a multi-node job with `gpus_per_node` GPUs on each node: two or more whole
+        nodes."""
+        return tuple(s for s in self.ladder() if s % gpus_per_node == 0 and s >= 2 * gpus_per_node)

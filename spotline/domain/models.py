@@ -468,18 +468,19 @@ class JobSpec(BaseModel):
         return self
 
     def _check_elastic(self, elastic: ElasticSpec) -> None:
-        """`gpus` is one of its sizes; a multi-node job's sizes are whole nodes of its shape."""
+        """`gpus` is one of its sizes; a multi-node job's sizes are whole nodes of its shape, at
+        least two of them (it stays a multi-node job at every size)."""
         if self.gpus not in elastic.ladder():
             raise ValueError(f"elastic: gpus={self.gpus} is not one of its sizes {list(elastic.ladder())}")
         if self.nodes > 1:
             per_node = self.gpus_per_node
             listed = elastic.sizes is not None or elastic.step is not None
             sizes = elastic.ladder() if listed else (elastic.min_gpus, elastic.max_gpus)
-            odd = [s for s in sizes if s % per_node]
+            odd = [s for s in sizes if s % per_node or s < 2 * per_node]
             if odd:
                 raise ValueError(
-                    f"elastic: size {odd[0]} is not a whole number of nodes of {per_node} GPUs"
-                    " (a multi-node job grows and shrinks by whole nodes)"
+                    f"elastic: size {odd[0]} is not 2 or more whole nodes of {per_node} GPUs (a"
+                    " multi-node job grows and shrinks by whole nodes, and stays multi-node)"
                 )
 
     @property

@@ -168,7 +168,7 @@ def plan_with_stats(
     for move in moves:
         state.hooks.decided(move)
     decisions.extend(moves)
-    decisions.extend(state.grow_elastic(window_per_class, budget - len(moves)))
+    decisions.extend(state.grow_elastic(budget - len(moves)))
     return decisions, PlanStats(candidates_examined=len(window), running_considered=len(indexed))
 
 
@@ -442,6 +442,8 @@ class _Pass:
         if self.preemptions_left <= 0 or not self.elastic:
             return None
         job = turn.job
+        if job.priority in self.config.stop_at_once_for:
+            return None  # (its class does not wait for a victim's checkpoint: it preempts)
         for pool in turn.pools:
             running = self.elastic.get(pool.name, ())
             shrinks = shrinks_for(job, pool, running, self.ledger, self.taken, self.now, self.config)
@@ -475,16 +477,12 @@ class _Pass:
         reason = f"shrinking {len(ids)} elastic job(s) in {pool.name} instead of preempting: {shortfall}"
         return Preempt(job, pool.name, ids, turn.priority, reason, resizes=resizes)
 
-    def grow_elastic(self, window_per_class: int, budget: int) -> list[Resize]:
+    def grow_elastic(self, budget: int) -> list[Resize]:
         """Grow running elastic jobs into GPUs no queued job can use (`elastic.growth_sizes`): only
-        when the pass read the whole queue, and only in pools no job of it waits for or preempts in."""
+        in pools no job of the window waits for or preempts in (a job queued behind the window
+        gets grown GPUs back first: `_shrink_elastic`)."""
         if not self.elastic or budget <= 0:
             return []
-        counts: dict[Priority, int] = {}
-        for job in self.window:
-            counts[job.priority] = counts.get(job.priority, 0) + 1
-        if any(n >= window_per_class for n in counts.values()):
-            return []  # more may queue behind what the pass read
         open_pools = set(self.snapshot.pools) - self.wanted
         running = [a for pool in open_pools for a in self.elastic.get(pool, ())]
         grown = growth_sizes(

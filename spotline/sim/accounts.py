@@ -121,6 +121,16 @@ LOSS_CAUSES: dict[int, str] = {
 # The causes that are preemptions: stops made for another job (the churn a scheduler causes).
 PREEMPTION_CAUSES: tuple[int, ...] = (STOP_NOW_CRITICAL, STOP_NOW, CHECKPOINT)
 RESTART_LABELS: dict[int, str] = {cause: f"restart after: {label}" for cause, label in LOSS_CAUSES.items()}
+# An elastic job's resize (a checkpoint, then a restart at the new size): shrunk for another job
+# (its grown GPUs given back, or shrunk toward its minimum), or grown into idle GPUs. Their labels
+# appear in the loss account only in runs with elastic jobs.
+SHRINK = 6
+GROW = 7
+RESIZE_CAUSES: dict[int, str] = {
+    SHRINK: "shrunk for another job (elastic)",
+    GROW: "grown into idle GPUs (elastic)",
+}
+RESIZE_RESTART_LABELS: dict[int, str] = {c: f"restart after: {label}" for c, label in RESIZE_CAUSES.items()}
 
 # A victim preempted again within this long of its previous preemption is a repeat.
 REPEAT_WINDOW_S = 600.0 + 3600.0
@@ -187,10 +197,12 @@ class Accounts:
         began it, `gpu_s` the rest (lost to its own end's cause)."""
         lost = self.lost_gpu_s
         if restart_gpu_s > 0:
-            label = RESTART_LABELS.get(job.restart_cause, "restart after: unknown")
+            label = RESTART_LABELS.get(job.restart_cause) or RESIZE_RESTART_LABELS.get(
+                job.restart_cause, "restart after: unknown"
+            )
             lost[label] = lost.get(label, 0.0) + restart_gpu_s
         if gpu_s > 0:
-            label = LOSS_CAUSES.get(job.exit_cause, "unknown")
+            label = LOSS_CAUSES.get(job.exit_cause) or RESIZE_CAUSES.get(job.exit_cause, "unknown")
             lost[label] = lost.get(label, 0.0) + gpu_s
 
     def preempted(self, job: SimJob, preemptor: SimJob | None, now: float) -> None:

@@ -224,6 +224,8 @@ class Simulation:
         # became idle with jobs waiting (see `run`).
         self._zones = [(ps, zones[ps.name]) for ps in self.pools if zones and ps.name in zones]
         self._idle_since: float | None = None
+        # Resizes under way: job idx -> (GPUs, nodes, what to call once it restarts).
+        self._resizes: dict[int, tuple[int, int, Callable[[SimJob], None]]] = {}
         for ps, zone in self._zones:
             ps.capacity = zone.gpus_at_tick(0)
         if any(ps.capacity != ps.pool.capacity_gpus for ps, _ in self._zones):
@@ -384,6 +386,97 @@ class Simulation:
         job.exit_cause = acc.MOVE
         self._leave_later(job, self.now + job.write, job.progress(self.now), Exit.PREEMPTED)
 
+    def resize(
+        self,
+        job: SimJob,
+        gpus: int,
+        nodes: int,
+        restarted: Callable[[SimJob], None],
+        for_job: bool,
+        reason: str = "",
+    ) -> None:
+        """Resize the elastic `job` in place: it writes a checkpoint of its state now, holding its
+        GPUs (and, for a growth, the GPUs it grows into) for the write, then restarts in the same
+        pool on `gpus` over `nodes` with its restart cost; `restarted(job)` is called then.
+        `for_job`: shrunk for another job (else grown into idle GPUs), for the loss account."""
+        if job.phase is not Phase.RUNNING or job.elastic is None:
+            raise RuntimeError(f"{self.policy.name}: {job.id} is not a running elastic job")
+        ps, now = self.pools[job.pool], self.now
+        demand = nodes * ps.pool.gpus_per_node if nodes > 1 else gpus
+        extra = demand - job.held
+        if extra > ps.free:
+            raise RuntimeError(
+                f"{self.policy.name}: {job.id} grows by {extra} GPUs, {ps.name} has {ps.free} free"
+            )
+        if extra > 0:
+            # Held from now: the run's held GPU-seconds so far are counted at its old size.
+            ps.used += extra
+            ps.held_by_rank[job.rank] += extra
+            self.accounts.team_used[job.team] = self.accounts.team_used.get(job.team, 0) + extra
+            self._uncount_held(job, ps, extra)
+            job.held += extra
+        job.resize_times.append(now)
+        job.exit_cause = acc.SHRINK if for_job else acc.GROW
+        self._resizes[job.idx] = (gpus, nodes, restarted)
+        self._leave_later(job, now + job.write, job.progress(now), Exit.RESIZED)
+        if self.logging:
+            self.log("resize", job.id, ps.name, (), reason)
+
+    def _count_absorbed(self, job: SimJob) -> None:
+        """At the end of a run of an elastic job: the GPU-seconds it held above the size it grew
+        from (GPUs it took because they were idle)."""
+        if job.grown_from and job.gpus > job.grown_from:
+            job.absorbed_gpu_s += (job.gpus - job.grown_from) * (self.now - job.run_start)
+
+    def _uncount_held(self, job: SimJob, ps: PoolState, gpus: int) -> None:
+        """Take `gpus` held since the run's start out of the held counts (`_free` counts the GPUs
+        held at the run's end over the whole run)."""
+        now = self.now
+        ps.held_gpu_s -= gpus * (now - job.run_start)
+        cost = self.team_cost_gpu_s
+        cost[job.team] = cost.get(job.team, 0.0) - gpus * (now - job.run_start) * ps.pool.price
+        overlap = min(now, self.window_end) - max(job.run_start, self.window_start)
+        if overlap > 0:
+            ps.window_gpu_s -= gpus * overlap
+
+    def _restart_resized(self, job: SimJob, keeps: float) -> None:
+        """The resize's checkpoint is written: end the run (keeping `keeps`) and restart the job
+        in its pool at its new size, with its restart cost, without queueing it."""
+        now = self.now
+        gpus, nodes, restarted = self._resizes.pop(job.idx)
+        kept = (keeps - job.run_base) / job.speed
+        job.useful_gpu_s += job.gpus * kept
+        lost = job.gpus * ((now - job.run_start) - kept)
+        job.lost_gpu_s += lost
+        ps = self.pools[job.pool]
+        self.priced_lost_gpu_s += lost * ps.pool.price
+        restart = job.gpus * min(job.run_overhead, now - job.run_start)
+        self.accounts.lose(job, lost - restart, restart)
+        job.restart_cause = job.exit_cause
+        job.saved = keeps
+        # Count the ended run's held GPU-seconds, then hold the new size from now.
+        self._uncount_held(job, ps, -job.held)
+        self._count_absorbed(job)
+        old = job.held
+        job.gpus, job.nodes = gpus, nodes
+        job.speed = (gpus / job.declared_gpus) ** self.settings.elastic_scaling
+        held = ps.demand(job)
+        ps.used += held - old
+        ps.held_by_rank[job.rank] += held  # (`_leave_later` took the old size out)
+        self.accounts.team_used[job.team] = self.accounts.team_used.get(job.team, 0) + held - old
+        job.held = held
+        job.phase = Phase.RUNNING
+        job.run_id += 1
+        job.run_start = now
+        job.run_base = keeps
+        job.run_overhead = job.restart
+        job.leave_at = math.inf
+        job.leave_saved = None
+        job.doomed_at = math.inf
+        self._push(job.end_if_undisturbed, _FINISH, job, job.run_id)
+        self._dirty = True
+        restarted(job)
+
     def _count_futile(self, job: SimJob) -> None:
         """Count a preemption of `job` before its run made progress (still restoring); past
         `MAX_FUTILE_PREEMPTIONS` in a row, stop the run with `PreemptionCycle`."""
@@ -441,9 +534,13 @@ class Simulation:
         now = self.now
         if job.end_if_undisturbed != now:
             return
-        job.useful_gpu_s += job.gpus * (job.work - job.run_base)
+        job.useful_gpu_s += job.gpus * (job.work - job.run_base) / job.speed
         job.lost_gpu_s += job.gpus * job.run_overhead
         self.priced_lost_gpu_s += job.gpus * job.run_overhead * self.pools[job.pool].pool.price
+
+        if job.elastic is not None:
+            self._resizes.pop(job.idx, None)  # (it finished during a resize's write)
+            self._count_absorbed(job)
         self.accounts.lose(job, 0.0, job.gpus * job.run_overhead)
         job.saved = job.work
         job.finish = now
@@ -476,6 +573,9 @@ class Simulation:
         if job.leave_at != now:
             return
         keeps = job.leave_saved if job.leave_saved is not None else job.durable(now)
+        if job.leave_exit is Exit.RESIZED:
+            self._restart_resized(job, keeps)
+            return
         self._release(job, keeps, job.leave_exit)
 
     def _release(self, job: SimJob, keeps: float, why: Exit) -> None:
@@ -483,7 +583,7 @@ class Simulation:
         now = self.now
         if now > job.run_start + job.run_overhead:
             job.futile_preemptions = 0  # (this run made progress)
-        kept = keeps - job.run_base
+        kept = (keeps - job.run_base) / job.speed  # (seconds of this run that counted)
         job.useful_gpu_s += job.gpus * kept
         lost = job.gpus * ((now - job.run_start) - kept)
         job.lost_gpu_s += lost
@@ -492,6 +592,8 @@ class Simulation:
         self.accounts.lose(job, lost - restart, restart)
         job.restart_cause = job.exit_cause
         job.saved = keeps
+        if job.elastic is not None:
+            self._count_absorbed(job)
         job.phase = Phase.PENDING
         job.enqueued = now
         self.accounts.enqueued(job, now)

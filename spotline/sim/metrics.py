@@ -52,6 +52,7 @@ import numpy as np
 
 from spotline.domain.models import PRIORITIES_HIGH_FIRST
 from spotline.sim import accounts as acc
+from spotline.sim.elastic import elastic_account
 from spotline.sim.engine import Simulation
 from spotline.sim.model import Phase, SimJob
 
@@ -115,7 +116,7 @@ def finish_time_fairness(jobs: Sequence[SimJob], isolated: Sequence[float] | Non
     for job, alone in zip(jobs, isolated, strict=True):
         if job.finish is None or alone <= 0:
             continue
-        w = job.gpus * job.work
+        w = (job.declared_gpus or job.gpus) * job.work
         weight[job.team] = weight.get(job.team, 0.0) + w
         weighted[job.team] = weighted.get(job.team, 0.0) + w * (job.finish - job.submit) / alone
     rho = [weighted[t] / weight[t] for t in sorted(weight) if weight[t] > 0]
@@ -137,9 +138,10 @@ def policy_metrics(sim: Simulation, isolated: Sequence[float] | None = None) -> 
         assert job.finish is not None
         span = job.finish - job.submit
         jct_by[job.priority.value].append(span)
-        team_work[job.team] = team_work.get(job.team, 0.0) + job.gpus * job.work
-        team_time[job.team] = team_time.get(job.team, 0.0) + job.gpus * span
-        useful += job.gpus * job.work
+        gpus = job.declared_gpus or job.gpus  # (an elastic job's work is at the trace's size)
+        team_work[job.team] = team_work.get(job.team, 0.0) + gpus * job.work
+        team_time[job.team] = team_time.get(job.team, 0.0) + gpus * span
+        useful += gpus * job.work
     n_by: dict[str, int] = {p.value: 0 for p in PRIORITIES_HIGH_FIRST}
     for job in jobs:
         n_by[job.priority.value] += 1
@@ -198,6 +200,8 @@ def policy_metrics(sim: Simulation, isolated: Sequence[float] | None = None) -> 
         "priced_loss_on_demand_gpu_h": sim.priced_lost_gpu_s / 3600.0,
         # The loss and wait accounts (`accounts.py`).
         **accounts,
+        # With elastic jobs: their resizes, the idle GPU-hours they took, and the churn.
+        **({"elastic_account": elastic_account(sim, useful)} if sim.settings.elastic_share > 0 else {}),
     }
 
 

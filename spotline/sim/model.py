@@ -115,6 +115,12 @@ class SimSettings:
     deadline_share: float = 0.0
     deadline_slack: tuple[float, float] = (1.2, 3.0)
 
+    # Elastic jobs: this share of the multi-GPU jobs (a seeded draw, the same for every policy)
+    # may run on half to double their GPUs (`elastic_range`); their progress per second at g GPUs
+    # is (g / the trace's GPUs) ** `elastic_scaling` (1: linear). Only Spotline resizes them.
+    elastic_share: float = 0.0
+    elastic_scaling: float = 1.0
+
     # A Spot launch that waits this long finds the pool without capacity (the control plane's
     # `spot_missing_after_s`, its default): what Spotline's pool history observes
     # (`spotline_policy.SpotlinePolicy`).
@@ -147,6 +153,8 @@ class Exit(IntEnum):
 
     PREEMPTED = 0
     INTERRUPTED = 1
+    # A checkpoint before an elastic job restarts at another size in the same pool.
+    RESIZED = 2
 
 
 @dataclass(slots=True, eq=False)
@@ -209,24 +217,35 @@ class SimJob:
     # Preemptions in a row before its run made any progress (a preemption cycle's mark, see
     # `Simulation.MAX_FUTILE_PREEMPTIONS`).
     futile_preemptions: int = 0
+    # Elastic jobs (`spotline.sim.elastic`): the GPUs the trace gave it (its `work` is seconds at
+    # that size), its (min, max) GPUs when elastic, its progress per second at its current size,
+    # its resizes (when each started), and the GPUs it held before it grew into idle ones (0:
+    # it has not grown) with the GPU-seconds held above them.
+    declared_gpus: int = 0
+    elastic: tuple[int, int] | None = None
+    speed: float = 1.0
+    resize_times: list[float] = field(default_factory=list)
+    grown_from: int = 0
+    absorbed_gpu_s: float = 0.0
 
     @property
     def end_if_undisturbed(self) -> float:
-        return self.run_start + self.run_overhead + (self.work - self.run_base)
+        return self.run_start + self.run_overhead + (self.work - self.run_base) / self.speed
 
     def progress(self, t: float) -> float:
         """Work done by `t` in the current run, counting what earlier runs kept."""
         done = t - self.run_start - self.run_overhead
         if done <= 0.0:
             return self.run_base
-        return min(self.work, self.run_base + done)
+        return min(self.work, self.run_base + done * self.speed)
 
     def durable(self, t: float) -> float:
         """Work kept by the latest periodic checkpoint durable at `t`."""
         done = t - self.run_start - self.run_overhead - self.write
         if done < self.interval:
             return self.run_base
-        return min(self.run_base + math.floor(done / self.interval) * self.interval, self.progress(t))
+        kept = math.floor(done / self.interval) * self.interval * self.speed
+        return min(self.run_base + kept, self.progress(t))
 
     def last_checkpoint_at(self, t: float) -> float | None:
         """When the latest periodic checkpoint of this run became durable (None: none yet)."""
@@ -296,9 +315,36 @@ def build_jobs(
                 write=t.checkpoint_write_s or settings.checkpoint_write_s,
                 restart=restart,
                 enqueued=t.submit_s,
+                declared_gpus=t.gpus,
             )
         )
+    if settings.elastic_share > 0.0:
+        _make_elastic(jobs, settings.elastic_share, seed, gpus_per_node)
     return jobs
+
+
+def elastic_range(gpus: int, nodes: int, gpus_per_node: int) -> tuple[int, int] | None:
+    """(min, max) GPUs of an elastic job of `gpus` on `nodes`: half to double its size, a
+    single-node job within one node, a multi-node one by whole nodes of its shape and on two or
+    more (JobSpec's rules); None when that leaves it one size."""
+    if nodes > 1:
+        per = gpus // nodes
+        low, high = max(2, nodes // 2) * per, 2 * gpus
+    else:
+        low, high = max(1, gpus // 2), min(2 * gpus, gpus_per_node)
+    return None if low == high else (low, high)
+
+
+def _make_elastic(jobs: list[SimJob], share: float, seed: int, gpus_per_node: int) -> None:
+    """Make a seeded `share` of the multi-GPU jobs elastic (one draw per such job)."""
+    if not 0.0 <= share <= 1.0:
+        raise ValueError(f"elastic share must be in [0, 1], got {share}")
+    draws = random.Random(f"spotline-sim:{seed}:elastic")
+    for job in jobs:
+        if job.gpus < 2:
+            continue
+        if draws.random() < share:
+            job.elastic = elastic_range(job.gpus, job.nodes, gpus_per_node)
 
 
 @dataclass(frozen=True)

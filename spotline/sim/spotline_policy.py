@@ -60,6 +60,8 @@ from spotline.domain import (
     TeamQuota,
     plan,
 )
+from spotline.domain.decisions import Resize
+from spotline.domain.elastic_spec import DEFAULT_COOLDOWN_S, ElasticSpec
 from spotline.domain.extension import PlannerExtension
 from spotline.domain.models import PRIORITIES_HIGH_FIRST, DrainTarget, SpotPoolSignal
 from spotline.domain.placement import spot_refusal
@@ -102,7 +104,8 @@ class SpotlinePolicy:
         self.extension = extension
         self.acts_on_notices = settings.spotline_acts_on_notices
         # Moving jobs to Spot is decided about running jobs, with or without a queue.
-        self.plans_when_idle = config.move_to_spot_min_remaining_s > 0
+        # So is growing elastic jobs into idle GPUs.
+        self.plans_when_idle = config.move_to_spot_min_remaining_s > 0 or settings.elastic_share > 0
         self.seed = seed
         declared = settings.spotline_declared_runtimes
         self.estimates = estimate_model(settings.slurm_estimates) if declared else None
@@ -161,6 +164,7 @@ class SpotlinePolicy:
                     None if self.estimates is None else self.estimates.limit(job.id, job.work, self.seed)
                 ),
                 max_runtime_s=None,
+                elastic=None if job.elastic is None else _elastic_spec(*job.elastic),
             )
             self._specs[job.idx] = spec
         return spec
@@ -326,6 +330,8 @@ class SpotlinePolicy:
                     stopped = stopped or not decision.checkpoint
                 elif isinstance(decision, Move):
                     self._move(decision)
+                elif isinstance(decision, Resize):
+                    self._resize(decision)
             if not stopped:
                 break
             # Victims stopped at once have left: the pass that their `Batch Job State Change`
@@ -384,10 +390,79 @@ class SpotlinePolicy:
         if sim.logging:
             sim.log("preempt", decision.job.id, decision.pool, decision.victims, decision.reason)
         preemptor = self.by_id[decision.job.id]
+        shrunk = {r.job.id: r for r in decision.resizes}
         for victim_id in decision.victims:
+            if victim_id in shrunk:
+                self._resize(shrunk[victim_id])
+                continue
             victim = self.by_id[victim_id]
             if not decision.checkpoint:
                 sim.stop_now(victim, preemptor, decision.reason)
                 continue
             sim.checkpoint_then_stop(victim, preemptor)
             self._checkpointing(victim, decision.job.id)
+
+    def _resize(self, decision: Resize) -> None:
+        """An elastic job's resize: it checkpoints (its allocation holds the larger size and is
+        resizing) and restarts in its pool at the new size (`_resized`)."""
+        sim, now = self.sim, self.sim.now
+        job = self.by_id[decision.job.id]
+        spec = self._spec(job).at_size(decision.to_gpus)
+        self._specs[job.idx] = spec
+        record = self.records[job.idx]
+        base = record.base_gpus
+        if decision.to_gpus > decision.from_gpus:
+            base = decision.from_gpus if base is None else base
+        elif base is not None and decision.to_gpus <= base:
+            base = None
+        record = record.model_copy(
+            update={
+                "state": JobState.CHECKPOINTING,
+                "resized_at": now,
+                "base_gpus": base,
+                "version": record.version + 1,
+            }
+        )
+        self.records[job.idx] = record
+        ps = self._pool_states[decision.pool]
+        demand = spec.nodes * ps.pool.gpus_per_node if spec.nodes > 1 else spec.gpus
+        held = self.running[job.id]
+        self.running[job.id] = held.model_copy(
+            update={
+                "job": record,
+                "gpus": max(held.gpus, demand),
+                "resize_to": demand,
+                "draining_for": decision.for_job,
+            }
+        )
+        if demand > held.gpus:
+            self.usage.change(job.team, demand - held.gpus, now)
+        sim.resize(job, spec.gpus, spec.nodes, self._resized, decision.for_job is not None, decision.reason)
+
+    def _resized(self, job: SimJob) -> None:
+        """A resized job restarted at its new size: its record and allocation say so."""
+        now = self.sim.now
+        held = self.running[job.id]
+        record = self.records[job.idx].model_copy(
+            update={
+                "spec": self._specs[job.idx],
+                "state": JobState.RUNNING,
+                "started_at": now,
+                "runtime_s": job.saved,
+                "last_checkpoint_at": now,
+                "version": self.records[job.idx].version + 1,
+            }
+        )
+        self.records[job.idx] = record
+        self.running[job.id] = Allocation.model_construct(
+            job=record, pool=held.pool, gpus=job.held, draining_for=None, resize_to=None
+        )
+        self.usage.change(job.team, job.held - held.gpus, now)
+        job.grown_from = record.base_gpus or 0
+        self._timer(job, now)
+
+
+def _elastic_spec(min_gpus: int, max_gpus: int) -> ElasticSpec:
+    return ElasticSpec.model_construct(
+        min_gpus=min_gpus, max_gpus=max_gpus, sizes=None, step=None, cooldown_s=DEFAULT_COOLDOWN_S
+    )

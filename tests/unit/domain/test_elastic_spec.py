@@ -21,7 +21,7 @@ BASE: dict[str, Any] = {"name": "e", "gpus": 8, "image": "img", "command": ["pyt
         ({"min_gpus": 2, "max_gpus": 8, "step": 2}, 8, 1, (2, 4, 6, 8)),
         ({"min_gpus": 2, "max_gpus": 8, "sizes": [8, 2, 4]}, 4, 1, (2, 4, 8)),
         # A multi-node job grows and shrinks by whole nodes of its shape.
-        ({"min_gpus": 8, "max_gpus": 32}, 16, 2, (8, 16, 24, 32)),
+        ({"min_gpus": 16, "max_gpus": 32}, 16, 2, (16, 24, 32)),
     ],
 )
 def test_the_sizes_a_job_may_run_at(
@@ -34,9 +34,9 @@ def test_the_sizes_a_job_may_run_at(
 
 def test_a_multi_node_spec_resized_changes_its_node_count() -> None:
     spec = JobSpec.model_validate(
-        {**BASE, "gpus": 16, "nodes": 2, "elastic": {"min_gpus": 8, "max_gpus": 32}}
+        {**BASE, "gpus": 16, "nodes": 2, "elastic": {"min_gpus": 16, "max_gpus": 32}}
     )
-    assert (spec.at_size(8).gpus, spec.at_size(8).nodes) == (8, 1)
+    assert (spec.at_size(24).gpus, spec.at_size(24).nodes) == (24, 3)
     assert (spec.at_size(32).gpus, spec.at_size(32).nodes) == (32, 4)
     assert JobSpec.model_validate(BASE).elastic_sizes() == (8,)
 
@@ -65,12 +65,8 @@ def test_a_multi_node_spec_resized_changes_its_node_count() -> None:
         ({"min_gpus": 2, "max_gpus": 8, "spare": 1}, {}, ("elastic", "spare"), "Extra inputs"),
         ({"min_gpus": "2", "max_gpus": 8}, {}, ("elastic", "min_gpus"), "valid integer"),
         ({"min_gpus": 2, "max_gpus": 4}, {}, (), "elastic: gpus=8 is not one of its sizes"),
-        (
-            {"min_gpus": 4, "max_gpus": 10},
-            {"gpus": 8, "nodes": 2},
-            (),
-            "size 10 is not a whole number of nodes",
-        ),
+        ({"min_gpus": 8, "max_gpus": 10}, {"gpus": 8, "nodes": 2}, (), "size 10 is not 2 or more whole"),
+        ({"min_gpus": 4, "max_gpus": 8}, {"gpus": 8, "nodes": 2}, (), "size 4 is not 2 or more whole"),
     ],
 )
 def test_a_bad_elastic_spec_is_refused_naming_the_field(
@@ -93,12 +89,12 @@ POOLS = [
     ("body", "want"),
     [
         ({"gpus": 4, "elastic": {"min_gpus": 2, "max_gpus": 8}}, None),
-        ({"gpus": 16, "nodes": 2, "elastic": {"min_gpus": 8, "max_gpus": 32}}, None),
+        ({"gpus": 16, "nodes": 2, "elastic": {"min_gpus": 16, "max_gpus": 32}}, None),
         # One node has 8 GPUs: a single-node job cannot grow to 16.
         ({"gpus": 4, "elastic": {"min_gpus": 2, "max_gpus": 16}}, "elastic.max_gpus"),
         ({"gpus": 4, "elastic": {"min_gpus": 2, "max_gpus": 16, "sizes": [2, 4, 12, 16]}}, "elastic.sizes"),
         # The On-Demand pool has 32 GPUs: no gang of 40.
-        ({"gpus": 16, "nodes": 2, "elastic": {"min_gpus": 8, "max_gpus": 40}}, "elastic.max_gpus"),
+        ({"gpus": 16, "nodes": 2, "elastic": {"min_gpus": 16, "max_gpus": 40}}, "elastic.max_gpus"),
     ],
 )
 def test_sizes_that_fit_no_pool_are_refused_naming_the_field(body: dict[str, Any], want: str | None) -> None:
