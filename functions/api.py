@@ -291,6 +291,8 @@ class JobLogsView(View):
     run: str | None
     runs: list[str]
     lines: list[LogLineView]
+    # Each run's number (1: the first admission) by its Batch job id, where the reader can tell.
+    run_numbers: dict[str, int] = {}
     # Pass it back to continue forward (also after `tail`, to follow the log).
     next_token: str | None = None
 
@@ -316,6 +318,7 @@ def job_logs(
         job_id=found.job_id,
         run=found.run,
         runs=found.runs,
+        run_numbers=found.numbers,
         lines=[LogLineView(message=line.message, timestamp=line.timestamp) for line in found.page.lines],
         next_token=found.page.next_token,
     )

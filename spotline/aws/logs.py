@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from typing import Any
 
@@ -11,6 +12,9 @@ from botocore.exceptions import ClientError
 from spotline.aws.errors import is_throttling
 from spotline.control.errors import InvalidRequest, LogsUnavailable, SpotlineError
 from spotline.control.ports import LogLine, LogPage
+from spotline.control.records import parse_run_id
+
+logger = logging.getLogger(__name__)
 
 
 class CloudWatchRunLogs:
@@ -58,6 +62,20 @@ class CloudWatchRunLogs:
             for e in response.get("events", [])
         ]
         return LogPage(lines=lines, next_token=response.get("nextForwardToken"))
+
+    def numbers(self, batch_job_ids: Sequence[str]) -> dict[str, int]:
+        """From each Batch job's name (its run id), 100 a DescribeJobs call."""
+        found: dict[str, int] = {}
+        ids = list(dict.fromkeys(batch_job_ids))
+        try:
+            for start in range(0, len(ids), 100):
+                for job in self.batch.describe_jobs(jobs=ids[start : start + 100]).get("jobs", []):
+                    parsed = parse_run_id(str(job.get("jobName", "")))
+                    if parsed is not None:
+                        found[str(job["jobId"])] = parsed[1]
+        except ClientError as error:  # the numbers are a nicety: the log itself still reads
+            logger.warning("runs not numbered", extra={"why": str(error)})
+        return found
 
     def _stream(self, batch_job_id: str) -> str | None:
         jobs = self.batch.describe_jobs(jobs=[batch_job_id]).get("jobs", [])

@@ -13,6 +13,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
 from typing import Annotated, Any
@@ -21,7 +22,7 @@ import typer
 
 from spotline.cli import render_arrays
 from spotline.cli.common import ProfileOpt, Session, client_command, reported
-from spotline.cli.http import EXIT_FAILED, EXIT_USAGE, ClientError, Endpoint, write_config
+from spotline.cli.http import EXIT_FAILED, EXIT_USAGE, LOCAL, ClientError, Endpoint, write_config
 from spotline.cli.render import (
     Output,
     console,
@@ -67,6 +68,45 @@ def _array_path(array_id: str) -> str:
     if "/" in array_id or len(array_id) > 64:
         raise ClientError(f"ID: {array_id!r} is not an array id", EXIT_USAGE)
     return f"/arrays/{array_id}"
+
+
+@contextmanager
+def _found_or_hint(session: Session, job_id: str) -> Iterator[None]:
+    """A 404 for `job_id` says whose job it is and how to ask as that team, where it can tell
+    (locally every team's key is in local.json), or how to ask as another team."""
+    try:
+        yield
+    except ClientError as error:
+        if error.status != 404 or _is_array(job_id):
+            raise
+        raise ClientError(f"{error}; {_whose(session, job_id)}", error.exit_code, 404) from None
+
+
+def _whose(session: Session, job_id: str) -> str:
+    api = session.api
+    if api.kind != LOCAL:
+        return (
+            "a job of another team is seen only as that team: ask with that team's identity"
+            " (--profile PROFILE, or its AWS credentials)"
+        )
+    import json
+
+    from spotline.cli.http import resolve, state_dir
+
+    try:
+        teams = list(json.loads((state_dir() / "local.json").read_text()).get("teams") or {})
+    except (OSError, ValueError):
+        teams = []
+    for team in teams:
+        if team == api.team:
+            continue
+        try:
+            resolve(LOCAL, team=team).request("GET", _job_path(job_id))
+        except ClientError:
+            continue
+        return f"it is team {team}'s job, not {api.team}'s: ask as that team with --team {team}"
+    others = [t for t in teams if t != api.team]
+    return f"no local team has it (asked as {api.team}{'; also ' + ', '.join(others) if others else ''})"
 
 
 def _with_timeline(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -151,7 +191,9 @@ def status(
     if _is_array(job_id):
         session.emit(api.request("GET", _array_path(job_id)), render_arrays.array_view)
         return
-    session.emit(api.request("GET", _job_path(job_id)), job_table)
+    with _found_or_hint(session, job_id):
+        job = api.request("GET", _job_path(job_id))
+    session.emit(job, job_table)
 
 
 def list_(
@@ -184,10 +226,9 @@ def events(
 ) -> None:
     """The job's timeline: every transition with its reason."""
     api = session.api
-    timeline = {
-        "job_id": job_id,
-        "events": _with_timeline(list(pages(api, _job_path(job_id) + "/events", "events"))),
-    }
+    with _found_or_hint(session, job_id):
+        found = list(pages(api, _job_path(job_id) + "/events", "events"))
+    timeline = {"job_id": job_id, "events": _with_timeline(found)}
     session.emit(timeline, events_table)
 
 
@@ -202,7 +243,9 @@ def explain(
     if _is_array(job_id):
         session.emit(api.request("GET", _array_path(job_id) + "/explain"), render_arrays.array_explain_view)
         return
-    session.emit(api.request("GET", _job_path(job_id) + "/explain"), explain_view)
+    with _found_or_hint(session, job_id):
+        why = api.request("GET", _job_path(job_id) + "/explain")
+    session.emit(why, explain_view)
 
 
 def priority(
@@ -322,14 +365,72 @@ def logs(
     interval_s: Annotated[
         float, typer.Option("--interval", help="Seconds between reads with --follow.")
     ] = 2.0,
+    run: Annotated[
+        int | None,
+        typer.Option("--run", metavar="N", min=1, help="The job's Nth run (1: its first; default: latest)."),
+    ] = None,
+    all_runs: Annotated[bool, typer.Option("--all", help="Every run's output, the first run first.")] = False,
 ) -> None:
-    """The run's output (CloudWatch Logs on AWS, the process log locally)."""
+    """The run's output (CloudWatch Logs on AWS, the process log locally). A requeued job has one
+    run per start: --run N prints the Nth, --all every one under a header line."""
+    if all_runs and (follow or run is not None):
+        raise ClientError("--all: give it without --follow or --run", EXIT_USAGE)
+    api = session.api
+    path = _job_path(job_id) + "/logs"
+    if run is None and not all_runs:
+        with _found_or_hint(session, job_id):
+            lines = _read_run(session, job_id, None, follow=follow, interval_s=interval_s)
+        if session.output is not Output.table:
+            session.emit({"job_id": job_id, "lines": lines}, lambda d: d)
+        return
+    with _found_or_hint(session, job_id):
+        first = api.request("GET", path, params={"limit": 1})
+    ordered = runs_in_order(first)
+    if not ordered:
+        raise ClientError(f"job {job_id} has not run yet: it has no output")
+    if run is not None and run > len(ordered):
+        raise ClientError(f"--run: job {job_id} has run {len(ordered)} time(s), not {run}", EXIT_USAGE)
+    chosen = [run] if run is not None else list(range(1, len(ordered) + 1))
+    found = []
+    for number in chosen:
+        batch_job_id = ordered[number - 1]
+        if all_runs and session.output is Output.table:
+            console.out(f"== run {number} of {len(ordered)} ({batch_job_id}) ==", highlight=False)
+        lines = _read_run(session, job_id, batch_job_id, follow=follow, interval_s=interval_s)
+        found.append({"run": number, "batch_job_id": batch_job_id, "lines": lines})
+    if session.output is not Output.table:
+        data = found[0] if run is not None else {"runs": found}
+        session.emit({"job_id": job_id, **data}, lambda d: d)
+
+
+def runs_in_order(page: dict[str, Any]) -> list[str]:
+    """The job's runs (Batch job ids), the first first, from a page of `GET /jobs/{id}/logs`:
+    by the run numbers the API gives (`run_numbers`), else the current run (the page's `run`)
+    last."""
+    runs = [str(r) for r in page.get("runs") or []]
+    numbers = page.get("run_numbers") or {}
+    if runs and all(r in numbers for r in runs):
+        return sorted(runs, key=lambda r: int(numbers[r]))
+    current = page.get("run")
+    if current in runs:
+        runs.remove(current)
+        runs.append(current)
+    return runs
+
+
+def _read_run(
+    session: Session, job_id: str, batch_job_id: str | None, *, follow: bool, interval_s: float
+) -> list[dict[str, Any]]:
+    """Every line of one run (None: the current or last), printed as read in table mode; with
+    `follow`, until the job ends."""
     api = session.api
     path = _job_path(job_id) + "/logs"
     token: str | None = None
     collected: list[dict[str, Any]] = []
     while True:
-        params = {"next_token": token} if token else {}
+        params: dict[str, Any] = {"next_token": token} if token else {}
+        if batch_job_id is not None:
+            params["run"] = batch_job_id
         page = api.request("GET", path, params=params)
         lines = _log_lines(page)
         collected.extend(lines)
@@ -342,12 +443,10 @@ def logs(
             continue  # more already there
         token = new_token or token
         if not follow:
-            break
+            return collected
         if api.request("GET", _job_path(job_id))["state"] in FINAL_STATES and not lines:
-            break
+            return collected
         time.sleep(interval_s)
-    if session.output is not Output.table:
-        session.emit({"job_id": job_id, "lines": collected}, lambda d: d)
 
 
 def _log_lines(page: Any) -> list[dict[str, Any]]:

@@ -12,13 +12,15 @@ follows the log (an empty page: nothing new yet).
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from spotline.control.errors import InvalidRequest, LogsUnavailable
 from spotline.control.jobs import get_job
 from spotline.control.ports import LogLine, LogPage
+from spotline.control.records import parse_run_id
 
 if TYPE_CHECKING:
     from spotline.control.plane import ControlPlane
@@ -35,6 +37,8 @@ class JobLogs:
     run: str | None
     runs: list[str]
     page: LogPage
+    # Each run's number (1: the first admission) where the log reader can tell.
+    numbers: dict[str, int] = field(default_factory=dict)
 
 
 def job_logs(
@@ -67,7 +71,8 @@ def job_logs(
     if cp.run_logs is None:
         raise LogsUnavailable("this deployment has no training log reader")
     page = cp.run_logs.read(chosen, next_token=next_token, limit=limit, tail=tail)
-    return JobLogs(job_id=job_id, run=chosen, runs=runs, page=page)
+    numbers = cp.run_logs.numbers(runs) if len(runs) > 1 else {chosen: record.run} if record.run else {}
+    return JobLogs(job_id=job_id, run=chosen, runs=runs, page=page, numbers=numbers)
 
 
 class FileRunLogs:
@@ -77,6 +82,16 @@ class FileRunLogs:
     def __init__(self, path_of: Any) -> None:
         # path_of(batch_job_id) -> Path | None
         self.path_of = path_of
+
+    def numbers(self, batch_job_ids: Sequence[str]) -> dict[str, int]:
+        """From each run's log file name (`<Batch job name>-<id prefix>.log`)."""
+        found: dict[str, int] = {}
+        for batch_job_id in batch_job_ids:
+            path: Path | None = self.path_of(batch_job_id)
+            parsed = None if path is None else parse_run_id(path.stem.rsplit("-", 1)[0])
+            if parsed is not None:
+                found[batch_job_id] = parsed[1]
+        return found
 
     def read(self, batch_job_id: str, *, next_token: str | None, limit: int, tail: bool) -> LogPage:
         path: Path | None = self.path_of(batch_job_id)

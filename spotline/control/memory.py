@@ -1431,6 +1431,11 @@ class MemoryRunLogs:
     """`RunLogs`: each run's lines as a test writes them (`write`), paged as CloudWatch pages."""
 
     lines: dict[str, list[LogLine]] = field(default_factory=dict)
+    # Each run's number, as a test names it (`write(..., run=N)`).
+    runs: dict[str, int] = field(default_factory=dict)
+
+    def numbers(self, batch_job_ids: Sequence[str]) -> dict[str, int]:
+        return {i: self.runs[i] for i in batch_job_ids if i in self.runs}
 
     def write(self, batch_job_id: str, *messages: str, at: float | None = None) -> None:
         self.lines.setdefault(batch_job_id, []).extend(LogLine(m, at) for m in messages)

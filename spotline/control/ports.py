@@ -170,6 +170,11 @@ class RunLogs(Protocol):
         `limit` lines."""
         ...
 
+    def numbers(self, batch_job_ids: Sequence[str]) -> dict[str, int]:
+        """Each run's number (its admission: 1 the first) by its Batch job id, where the reader
+        can tell (from the Batch job's name)."""
+        ...
+
 
 # (job id, why) of each unreadable item a read quarantined.
 Quarantined = list[tuple[str, str]]

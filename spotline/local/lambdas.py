@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib
 import threading
 import uuid
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -73,6 +74,8 @@ def import_handler(function: resources.Function) -> LambdaHandler:
     request), which concurrent threads would mix up (a job stored under another team)."""
     handler: LambdaHandler = importlib.import_module(f"functions.{function.module}").handler
     lock = invocation_lock(function.module)
+    if is_metrics_disabled():
+        quiet_empty_metrics()
 
     def invoke(event: dict[str, Any], context: Any) -> Any:
         with lock:
@@ -82,6 +85,14 @@ def import_handler(function: resources.Function) -> LambdaHandler:
                 drop_unpublished_metrics()
 
     return invoke
+
+
+def quiet_empty_metrics() -> None:
+    """With metrics disabled, Powertools still warns when a handler flushes an empty set; here
+    the functions share one set across threads (`drop_unpublished_metrics` empties it after each
+    invocation), so a handler often flushes one another emptied, and the `UserWarning: No
+    application metrics to publish` would reach the terminal of `spotline local up`."""
+    warnings.filterwarnings("ignore", message="No application metrics to publish", category=UserWarning)
 
 
 def drop_unpublished_metrics() -> None:

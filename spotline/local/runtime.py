@@ -365,7 +365,8 @@ class LocalControlPlane:
                 "POWERTOOLS_METRICS_NAMESPACE": r.POWERTOOLS_METRICS_NAMESPACE,
                 "POWERTOOLS_TRACE_DISABLED": "true",
                 "POWERTOOLS_METRICS_DISABLED": "true",
-                "POWERTOOLS_LOG_LEVEL": os.environ.get("POWERTOOLS_LOG_LEVEL", "WARNING"),
+                # INFO, as on Lambda: the handlers' logs go to STATE_DIR/control-plane.log.
+                "POWERTOOLS_LOG_LEVEL": os.environ.get("POWERTOOLS_LOG_LEVEL", "INFO"),
             }
         )
         os.environ.update(env)
@@ -399,6 +400,9 @@ class LocalControlPlane:
         plane.nodes = FleetNodes(self.fleet)
         from functions.runtime import use_control_plane
 
+        # From here on the handlers (their logger exists once functions.runtime is imported) log
+        # to the file, before the router, the ticks or the API can invoke one.
+        self._route_logs(cfg.state_dir / LOG_FILE)
         use_control_plane(plane)
         self._plane = plane
         self._dispatcher = LambdaTaskDispatcher(
@@ -428,7 +432,6 @@ class LocalControlPlane:
             port=saved.ports.get("api", 0),
         )
         self.api.start()
-        self._route_logs(cfg.state_dir / LOG_FILE)
         self._sqs = self.aws.client("sqs")
         self._scheduler_queue_url = made.scheduler_queue_url
         info = {

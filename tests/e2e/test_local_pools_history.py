@@ -94,6 +94,21 @@ def test_pools_show_a_warned_node_drain_be_reclaimed_and_replaced_and_history_li
         bad = CliRunner().invoke(app, ["history", "--since", "last week"])
         assert bad.exit_code == 2 and "--since" in bad.output
 
+        # And its output is there run by run: the first run's, and the resumed second run's
+        every = spotline("logs", job_id, "--team", "nlp", "--all")["runs"]
+        assert [r["run"] for r in every] == [1, 2]
+        assert "resumed_from_step" in every[1]["lines"][-1]["message"]
+        first = spotline("logs", job_id, "--team", "nlp", "--run", "1")
+        assert first["run"] == 1 and first["lines"] == every[0]["lines"]
+        text = CliRunner().invoke(app, ["logs", job_id, "--team", "nlp", "--all"])
+        assert text.exit_code == 0 and "== run 2 of 2" in text.stdout
+        beyond = CliRunner().invoke(app, ["logs", job_id, "--team", "nlp", "--run", "3"])
+        assert beyond.exit_code == 2 and "has run 2 time(s)" in beyond.output
+
+        # And asking as another team says whose job it is and how to ask as that team
+        theirs = CliRunner().invoke(app, ["explain", job_id, "--team", "vision"])
+        assert theirs.exit_code == 1 and "--team nlp" in theirs.output
+
         # And the dashboard shows both views
         from spotline.cli.dashboard import endpoints
         from spotline.cli.dashboard.server import Dashboard

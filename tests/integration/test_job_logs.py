@@ -31,6 +31,9 @@ class FakeRunLogs:
         self.calls.append((batch_job_id, next_token, limit, tail))
         return LogPage(lines=[LogLine(f"line of {batch_job_id}", 1.5)], next_token="t-2")
 
+    def numbers(self, batch_job_ids: list[str]) -> dict[str, int]:
+        return {}
+
 
 def call(path: str, identity: dict[str, Any], **query: str) -> tuple[int, Any]:
     event = api_event("GET", path, identity=identity, query=query or None)
@@ -74,6 +77,7 @@ def test_a_job_that_never_ran_has_no_lines(deployment: Deployment) -> None:
         "job_id": pending.id,
         "run": None,
         "runs": [],
+        "run_numbers": {},
         "lines": [],
         "next_token": None,
     }
@@ -171,3 +175,13 @@ def test_file_reader_pages_whole_lines_and_tails(tmp_path: Path) -> None:
     assert reader.read("b-2", next_token=None, limit=1, tail=True) == LogPage()
     with pytest.raises(Exception, match="next_token"):
         reader.read("b-1", next_token="not-a-number", limit=1, tail=False)
+
+
+def test_the_file_reader_numbers_runs_from_their_batch_job_names(tmp_path: Path) -> None:
+    paths = {
+        "b-1": tmp_path / "spotline-job-0123-r1-aaaaaaaa.log",
+        "b-2": tmp_path / "spotline-job-0123-r2-bbbbbbbb.log",
+        "b-3": None,
+    }
+    reader = FileRunLogs(paths.get)
+    assert reader.numbers(["b-2", "b-1", "b-3"]) == {"b-2": 2, "b-1": 1}
