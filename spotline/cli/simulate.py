@@ -14,6 +14,7 @@ from spotline.cli.outfile import OutputError, check_dir, check_file, write_text
 from spotline.domain import SchedulerConfig
 from spotline.sim import DEFAULT_GPUS, DEFAULT_SPOT_FRACTION, POLICIES, PreemptionCycle, SimSettings, simulate
 from spotline.sim.availability import AvailabilityError, AvailabilityTrace, load_availability
+from spotline.sim.blocks import Reservation, ReservationError, parse_reservation
 from spotline.sim.model import VictimStop
 from spotline.sim.peers import ESTIMATE_MODELS, KUEUE_DEFAULT
 from spotline.sim.pools import DEFAULT_INSTANCE, DEFAULT_REGION, spot_advice
@@ -200,6 +201,16 @@ def simulate_command(
             " (g / its trace GPUs) ** this (1: linear; 0.8: a declared scaling efficiency).",
         ),
     ] = 1.0,
+    reservation: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--reservation",
+            help="Add a reserved block (an EC2 Capacity Block): NxG:START_H:END_H, N instances of G GPUs"
+            " from START_H to END_H hours into the trace (repeat for several). Prepaid, it is used first;"
+            " its instances are terminated 30 min before END_H. `--json` then has each policy's"
+            " reservation_account.",
+        ),
+    ] = None,
     variant: Annotated[
         list[str] | None,
         typer.Option(
@@ -229,6 +240,12 @@ def simulate_command(
         raise typer.BadParameter(
             f"unknown policy {', '.join(unknown)} (one of {', '.join(KNOWN_POLICIES)})", param_hint="--policy"
         )
+    blocks: list[Reservation] = []
+    for text in reservation or []:
+        try:
+            blocks.append(parse_reservation(text))
+        except ReservationError as error:
+            raise typer.BadParameter(str(error), param_hint="--reservation") from None
     variants = list(variant or [])
     try:
         extension_of(variants)
@@ -313,6 +330,7 @@ def simulate_command(
                 spot_model=spot_model,
                 availability=zone_traces,
                 variants=variants,
+                reservations=blocks,
             )
         except (ValueError, PreemptionCycle) as error:
             if sink_file is not None and decisions is not None:

@@ -614,6 +614,24 @@ class Job(BaseModel):
         return self.model_copy(update=changes)
 
 
+class ReservedWindow(BaseModel):
+    """When a reserved pool's capacity is there (an EC2 Capacity Block or an On-Demand Capacity
+    Reservation): paid for from `start` to `end` (seconds since the epoch), used or not."""
+
+    model_config = ConfigDict(defer_build=True, frozen=True)
+
+    start: float
+    end: float
+    # The Capacity Block's reservation id, or the ODCR group's ARN (what the events name).
+    reservation_id: str | None = None
+
+    @model_validator(mode="after")
+    def _ends_after_start(self) -> ReservedWindow:
+        if not self.end > self.start:
+            raise ValueError(f"a reservation must end after it starts (start {self.start}, end {self.end})")
+        return self
+
+
 class Pool(BaseModel):
     """Capacity of one GPU type bought one way (one Batch compute environment and job queue)."""
 
@@ -624,14 +642,27 @@ class Pool(BaseModel):
     purchase: Purchase
     capacity_gpus: int = Field(ge=0)
     gpus_per_node: int = Field(default=8, gt=0)
-    # Price of a GPU-hour relative to On-Demand (1.0 for On-Demand, 1 - savings for Spot).
-    price: float = Field(default=1.0, gt=0)
+    # Price of a GPU-hour relative to On-Demand (1.0 for On-Demand, 1 - savings for Spot, 0 for
+    # a reserved pool: paid for up front, it costs nothing at the margin).
+    price: float = Field(default=1.0, ge=0)
     # Expected reclaims per instance-hour (0 for On-Demand).
     interruption_rate_per_hour: float = Field(default=0.0, ge=0)
+    # A reserved pool's window (`spotline.domain.reserved`); None for Spot and On-Demand pools.
+    reservation: ReservedWindow | None = None
 
     @property
     def is_spot(self) -> bool:
         return self.purchase is Purchase.SPOT
+
+    @property
+    def is_reserved(self) -> bool:
+        return self.reservation is not None
+
+    @model_validator(mode="after")
+    def _reserved_is_not_spot(self) -> Pool:
+        if self.reservation is not None and self.purchase is Purchase.SPOT:
+            raise ValueError(f"pool {self.name}: a reserved pool is not Spot (purchase on-demand)")
+        return self
 
     def demand_gpus(self, job: Job) -> int:
         """GPUs a job takes in this pool: a gang job (nodes > 1) takes whole nodes."""

@@ -84,8 +84,8 @@ def _movable(
     least = config.move_to_spot_min_remaining_s
     candidates: list[tuple[float, str, Allocation]] = []
     for pool in snapshot.pools.values():
-        if pool.is_spot:
-            continue
+        if pool.is_spot or pool.is_reserved:
+            continue  # (a reserved pool is prepaid: nothing to save by leaving it)
         for group in running.groups.get(pool.name, {}).values():
             for allocation in group.values():
                 job = allocation.job
@@ -203,7 +203,12 @@ def moves_to_on_demand(
     GPUs still free; at most `budget` of them. The job checkpoints, leaves Spot and is requeued;
     Spot placement then refuses it (`placement.spot_refusal`), so it resumes On-Demand."""
     on_demand = sorted(
-        (p for p in snapshot.pools.values() if not p.is_spot and ledger.free(p.name) > 0), key=preference
+        (
+            p
+            for p in snapshot.pools.values()
+            if not p.is_spot and not p.is_reserved and ledger.free(p.name) > 0
+        ),
+        key=preference,
     )
     if not on_demand or budget <= 0:
         return []

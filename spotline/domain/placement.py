@@ -112,7 +112,8 @@ def candidate_pools(
 ) -> list[Pool]:
     """The pools `job` may run in, in order of preference.
 
-    1. Compatible GPU type and node shape, and large enough.
+    1. Compatible GPU type and node shape, and large enough; not reserved (the planner puts the
+       reserved pools whose window the job fits first: `reserved.open_blocks`).
     2. Spot pools the job may use (`spot_refusal`, with what was seen of each: `spot`), then
        On-Demand ones unless it requires Spot.
     3. Within each, lower price first, then lower interruption rate, then name.
@@ -120,8 +121,8 @@ def candidate_pools(
     spot_ok: list[Pool] = []
     on_demand: list[Pool] = []
     for pool in pools:
-        if not pool.can_host(job):
-            continue
+        if pool.is_reserved or not pool.can_host(job):
+            continue  # (reserved pools come first, when the job fits their window: `reserved`)
         if pool.is_spot:
             if spot_refusal(job, pool, now, remaining_s, config, (spot or {}).get(pool.name), plans) is None:
                 spot_ok.append(pool)

@@ -64,6 +64,7 @@ from spotline.domain.queue import (
     read_window,
 )
 from spotline.domain.reservations import add_spare, claim_spare, reserve_for_preemptor
+from spotline.domain.reserved import admitted_text, block_text, open_blocks, reserved_pools
 from spotline.domain.running import RunningIndex
 from spotline.domain.victims import RunningJobs
 
@@ -184,6 +185,8 @@ class _Turn:
     pools: list[Pool] = field(default_factory=list)
     # Why it does not fit the first of them, when found (`_Pass._shortfall`).
     shortfall: str | None = None
+    # The reserved pools it may start in now (`reserved.open_blocks`), before its other pools.
+    blocks: list[Pool] = field(default_factory=list)
 
 
 _Check = Callable[[_Turn], "Decision | None"]
@@ -231,6 +234,8 @@ class _Pass:
         self.heads: dict[Priority, str] = {}
         # The GPUs held for the top blocked gang, or None.
         self.gang_hold: GangHold | None = None
+        # The reserved pools (`reserved.py`): prepaid, first for the jobs that fit their window.
+        self.blocks = reserved_pools(snapshot.pools.values())
         # A simulator variant's hooks, and its name (`extension.py`); the default ones do nothing.
         self.hooks = PassHooks()
         self.variant = ""
@@ -281,6 +286,11 @@ class _Pass:
     def decide(self, job: Job, priority: float) -> Decision:
         """The first decision of `checks` for the job (`_preempt`, the last, always decides)."""
         turn = _Turn(job, priority, _alike(job))
+        if self.blocks:
+            remaining = estimated_remaining_s(job, self.now, self.config)
+            turn.blocks = open_blocks(job, self.blocks, self.now, remaining, self.config)
+            if turn.alike is not None:  # (which blocks it fits depends on its remaining time)
+                turn.alike = (*turn.alike, *(p.name for p in turn.blocks))
         for check in self.checks:
             decision = check(turn)
             if decision is not None:
@@ -343,7 +353,7 @@ class _Pass:
             )
             if alike is not None:
                 self.placements[alike] = pools
-        turn.pools = self.hooks.candidate_pools(job, pools)
+        turn.pools = self.hooks.candidate_pools(job, [*turn.blocks, *pools] if turn.blocks else pools)
         if turn.pools:
             return None
         # (When a variant left it no pool, that holds for this job only.)
@@ -387,6 +397,8 @@ class _Pass:
                 ledger.take(job.team, pool.name, demand)
                 self._changed_ledger()
                 reason = f"admitted to {pool.name}: {demand} of {free} free GPUs{passed}"
+                if self.blocks:
+                    reason += self._block_reason(job, pool)
                 if not pool.is_spot and job.spec.deadline_at is not None:
                     remaining = estimated_remaining_s(job, self.now, self.config)
                     refused = guard_refused_spot(
@@ -575,6 +587,14 @@ class _Pass:
             self._changed_ledger()
 
     # --- helpers ------------------------------------------------------------------------------
+
+    def _block_reason(self, job: Job, pool: Pool) -> str:
+        """Why an admitted job is, or is not, in a reserved pool (`reserved.py`)."""
+        remaining = estimated_remaining_s(job, self.now, self.config)
+        if pool.is_reserved:
+            return "; " + admitted_text(job, pool, self.now, remaining, self.config)
+        why = block_text(job, self.blocks, self.now, remaining, self.config)
+        return f"; not reserved: {why}" if why else ""
 
     def _wait(self, turn: _Turn, why: WaitReason, *, holds_for: float | None = None) -> Wait:
         """A wait for `why`; with `holds_for`, jobs alike ranked after it up to that priority

@@ -111,12 +111,14 @@ STOP_NOW = 2
 CHECKPOINT = 3
 SPOT = 4
 MOVE = 5
+BLOCK_END = 6
 LOSS_CAUSES: dict[int, str] = {
     STOP_NOW_CRITICAL: "preempted, stopped at once by a critical job",
     STOP_NOW: "preempted, stopped at once by another class",
     CHECKPOINT: "preempted with checkpoint",
     SPOT: "Spot interruption",
     MOVE: "moved between Spot and On-Demand",
+    BLOCK_END: "reserved block ended",
 }
 # The causes that are preemptions: stops made for another job (the churn a scheduler causes).
 PREEMPTION_CAUSES: tuple[int, ...] = (STOP_NOW_CRITICAL, STOP_NOW, CHECKPOINT)

@@ -45,6 +45,7 @@ from typing import Any, Protocol
 from spotline.domain.models import Pool
 from spotline.sim import accounts as acc
 from spotline.sim.accounts import Accounts
+from spotline.sim.blocks import BlockAccount
 from spotline.sim.model import Exit, Phase, SimJob, SimSettings
 from spotline.sim.spot_zones import ZoneCapacity
 
@@ -57,6 +58,7 @@ _NOTICE = 2
 _SHORTAGE = 3
 _CAPACITY = 4
 _TICK = 5
+_BLOCK = 6
 
 
 class PreemptionCycle(RuntimeError):
@@ -230,6 +232,10 @@ class Simulation:
             ps.capacity = zone.gpus_at_tick(0)
         if any(ps.capacity != ps.pool.capacity_gpus for ps, _ in self._zones):
             self.capacity_changes += 1
+        # Reserved blocks (`blocks.py`): their lifecycle and their account; None without any.
+        self.blocks = BlockAccount.of(self)
+        if self.blocks is not None:
+            self.capacity_changes += 1
         policy.attach(self)
         # The loss and wait accounts (`accounts.py`; `nominal`: the teams' quotas, for waits).
         self.accounts = Accounts(self, nominal)
@@ -246,6 +252,9 @@ class Simulation:
             self._next_shortage(ps, rng, 0.0)
         for ps, zone in self._zones:
             self._next_capacity(ps, zone, 0)
+        blocks = self.blocks
+        if blocks is not None:
+            blocks.schedule(lambda at, token, block: self._push(at, _BLOCK, block, token))
         arrival = 0
         policy = self.policy
         while True:
@@ -269,6 +278,9 @@ class Simulation:
                     self._on_shortage(payload, token)
                 elif kind == _CAPACITY:
                     self._on_capacity(payload, token)
+                elif kind == _BLOCK:
+                    assert blocks is not None
+                    blocks.on_event(payload, token)
                 elif t == self._tick_due:  # (an earlier wake-up may have replaced this tick)
                     self._tick_due = math.inf
                     self._dirty = True
@@ -278,6 +290,8 @@ class Simulation:
                 self.events += 1
                 job.enqueued = t
                 self.accounts.enqueued(job, t)
+                if blocks is not None:
+                    blocks.enqueued(job)
                 if policy.on_pending(job):
                     self._dirty = True
             if self._dirty:
@@ -289,6 +303,8 @@ class Simulation:
                     self.accounts.classify(t)
                 if self.record_series:
                     self._sample(t)
+            if blocks is not None:
+                blocks.observe(t)
             pending = policy.pending_count()
             wanted = pending or (policy.plans_when_idle and self.running_jobs > 0)
             if wanted and policy.uses_ticks and self._tick_due == math.inf:
@@ -298,7 +314,9 @@ class Simulation:
                 # Everything finished, or what waits can never start (nothing runs, nothing
                 # arrives, and the last pass started nothing; with trace-driven pools, for a
                 # whole trace cycle, as their capacity may come back).
-                if pending == 0 or not self._zones:
+                if blocks is not None and pending and blocks.opens_later(t):
+                    pass  # (a block's capacity is still to come)
+                elif pending == 0 or not self._zones:
                     break
                 if self._idle_since is None:
                     self._idle_since = t
@@ -342,6 +360,8 @@ class Simulation:
             job.first_start = now
         job.queued_s += now - job.enqueued
         self.accounts.started(job, now)
+        if self.blocks is not None:
+            self.blocks.started(job)
         ps.used += demand
         ps.held_by_rank[job.rank] += demand
         ps.running[job.idx] = job
@@ -476,6 +496,23 @@ class Simulation:
         self._push(job.end_if_undisturbed, _FINISH, job, job.run_id)
         self._dirty = True
         restarted(job)
+    def checkpoint_then_leave(self, job: SimJob) -> None:
+        """`job` leaves its reserved block before the block ends: it writes a checkpoint of its
+        state now, holds its GPUs while it writes, then leaves and is requeued (no preemption)."""
+        if job.phase is not Phase.RUNNING:
+            raise RuntimeError(f"{self.policy.name}: {job.id} is not running")
+        job.exit_cause = acc.BLOCK_END
+        self._leave_later(job, self.now + job.write, job.progress(self.now), Exit.PREEMPTED)
+
+    def stop_for_block_end(self, job: SimJob) -> None:
+        """`job` is stopped as its reserved block ends (drained or terminated): it keeps its
+        latest periodic checkpoint and is requeued now."""
+        job.exit_cause = acc.BLOCK_END
+        self._release(job, job.durable(self.now), Exit.INTERRUPTED)
+
+    def mark_dirty(self) -> None:
+        """Demand or capacity changed: a pass runs at this instant."""
+        self._dirty = True
 
     def _count_futile(self, job: SimJob) -> None:
         """Count a preemption of `job` before its run made progress (still restoring); past
@@ -535,6 +572,9 @@ class Simulation:
         if job.end_if_undisturbed != now:
             return
         job.useful_gpu_s += job.gpus * (job.work - job.run_base) / job.speed
+        job.useful_gpu_s += job.gpus * (job.work - job.run_base)
+        if self.blocks is not None:
+            self.blocks.run_ended(job, job.work - job.run_base)
         job.lost_gpu_s += job.gpus * job.run_overhead
         self.priced_lost_gpu_s += job.gpus * job.run_overhead * self.pools[job.pool].pool.price
 
@@ -585,6 +625,8 @@ class Simulation:
             job.futile_preemptions = 0  # (this run made progress)
         kept = (keeps - job.run_base) / job.speed  # (seconds of this run that counted)
         job.useful_gpu_s += job.gpus * kept
+        if self.blocks is not None:
+            self.blocks.run_ended(job, kept)
         lost = job.gpus * ((now - job.run_start) - kept)
         job.lost_gpu_s += lost
         self.priced_lost_gpu_s += lost * self.pools[job.pool].pool.price
@@ -597,6 +639,8 @@ class Simulation:
         job.phase = Phase.PENDING
         job.enqueued = now
         self.accounts.enqueued(job, now)
+        if self.blocks is not None:
+            self.blocks.enqueued(job)
         job.run_id += 1
         self._free(job)
         self._dirty = True

@@ -166,7 +166,7 @@ def policy_metrics(sim: Simulation, isolated: Sequence[float] | None = None) -> 
     by_cause = accounts["loss_account"]["lost_gpu_hours_by_cause"]
     preempted = cause_loss(by_cause, acc.PREEMPTION_CAUSES)
     useful_h = useful / 3600.0
-    return {
+    metrics: dict[str, Any] = {
         "jobs": len(jobs),
         "completed": len(done),
         "avg_jct_s": _mean(jct),
@@ -203,6 +203,9 @@ def policy_metrics(sim: Simulation, isolated: Sequence[float] | None = None) -> 
         # With elastic jobs: their resizes, the idle GPU-hours they took, and the churn.
         **({"elastic_account": elastic_account(sim, useful)} if sim.settings.elastic_share > 0 else {}),
     }
+    if sim.blocks is not None:
+        metrics["reservation_account"] = sim.blocks.to_json()
+    return metrics
 
 
 def cause_loss(by_cause: Mapping[str, float], causes: Sequence[int]) -> float:

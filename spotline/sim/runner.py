@@ -15,6 +15,7 @@ from typing import Any
 from spotline.domain.config import SchedulerConfig
 from spotline.domain.models import Pool
 from spotline.sim.availability import AvailabilityTrace
+from spotline.sim.blocks import Reservation, block_pools
 from spotline.sim.engine import DecisionSink, Policy, PoolState, Sample, Simulation
 from spotline.sim.metrics import isolated_jct, policy_metrics
 from spotline.sim.model import SimJob, SimSettings, TeamShares, VictimStop, build_jobs, team_shares
@@ -32,7 +33,7 @@ from spotline.sim.peers import (
     UniformProgressPolicy,
     estimate_model,
 )
-from spotline.sim.pools import GPUS_PER_NODE, SpotAdvice, build_pools, spot_advice
+from spotline.sim.pools import DEFAULT_GPU_TYPE, GPUS_PER_NODE, SpotAdvice, build_pools, spot_advice
 from spotline.sim.spot_zones import SpotModel, ZoneCapacity, default_zone_traces, zone_capacities, zone_pools
 from spotline.sim.spotline_policy import DecisionObserver, SpotlinePolicy
 from spotline.sim.variants import extension_of
@@ -308,6 +309,7 @@ def simulate(
     availability: Sequence[AvailabilityTrace] | dict[str, AvailabilityTrace] | None = None,
     observer: DecisionObserver | None = None,
     variants: Sequence[str] = (),
+    reservations: Sequence[Reservation] = (),
 ) -> SimulationReport:
     """Replay `trace` through each policy; every policy sees the same jobs, restart costs and
     Spot capacity and reclaims for a given `seed`.
@@ -324,7 +326,8 @@ def simulate(
     `keep_jobs=False` leaves each job's record out of the runs (the metrics are computed
     from them all the same): a caller that reads only metrics spares processes shipping
     every job's record back. `variants`: simulator variants Spotline runs with
-    (`spotline.sim.variants`; an unknown one raises `VariantError` before anything runs)."""
+    (`spotline.sim.variants`; an unknown one raises `VariantError` before anything runs).
+    `reservations`: reserved blocks added to the cluster (`blocks.py`; `--reservation`)."""
     extension_of(variants)  # (refused here, before any run)
     settings = settings or SimSettings()
     traces: dict[str, AvailabilityTrace] = {}
@@ -344,6 +347,9 @@ def simulate(
         traces = dict(availability or {})
         gpus = sum(p.capacity_gpus for p in pools)
         spot_fraction = sum(p.capacity_gpus for p in pools if p.is_spot) / gpus if gpus else 0.0
+    if reservations:
+        instance = (advice or spot_advice()).instance_type
+        pools = [*pools, *block_pools(list(reservations), DEFAULT_GPU_TYPE, instance)]
     check_hostable(trace, pools, settings)
     shares = team_shares(trace.jobs, {p.name: p.capacity_gpus for p in pools})
     report = SimulationReport(

@@ -64,11 +64,13 @@ from spotline.domain.decisions import Resize
 from spotline.domain.elastic_spec import DEFAULT_COOLDOWN_S, ElasticSpec
 from spotline.domain.extension import PlannerExtension
 from spotline.domain.models import PRIORITIES_HIGH_FIRST, DrainTarget, SpotPoolSignal
-from spotline.domain.placement import spot_refusal
+from spotline.domain.placement import candidate_pools, spot_refusal
 from spotline.domain.planner import queue_key
 from spotline.domain.preemption import estimated_remaining_s
 from spotline.domain.queue import WINDOW_PER_CLASS
+from spotline.domain.reserved import block_drains, drain_at
 from spotline.domain.spot_watch import PoolWatch
+from spotline.sim.blocks import BlockEnd
 from spotline.sim.model import Phase, SimJob, SimSettings, TeamShares
 from spotline.sim.peers import estimate_model
 from spotline.sim.usage import DecayedUsage
@@ -88,6 +90,8 @@ class SpotlinePolicy:
     uses_ticks = True
     # Passes at one instant: the first, and one more after victims were stopped at once.
     MAX_PASSES_AT_ONCE = 3
+    # Jobs in a reserved block checkpoint and leave before it ends (`reserved.block_drains`).
+    at_block_end = BlockEnd.CHECKPOINT
 
     def __init__(
         self,
@@ -315,6 +319,8 @@ class SpotlinePolicy:
             self._pools = {
                 ps.name: ps.pool.model_copy(update={"capacity_gpus": ps.capacity}) for ps in self.sim.pools
             }
+        if self.sim.blocks is not None:
+            self._drain_blocks(now)
         for _ in range(self.MAX_PASSES_AT_ONCE):
             stopped = False
             decisions = plan(
@@ -337,6 +343,48 @@ class SpotlinePolicy:
             # Victims stopped at once have left: the pass that their `Batch Job State Change`
             # events start in production admits the preemptors.
             self.sim.passes += 1
+        if self.sim.blocks is not None:
+            self._wake_for_drains(now)
+
+    # --- reserved blocks ----------------------------------------------------------------------
+
+    def on_block_warning(self, ps: PoolState) -> None:
+        """A block's expiration warning (the safety net): its jobs still there checkpoint now."""
+        self._drain_blocks(self.sim.now, frozenset({ps.name}))
+
+    def _drain_blocks(self, now: float, warned: frozenset[str] = frozenset()) -> None:
+        """Checkpoint and requeue the jobs whose block ends (`reserved.block_drains`), as the
+        control plane does; a deadline job whose slack needs it resumes On-Demand (room held)."""
+        snapshot = self._pass_snapshot(now)
+        others = [p for p in self._pools.values() if not p.is_reserved]
+
+        def placement(job: Job) -> Pool | None:
+            remaining = estimated_remaining_s(job, now, self.config)
+            pools = candidate_pools(job, others, now, remaining, self.config, snapshot.spot)
+            return pools[0] if pools else None
+
+        sim = self.sim
+        for drain in block_drains(snapshot, now, self.config, placement, warned=warned):
+            job = self.by_id[drain.job.id]
+            if job.phase is not Phase.RUNNING:
+                continue
+            if sim.logging:
+                sim.log("preempt", job.id, drain.pool, (job.id,), drain.reason)
+            sim.checkpoint_then_leave(job)
+            self._checkpointing(job, drain.draining_for)
+
+    def _wake_for_drains(self, now: float) -> None:
+        """A pass at the next planned drain of a job in a block."""
+        soonest = min(
+            (
+                drain_at(allocation.job, self._pools[allocation.pool], self.config)
+                for allocation in self.running.values()
+                if allocation.draining_for is None and self._pools[allocation.pool].is_reserved
+            ),
+            default=None,
+        )
+        if soonest is not None and soonest > now:
+            self.sim.wake_at(soonest)
 
     def _admit(self, decision: Admit, now: float) -> None:
         sim = self.sim

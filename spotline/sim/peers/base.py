@@ -71,9 +71,15 @@ class PeerPolicy:
 
     def attach(self, sim: Simulation) -> None:
         self._sim = sim
+        # Reserved blocks first (prepaid; as a Karpenter NodePool of higher weight, or the first
+        # compute environment of a Batch job queue, takes them), then Spot, then On-Demand.
+        reserved = sorted((p for p in sim.pools if p.pool.is_reserved), key=lambda p: p.name)
         spot = sorted((p for p in sim.pools if p.is_spot), key=lambda p: (p.pool.price, p.name))
-        on_demand = sorted((p for p in sim.pools if not p.is_spot), key=lambda p: (p.pool.price, p.name))
-        self._pool_order = spot + on_demand
+        on_demand = sorted(
+            (p for p in sim.pools if not p.is_spot and not p.pool.is_reserved),
+            key=lambda p: (p.pool.price, p.name),
+        )
+        self._pool_order = reserved + spot + on_demand
 
     def bucket_key(self, job: SimJob) -> Hashable:
         return (job.gpus, job.nodes, job.spot_ok, job.gpu_type, job.rank == CRITICAL_RANK)

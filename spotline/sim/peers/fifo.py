@@ -6,6 +6,7 @@ import heapq
 from collections.abc import Hashable
 from typing import TYPE_CHECKING
 
+from spotline.sim.blocks import BlockEnd
 from spotline.sim.peers.base import PeerPolicy
 from spotline.sim.queues import OrderKey
 
@@ -53,6 +54,8 @@ class FifoPolicy(PeerPolicy):
     """
 
     name = "fifo"
+    # AWS Batch does nothing as a Capacity Block expires: its jobs run until the instances go.
+    at_block_end = BlockEnd.NOTHING
 
     def schedule(self, now: float) -> None:
         _fifo_scan(self)

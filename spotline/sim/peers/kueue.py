@@ -7,6 +7,7 @@ from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from spotline.sim.blocks import BlockEnd
 from spotline.sim.model import Phase, SimJob, TeamShares
 from spotline.sim.peers.base import PeerPolicy
 from spotline.sim.queues import OrderKey
@@ -90,6 +91,9 @@ class KueuePolicy(PeerPolicy):
     """
 
     name = "kueue"
+    # Run on Karpenter's nodes: as a Capacity Block nears its end, Karpenter drains its nodes
+    # (the pods are stopped, without a checkpoint of their own).
+    at_block_end = BlockEnd.DRAIN
 
     def __init__(self, shares: TeamShares, setup: KueueSetup | None = None, competent: bool = True) -> None:
         super().__init__(competent)
