@@ -31,9 +31,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 import time
 from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -42,7 +44,7 @@ from rich.console import Console
 from rich.table import Table
 
 from bench import goals
-from bench.goals import Goal
+from bench.goals import GOALS, Goal
 from bench.policy_bench import runs as pb_runs
 from bench.policy_bench import setup as pb
 from bench.policy_bench.tables import _fmt
@@ -93,31 +95,96 @@ def _long(seed: int, jobs: int = 4000, gpus: int = 256) -> Contended:
     return Contended("long", seed, gpus, jobs=jobs, load=1.0, long_share=0.01)
 
 
-CONTENDED_EVALUATION: tuple[Contended, ...] = (
-    Contended("philly", 1, 384, "2017-10-30", "2017-11-12"),
-    Contended("philly", 2, 256, "2017-11-13", "2017-11-26"),
-    _bursty(1, 0.85),
-    _bursty(2, 1.2),
-    _long(1),
-)
-CONTENDED_TUNING: tuple[Contended, ...] = (
-    Contended("philly", 2, 512, "2017-10-02", "2017-10-05"),
-    _bursty(101, 0.85),
-    _bursty(102, 1.2),
-    _long(103),
+# The contended evaluation set, frozen before any tuning (`bench/data/contention_evaluation.json`;
+# its README line says so): every sample over three seeds.
+EVALUATION_FILE = pb.REPO / "bench" / "data" / "contention_evaluation.json"
+
+
+@dataclass(frozen=True)
+class Seeded:
+    """A contended sample over several seeds (each a `Contended`): judged on the mean over them."""
+
+    members: tuple[Contended, ...]
+
+    @property
+    def label(self) -> str:
+        first = self.members[0]
+        seeds = ",".join(str(m.seed) for m in self.members)
+        return first.label.replace(f" s{first.seed} ", f" s{seeds} ")
+
+
+def load_set(path: Path) -> tuple[Seeded, ...]:
+    """The samples a set file lists (`contention_evaluation.json`'s format), each over its seeds."""
+    data = json.loads(path.read_text())
+    out = []
+    for entry in data["samples"]:
+        kind = entry["kind"]
+        if kind not in ("philly", "bursty", "long"):
+            raise ValueError(f"{path}: unknown sample kind {kind!r} (philly, bursty or long)")
+        members = tuple(
+            Contended(
+                kind,
+                int(seed),
+                int(entry["gpus"]),
+                start=entry.get("start", ""),
+                end=entry.get("end", ""),
+                jobs=int(entry.get("jobs", 0)),
+                load=float(entry.get("load", 0.0)),
+                long_share=float(entry.get("long_share", 0.0)),
+            )
+            for seed in entry["seeds"]
+        )
+        out.append(Seeded(members))
+    return tuple(out)
+
+
+CONTENDED_EVALUATION: tuple[Seeded, ...] = load_set(EVALUATION_FILE)
+# The tuning set: what Spotline's defaults were chosen on, and the earlier evaluation set, looked
+# at after each of its tuning rounds (so no longer held out): one seed each, as they were run.
+CONTENDED_TUNING: tuple[Seeded, ...] = tuple(
+    Seeded((s,))
+    for s in (
+        Contended("philly", 2, 512, "2017-10-02", "2017-10-05"),
+        _bursty(101, 0.85),
+        _bursty(102, 1.2),
+        _long(103),
+        Contended("philly", 1, 384, "2017-10-30", "2017-11-12"),
+        Contended("philly", 2, 256, "2017-11-13", "2017-11-26"),
+        _bursty(1, 0.85),
+        _bursty(2, 1.2),
+        _long(1),
+    )
 )
 if pb.QUICK:
-    CONTENDED_EVALUATION = (_bursty(1, 1.2, 600, 64), _long(1, 600, 64))
-    CONTENDED_TUNING = (_bursty(101, 1.2, 600, 64),)
+    CONTENDED_EVALUATION = (
+        Seeded(tuple(_bursty(s, 1.2, 600, 64) for s in (1, 2))),
+        Seeded(tuple(_long(s, 600, 64) for s in (1, 2))),
+    )
+    CONTENDED_TUNING = (Seeded((_bursty(101, 1.2, 600, 64),)),)
+# The peers of the contended benches: the policy bench's and the setups added for a reviewer
+# (`spotline.sim.runner.CONTENTION_PEERS`), without Kueue's borrowWithinCohort with Any.
+PEERS: tuple[str, ...] = (
+    "fifo",
+    "batch-fair-share",
+    "skypilot-recovery",
+    "skypilot",
+    "priority-random",
+    "kueue-classic",
+    "kueue-fair",
+    "kueue-lp",
+    "slurm",
+    "slurm-exempt",
+)
+POLICIES: tuple[str, ...] = (*PEERS, "spotline")
 
 
-def available(samples: Sequence[Contended]) -> list[Contended]:
-    return [s for s in samples if s.kind != "philly" or pb.philly_path() is not None]
+def available(samples: Sequence[Seeded]) -> list[Seeded]:
+    return [s for s in samples if s.members[0].kind != "philly" or pb.philly_path() is not None]
 
 
 def run_contended(
     sample: Contended,
-    policies: Sequence[str] = pb.EVAL_POLICIES,
+    policies: Sequence[str] = POLICIES,
     config: SchedulerConfig | None = None,
     settings: SimSettings | None = None,
     workers: int | None = None,
@@ -139,21 +206,106 @@ def run_contended(
     return runs
 
 
+def _one(job: tuple[Contended, str, SimSettings | None, tuple[str, ...]]) -> dict[str, Any]:
+    sample, policy, settings, variants = job
+    return run_contended(sample, [policy], settings=settings, workers=1, variants=variants)[policy]
+
+
+def run_seeded(
+    sample: Seeded,
+    policies: Sequence[str] = POLICIES,
+    settings: SimSettings | None = None,
+    variants: Sequence[str] = (),
+) -> list[dict[str, dict[str, Any]]]:
+    """Every policy on every seed of `sample`, one simulation per process (`WORKERS` at once);
+    the runs per seed, in the members' order."""
+    jobs = [(m, p, settings, tuple(variants)) for m in sample.members for p in policies]
+    if pb_runs.WORKERS <= 1 or len(jobs) <= 1:
+        results = [_one(j) for j in jobs]
+    else:
+        with ProcessPoolExecutor(max_workers=min(pb_runs.WORKERS, len(jobs))) as pool:
+            results = list(pool.map(_one, jobs))
+    out: list[dict[str, dict[str, Any]]] = []
+    for i, _ in enumerate(sample.members):
+        out.append(dict(zip(policies, results[i * len(policies) : (i + 1) * len(policies)], strict=True)))
+    return out
+
+
+def mean_metrics(runs: Sequence[Any]) -> Any:
+    """The mean over seeds of one policy's metrics (numbers averaged, a key a seed lacks counted
+    as 0, nested mappings alike; anything else as the first seed has it)."""
+    first = runs[0]
+    if isinstance(first, dict):
+        keys = list(dict.fromkeys(k for r in runs for k in r))
+        return {k: mean_metrics([r.get(k, 0) if isinstance(r, dict) else 0 for r in runs]) for k in keys}
+    if isinstance(first, bool) or not all(isinstance(r, int | float) for r in runs):
+        return first
+    return sum(float(r) for r in runs) / len(runs)
+
+
+def mean_runs(per_seed: Sequence[dict[str, dict[str, Any]]]) -> dict[str, dict[str, Any]]:
+    """Each policy's metrics, the mean over the seeds."""
+    return {name: mean_metrics([runs[name] for runs in per_seed]) for name in per_seed[0]}
+
+
 # --- the goals (one table for every policy bench: `bench.goals`) ---------------------------
 
 
 def judge(goal: Goal, runs: dict[str, dict[str, Any]]) -> tuple[float, bool, str]:
     """(ours / best peer's, met, how) in one sample, against this bench's peers."""
-    return goals.judge(goal, runs, pb.PEERS)
+    return goals.judge(goal, runs, PEERS)
 
 
 def goal_rows(per_sample: Sequence[dict[str, dict[str, Any]]]) -> list[dict[str, Any]]:
-    return goals.goal_rows(per_sample, pb.PEERS)
+    return goals.goal_rows(per_sample, PEERS)
 
 
 def with_variant(runs: dict[str, dict[str, Any]], label: str) -> dict[str, dict[str, Any]]:
     """The runs with Spotline under the variants `label` in Spotline's place."""
     return {**runs, "spotline": runs[label]}
+
+
+def seeded_goal(goal: Goal, per_seed: Sequence[dict[str, dict[str, Any]]]) -> dict[str, Any]:
+    """A goal in one sample over its seeds: judged on the means over the seeds (ratio, met,
+    against which peer), with the 95% CI of the ratio per seed against that same peer."""
+    mean = mean_runs(per_seed)
+    ratio, met, how = judge(goal, mean)
+    best = goals.best_peer(goal, mean, PEERS)
+    ratios = []
+    if best is not None:
+        for runs in per_seed:
+            theirs = goal.value(runs[best[0]])
+            if theirs:
+                ratios.append(goal.value(runs["spotline"]) / theirs)
+    _, half = goals.interval(ratios)
+    text = how
+    if how.startswith("x") and math.isfinite(half) and half > 0:
+        text = how.replace(" vs ", f" ± {half:.3f} vs ", 1)
+    return {"ratio": ratio, "ci95": half, "met": met, "how": text}
+
+
+def print_seeded_goals(
+    title: str,
+    labels: Sequence[str],
+    per_sample: Sequence[Sequence[dict[str, dict[str, Any]]]],
+    console: Console,
+) -> list[dict[str, Any]]:
+    """The goals per sample, each on the mean over its seeds with the CI of its ratio."""
+    table = Table(title=title)
+    for column in ("goal", "met in samples", *labels):
+        table.add_column(column)
+    rows = []
+    for goal in GOALS:
+        cells = [seeded_goal(goal, seeds) for seeds in per_sample]
+        met = sum(c["met"] for c in cells)
+        table.add_row(
+            goal.label,
+            f"{met}/{len(cells)}",
+            *(f"{c['how']} ({'met' if c['met'] else 'NOT met'})" for c in cells),
+        )
+        rows.append({"goal": goal.label, "met_in_samples": met, "samples": len(cells), "per_sample": cells})
+    console.print(table)
+    return rows
 
 
 def print_goals(
@@ -180,7 +332,7 @@ def print_goals(
 def best_preempting(runs: dict[str, dict[str, Any]]) -> str:
     """The preempting peer with the least preemption churn in this sample."""
     return min(
-        (p for p in pb.PEERS if p in runs and goals.is_preempting(p)),
+        (p for p in PEERS if p in runs and goals.is_preempting(p)),
         key=lambda p: runs[p]["preemption_churn_per_1k_useful_gpu_h"],
     )
 
@@ -192,36 +344,47 @@ def spot_loss(run: dict[str, Any]) -> float:
     return float(by_cause.get(spot, 0.0)) + float(by_cause.get(RESTART_LABELS[SPOT], 0.0))
 
 
-# The loss metrics every policy reports (`spotline simulate --json`), as the tables print them.
-LOSS_METRICS: tuple[tuple[str, str, str], ...] = (
+# The metrics every policy's row shows per sample (`spotline simulate --json` keys), mean ± 95%
+# CI over the seeds: (row, how to read it from a run, format).
+LOSS_METRICS: tuple[tuple[str, Any, str], ...] = (
+    ("urgent p99 wait (min)", lambda m: goals.urgent_wait(m) / 60.0, "{:.1f}"),
     ("preemption churn (lost GPU-h per 1k useful)", "preemption_churn_per_1k_useful_gpu_h", "{:.1f}"),
     ("Spot waste (lost GPU-h per 1k Spot GPU-h)", "spot_waste_per_1k_spot_gpu_h", "{:.1f}"),
     ("move loss (GPU-h)", "move_loss_gpu_hours", "{:.1f}"),
     ("priced loss (On-Demand GPU-h)", "priced_loss_on_demand_gpu_h", "{:.1f}"),
     ("lost GPU-h, all causes", "lost_gpu_hours", "{:.1f}"),
-    ("Spot / On-Demand GPU-h held", "", ""),
-    ("preemptions / moves", "", ""),
+    ("Spot GPU-h held", "spot_gpu_hours", "{:.0f}"),
+    ("On-Demand GPU-h held", "on_demand_gpu_hours", "{:.0f}"),
+    ("preemptions", "preemptions", "{:.0f}"),
+    ("moves", "moves", "{:.0f}"),
     ("cost per useful GPU-h", "cost_per_useful_gpu_hour", "{:.4f}"),
+    ("avg JCT (h)", lambda m: m["avg_jct_s"] / 3600.0, "{:.2f}"),
+    ("low-class avg JCT (h)", lambda m: m["avg_jct_s_by_priority"]["low"] / 3600.0, "{:.2f}"),
+    ("Jain's fairness", "jain_fairness", "{:.3f}"),
+    ("finish-time fairness, worst team", "ftf_max", "{:.3f}"),
 )
 
 
-def loss_cell(run: dict[str, Any], key: str, form: str, label: str) -> str:
-    if label.startswith("Spot / On-Demand"):
-        return f"{run['spot_gpu_hours']:.0f} / {run['on_demand_gpu_hours']:.0f}"
-    if label.startswith("preemptions / moves"):
-        return f"{run['preemptions']} / {run['moves']}"
-    return form.format(float(run[key]))
+def loss_cell(per_seed: Sequence[dict[str, Any]], key: Any, form: str) -> str:
+    """One policy's metric over the seeds: the mean, ± the 95% CI's half-width with 2+ seeds."""
+    values = [float(key(run) if callable(key) else run[key]) for run in per_seed]
+    mean, half = goals.interval(values)
+    text = form.format(mean)
+    if math.isfinite(half) and half > 0:
+        text += " ± " + form.format(half)
+    return text
 
 
-def print_losses(label: str, runs: dict[str, dict[str, Any]], console: Console) -> None:
-    """Every policy's loss metrics in one sample."""
-    table = Table(title=f"Losses by policy: {label}")
+def print_losses(label: str, per_seed: Sequence[dict[str, dict[str, Any]]], console: Console) -> None:
+    """Every policy's losses, waits, cost and fairness in one sample, mean ± 95% CI over its seeds."""
+    seeds = f", mean ± 95% CI over {len(per_seed)} seeds" if len(per_seed) > 1 else ""
+    table = Table(title=f"By policy: {label}{seeds}")
     table.add_column("metric")
-    names = list(runs)
+    names = list(per_seed[0])
     for name in names:
         table.add_column(name, justify="right")
     for row, key, form in LOSS_METRICS:
-        table.add_row(row, *(loss_cell(runs[n], key, form, row) for n in names))
+        table.add_row(row, *(loss_cell([runs[n] for runs in per_seed], key, form) for n in names))
     console.print(table)
 
 
@@ -335,32 +498,54 @@ def main(argv: Sequence[str] | None = None) -> int:
     console = Console(width=max(Console().width, 200))
     began = time.perf_counter()
     contended = available(CONTENDED_TUNING if args.tuning else CONTENDED_EVALUATION)
-    per_contended = []
     if args.synthetic_only:
-        contended = [s for s in contended if s.kind != "philly"]
+        contended = [s for s in contended if s.members[0].kind != "philly"]
     unknown = [name for name in args.variant if name not in VARIANTS]
     if unknown:
         known = ", ".join(VARIANTS) or "none"
         parser.error(f"--variant: unknown {', '.join(unknown)} (known: {known})")
     variant = f"spotline with {' + '.join(args.variant)}" if args.variant else None
+    console.print(
+        (
+            "Tuning set"
+            if args.tuning
+            else "Evaluation set (frozen before any tuning: " + str(EVALUATION_FILE.name) + ")"
+        )
+        + ": "
+        + "; ".join(s.label for s in contended)
+    )
     saved: dict[str, Any] = {}
+    per_seeds: list[list[dict[str, dict[str, Any]]]] = []
     for sample in contended:
-        runs = run_contended(sample)
+        part = time.perf_counter()
+        per_seed = run_seeded(sample)
         if variant is not None:
-            runs[variant] = run_contended(sample, ["spotline"], workers=1, variants=args.variant)["spotline"]
-        per_contended.append(runs)
-        saved[sample.label] = runs
-        print_losses(sample.label, runs, console)
-        print_accounts(sample.label, runs, console)
+            varied_runs = run_seeded(sample, ["spotline"], variants=args.variant)
+            for runs, extra in zip(per_seed, varied_runs, strict=True):
+                runs[variant] = extra["spotline"]
+        per_seeds.append(per_seed)
+        saved[sample.label] = per_seed
+        print_losses(sample.label, per_seed, console)
+        mean = mean_runs(per_seed)
+        print_accounts(f"{sample.label} (mean over seeds)", mean, console)
         if variant is not None:
-            print_accounts(f"{sample.label}, {variant}", with_variant(runs, variant), console)
+            print_accounts(
+                f"{sample.label}, {variant} (mean over seeds)", with_variant(mean, variant), console
+            )
+        console.print(f"({sample.label}: {time.perf_counter() - part:.0f} s wall)")
     labels = [s.label for s in contended]
-    print_goals("Goals on the contended samples (issue 29)", labels, per_contended, console)
+    rows = print_seeded_goals(
+        "Goals per contended sample (mean over its seeds; ratio ± 95% CI over the seeds)",
+        labels,
+        per_seeds,
+        console,
+    )
     if variant is not None:
-        varied = [with_variant(r, variant) for r in per_contended]
-        print_goals(f"The same goals, {variant}", labels, varied, console)
+        varied = [[with_variant(r, variant) for r in seeds] for seeds in per_seeds]
+        print_seeded_goals(f"The same goals, {variant}", labels, varied, console)
     if args.json is not None:
-        args.json.write_text(json.dumps(saved))
+        args.json.write_text(json.dumps({"samples": saved, "goals": rows}))
+    per_contended = [mean_runs(seeds) for seeds in per_seeds]
     if not args.contended_only and not args.tuning:
         plain = pb.available(pb.EVALUATION)
         done = _saved_runs(args.evaluation_runs)
