@@ -61,9 +61,12 @@ class _DispatchPolicy(PeerPolicy):
     def __init__(self, competent: bool = True) -> None:
         super().__init__(competent)
         self._pending: dict[int, SimJob] = {}
+        # The pending jobs in submission order (None: to sort again, a job was queued).
+        self._order: list[SimJob] | None = None
 
     def on_pending(self, job: SimJob) -> bool:
         self._pending[job.idx] = job
+        self._order = None
         return True
 
     def pending_count(self) -> int:
@@ -90,14 +93,25 @@ class _DispatchPolicy(PeerPolicy):
         self.before_dispatch(now)
         if not self._pending:
             return
-        for job in sorted(self._pending.values(), key=lambda j: (j.submit, j.idx)):
-            if not self.any_free():
+        if self._order is None:
+            self._order = sorted(self._pending.values(), key=lambda j: (j.submit, j.idx))
+        pools = self._pool_order
+        top = max((ps.free for ps in pools), default=0)
+        started = False
+        for job in self._order:
+            if top <= 0:
                 break
+            if job.gpus > top:
+                continue  # no pool has room for it
             for ps in self.choices(job, now):
                 if ps.demand(job) <= ps.free:
                     del self._pending[job.idx]
                     self.start(job, ps, f"{self.name}: in {ps.name}" if self.sim.logging else "")
+                    started = True
+                    top = max(p.free for p in pools)
                     break
+        if started:
+            self._order = [j for j in self._order if j.idx in self._pending]
 
 
 class AllOnDemandPolicy(_DispatchPolicy):
@@ -120,6 +134,8 @@ class SkyPilotPolicy(_DispatchPolicy):
     def __init__(self, competent: bool = True, fallback_after_s: float = FALLBACK_AFTER_S) -> None:
         super().__init__(competent)
         self.fallback_after_s = fallback_after_s
+        # Without a fallback nothing depends on time: passes follow events alone.
+        self.uses_ticks = math.isfinite(fallback_after_s)
         self._fell_back: set[int] = set()
 
     def choices(self, job: SimJob, now: float) -> list[PoolState]:
