@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import time
 from collections.abc import Callable
@@ -54,8 +55,42 @@ def emit(data: Any, output: Output, table: Callable[[Any], Any]) -> None:
         import yaml  # only for --output yaml
 
         console.out(yaml.safe_dump(data, sort_keys=False, default_flow_style=False).rstrip(), highlight=False)
-    else:
+    elif console.is_terminal:
         console.print(table(data))
+    else:
+        unwrapped().print(table(data))
+
+
+# Wider than any table: where stdout is a pipe or a file, a table is as wide as its content.
+UNWRAPPED_WIDTH = 100_000
+
+
+def unwrapped() -> Console:
+    """stdout when it is not a terminal: tables at their full width (no cell wraps, no word is
+    cut for a width nothing will show), each line without trailing blanks."""
+    return Console(width=UNWRAPPED_WIDTH, soft_wrap=False, file=_TrimmedLines(console.file))
+
+
+class _TrimmedLines(io.StringIO):
+    """A text stream that drops the blanks a table pads its lines with."""
+
+    def __init__(self, target: Any) -> None:
+        super().__init__()
+        self.target = target
+        self.pending = ""
+
+    def write(self, text: str) -> int:
+        self.pending += text
+        *lines, self.pending = self.pending.split("\n")
+        for line in lines:
+            self.target.write(line.rstrip() + "\n")
+        return len(text)
+
+    def flush(self) -> None:
+        if self.pending:
+            self.target.write(self.pending.rstrip())
+            self.pending = ""
+        self.target.flush()
 
 
 def _job_rows(job: dict[str, Any]) -> list[tuple[str, str]]:

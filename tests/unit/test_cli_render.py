@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from rich.console import Console
 
 from spotline.cli.render import explain_view, job_table, jobs_table
@@ -140,3 +141,28 @@ def test_a_tiny_negative_priority_term_prints_as_zero() -> None:
         )
     )
     assert "-0.0" not in text
+
+
+def test_a_table_piped_or_redirected_is_full_width_one_line_a_row(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from spotline.cli.render import Output, emit
+
+    monkeypatch.setenv("COLUMNS", "40")  # even where the environment says the screen is narrow
+    reason = "pool a100-spot has 2 free GPUs of the 4 needed; team vision uses 12 of its 12 GPUs"
+    job = {
+        "id": "job-0123456789abcdef",
+        "name": "a-long-name-for-a-job",
+        "state": "PENDING",
+        "priority": "normal",
+        "effective_priority": 12.5,
+        "gpus": 4,
+        "pool": "a100-spot-normal",
+        "submitted_at": 0,
+        "wait_reason": reason,
+    }
+    emit([job, {**job, "id": "job-fedcba9876543210"}], Output.table, jobs_table)
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 3  # the header and one line per job
+    assert "WAIT REASON / PROGRESS" in lines[0] and lines[1].endswith(reason)
+    assert all(line == line.rstrip() for line in lines)

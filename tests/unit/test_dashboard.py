@@ -415,3 +415,38 @@ def test_against_a_url_each_request_is_signed_with_sigv4(
         server.shutdown()
     assert seen and all(auth.startswith("AWS4-HMAC-SHA256 Credential=AKIDEXAMPLE/") for _, auth in seen)
     assert all("/eu-west-1/execute-api/" in auth for _, auth in seen)
+
+
+def test_tied_jobs_are_ranked_as_the_scheduler_places_them_with_their_gpus() -> None:
+    # Given three pending jobs of the same effective priority: the one submitted first was
+    # requeued last (its enqueue time is the latest), two were submitted at the same moment
+    api = FakeApi(
+        [
+            job("job-b", "normal", 10.0, submitted_at=NOW - 300, enqueued_at=NOW - 10, gpus=8, nodes=2),
+            job("job-c", "normal", 10.0, submitted_at=NOW - 200, enqueued_at=NOW - 200),
+            job("job-a", "normal", 10.0, submitted_at=NOW - 200, enqueued_at=NOW - 100),
+        ]
+    )
+    # When the queue is drawn
+    shown = data.queue(api)["jobs"]
+    # Then # follows the scheduler's order (the planner's and explain's Position): earliest
+    # submission first, then the id
+    assert [(j["rank"], j["id"]) for j in shown] == [(1, "job-b"), (2, "job-a"), (3, "job-c")]
+    board = Dashboard({"vision": api})
+    html = board.render("queue.html", team="vision", view="queue", fragment=True, **data.queue(api))
+    assert '<td class="num gpus">16<br><small>2 nodes</small></td>' in html
+
+
+def test_the_deadline_field_starts_in_the_future() -> None:
+    from datetime import datetime
+
+    from spotline.cli.dashboard.server import suggested_deadline
+
+    def epoch(text: str) -> float:
+        return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+
+    now = 1_796_400_000.0
+    assert epoch(suggested_deadline(None, now)) > now + 23 * 3600
+    assert epoch(suggested_deadline(now - 60, now)) > now  # a deadline already past is not offered
+    assert epoch(suggested_deadline(now + 7200, now)) == now + 7200  # a deadline ahead is kept
+    assert suggested_deadline(None, now).endswith(":00:00Z")

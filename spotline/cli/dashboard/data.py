@@ -33,20 +33,28 @@ def queue(api: Endpoint, page: str | None = None) -> dict[str, Any]:
     """One page of the team's PENDING jobs: the API's page `page` (its first without one) of
     `GET /jobs?state=PENDING`, one request however long the queue is. The API lists newest
     submissions first; the page's jobs are put in the order the scheduler weighs them (effective
-    priority, highest first, then the longest waiting), `rank` their place on this page.
+    priority, highest first, then the earliest submission and the id: `rank_key`), `rank` their
+    place on this page.
 
     Returns {"jobs", "page" (the token of this page, None for the first), "next_page" (the API's
     token of the next, None on the last), "page_size"}."""
     params: dict[str, Any] = {"state": "PENDING", "limit": PAGE, "next_token": page}
     answer = api.request("GET", "/jobs", params=params)
     jobs = list(answer.get("jobs") or [])
-    jobs.sort(key=lambda j: (-(j.get("effective_priority") or 0.0), j.get("enqueued_at") or 0.0))
+    jobs.sort(key=rank_key)
     return {
         "jobs": [{**job, "rank": i} for i, job in enumerate(jobs, 1)],
         "page": page,
         "next_page": answer.get("next_token") or None,
         "page_size": PAGE,
     }
+
+
+def rank_key(job: Mapping[str, Any]) -> tuple[float, float, str]:
+    """The scheduler's order (`spotline.domain.queue.ranked`, `explain`'s position): effective
+    priority, highest first, then the earliest submission, then the id, so tied jobs keep the
+    order the Position column gives them."""
+    return (-(job.get("effective_priority") or 0.0), job.get("submitted_at") or 0.0, str(job.get("id", "")))
 
 
 def running(api: Endpoint, now: float | None = None) -> list[dict[str, Any]]:

@@ -157,7 +157,8 @@ class Dashboard:
         deadline = _epoch(job.get("deadline"))
         chart = svg.timeline(found["events"], time.time(), deadline=deadline, checkpoints=checkpoints)
         kinds = [svg.kind_of(e) for e in found["events"]]
-        return "job.html", {**found, "chart": chart, "kinds": kinds}
+        suggested = suggested_deadline(deadline, time.time())
+        return "job.html", {**found, "chart": chart, "kinds": kinds, "suggested_deadline": suggested}
 
     def act(self, team: str, job_id: str, action: str, form: Mapping[str, str]) -> dict[str, Any]:
         """Cancel, or change the priority or deadline, as the CLI's commands do."""
@@ -178,6 +179,13 @@ class Dashboard:
             result = api.request("PATCH", path, body={"deadline": parsed})
             return result
         raise ClientError(f"no action {action!r}", status=404)
+
+
+def suggested_deadline(current: float | None, now: float) -> str:
+    """What the deadline field starts with: the job's deadline while it is ahead, else a day
+    from now on the hour (never a time already past), ISO-8601 UTC."""
+    at = current if current is not None and current > now else (now // 3600 + 25) * 3600
+    return datetime.fromtimestamp(at, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _parse_deadline(value: str) -> str:

@@ -70,7 +70,7 @@
         content.innerHTML = html;
         wire();
       }
-      updated.textContent = response.ok ? "updated " + new Date().toLocaleTimeString() : "refresh failed (" + response.status + ")";
+      updated.textContent = response.ok ? "updated " + new Date().toISOString().slice(11, 19) + " UTC" : "refresh failed (" + response.status + ")";
     } catch (error) {
       updated.textContent = "refresh failed: " + error;
     } finally {
