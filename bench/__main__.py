@@ -1,4 +1,5 @@
-"""`make bench`: the scheduling pass's speed, the policies side by side on the Philly trace, then
+"""`make bench`: the scheduling pass's speed, the policies side by side on the Philly trace (and
+under contention, and with elastic jobs: `bench.elastic`'s goals table), then
 the control plane's own figures: the pass on moto at 100 and 1,000 pending jobs (time,
 items read, writes of a pass that changes nothing) and a freed cluster's backlog (passes,
 admissions per second), each handler's import against boto3's, and what it costs on AWS per
@@ -69,6 +70,11 @@ def main(argv: Sequence[str] = ()) -> int:
             _policy_bench("--save-evaluation", evaluation)
         with record.section("The policy under contention"):
             _contention_bench("--evaluation-runs", evaluation)
+        from bench import elastic
+
+        # elastic jobs: 30% of the multi-GPU jobs of the contended synthetic shapes, three seeds
+        with record.section("Elastic jobs"):
+            elastic.main([])
     from bench import aws_costs, cli_startup, cold_start, pass_scale
 
     with record.section("The scheduling pass on moto"):

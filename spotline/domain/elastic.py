@@ -112,10 +112,11 @@ def shrinks_for(
     whole job, each with the size it restarts at; None when shrinking alone cannot make room.
 
     1. Candidates: elastic jobs running in `pool`, not leaving or resizing, and not chosen in
-       this pass. GPUs one grew into (above its `base_gpus`) are given back to any job that
-       waits, at once; below that, a job shrinks only when it could be preempted for `job`
-       (`preemption.eligibility`: a lower class, or reclaimed borrowed quota), once its
-       `cooldown_s` since its last resize is over, and never below `min_gpus`.
+       this pass, whose `cooldown_s` since their last resize is over (the cooldown holds for
+       every resize). GPUs one grew into (above its `base_gpus`) are given back to any job that
+       waits; below that, a job shrinks only when it could be preempted for `job`
+       (`preemption.eligibility`: a lower class, or reclaimed borrowed quota), and never below
+       `min_gpus`.
     2. Order: give-backs first (the most grown GPUs first), then shrinks of the lowest class, then
        of the most GPUs above the minimum, then job id.
     3. Greedy: each shrinks to the largest of its sizes that frees what is still needed (the
@@ -133,8 +134,10 @@ def shrinks_for(
         grown = grown_gpus(other)
         elastic = other.spec.elastic
         assert elastic is not None
+        if not cooled(other, now):
+            continue
         candidate = Candidate(allocation, 0.0, at=(now, config))
-        may_shrink = cooled(other, now) and eligibility(candidate, job, now, config, usage, ledger) is None
+        may_shrink = eligibility(candidate, job, now, config, usage, ledger) is None
         if grown > 0:
             offers.append(((0, -grown, other.id), allocation, other.spec.gpus - grown, True))
         elif may_shrink:

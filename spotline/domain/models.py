@@ -553,6 +553,7 @@ class Job(BaseModel):
     lost_work_s: float = 0.0
     pool: str | None = None
     # When its last resize (an elastic job's) started: the next waits its `elastic.cooldown_s`.
+    # The run after a resize keeps `started_at` (a resize renews no protection period).
     resized_at: float | None = None
     # The size an elastic job ran at before it first grew into idle GPUs: what it holds above
     # it is given back first when a job arrives (None: it never grew).

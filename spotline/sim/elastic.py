@@ -4,8 +4,8 @@
 - `resizes`: resizes started (shrinks for a preemptor, give-backs, growths), and how many jobs
   were elastic;
 - `gpu_hours_absorbed_from_idle`: GPU-hours elastic jobs held above the size they grew from;
-- `idle_gpu_hours`: the cluster's GPU-hours held by nobody while the trace's jobs arrived (its
-  nominal size, as `gpu_utilization` counts it);
+- `idle_gpu_hours`: GPU-hours of the pools' current capacity (a Spot pool at the size its
+  capacity trace gives it) held by nobody while the trace's jobs arrived;
 - churn: GPU-hours lost to preemptions (the work, the writes and the restarts that followed) and
   to shrinks made for another job (their writes and restarts), per 1,000 useful GPU-hours, and
   beside it the same with the growths' writes and restarts; whole-job preemptions;
@@ -48,9 +48,7 @@ def elastic_account(sim: Simulation, useful_gpu_s: float) -> dict[str, Any]:
     shrink_h = hours(acc.RESIZE_CAUSES, acc.RESIZE_RESTART_LABELS, (acc.SHRINK,))
     grow_h = hours(acc.RESIZE_CAUSES, acc.RESIZE_RESTART_LABELS, (acc.GROW,))
     useful_h = useful_gpu_s / 3600.0
-    window = sim.window_end - sim.window_start
-    capacity = sum(ps.pool.capacity_gpus for ps in sim.pools)
-    idle_h = max(0.0, capacity * window - sum(ps.window_gpu_s for ps in sim.pools)) / 3600.0
+    idle_h = sim.idle_gpu_s / 3600.0
     most = [most_in_window(j.resize_times, COOLDOWN_WINDOW_S) for j in jobs if j.resize_times]
 
     def per_1k(hours: float) -> float:

@@ -226,6 +226,10 @@ class Simulation:
         # became idle with jobs waiting (see `run`).
         self._zones = [(ps, zones[ps.name]) for ps in self.pools if zones and ps.name in zones]
         self._idle_since: float | None = None
+        # With elastic jobs: GPU-seconds of the pools' current capacity that nobody held, within
+        # the arrival window (`spotline.sim.elastic`).
+        self._count_idle = settings.elastic_share > 0
+        self.idle_gpu_s = 0.0
         # Resizes under way: job idx -> (GPUs, nodes, what to call once it restarts).
         self._resizes: dict[int, tuple[int, int, Callable[[SimJob], None]]] = {}
         for ps, zone in self._zones:
@@ -264,6 +268,8 @@ class Simulation:
                 t = next_arrival
             if t == math.inf:
                 break
+            if self._count_idle:
+                self._add_idle(t)
             self.now = t
             while heap and heap[0][0] == t:
                 _, kind, _, payload, token = heapq.heappop(heap)
@@ -441,6 +447,12 @@ class Simulation:
         self._leave_later(job, now + job.write, job.progress(now), Exit.RESIZED)
         if self.logging:
             self.log("resize", job.id, ps.name, (), reason)
+
+    def _add_idle(self, t: float) -> None:
+        """Count the GPUs nobody holds from `now` to `t` (within the arrival window)."""
+        span = min(t, self.window_end) - max(self.now, self.window_start)
+        if span > 0:
+            self.idle_gpu_s += span * sum(max(0, ps.capacity - ps.used) for ps in self.pools)
 
     def _count_absorbed(self, job: SimJob) -> None:
         """At the end of a run of an elastic job: the GPU-seconds it held above the size it grew

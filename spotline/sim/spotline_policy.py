@@ -194,6 +194,9 @@ class SpotlinePolicy:
             interruptions=job.interruptions,
             lost_work_s=job.lost_gpu_s / job.gpus,
             pool=None,
+            # (an elastic job keeps its last resize and the size it grew from across a requeue)
+            resized_at=None if previous is None else previous.resized_at,
+            base_gpus=None if previous is None else previous.base_gpus,
         )
         self.records[job.idx] = record
         self.by_id[job.id] = job
@@ -494,9 +497,8 @@ class SpotlinePolicy:
         record = self.records[job.idx].model_copy(
             update={
                 "spec": self._specs[job.idx],
+                # (`started_at` stays the run's: a resize renews no protection period)
                 "state": JobState.RUNNING,
-                "started_at": now,
-                "runtime_s": job.saved,
                 "last_checkpoint_at": now,
                 "version": self.records[job.idx].version + 1,
             }

@@ -73,16 +73,27 @@ def test_no_growth_within_the_cooldown_nor_when_the_gain_is_below_the_cost() -> 
     assert run_plan(cluster([pool("od", capacity=32, per_node=16)], [short.on("od")]), []) == []
 
 
+GROWN = job("e1").high().gpus(16).elastic(2, 16).expected_runtime(HOUR)
+
+
 def test_gpus_an_elastic_job_grew_into_are_given_back_first_to_any_arriving_job() -> None:
-    # The elastic job grew from 8 to 16 a minute ago (inside its cooldown, and of a higher class
-    # than the newcomer); a plain low job holds the rest
-    grown = job("e1").high().gpus(16).elastic(2, 16).resized(NOW - 60, base_gpus=8).expected_runtime(HOUR)
-    snapshot = cluster([pool("od", capacity=24)], [grown.on("od"), PLAIN.on("od")])
+    # The elastic job grew from 8 to 16 eleven minutes ago (of a higher class than the
+    # newcomer); a plain low job holds the rest
+    grown = GROWN.resized(NOW - 660, base_gpus=8)
+    snapshot = cluster([pool("od", capacity=24, per_node=16)], [grown.on("od"), PLAIN.on("od")])
     (decision,) = run_plan(snapshot, [job("n1").low().gpus(8).build()])
     assert isinstance(decision, Preempt) and decision.victims == ("e1",)
     (resize,) = decision.resizes
     assert (resize.from_gpus, resize.to_gpus) == (16, 8)
     assert resize.reason.startswith("gives back GPUs it grew into")
+
+
+def test_the_cooldown_holds_for_a_give_back_too() -> None:
+    # Grown a minute ago: it keeps its GPUs until its cooldown is over; the newcomer waits
+    grown = GROWN.resized(NOW - 60, base_gpus=8)
+    snapshot = cluster([pool("od", capacity=24, per_node=16)], [grown.on("od"), PLAIN.on("od")])
+    (decision,) = run_plan(snapshot, [job("n1").low().gpus(8).build()])
+    assert summary([decision]) == [("wait", "n1")]
 
 
 def test_a_shrinking_job_keeps_its_smaller_size_reserved_while_it_checkpoints() -> None:
