@@ -7,11 +7,14 @@ step and the RNG state), checkpoints periodically, on request, on a Spot notice 
 and reports progress = step / N. So a run interrupted at any step and resumed ends with weights
 bit-identical to an uninterrupted run with the same seed.
 
-`--step-time-s T` adds T seconds of simulated work per step (the agent wakes early from it when a
-checkpoint cannot wait) so a demo run lasts a controlled time. At the end the final weights are
+The learning rate is `--lr`, else a sweep's `lr` (`SPOTLINE_PARAM_LR`), else 0.01; the run logs
+it and the final JSON line carries it. `--step-time-s T` adds T seconds of simulated work per
+step (the agent wakes early from it when a checkpoint cannot wait) so a demo run lasts a
+controlled time. At the end the final weights are
 written to the checkpoint store (a manifest with `final: true`) and one JSON line goes to stdout
 with their SHA-256. Exit status: 0 when finished, 143 when stopped by SIGTERM (after its
-checkpoint), 2 for a checkpoint that belongs to a different configuration.
+checkpoint), 2 for a checkpoint that belongs to a different configuration or
+an unreadable learning rate.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import argparse
 import hashlib
 import json
 import logging
+import os
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -31,6 +35,9 @@ import numpy as np
 from spotline.agent import EXIT_STOPPED, Agent
 
 log = logging.getLogger("spotline.examples.train")
+# A sweep over `lr` (`sweep: {lr: [...]}` in the job spec) gives each element its value here.
+LR_ENV = "SPOTLINE_PARAM_LR"
+DEFAULT_LR = 0.01
 
 Array = np.ndarray[Any, np.dtype[np.float64]]
 Labels = np.ndarray[Any, np.dtype[np.int64]]
@@ -221,6 +228,7 @@ def train(
         "job_id": agent.job_id,
         "steps": state.step,
         "seed": config.seed,
+        "lr": config.lr,
         "weights_sha256": digest,
         "accuracy": accuracy(state.params, x, y),
         "last_loss": loss,
@@ -231,6 +239,20 @@ def train(
     return 0
 
 
+def learning_rate(given: float | None, env: Mapping[str, str]) -> tuple[float, str]:
+    """The learning rate and where it came from: --lr, else a sweep's `lr` (LR_ENV), else the
+    default. Raises ValueError naming LR_ENV when its value is not a number."""
+    if given is not None:
+        return given, "--lr"
+    text = env.get(LR_ENV)
+    if text is None:
+        return DEFAULT_LR, "default"
+    try:
+        return float(text), f"{LR_ENV}={text}"
+    except ValueError:
+        raise ValueError(f"{LR_ENV}={text!r} is not a number") from None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m spotline.examples.train",
@@ -239,6 +261,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, required=True, help="total training steps")
     parser.add_argument("--seed", type=int, default=0, help="seeds the data, the weights and the batches")
     parser.add_argument("--step-time-s", type=float, default=0.0, help="simulated work per step (seconds)")
+    parser.add_argument(
+        "--lr",
+        type=float,
+        default=None,
+        help=f"Adam's learning rate (default: {LR_ENV}, a sweep's `lr`, else {DEFAULT_LR})",
+    )
     parser.add_argument(
         "--checkpoint-uri",
         default=None,
@@ -261,7 +289,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         overrides["checkpoint_uri"] = args.checkpoint_uri
     if args.checkpoint_interval_s is not None:
         overrides["checkpoint_interval_s"] = args.checkpoint_interval_s
-    config = TrainConfig(steps=args.steps, seed=args.seed)
+    try:
+        lr, lr_from = learning_rate(args.lr, os.environ)
+    except ValueError as error:
+        parser.error(str(error))
+    if not lr > 0:
+        parser.error(f"the learning rate must be above 0, got {lr} ({lr_from})")
+    log.info("learning rate %g (%s)", lr, lr_from)
+    config = TrainConfig(steps=args.steps, seed=args.seed, lr=lr)
     with Agent.from_env(**overrides) as agent:
         return train(config, agent, step_time_s=args.step_time_s)
 

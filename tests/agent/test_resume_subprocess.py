@@ -332,3 +332,31 @@ def test_the_agents_log_lines_reach_the_runs_log_without_logging_configured(
     lines = [line for line in done.stderr.splitlines() if "checkpoint at step 7" in line]
     assert len(lines) == 1, done.stderr
     assert lines[0].startswith("INFO:spotline.agent" if configured else "spotline-agent: INFO spotline.agent")
+
+
+def test_a_sweeps_learning_rate_is_used_and_logged(tmp_path: Path) -> None:
+    # Given two elements of a sweep over `lr`, as Spotline starts them (SPOTLINE_PARAM_LR)
+    fast = run_to_end(tmp_path / "fast", SPOTLINE_PARAM_LR="0.03")
+    slow = run_to_end(tmp_path / "slow", SPOTLINE_PARAM_LR="0.003")
+    # Then each trained with its own rate, and says so
+    assert (fast["lr"], slow["lr"]) == (0.03, 0.003)
+    assert fast["weights_sha256"] != slow["weights_sha256"]
+    done = subprocess.run(
+        train_command(),
+        env=env_for(tmp_path / "logged", SPOTLINE_PARAM_LR="0.03"),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert "learning rate 0.03 (SPOTLINE_PARAM_LR=0.03)" in done.stderr
+    # And a value that is not a number stops the run before it starts, naming the variable
+    bad = subprocess.run(
+        train_command(),
+        env=env_for(tmp_path / "bad", SPOTLINE_PARAM_LR="fast"),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert bad.returncode == 2 and "SPOTLINE_PARAM_LR='fast' is not a number" in bad.stderr
