@@ -205,8 +205,12 @@ def list_(
     array: Annotated[
         str | None, typer.Option("--array", metavar="ID", help="Only the elements of this array.")
     ] = None,
+    expand: Annotated[
+        bool, typer.Option("--expand", help="Each array's elements below its row (the table only).")
+    ] = False,
 ) -> None:
-    """The team's jobs: unfinished ones, or all with --all (every page is read)."""
+    """The team's jobs: unfinished ones, or all with --all (every page is read). An array (a
+    sweep) is one row with its elements counted by state; --expand lists them under it."""
     api = session.api
     params = {"state": state.upper()} if state else {}
     if array is not None:
@@ -217,7 +221,10 @@ def list_(
         jobs = list(pages(api, "/jobs", "jobs", params))
     if not all_ and not state:
         jobs = [j for j in jobs if j["state"] not in FINAL_STATES]
-    session.emit(jobs, jobs_table)
+    if array is not None:
+        session.emit(jobs, jobs_table)
+        return
+    session.emit(jobs, lambda found: render_arrays.jobs_and_arrays_table(found, expand=expand))
 
 
 def events(

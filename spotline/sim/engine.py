@@ -508,6 +508,7 @@ class Simulation:
         self._push(job.end_if_undisturbed, _FINISH, job, job.run_id)
         self._dirty = True
         restarted(job)
+
     def checkpoint_then_leave(self, job: SimJob) -> None:
         """`job` leaves its reserved block before the block ends: it writes a checkpoint of its
         state now, holds its GPUs while it writes, then leaves and is requeued (no preemption)."""

@@ -166,3 +166,42 @@ def test_a_table_piped_or_redirected_is_full_width_one_line_a_row(
     assert len(lines) == 3  # the header and one line per job
     assert "WAIT REASON / PROGRESS" in lines[0] and lines[1].endswith(reason)
     assert all(line == line.rstrip() for line in lines)
+
+
+def _element(index: int, state: str, reason: str | None = None, pool: str | None = None) -> dict[str, Any]:
+    return {
+        "id": f"arr-1-{index}",
+        "name": "lr-sweep",
+        "state": state,
+        "priority": "normal",
+        "effective_priority": 10.0,
+        "gpus": 1,
+        "nodes": 1,
+        "pool": pool,
+        "submitted_at": 0,
+        "wait_reason": reason,
+        "array_id": "arr-1",
+        "array_index": index,
+    }
+
+
+def test_a_sweep_is_one_row_with_counts_and_its_reason_once_expandable() -> None:
+    from spotline.cli.render_arrays import folded, jobs_and_arrays_table
+
+    reason = "waiting: array arr-1 has max_running=2 elements running; a long reason " * 2
+    jobs = [
+        _element(0, "RUNNING", pool="a100-spot"),
+        _element(1, "RUNNING", pool="a100-spot"),
+        {**_element(9, "PENDING"), "id": "job-solo", "array_id": None, "name": "solo"},
+        *(_element(i, "PENDING", reason) for i in range(2, 8)),
+    ]
+    rows = folded(jobs)
+    assert [r.get("array_id") or r["id"] for r in rows] == ["arr-1", "job-solo"]
+    assert rows[0]["counts"] == {"RUNNING": 2, "PENDING": 6}
+
+    text = _text(jobs_and_arrays_table(jobs), width=400)
+    assert text.count("arr-1-") == 1  # the reason's element, named once; no row per element
+    assert "2 RUNNING, 6 PENDING" in text and "lr-sweep (8 elements)" in text and "2 held" in text
+    assert text.count("a long reason") == 2  # the reason once (it says it twice itself)
+    expanded = _text(jobs_and_arrays_table(jobs, expand=True), width=400)
+    assert all(f"arr-1-{i}" in expanded for i in range(8))

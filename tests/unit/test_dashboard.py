@@ -450,3 +450,19 @@ def test_the_deadline_field_starts_in_the_future() -> None:
     assert epoch(suggested_deadline(now - 60, now)) > now  # a deadline already past is not offered
     assert epoch(suggested_deadline(now + 7200, now)) == now + 7200  # a deadline ahead is kept
     assert suggested_deadline(None, now).endswith(":00:00Z")
+
+
+def test_a_sweeps_pending_elements_are_one_row_that_expands() -> None:
+    reason = "waiting: array arr-9 has max_running=1 elements running"
+    elements = [
+        job(f"arr-9-{i}", "normal", 5.0, array_id="arr-9", array_params={"lr": str(i)}, wait_reason=reason)
+        for i in range(5)
+    ]
+    api = FakeApi([job("job-top", "high", 50.0), *elements])
+    found = data.queue(api)
+    assert [r.get("array_id") or r["job"]["id"] for r in found["rows"]] == ["job-top", "arr-9"]
+    board = Dashboard({"vision": api})
+    html = board.render("queue.html", team="vision", view="queue", fragment=True, **found)
+    assert html.count(reason) == 1 and html.count('data-array="arr-9"') == 1
+    assert "5 pending element(s)" in html and all(f'data-element="arr-9-{i}"' in html for i in range(5))
+    assert "lr=3" in html

@@ -36,18 +36,39 @@ def queue(api: Endpoint, page: str | None = None) -> dict[str, Any]:
     priority, highest first, then the earliest submission and the id: `rank_key`), `rank` their
     place on this page.
 
-    Returns {"jobs", "page" (the token of this page, None for the first), "next_page" (the API's
-    token of the next, None on the last), "page_size"}."""
+    Returns {"jobs", "rows" (`queue_rows`: an array's elements in one row), "page" (the token of
+    this page, None for the first), "next_page" (the API's token of the next, None on the last),
+    "page_size"}."""
     params: dict[str, Any] = {"state": "PENDING", "limit": PAGE, "next_token": page}
     answer = api.request("GET", "/jobs", params=params)
     jobs = list(answer.get("jobs") or [])
     jobs.sort(key=rank_key)
+    ranked = [{**job, "rank": i} for i, job in enumerate(jobs, 1)]
     return {
-        "jobs": [{**job, "rank": i} for i, job in enumerate(jobs, 1)],
+        "jobs": ranked,
+        "rows": queue_rows(ranked),
         "page": page,
         "next_page": answer.get("next_token") or None,
         "page_size": PAGE,
     }
+
+
+def queue_rows(jobs: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The queue's rows: a job alone, or an array's pending elements as one row at its best
+    element's place ({"array_id", "name", "elements", "first"}), its reason shown once."""
+    rows: list[dict[str, Any]] = []
+    arrays: dict[str, dict[str, Any]] = {}
+    for job in jobs:
+        array_id = job.get("array_id")
+        if not array_id:
+            rows.append({"job": job})
+            continue
+        if array_id not in arrays:
+            name = job.get("name", "")
+            arrays[array_id] = {"array_id": array_id, "name": name, "elements": [], "first": job}
+            rows.append(arrays[array_id])
+        arrays[array_id]["elements"].append(job)
+    return rows
 
 
 def rank_key(job: Mapping[str, Any]) -> tuple[float, float, str]:
