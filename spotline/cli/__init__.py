@@ -91,6 +91,11 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "Replay a trace through each policy on the same cluster, jobs and Spot reclaims; print a table.",
     ),
     "trace": ("spotline.cli.trace", "Work with traces."),
+    "tune": (
+        "spotline.cli.tune",
+        "Replay candidate settings through the scheduling core on your history; check the best on a"
+        " held-out final stretch; print the Pareto table and the recommended diff as cdk.json context.",
+    ),
 }
 
 

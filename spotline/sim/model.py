@@ -176,6 +176,8 @@ class SimJob:
     interval: float
     write: float
     restart: float
+    # The run time the job declared (its trace's `expected_runtime_s`); None: drawn by the policy.
+    declared: float | None = None
 
     phase: Phase = Phase.PENDING
     # Work kept by durable checkpoints (seconds of progress).
@@ -314,6 +316,7 @@ def build_jobs(
                 interval=t.checkpoint_interval_s or settings.checkpoint_interval_s,
                 write=t.checkpoint_write_s or settings.checkpoint_write_s,
                 restart=restart,
+                declared=t.expected_runtime_s,
                 enqueued=t.submit_s,
                 declared_gpus=t.gpus,
             )

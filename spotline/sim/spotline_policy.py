@@ -164,14 +164,20 @@ class SpotlinePolicy:
                 deadline=deadline,
                 spot=SpotPreference.AUTO if job.spot_ok else SpotPreference.NEVER,
                 checkpoint_interval_s=job.interval,
-                expected_runtime_s=(
-                    None if self.estimates is None else self.estimates.limit(job.id, job.work, self.seed)
-                ),
+                expected_runtime_s=self._declared(job),
                 max_runtime_s=None,
                 elastic=None if job.elastic is None else _elastic_spec(*job.elastic),
             )
             self._specs[job.idx] = spec
         return spec
+
+    def _declared(self, job: SimJob) -> float | None:
+        """The run time the job declares: its trace's, else the estimate model's draw."""
+        if self.estimates is None:
+            return None
+        if job.declared is not None:
+            return job.declared
+        return self.estimates.limit(job.id, job.work, self.seed)
 
     def on_pending(self, job: SimJob) -> bool:
         previous = self.records.get(job.idx)

@@ -1,9 +1,11 @@
 """The canonical trace format that `spotline simulate` replays (architecture.md, a contract).
 
 CSV with the header `job_id,submit_s,duration_s,gpus,team,priority`, optional columns
-`deadline_s,gpu_type,spot_ok`, and two Spotline extensions, `checkpoint_interval_s` and
+`deadline_s,gpu_type,spot_ok`, and three Spotline extensions, `checkpoint_interval_s` and
 `checkpoint_write_s` (a job's own checkpoint cadence; the simulator's defaults apply where they are
-absent or empty). Columns may come in any order; other columns are ignored.
+absent or empty) and `expected_runtime_s` (the run time the job declared, as its spec's field; where
+absent, the simulator draws the declaration from its estimate model). Columns may come in any
+order; other columns are ignored.
 
 Bad input is an error that names the line and the field (`TraceError`); rows out of `submit_s`
 order are sorted (stable), with a warning that names the first line out of order.
@@ -28,6 +30,7 @@ OPTIONAL_COLUMNS: tuple[str, ...] = (
     "spot_ok",
     "checkpoint_interval_s",
     "checkpoint_write_s",
+    "expected_runtime_s",
 )
 _PRIORITY_NAMES = ", ".join(p.value for p in Priority)
 _TRUE = frozenset({"1", "true", "yes", "y", "t"})
@@ -60,6 +63,7 @@ class TraceJob:
     spot_ok: bool = True
     checkpoint_interval_s: float | None = None
     checkpoint_write_s: float | None = None
+    expected_runtime_s: float | None = None
     # Line of the job in its source file (1 = header), for messages.
     line: int = 0
 
@@ -209,6 +213,7 @@ def _parse_row(row: Sequence[str], index: dict[str, int], line: int, source: str
         spot_ok=spot_ok,
         checkpoint_interval_s=optional_positive("checkpoint_interval_s"),
         checkpoint_write_s=optional_positive("checkpoint_write_s"),
+        expected_runtime_s=optional_positive("expected_runtime_s"),
         line=line,
     )
 

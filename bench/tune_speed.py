@@ -1,0 +1,74 @@
+"""How long `spotline tune` takes on a month of a 512-GPU cluster's history: `python -m bench.tune_speed`.
+
+The history: 30 days of the Philly trace (2017-10-02..31, 46,921 jobs: a busy month for 512 GPUs)
+in the canonical format, on the cluster `spotline simulate` sizes for 512 GPUs; 20 candidates. The
+target: under 10 minutes of wall time on 2 cores. Prints the wall time, the replays, and the CPU
+seconds of one replay of each stretch (what the wall time is made of).
+
+`--tuning-days D` tunes on the D days before the holdout only; `--seeds N` (default 1 here: the
+speed of the search; `spotline tune` defaults to 3 for its CIs). A speed figure, never a test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from collections.abc import Sequence
+
+from bench.policy_bench.setup import philly_path
+from spotline.sim.history import History
+from spotline.sim.tune import cluster_for, tune
+from spotline.trace import parse_when, read_philly
+
+START, END = "2017-10-02", "2017-10-31"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--candidates", type=int, default=20)
+    parser.add_argument("--seeds", type=int, default=1)
+    parser.add_argument("--tuning-days", type=float, default=None)
+    parser.add_argument("--holdout-days", type=float, default=7.0)
+    parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--end", default=END, help=f"last day of the history (default {END})")
+    args = parser.parse_args(argv)
+    path = philly_path()
+    if path is None:
+        print("no Philly trace (bench/data/philly.csv.gz)", file=sys.stderr)
+        return 1
+    trace = read_philly(path, parse_when(START), parse_when(args.end, end=True), 1)
+    history = History(trace=trace)
+    pools, zones = cluster_for(history, 512)
+    began = time.perf_counter()
+    result = tune(
+        history,
+        pools,
+        zone_traces=zones,
+        holdout_days=args.holdout_days,
+        tuning_days=args.tuning_days,
+        seeds=tuple(range(1, args.seeds + 1)),
+        candidates=args.candidates,
+        workers=args.workers,
+        progress=lambda line: print(line, flush=True),
+    )
+    wall = time.perf_counter() - began
+    cpu = sum(c.cpu_s for c in result.candidates)
+    days = history.span_s / 86400.0
+    print(
+        f"history: Philly {START}..{args.end}, {len(trace.jobs):,} jobs over {days:.1f} days, 512 GPUs;"
+        f" tuning {result.tuning_jobs:,} jobs, holdout {result.holdout_jobs:,} jobs"
+    )
+    print(
+        f"{len(result.candidates)} candidates x {args.seeds} seed(s), tuning days"
+        f" {'all' if args.tuning_days is None else f'{args.tuning_days:g}'}: {result.runs} replays,"
+        f" {wall:.0f} s wall on {args.workers} worker(s) ({cpu:.0f} CPU s in the replays);"
+        f" target 600 s: {'met' if wall < 600 else 'missed'}"
+    )
+    print(result.reason)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

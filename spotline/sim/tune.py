@@ -1,0 +1,552 @@
+"""Tune the kept settings (`SchedulerConfig`) on a deployment's own history: `spotline tune`.
+
+1. The history splits into a tuning stretch and a held-out final stretch (`history.split`).
+2. Candidates: the baseline (the settings in effect) and seeded draws that change one to three of
+   the settings of `SEARCH_SPACE` from it (`draw_candidates`).
+3. Every candidate replays the tuning stretch through the pure core (the simulator's Spotline
+   policy) once per seed; the goal metrics (`GOAL_METRICS`) get a mean and a 95% CI over seeds.
+4. The Pareto front over the goal metrics' tuning means; the pick is the candidate best on the
+   objective among those that improve it and regress no other goal metric by more than
+   `MAX_REGRESSION` on the tuning stretch.
+5. The front, the baseline and the pick replay the holdout; the pick is recommended only if there
+   it improves the objective and regresses no other goal metric by more than `MAX_REGRESSION`;
+   otherwise nothing is recommended, and the result says why.
+
+Values under a metric's floor compare as the floor (a wait under 5 minutes is no wait to speak of,
+less than one lost GPU-hour is none), as the bench's goals read them.
+"""
+
+from __future__ import annotations
+
+import math
+import multiprocessing
+import os
+import random
+import statistics
+import time
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from spotline.domain.config import SchedulerConfig
+from spotline.domain.models import Pool
+from spotline.sim.availability import AvailabilityTrace
+from spotline.sim.history import History, holdout_cut, split
+from spotline.sim.model import SimSettings
+from spotline.sim.pools import spot_advice
+from spotline.sim.runner import DEFAULT_GPUS, DEFAULT_SPOT_FRACTION, check_hostable, run_policy
+from spotline.sim.spot_zones import ZoneCapacity, default_zone_traces, zone_capacities, zone_pools
+
+# Most a recommendation may make any other goal metric worse, relative to the baseline.
+MAX_REGRESSION = 0.05
+# Student's t, two-sided 95%, by degrees of freedom (1.96 beyond).
+_T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262}
+
+
+@dataclass(frozen=True)
+class GoalMetric:
+    """One goal metric: its key in `spotline simulate --json` (dotted into nested keys)."""
+
+    key: str
+    label: str
+    lower_is_better: bool
+    # Values below it compare as it (module docstring).
+    floor: float
+    # Shown divided by this (seconds as hours or minutes).
+    scale: float = 1.0
+
+    def read(self, metrics: Mapping[str, Any]) -> float:
+        value: Any = metrics
+        for part in self.key.split("."):
+            value = value[part]
+        return float(value)
+
+    @property
+    def better(self) -> str:
+        return "lower" if self.lower_is_better else "higher"
+
+
+# The bench's goal metrics (bench/policy_bench/setup.py `GOALS`), by their simulate --json keys.
+GOAL_METRICS: tuple[GoalMetric, ...] = (
+    GoalMetric("avg_jct_s", "avg JCT (h)", True, 1.0, 3600.0),
+    GoalMetric("avg_jct_s_by_priority.low", "low avg JCT (h)", True, 1.0, 3600.0),
+    GoalMetric("wait_p99_s_by_priority.critical", "critical p99 wait (min)", True, 300.0, 60.0),
+    GoalMetric("wait_p99_s_by_priority.high", "high p99 wait (min)", True, 300.0, 60.0),
+    GoalMetric("lost_gpu_hours", "lost GPU-h", True, 1.0),
+    GoalMetric("cost_per_useful_gpu_hour", "cost / useful GPU-h", True, 1e-6),
+    GoalMetric("ftf_max", "FTF worst team", True, 1e-6),
+    GoalMetric("jain_fairness", "Jain's fairness", False, 1e-6),
+)
+GOALS_BY_KEY: dict[str, GoalMetric] = {g.key: g for g in GOAL_METRICS}
+DEFAULT_OBJECTIVE = "avg_jct_s"
+
+# The settings a tune searches, with the values it tries: the policy a site chooses. Left out: what
+# describes the deployment (restart and checkpoint costs, the pass's cadence), and the victim
+# strategies the simulator cannot evaluate as production runs them (they order by what agents
+# report: utilization, progress), so a tune never recommends an ordering production would not run.
+SEARCH_SPACE: dict[str, tuple[Any, ...]] = {
+    "weights.age": (300.0, 600.0, 900.0, 1800.0),
+    "weights.fairshare": (0.0, 100.0, 400.0, 800.0),
+    "weights.shortest": (0.0, 200.0, 400.0, 900.0),
+    "weights.size": (0.0, 100.0, 300.0),
+    "weights.history": (0.0, 60.0, 200.0),
+    "strategy": ("least-lost-work", "random"),
+    "preemption_delay_s": (0.0, 60.0, 180.0, 600.0),
+    "protection_period_s": (300.0, 600.0, 1800.0),
+    "move_to_spot_min_remaining_s": (0.0, 3600.0, 21600.0),
+    "max_interruptions_on_spot": (1, 2, 4),
+    "usage_half_life_s": (86400.0, 7 * 86400.0),
+    "reclaim_within_cohort": ("lower-priority", "any"),
+}
+
+
+class TuneError(ValueError):
+    """A tune that cannot run as asked; the message names what is wrong."""
+
+
+def setting_value(config: SchedulerConfig, setting: str) -> Any:
+    """A setting's value by its dotted name (`weights.age`), as JSON writes it."""
+    value: Any = config.model_dump(mode="json")
+    for part in setting.split("."):
+        value = value[part]
+    return value
+
+
+def apply_diff(base: SchedulerConfig, diff: Mapping[str, Any]) -> SchedulerConfig:
+    """`base` with the settings of `diff` (dotted names) changed; an unknown one is refused."""
+    data = base.model_dump(mode="json")
+    for setting, value in diff.items():
+        target = data
+        *parents, leaf = setting.split(".")
+        for part in parents:
+            if not isinstance(target.get(part), dict):
+                raise TuneError(f"not a setting: {setting}")
+            target = target[part]
+        if leaf not in target:
+            raise TuneError(f"not a setting: {setting}")
+        target[leaf] = value
+    return SchedulerConfig.model_validate(data)
+
+
+def nested(diff: Mapping[str, Any]) -> dict[str, Any]:
+    """Dotted settings as cdk.json's nested `scheduler` context."""
+    out: dict[str, Any] = {}
+    for setting, value in diff.items():
+        target = out
+        *parents, leaf = setting.split(".")
+        for part in parents:
+            target = target.setdefault(part, {})
+        target[leaf] = value
+    return out
+
+
+def flatten(context: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """cdk.json's nested `scheduler` context as dotted settings."""
+    out: dict[str, Any] = {}
+    for key, value in context.items():
+        if isinstance(value, Mapping):
+            out.update(flatten(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def draw_candidates(base: SchedulerConfig, count: int, seed: int) -> list[dict[str, Any]]:
+    """`count` candidates as diffs from `base`: first `{}` (the baseline), then seeded draws that
+    each change one to three settings of `SEARCH_SPACE` to a value other than `base`'s (no two
+    alike; fewer when the space runs out)."""
+    rng = random.Random(f"spotline-tune:{seed}")
+    names = sorted(SEARCH_SPACE)
+    out: list[dict[str, Any]] = [{}]
+    seen: set[tuple[tuple[str, Any], ...]] = {()}
+    for _ in range(count * 50):
+        if len(out) >= count:
+            break
+        diff: dict[str, Any] = {}
+        for name in rng.sample(names, rng.choice((1, 1, 2, 3))):
+            current = setting_value(base, name)
+            choices = [v for v in SEARCH_SPACE[name] if v != current]
+            if choices:
+                diff[name] = rng.choice(choices)
+        key = tuple(sorted(diff.items()))
+        if diff and key not in seen:
+            seen.add(key)
+            out.append(dict(sorted(diff.items())))
+    return out
+
+
+@dataclass(frozen=True)
+class Summary:
+    """A metric over seeds: mean and the half-width of its 95% CI (nan with one seed)."""
+
+    mean: float
+    ci95: float
+    values: tuple[float, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"mean": self.mean, "ci95": None if math.isnan(self.ci95) else self.ci95}
+
+
+def summarize(values: Sequence[float]) -> Summary:
+    mean = statistics.fmean(values)
+    if len(values) < 2:
+        return Summary(mean, math.nan, tuple(values))
+    half = _T95.get(len(values) - 1, 1.96) * statistics.stdev(values) / math.sqrt(len(values))
+    return Summary(mean, half, tuple(values))
+
+
+def change(goal: GoalMetric, base: float, other: float) -> float:
+    """How much worse `other` is than `base` on `goal`, relative to `base` (floored values;
+    negative: better)."""
+    b, o = max(base, goal.floor), max(other, goal.floor)
+    return (o - b) / b if goal.lower_is_better else (b - o) / b
+
+
+def dominates(a: Mapping[str, float], b: Mapping[str, float]) -> bool:
+    """`a` is at least as good as `b` on every goal metric and better on one (floored values)."""
+    strictly = False
+    for goal in GOAL_METRICS:
+        worse = change(goal, b[goal.key], a[goal.key])
+        if worse > 1e-12:
+            return False
+        strictly = strictly or worse < -1e-12
+    return strictly
+
+
+@dataclass
+class Candidate:
+    index: int
+    diff: dict[str, Any]
+    tuning: dict[str, Summary] = field(default_factory=dict)
+    holdout: dict[str, Summary] = field(default_factory=dict)
+    pareto: bool = False
+    # CPU seconds its runs took, all seeds and stretches.
+    cpu_s: float = 0.0
+
+    def means(self, stretch: str) -> dict[str, float]:
+        summaries = self.tuning if stretch == "tuning" else self.holdout
+        return {k: s.mean for k, s in summaries.items()}
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "candidate": self.index,
+            "config": dict(self.diff),
+            "tuning": {k: s.to_json() for k, s in self.tuning.items()},
+        }
+        if self.holdout:
+            out["holdout"] = {k: s.to_json() for k, s in self.holdout.items()}
+        return out
+
+
+@dataclass
+class TuneResult:
+    objective: str
+    trace: str
+    gpus: int
+    seeds: tuple[int, ...]
+    holdout_days: float
+    tuning_days: float | None
+    tuning_jobs: int
+    holdout_jobs: int
+    baseline: dict[str, Any]
+    candidates: list[Candidate]
+    recommended: dict[str, Any]
+    # The candidate checked on the holdout (None: none improved the objective on the tuning stretch).
+    checked: Candidate | None
+    reason: str
+    runs: int
+    wall_s: float
+
+    @property
+    def pareto(self) -> list[Candidate]:
+        return [c for c in self.candidates if c.pareto]
+
+    @property
+    def defaults(self) -> Candidate:
+        return self.candidates[0]
+
+    def holdout_table(self) -> dict[str, dict[str, Any]]:
+        """Each goal metric on the holdout: the baseline's, the recommendation's (the baseline's
+        when nothing is recommended), which way is better."""
+        base = self.defaults.means("holdout")
+        chosen = self.checked.means("holdout") if self.recommended and self.checked else base
+        return {
+            g.key: {"defaults": base[g.key], "recommended": chosen[g.key], "better": g.better}
+            for g in GOAL_METRICS
+        }
+
+    def context(self) -> dict[str, Any]:
+        """cdk.json's `scheduler` context with the recommendation applied."""
+        return nested({**self.baseline, **self.recommended})
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "objective": self.objective,
+            "trace": self.trace,
+            "gpus": self.gpus,
+            "seeds": list(self.seeds),
+            "holdout_days": self.holdout_days,
+            "tuning_days": self.tuning_days,
+            "jobs": {"tuning": self.tuning_jobs, "holdout": self.holdout_jobs},
+            "baseline": dict(self.baseline),
+            "pareto": [c.to_json() for c in self.pareto],
+            "recommended": dict(self.recommended),
+            "holdout": self.holdout_table(),
+            "reason": self.reason,
+            "cdk_context": {"scheduler": self.context()},
+            "candidates": [c.to_json() for c in self.candidates],
+            "runs": self.runs,
+            "wall_s": self.wall_s,
+        }
+        if self.checked is not None and not self.recommended:
+            out["rejected"] = self.checked.to_json()
+        return out
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """What every run of a stretch shares: the history, the pools, and for a cluster sized as
+    `spotline simulate` sizes one, the zones' shipped availability traces (read from a seeded start)."""
+
+    history: History
+    pools: list[Pool]
+    settings: SimSettings
+    zone_traces: Mapping[str, AvailabilityTrace] = field(default_factory=dict)
+
+
+def cluster_for(
+    history: History, gpus: int | None = None, spot_fraction: float | None = None
+) -> tuple[list[Pool], dict[str, AvailabilityTrace]]:
+    """The pools a history replays on, and the shipped zone traces when they are `spotline
+    simulate`'s: the recorded cluster (its Spot pools with an observed availability reclaim as
+    it says, no Poisson reclaims besides), else `gpus` and `spot_fraction` as `spotline
+    simulate` sizes a cluster (refused for a history that records its cluster)."""
+    if history.has_cluster:
+        if gpus is not None or spot_fraction is not None:
+            raise TuneError(
+                "the history records its cluster (its .cluster.json file): --gpus and --spot-fraction"
+                " are for a trace without one"
+            )
+        pools = [
+            p.model_copy(update={"interruption_rate_per_hour": 0.0}) if p.name in history.availability else p
+            for p in history.pools
+        ]
+        return pools, {}
+    pools, traces = zone_pools(
+        DEFAULT_GPUS if gpus is None else gpus,
+        DEFAULT_SPOT_FRACTION if spot_fraction is None else spot_fraction,
+        spot_advice(),
+        default_zone_traces(),
+    )
+    return pools, traces
+
+
+# The runs' inputs in forked workers: the stretches by name, and the candidates' configurations.
+_FORKED: tuple[dict[str, Cluster], list[SchedulerConfig]] | None = None
+# One run: (candidate index, stretch name, seed).
+_Run = tuple[int, str, int]
+
+
+def _replay(cluster: Cluster, config: SchedulerConfig, seed: int) -> tuple[dict[str, Any], float]:
+    history = cluster.history
+    zones: dict[str, ZoneCapacity] | None = history.zones() or None
+    if zones is None and cluster.zone_traces:
+        zones = zone_capacities(cluster.pools, cluster.zone_traces, seed)
+    run = run_policy(
+        history.trace,
+        "spotline",
+        cluster.pools,
+        history.shares(cluster.pools),
+        cluster.settings,
+        seed,
+        config,
+        keep_jobs=False,
+        zones=zones,
+    )
+    return run.metrics, run.cpu_s
+
+
+def replay(
+    history: History,
+    config: SchedulerConfig,
+    seed: int = 1,
+    settings: SimSettings | None = None,
+    gpus: int | None = None,
+) -> dict[str, Any]:
+    """One replay of `history` with `config` on its cluster (`cluster_for`): the metrics
+    `spotline simulate --json` reports for Spotline."""
+    settings = settings or SimSettings()
+    pools, traces = cluster_for(history, gpus)
+    check_hostable(history.trace, pools, settings)
+    return _replay(Cluster(history, pools, settings, traces), config, seed)[0]
+
+
+def _run_forked(run: _Run) -> tuple[dict[str, Any], float]:
+    assert _FORKED is not None, "a forked worker starts with the inputs its parent set"
+    clusters, configs = _FORKED
+    index, stretch, seed = run
+    return _replay(clusters[stretch], configs[index], seed)
+
+
+def _run_all(runs: Sequence[_Run], workers: int) -> list[tuple[dict[str, Any], float]]:
+    if workers <= 1 or len(runs) <= 1 or "fork" not in multiprocessing.get_all_start_methods():
+        return [_run_forked(r) for r in runs]
+    # Longest first: tuning stretches before holdouts, so the last runs are the short ones.
+    context = multiprocessing.get_context("fork")
+    with ProcessPoolExecutor(max_workers=min(workers, len(runs)), mp_context=context) as pool:
+        return list(pool.map(_run_forked, runs, chunksize=1))
+
+
+def _summaries(results: Sequence[dict[str, Any]]) -> dict[str, Summary]:
+    return {g.key: summarize([g.read(m) for m in results]) for g in GOAL_METRICS}
+
+
+def tune(
+    history: History,
+    pools: Sequence[Pool],
+    *,
+    zone_traces: Mapping[str, AvailabilityTrace] | None = None,
+    baseline: Mapping[str, Any] | None = None,
+    objective: str = DEFAULT_OBJECTIVE,
+    holdout_days: float = 7.0,
+    tuning_days: float | None = None,
+    seeds: Sequence[int] = (1, 2, 3),
+    candidates: int = 20,
+    search_seed: int = 1,
+    workers: int = 1,
+    settings: SimSettings | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> TuneResult:
+    """Tune on `history` replayed on `pools` (module docstring; `pools` and `zone_traces` as
+    `cluster_for` gives them). `baseline`: the settings in effect (dotted names, cdk.json's
+    `scheduler` flattened); the candidates are diffs from it. `tuning_days`: tune on that much of
+    the history just before the holdout only (None: all of it), a bound on the replays' cost."""
+    began = time.perf_counter()
+    goal = GOALS_BY_KEY.get(objective)
+    if goal is None:
+        raise TuneError(f"unknown objective {objective!r} (one of {', '.join(GOALS_BY_KEY)})")
+    if candidates < 2:
+        raise TuneError(f"--candidates must be at least 2 (the baseline and one more), got {candidates}")
+    if not seeds:
+        raise TuneError("at least one seed")
+    settings = settings or SimSettings()
+    base_diff = dict(baseline or {})
+    try:
+        base = apply_diff(SchedulerConfig(), base_diff)
+    except ValueError as error:
+        raise TuneError(f"the settings in effect: {error}") from None
+    cut = holdout_cut(history, holdout_days)
+    head, tail = split(history, cut)
+    if tuning_days is not None:
+        if not math.isfinite(tuning_days) or tuning_days <= 0:
+            raise TuneError(f"--tuning-days must be positive, got {tuning_days:g}")
+        # Only the stretch just before the holdout (its start shifted to 0, as the holdout's).
+        head = split(head, max(0.0, cut - tuning_days * 86400.0))[1]
+        head.trace.source = f"{history.trace.source} (tuning)"
+    check_hostable(history.trace, pools, settings)
+    traces = dict(zone_traces or {})
+    clusters = {
+        "tuning": Cluster(head, list(pools), settings, traces),
+        "holdout": Cluster(tail, list(pools), settings, traces),
+    }
+    diffs = draw_candidates(base, candidates, search_seed)
+    configs = [apply_diff(base, d) for d in diffs]
+    entries = [Candidate(i, d) for i, d in enumerate(diffs)]
+    say = progress or (lambda _: None)
+
+    global _FORKED
+    _FORKED = (clusters, configs)
+    try:
+        runs: list[_Run] = [(c.index, "tuning", s) for c in entries for s in seeds]
+        say(f"tuning stretch: {len(entries)} candidates x {len(seeds)} seeds ({len(head.trace.jobs):,} jobs)")
+        results = _run_all(runs, workers)
+        for c in entries:
+            mine = [results[i] for i, r in enumerate(runs) if r[0] == c.index]
+            c.tuning = _summaries([m for m, _ in mine])
+            c.cpu_s += sum(cpu for _, cpu in mine)
+        means = {c.index: c.means("tuning") for c in entries}
+        for c in entries:
+            c.pareto = not any(dominates(means[o.index], means[c.index]) for o in entries if o is not c)
+        base_means = means[0]
+        eligible = [
+            c
+            for c in entries[1:]
+            if change(goal, base_means[goal.key], means[c.index][goal.key]) < 0
+            and all(
+                change(g, base_means[g.key], means[c.index][g.key]) <= MAX_REGRESSION
+                for g in GOAL_METRICS
+                if g is not goal
+            )
+        ]
+        eligible.sort(key=lambda c: change(goal, base_means[goal.key], means[c.index][goal.key]))
+        pick = eligible[0] if eligible else None
+        checked = {0, *(c.index for c in entries if c.pareto)} | ({pick.index} if pick else set())
+        runs2: list[_Run] = [(i, "holdout", s) for i in sorted(checked) for s in seeds]
+        say(f"holdout: {len(checked)} configurations x {len(seeds)} seeds ({len(tail.trace.jobs):,} jobs)")
+        results2 = _run_all(runs2, workers)
+        for i in sorted(checked):
+            mine = [results2[k] for k, r in enumerate(runs2) if r[0] == i]
+            entries[i].holdout = _summaries([m for m, _ in mine])
+            entries[i].cpu_s += sum(cpu for _, cpu in mine)
+    finally:
+        _FORKED = None
+
+    if pick is None:
+        recommended: dict[str, Any] = {}
+        reason = (
+            f"no candidate improves {goal.key} on the tuning stretch without making another goal"
+            f" metric more than {MAX_REGRESSION:.0%} worse: the settings in effect stay"
+        )
+    else:
+        ok, why = holdout_verdict(goal, entries[0].means("holdout"), pick.means("holdout"))
+        recommended = dict(pick.diff) if ok else {}
+        reason = f"candidate {pick.index} {why}"
+    return TuneResult(
+        objective=goal.key,
+        trace=history.trace.source,
+        gpus=sum(p.capacity_gpus for p in pools),
+        seeds=tuple(seeds),
+        holdout_days=holdout_days,
+        tuning_days=tuning_days,
+        tuning_jobs=len(head.trace.jobs),
+        holdout_jobs=len(tail.trace.jobs),
+        baseline=base_diff,
+        candidates=entries,
+        recommended=recommended,
+        checked=pick,
+        reason=reason,
+        runs=len(runs) + len(runs2),
+        wall_s=time.perf_counter() - began,
+    )
+
+
+def holdout_verdict(
+    goal: GoalMetric, base: Mapping[str, float], pick: Mapping[str, float]
+) -> tuple[bool, str]:
+    """Whether the pick may be recommended, from the goal metrics' holdout means: it must improve
+    `goal` and make no other goal metric more than `MAX_REGRESSION` worse; and why."""
+    gain = change(goal, base[goal.key], pick[goal.key])
+    regressions = [
+        f"{g.key} {change(g, base[g.key], pick[g.key]):+.1%}"
+        for g in GOAL_METRICS
+        if g is not goal and change(g, base[g.key], pick[g.key]) > MAX_REGRESSION
+    ]
+    if gain >= 0:
+        return False, (
+            f"improved {goal.key} on the tuning stretch but not on the holdout ({-gain:+.1%}):"
+            " nothing is recommended"
+        )
+    if regressions:
+        return False, (
+            f"improved {goal.key} by {-gain:.1%} on the holdout but made {', '.join(regressions)} worse"
+            f" there (more than {MAX_REGRESSION:.0%}): nothing is recommended"
+        )
+    return True, (
+        f"improves {goal.key} by {-gain:.1%} on the holdout, and no other goal metric is more than"
+        f" {MAX_REGRESSION:.0%} worse there"
+    )
+
+
+def default_workers() -> int:
+    return os.cpu_count() or 1
