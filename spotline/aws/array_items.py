@@ -41,8 +41,10 @@ from spotline.control.records import (
     ARRAY_CREATING,
     ARRAY_READY,
     ArrayRecord,
+    EntryKind,
     JobRecord,
     TimelineEntry,
+    entry_time,
 )
 from spotline.domain import Job, JobState
 
@@ -199,8 +201,11 @@ def release(repo: JobRepository, records: Sequence[JobRecord], reason: str, *, n
 
 
 def _release_one(repo: JobRepository, record: JobRecord, reason: str, now: float) -> PreparedTransition:
-    new = record.with_changes(job={"version": record.version + 1}, updated_at=now, staged_for_array=None)
-    entry = TimelineEntry(record.id, new.version, now, record.state.value, record.state.value, reason)
+    at = entry_time(record, now)
+    new = record.with_changes(job={"version": record.version + 1}, updated_at=at, staged_for_array=None)
+    entry = TimelineEntry(
+        record.id, new.version, at, record.state.value, record.state.value, reason, EntryKind.CHANGE.value
+    )
     items, roles = repo.transition_items(record, new, [entry], [], [])
     return PreparedTransition(record, new, (entry,), items, roles)
 

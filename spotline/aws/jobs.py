@@ -42,8 +42,10 @@ from spotline.control.items import item_changes, signal_changes, transitioned
 from spotline.control.ports import CommitListener, PreparedTransition
 from spotline.control.records import (
     ACTIVE_STATES,
+    EntryKind,
     JobRecord,
     TimelineEntry,
+    entry_time,
 )
 from spotline.domain import Job, JobSpec, JobState
 
@@ -152,6 +154,7 @@ class JobRepository(JobReads):
         changes: Mapping[str, Any] | None = None,
     ) -> PreparedTransition:
         """The transaction items of `transition`, not yet written (`commit_together`)."""
+        now = entry_time(record, now)  # the stamp its timeline entries get, for the ledger too
         new, entries, releasing = transitioned(
             record, target, reason, now=now, via=via, via_reason=via_reason, job=job, changes=changes
         )
@@ -193,10 +196,13 @@ class JobRepository(JobReads):
         """Change a job's spec (priority, deadline), and record fields in `changes` (a held job let
         into the queue), with a version bump and a timeline entry whose from and to are the same
         state."""
+        at = entry_time(record, now)
         new = record.with_changes(
-            job={"spec": spec, "version": record.version + 1}, updated_at=now, **dict(changes or {})
+            job={"spec": spec, "version": record.version + 1}, updated_at=at, **dict(changes or {})
         )
-        entry = TimelineEntry(record.id, new.version, now, record.state.value, record.state.value, reason)
+        entry = TimelineEntry(
+            record.id, new.version, at, record.state.value, record.state.value, reason, EntryKind.CHANGE.value
+        )
         items, roles = self.transition_items(record, new, [entry], [], [])
         self.commit_together([PreparedTransition(record, new, (entry,), items, roles)])
         return new
@@ -215,10 +221,19 @@ class JobRepository(JobReads):
         late checkpoint giving back lost work): a version bump and a timeline entry whose from
         and to are the job's state, in one write conditional on the state and version read.
         `lost_gpu_s_returned` is taken back from the month `record.lost_work` was charged to."""
+        at = entry_time(record, now)
         new = record.with_changes(
-            job={**(job or {}), "version": record.version + 1}, updated_at=now, **dict(changes or {})
+            job={**(job or {}), "version": record.version + 1}, updated_at=at, **dict(changes or {})
         )
-        entry = TimelineEntry(record.id, new.version, now, record.state.value, record.state.value, reason)
+        entry = TimelineEntry(
+            record.id,
+            new.version,
+            at,
+            record.state.value,
+            record.state.value,
+            reason,
+            EntryKind.CHECKPOINT.value,
+        )
         extra: list[TransactItem] = []
         loss = record.lost_work
         if lost_gpu_s_returned > 0 and loss is not None and loss.pool is not None:

@@ -55,6 +55,7 @@ class TimelineRepository:
                         "from": entry.source,
                         "to": entry.target,
                         "reason": entry.reason,
+                        **({"kind": entry.kind} if entry.kind else {}),
                     }
                 ),
                 "ConditionExpression": "attribute_not_exists(seq)",
@@ -85,6 +86,7 @@ class TimelineRepository:
                 source=item["from"],
                 target=item["to"],
                 reason=item.get("reason", ""),
+                kind=item.get("kind", ""),
             )
             for item in items
         ]

@@ -115,9 +115,8 @@ def _job_rows(job: dict[str, Any]) -> list[tuple[str, str]]:
         rows.append(("deadline", str(job["deadline"])))
     if job.get("deadline_answer"):
         rows.append(("deadline answer", deadline_answer_text(job["deadline_answer"])))
-    if job.get("progress") is not None:
-        step = "" if job.get("step") is None else f" (step {job['step']})"
-        rows.append(("progress", f"{100 * float(job['progress']):.0f}%{step}"))
+    if job.get("progress") is not None or job.get("step") is not None:
+        rows.append(("progress", progress_text(job)))
     if checkpoint:
         rows.append(
             (
@@ -155,8 +154,22 @@ def _job_rows(job: dict[str, Any]) -> list[tuple[str, str]]:
         spec = job["spec"]
         rows.append(("after", f"{spec.get('dependency') or 'afterok'}: {', '.join(spec['after'])}"))
     if job.get("wait_reason"):
-        rows.append(("wait reason", str(job["wait_reason"])))
+        rows.append(("wait reason", wait_text(job["wait_reason"], job.get("wait_reason_at"))))
     return rows
+
+
+def progress_text(job: dict[str, Any]) -> str:
+    """A job's progress and step as the API defines them (one source: `spotline.control.progress`)."""
+    fraction, step = job.get("progress"), job.get("step")
+    parts = [] if fraction is None else [f"{100 * float(fraction):.0f}%"]
+    if step is not None:
+        parts.append(f"step {step}" if not parts else f"(step {step})")
+    return " ".join(parts) or "-"
+
+
+def wait_text(reason: str, at: float | None) -> str:
+    """Why a job waits, dated by the scheduling pass that decided it in these words."""
+    return str(reason) if at is None else f"{reason} (pass at {iso(float(at))})"
 
 
 def cost_text(cost: dict[str, Any]) -> str:
@@ -215,9 +228,9 @@ def jobs_table(jobs: list[dict[str, Any]]) -> Table:
         pad_edge=False,
     )
     for job in jobs:
-        note = job.get("wait_reason") or ""
-        if not note and job.get("progress") is not None:
-            note = f"{100 * float(job['progress']):.0f}%"
+        note = wait_text(job["wait_reason"], job.get("wait_reason_at")) if job.get("wait_reason") else ""
+        if not note and (job.get("progress") is not None or job.get("step") is not None):
+            note = progress_text(job)
         table.add_row(
             job["id"],
             job.get("name", ""),
@@ -269,7 +282,15 @@ def spot_history_line(history: dict[str, Any]) -> str:
 
 
 def explain_view(data: dict[str, Any]) -> Group:
-    parts: list[Any] = [f"[bold]{data.get('job_id')}[/bold] {data.get('state')}: {data.get('summary', '')}"]
+    summary = data.get("summary", "")
+    if data.get("wait_reason") and summary == data["wait_reason"]:
+        summary = wait_text(summary, data.get("wait_reason_at_s"))
+    parts: list[Any] = [f"[bold]{data.get('job_id')}[/bold] {data.get('state')}: {summary}"]
+    progress = data.get("progress") or {}
+    if progress.get("step") is not None or progress.get("fraction") is not None:
+        parts.append(
+            f"progress: {progress_text({'progress': progress.get('fraction'), 'step': progress.get('step')})}"
+        )
     terms = data.get("priority") or {}
     if terms:
         table = Table("TERM", "VALUE", title=f"effective priority {_num(terms.get('effective'))}")

@@ -313,7 +313,7 @@ def _decide_held(
                 spec,
                 f"dependencies met ({mode.value}: {', '.join(spec.after or ())}); queued",
                 now=now,
-                changes={"deps_met_at": now, "wait_reason": None},
+                changes={"deps_met_at": now, "wait_reason": None, "wait_reason_at": None},
             )
             result.released.append(record.id)
             return True
@@ -331,7 +331,7 @@ def _decide_held(
                 record.id,
                 states=[JobState.PENDING],
                 version=record.version,
-                set_fields={"wait_reason": verdict.text()},
+                set_fields={"wait_reason": verdict.text(), "wait_reason_at": now},
             )
     return False
 

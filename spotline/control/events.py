@@ -183,6 +183,7 @@ def record_checkpoint(
     }
     if progress is not None:
         fields["progress"] = progress
+        fields["progress_step"] = step
     for name, value in (
         ("checkpoint_bytes", size_bytes),
         ("checkpoint_write_s", write_s),
@@ -302,6 +303,7 @@ def record_heartbeat(
     conditions: list[tuple[str, str, object]] = [("run", "=", run), ("step", "<=?", step), *_owned_by(team)]
     if progress is not None:
         fields["progress"] = progress
+        fields["progress_step"] = step
     if utilization is not None:
         fields["utilization"] = utilization
     if node_index is not None:

@@ -17,6 +17,7 @@ from spotline.control.jobs import get_job
 from spotline.control.lifecycle import iso
 from spotline.control.pending import StorePendingQueue
 from spotline.control.plane import ControlPlane
+from spotline.control.progress import job_progress
 from spotline.control.records import JobRecord, TimelineEntry
 from spotline.control.scheduling import build_snapshot
 from spotline.domain import Job, JobState
@@ -78,6 +79,9 @@ def explain_job(cp: ControlPlane, team: str, job_id: str) -> dict[str, Any]:
             "fairshare_factor": round(fairshare, 4),
         },
     }
+    # Where it stands, as status and list show it (`spotline.control.progress`).
+    progress = job_progress(record)
+    out["progress"] = {"step": progress.step, "fraction": progress.fraction}
     # a deadline job: Spot or On-Demand, its line, and the Spot history the guard used
     plans = None
     window: list[Job] | None = None  # the window a pass reads, read once (here or for `_pending`)
@@ -179,9 +183,14 @@ def _pending(
         leave_s=float(cp.config.grace_period_s),
     )
     spot = "in_window" if in_window else "beyond the window the scheduler reads per class"
+    # The reason as the pass decided it, dated by that pass, as `status` and `list` show it; the
+    # pools below are computed now (at `at`), each with what blocks the job there.
     summary = record.wait_reason or "pending: not yet looked at by a scheduling pass"
     return {
         "summary": summary,
+        "wait_reason": record.wait_reason,
+        "wait_reason_at": None if record.wait_reason_at is None else iso(record.wait_reason_at),
+        "wait_reason_at_s": record.wait_reason_at,
         "position": {**position(job, pending, scores(snapshot, now, config)), "window": spot},
         "pools": [p.to_json() for p in pools],
         "estimated_start": {

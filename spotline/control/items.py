@@ -25,13 +25,17 @@ from spotline import resources
 from spotline.control.errors import InvalidTransition, ItemTooLarge, UnreadableRecord
 from spotline.control.records import (
     ACTIVE_STATES,
+    MOVE_PREFIX,
     NO_STATE,
     NODE_HEARTBEAT_PREFIX,
     ArrayRecord,
+    EntryKind,
     JobRecord,
     TimelineEntry,
     charge_run,
+    entry_time,
     node_heartbeat_field,
+    transition_kind,
 )
 from spotline.domain import Job, JobSpec, JobState, Priority, can_transition
 
@@ -101,6 +105,7 @@ _RECORD_FIELDS = (
     "instance_ids",
     "admitted_at",
     "wait_reason",
+    "wait_reason_at",
     "checkpoint_requested_at",
     "checkpoint_deadline_at",
     "checkpoint_task_token",
@@ -109,6 +114,7 @@ _RECORD_FIELDS = (
     "launch_failures",
     "last_heartbeat_at",
     "step",
+    "progress_step",
     "last_checkpoint_run",
     "restored_run",
     "restored_step",
@@ -409,6 +415,7 @@ def transitioned(
             raise InvalidTransition(f"job {record.id}: {source} -> {step_target} is not allowed")
         source = step_target
 
+    now = entry_time(record, now)
     record_changes = dict(changes or {})
     releasing = record.state in ACTIVE_STATES and target not in ACTIVE_STATES and record.gpus_held > 0
     if releasing:
@@ -424,10 +431,20 @@ def transitioned(
     )
     entries = []
     source_state = record.state
+    disruption = record_changes.get("disruption")
+    draining = record_changes.get("draining_for")
+    moving = isinstance(draining, str) and draining.startswith(MOVE_PREFIX)
     for offset, (step_target, step_reason) in enumerate(steps, start=1):
+        kind = transition_kind(record, source_state, step_target, disruption, moving)
         entries.append(
             TimelineEntry(
-                record.id, record.version + offset, now, source_state.value, step_target.value, step_reason
+                record.id,
+                record.version + offset,
+                now,
+                source_state.value,
+                step_target.value,
+                step_reason,
+                kind.value,
             )
         )
         source_state = step_target
@@ -449,4 +466,6 @@ def new_job_record(
         request_digest=request_digest,
         staged_for_array=staged_for_array,
     )
-    return record, TimelineEntry(job.id, job.version, now, NO_STATE, JobState.PENDING.value, reason)
+    return record, TimelineEntry(
+        job.id, job.version, now, NO_STATE, JobState.PENDING.value, reason, EntryKind.SUBMITTED.value
+    )

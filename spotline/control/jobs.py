@@ -32,6 +32,7 @@ from spotline.control.job_cost import job_cost
 from spotline.control.job_cost import jobs_usage as jobs_cost_rows
 from spotline.control.lifecycle import iso, stop_runs
 from spotline.control.plane import ControlPlane
+from spotline.control.progress import job_progress
 from spotline.control.records import ACTIVE_STATES, ArrayRecord, JobRecord, TimelineEntry
 from spotline.control.settings import principal_key
 from spotline.control.usage import check_budget
@@ -125,12 +126,16 @@ class JobView(BaseModel):
     # Batch jobs given up that Batch has not yet confirmed stopped (retried by the reconciler).
     terminating_batch_job_ids: list[str] = Field(default_factory=list)
     wait_reason: str | None
+    # The time of the scheduling pass that decided `wait_reason` in these words.
+    wait_reason_at: float | None = None
     # Time queued since the job was last enqueued (computed when read, while PENDING).
     waited_s: float | None = None
     submitted_at: float
     enqueued_at: float
     started_at: float | None
     finished_at: float | None
+    # Where the job stands, defined once (`spotline.control.progress`): the fraction done and
+    # the step reached, which is never behind `last_checkpoint`'s step while no run restored less.
     progress: float | None
     step: int | None
     last_checkpoint: CheckpointView | None
@@ -177,6 +182,7 @@ def job_view(
             ),
             3,
         )
+    progress = job_progress(record)
     checkpoint = None
     if job.last_checkpoint_at is not None or job.last_checkpoint_uri is not None:
         checkpoint = CheckpointView(
@@ -202,13 +208,16 @@ def job_view(
         run_id=record.run_id,
         terminating_batch_job_ids=list(record.terminating_batch_job_ids),
         wait_reason=record.wait_reason if job.state is JobState.PENDING else None,
+        wait_reason_at=record.wait_reason_at
+        if job.state is JobState.PENDING and record.wait_reason
+        else None,
         waited_s=round(wait_s(job, now), 3) if job.state is JobState.PENDING else None,
         submitted_at=job.submitted_at,
         enqueued_at=job.enqueued_at,
         started_at=job.started_at,
         finished_at=record.finished_at,
-        progress=job.progress,
-        step=record.step,
+        progress=progress.fraction,
+        step=progress.step,
         last_checkpoint=checkpoint,
         restored=None
         if record.restored_run is None or record.restored_step is None

@@ -143,10 +143,12 @@ def requeue_after_disruption(
         if outcome is JobState.PREEMPTED
         else {"interruptions": job.interruptions + 1}
     )
+    # What is durable now: a checkpoint written as the run stops (on SIGTERM) may land later, so
+    # the checkpoint the next run restores is named by that run (`events._note_restore`).
     checkpoint = (
-        f"resumes from checkpoint step {job.last_checkpoint_step}"
+        f"latest durable checkpoint when stopped: step {job.last_checkpoint_step}"
         if job.last_checkpoint_step is not None
-        else "no checkpoint: restarts from the beginning"
+        else "no durable checkpoint when stopped"
     )
     via_reason = f"{reason}; lost {lost:.0f}s of work since the last checkpoint"
     retired = set(record.retired_batch_job_ids)
@@ -267,6 +269,7 @@ def _run_cleared(
         "checkpoint_task_token": None,
         "last_heartbeat_at": None,
         "wait_reason": None,
+        "wait_reason_at": None,
     }
 
 

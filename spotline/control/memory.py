@@ -83,8 +83,10 @@ from spotline.control.records import (
     ARRAY_READY,
     ArrayRecord,
     Counter,
+    EntryKind,
     JobRecord,
     TimelineEntry,
+    entry_time,
     pool_key,
     team_key,
 )
@@ -287,6 +289,7 @@ class MemoryTimeline:
             "from": entry.source,
             "to": entry.target,
             "reason": entry.reason,
+            **({"kind": entry.kind} if entry.kind else {}),
         }
         return Write(TIMELINE, (entry.job_id, entry.seq), lambda found: found is None, lambda _: dict(item))
 
@@ -305,7 +308,15 @@ class MemoryTimeline:
         )
         page = items[:limit]
         entries = [
-            TimelineEntry(i["job_id"], int(i["seq"]), float(i["at"]), i["from"], i["to"], i.get("reason", ""))
+            TimelineEntry(
+                i["job_id"],
+                int(i["seq"]),
+                float(i["at"]),
+                i["from"],
+                i["to"],
+                i.get("reason", ""),
+                i.get("kind", ""),
+            )
             for i in page
         ]
         more = len(items) > limit
@@ -824,6 +835,7 @@ class MemoryJobs:
         job: Mapping[str, Any] | None = None,
         changes: Mapping[str, Any] | None = None,
     ) -> PreparedTransition:
+        now = entry_time(record, now)  # the stamp its timeline entries get, for the ledger too
         new, entries, releasing = transitioned(
             record, target, reason, now=now, via=via, via_reason=via_reason, job=job, changes=changes
         )
@@ -902,10 +914,13 @@ class MemoryJobs:
         now: float,
         changes: Mapping[str, Any] | None = None,
     ) -> JobRecord:
+        at = entry_time(record, now)
         new = record.with_changes(
-            job={"spec": spec, "version": record.version + 1}, updated_at=now, **dict(changes or {})
+            job={"spec": spec, "version": record.version + 1}, updated_at=at, **dict(changes or {})
         )
-        entry = TimelineEntry(record.id, new.version, now, record.state.value, record.state.value, reason)
+        entry = TimelineEntry(
+            record.id, new.version, at, record.state.value, record.state.value, reason, EntryKind.CHANGE.value
+        )
         items, roles = self.transition_items(record, new, [entry], [], [])
         self.commit_together([PreparedTransition(record, new, (entry,), items, roles)])
         return new
@@ -920,10 +935,19 @@ class MemoryJobs:
         changes: Mapping[str, Any] | None = None,
         lost_gpu_s_returned: float = 0.0,
     ) -> JobRecord:
+        at = entry_time(record, now)
         new = record.with_changes(
-            job={**(job or {}), "version": record.version + 1}, updated_at=now, **dict(changes or {})
+            job={**(job or {}), "version": record.version + 1}, updated_at=at, **dict(changes or {})
         )
-        entry = TimelineEntry(record.id, new.version, now, record.state.value, record.state.value, reason)
+        entry = TimelineEntry(
+            record.id,
+            new.version,
+            at,
+            record.state.value,
+            record.state.value,
+            reason,
+            EntryKind.CHECKPOINT.value,
+        )
         extra: list[Write] = []
         loss = record.lost_work
         if lost_gpu_s_returned > 0 and loss is not None and loss.pool is not None:
@@ -1293,8 +1317,11 @@ class MemoryArrays:
         return [out[r.id] for r in records]
 
     def _release_one(self, record: JobRecord, reason: str, now: float) -> PreparedTransition:
-        new = record.with_changes(job={"version": record.version + 1}, updated_at=now, staged_for_array=None)
-        entry = TimelineEntry(record.id, new.version, now, record.state.value, record.state.value, reason)
+        at = entry_time(record, now)
+        new = record.with_changes(job={"version": record.version + 1}, updated_at=at, staged_for_array=None)
+        entry = TimelineEntry(
+            record.id, new.version, at, record.state.value, record.state.value, reason, EntryKind.CHANGE.value
+        )
         items, roles = self.jobs.transition_items(record, new, [entry], [], [])
         return PreparedTransition(record, new, (entry,), items, roles)
 

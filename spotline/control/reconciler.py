@@ -18,13 +18,15 @@ It reads only the `active` index (jobs holding GPUs: bounded by the cluster, nev
    stopped: ask DescribeJobs, and TerminateJob again until it has (`finish_terminations`).
 
 It also compares the ledger's counters with the GPUs the active jobs hold. Every change moves
-both in one transaction, but the reads are not one snapshot (and the active index is eventually
-consistent), so a difference seen once may be a race: it is marked on the counter with the
-counter's change count, and repaired (set to what the jobs hold) only when the next run sees the
-same difference and no admission or release has changed the counter since the mark (a
-conditional write on the count). A race needs a change, so it cannot be repaired by mistake,
-even when the same race happens twice. A counter that drifted high would otherwise keep GPUs
-idle for good; one that drifted low would let the pool be over-committed.
+both in one transaction, but the reads are not one snapshot: the counters are read before and
+after the jobs, and one that changed in between is not compared (an admission committed between
+the two reads was the "ledger drift seen" line a busy local plane logged now and then). The
+active index is eventually consistent too, so a difference seen once may still be a race: it is
+marked on the counter with the counter's change count, and repaired (set to what the jobs hold)
+only when the next run sees the same difference and no admission or release has changed the
+counter since the mark (a conditional write on the count). A race needs a change, so it cannot
+be repaired by mistake, even when the same race happens twice. A counter that drifted high would
+otherwise keep GPUs idle for good; one that drifted low would let the pool be over-committed.
 """
 
 from __future__ import annotations
@@ -81,10 +83,13 @@ def reconcile(cp: ControlPlane) -> ReconcileResult:
     now = cp.clock()
     config = cp.config
     result = ReconcileResult()
+    # The counters read before the jobs too: one an admission or a release changed while the
+    # jobs were read differs from them by that race only, and is not compared (`ledger_drift`).
+    before = counters_read(cp, [p.name for p in config.pools], [t.team for t in config.teams])
     active = cp.jobs.active()
     result.examined = len(active)
     # Compare before acting: a requeue below changes the ledger but not this snapshot.
-    result.drift, counters = ledger_drift(cp, active)
+    result.drift, counters = ledger_drift(cp, active, before)
     if result.drift:
         # Seen once it may be a race (the two reads are not one snapshot): repair_drift warns
         # when a drift is real (seen again, with no change to the counter in between).
@@ -240,10 +245,13 @@ def _silent_node(cp: ControlPlane, record: JobRecord, now: float) -> str | None:
 
 
 def ledger_drift(
-    cp: ControlPlane, active: list[JobRecord]
+    cp: ControlPlane, active: list[JobRecord], before: dict[str, Counter] | None = None
 ) -> tuple[dict[str, tuple[int, int]], dict[str, Counter]]:
     """Counters of the ledger that disagree with the jobs holding GPUs ({key: (ledger, jobs)}),
-    and the counters as read (with the drift marked on each by the previous run)."""
+    and the counters as read (with the drift marked on each by the previous run). `before`: the
+    counters as read before `active`; one whose change count moved since is left out (an
+    admission or a release committed between the reads: the jobs and the counter were read on
+    either side of it, so they differ by it alone)."""
     pools = [p.name for p in cp.config.pools]
     teams = sorted({t.team for t in cp.config.teams} | {r.team for r in active})
     counters = cp.ledger.counters(pools, teams)
@@ -256,9 +264,26 @@ def ledger_drift(
     drift: dict[str, tuple[int, int]] = {}
     for key in [*(pool_key(p) for p in pools), *(team_key(t) for t in teams)]:
         used = counters[key].used if key in counters else 0
+        if before is not None and _moved(key, before, counters):
+            continue
         if used != expected.get(key, 0):
             drift[key] = (used, expected.get(key, 0))
     return drift, counters
+
+
+def counters_read(cp: ControlPlane, pools: list[str], teams: list[str]) -> dict[str, Counter]:
+    """The ledger's counters of `pools` and `teams`, each key read (one never written: zero)."""
+    found = cp.ledger.counters(pools, teams)
+    keys = [*(pool_key(p) for p in pools), *(team_key(t) for t in teams)]
+    return {key: found.get(key, Counter(0)) for key in keys}
+
+
+def _moved(key: str, before: dict[str, Counter], after: dict[str, Counter]) -> bool:
+    """Whether counter `key` changed between the two reads (False for a key `before` did not
+    read: a team first seen in the jobs)."""
+    if key not in before:
+        return False
+    return before[key].moves != after.get(key, Counter(0)).moves
 
 
 def repair_drift(

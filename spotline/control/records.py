@@ -132,8 +132,10 @@ class JobRecord(BaseModel):
     terminating_batch_job_ids: tuple[str, ...] = ()
     instance_ids: tuple[str, ...] = ()
     admitted_at: float | None = None
-    # Why the job waits (set by the scheduling pass, only when it changes).
+    # Why the job waits (set by the scheduling pass, only when it changes), and the time of the
+    # pass that decided it in these words: every screen shows the two together.
     wait_reason: str | None = None
+    wait_reason_at: float | None = None
     # The agent polls this: a checkpoint is wanted when it is later than its last checkpoint.
     checkpoint_requested_at: float | None = None
     checkpoint_deadline_at: float | None = None
@@ -149,6 +151,9 @@ class JobRecord(BaseModel):
     # Progress of the current run (reset by each admission): heartbeats only move it forward.
     last_heartbeat_at: float | None = None
     step: int | None = None
+    # The step at which the job's `progress` was reported (heartbeat or checkpoint): what a
+    # screen shows is `spotline.control.progress.job_progress`, which reads both.
+    progress_step: int | None = None
     # A gang's nodes, each heard from by its own heartbeats ({node index: when}; issue 31,
     # finding 16). Entries of earlier runs stay: a node counts as heard only after the current
     # run started (`silent_gang_node`). Stored as one attribute per node (`node_heartbeat_field`),
@@ -290,6 +295,55 @@ def silent_gang_node(record: JobRecord, now: float, timeout_s: float) -> tuple[i
 NO_STATE = "-"
 
 
+def entry_time(record: JobRecord, now: float) -> float:
+    """When a write to `record` is stamped: `now`, or the record's last stamp when that is later.
+    A caller's `now` may be read before the record was last written (a pass reads the clock,
+    then the queue; another host's clock may run ahead), and a job's timeline never runs back."""
+    return max(now, record.updated_at)
+
+
+class EntryKind(StrEnum):
+    """What a timeline entry records, decided where the transition is written (from what the
+    record knows: a Spot warning's checkpoint is `Disruption.INTERRUPT`), never from its words."""
+
+    SUBMITTED = "submitted"
+    ADMITTED = "admitted"
+    STARTED = "started"
+    PREEMPTION = "preemption"
+    MOVE = "move"
+    SPOT_WARNING = "spot-warning"
+    HOST_LOSS = "host-loss"
+    REQUEUE = "requeue"
+    CHECKPOINT = "checkpoint"  # what is known of its checkpoints changed (restored, landed late)
+    CHANGE = "change"  # its spec changed (priority, deadline), or it was let into the queue
+    FINISHED = "finished"
+
+
+def transition_kind(
+    record: JobRecord, source: JobState, target: JobState, disruption: Disruption | None, moving: bool
+) -> EntryKind:
+    """The kind of one step of a transition of `record` from `source` to `target`. `disruption`
+    and `moving`: why a job goes CHECKPOINTING (as the transition sets it)."""
+    if target is JobState.CHECKPOINTING:
+        if disruption is Disruption.INTERRUPT:
+            return EntryKind.SPOT_WARNING
+        return EntryKind.MOVE if moving else EntryKind.PREEMPTION
+    if target is JobState.INTERRUPTED:
+        # Requeued after a Spot warning's checkpoint, or its host was lost with no warning.
+        checkpointing = source is JobState.CHECKPOINTING and record.disruption is Disruption.INTERRUPT
+        return EntryKind.SPOT_WARNING if checkpointing else EntryKind.HOST_LOSS
+    if target is JobState.PREEMPTED:
+        moving = record.draining_for is not None and record.draining_for.startswith(MOVE_PREFIX)
+        return EntryKind.MOVE if moving else EntryKind.PREEMPTION
+    if target is JobState.PENDING:
+        return EntryKind.REQUEUE
+    if target is JobState.ADMITTED:
+        return EntryKind.ADMITTED
+    if target is JobState.RUNNING:
+        return EntryKind.STARTED
+    return EntryKind.FINISHED
+
+
 @dataclass(frozen=True)
 class TimelineEntry:
     job_id: str
@@ -298,9 +352,44 @@ class TimelineEntry:
     source: str  # the state before ("-" for the submission)
     target: str  # the state after (equal to source for a change of spec, e.g. priority)
     reason: str
+    # What it records (`EntryKind`); "" for an entry stored before entries had kinds.
+    kind: str = ""
 
     def to_json(self) -> dict[str, Any]:
-        return {"seq": self.seq, "t": self.at, "from": self.source, "to": self.target, "reason": self.reason}
+        return {
+            "seq": self.seq,
+            "t": self.at,
+            "from": self.source,
+            "to": self.target,
+            "reason": self.reason,
+            "kind": self.kind or stored_kind(self).value,
+        }
+
+
+def stored_kind(entry: TimelineEntry) -> EntryKind:
+    """The kind of an entry stored without one, from its states (and, for the one case they
+    cannot tell, a checkpoint a preemption asked for, its words)."""
+    target = entry.target
+    if entry.source == NO_STATE:
+        return EntryKind.SUBMITTED
+    if entry.source == target:
+        return EntryKind.CHECKPOINT if "checkpoint" in entry.reason else EntryKind.CHANGE
+    if target == JobState.CHECKPOINTING.value:
+        if entry.reason.startswith("Spot interruption warning"):
+            return EntryKind.SPOT_WARNING
+        return EntryKind.MOVE if entry.reason.startswith("moving to ") else EntryKind.PREEMPTION
+    if target == JobState.INTERRUPTED.value:
+        warned = entry.source == JobState.CHECKPOINTING.value and "no heartbeat" not in entry.reason
+        return EntryKind.SPOT_WARNING if warned else EntryKind.HOST_LOSS
+    if target == JobState.PREEMPTED.value:
+        return EntryKind.MOVE if entry.reason.startswith("moving to ") else EntryKind.PREEMPTION
+    if target == JobState.PENDING.value:
+        return EntryKind.REQUEUE
+    if target == JobState.ADMITTED.value:
+        return EntryKind.ADMITTED
+    if target == JobState.RUNNING.value:
+        return EntryKind.STARTED
+    return EntryKind.FINISHED
 
 
 # --- ledger counters ----------------------------------------------------------------------

@@ -28,7 +28,7 @@ from spotline.control.lifecycle import requeue_unstarted, start_disruption, stop
 from spotline.control.pending import StorePendingQueue
 from spotline.control.plane import ControlPlane
 from spotline.control.ports import PreparedTransition, execution_name
-from spotline.control.records import Disruption, JobRecord, drain_target, stored_drain_target
+from spotline.control.records import Disruption, JobRecord, drain_target, entry_time, stored_drain_target
 from spotline.control.spot_signals import signals as spot_signals
 from spotline.control.usage import budget_pass, soften
 from spotline.domain import (
@@ -261,7 +261,8 @@ def act(
         elif isinstance(decision, Preempt):
             victims = preempt(cp, record, decision, active_by_id, now=now)
             result.preempted.append((record.id, victims))
-            if note_wait(cp, record, f"waiting for {len(victims)} preempted job(s) to checkpoint and leave"):
+            leaving = f"waiting for {len(victims)} preempted job(s) to checkpoint and leave"
+            if note_wait(cp, record, leaving, now=now):
                 result.wait_reasons_written += 1
         elif isinstance(decision, Move):
             if move(cp, record, decision, now=now):
@@ -273,7 +274,7 @@ def act(
             )
         elif isinstance(decision, Wait):
             result.waiting += 1
-            if note_wait(cp, record, decision.reason):
+            if note_wait(cp, record, decision.reason, now=now):
                 result.wait_reasons_written += 1
     except (StaleJobError, CapacityExhausted, InvalidTransition, ConditionFailed) as error:
         # Lost a race (or the ledger disagrees with the snapshot).
@@ -328,7 +329,9 @@ def admit(
 def _admission(
     cp: ControlPlane, record: JobRecord, pool_name: str, demand: int, reason: str, now: float
 ) -> PreparedTransition:
-    """PENDING -> ADMITTED in `pool_name`, holding `demand` GPUs, as transaction items."""
+    """PENDING -> ADMITTED in `pool_name`, holding `demand` GPUs, as transaction items. The pass
+    read its clock before the queue: a job written since is admitted at its own last stamp."""
+    now = entry_time(record, now)
     return cp.jobs.prepare_transition(
         record,
         JobState.ADMITTED,
@@ -340,6 +343,7 @@ def _admission(
             "gpus_held": demand,
             "admitted_at": now,
             "wait_reason": None,
+            "wait_reason_at": None,
             "run": record.run + 1,
             "step": None,
             "last_heartbeat_at": None,
@@ -546,16 +550,20 @@ def _victim_criterion(cp: ControlPlane, victim: JobRecord, now: float) -> str:
     )
 
 
-def note_wait(cp: ControlPlane, record: JobRecord, reason: str) -> bool:
-    """Record why a job waits, only when what the reason says changed (one small conditional
-    write); a reason whose only change is a figure (free GPUs now) is left as written, so a pass
-    rewrites no unchanged item. How long the job has waited is computed when read (the API's
-    `waited_s`)."""
+def note_wait(cp: ControlPlane, record: JobRecord, reason: str, *, now: float) -> bool:
+    """Record why a job waits, with the time of the pass (`now`) that decided it, only when what
+    the reason says changed (one small conditional write); a reason whose only change is a
+    figure (free GPUs now) is left as written, with the time of the pass that wrote those
+    figures, so a pass rewrites no unchanged item and a screen never shows figures undated. How
+    long the job has waited is computed when read (the API's `waited_s`)."""
     if record.wait_reason is not None and wait_meaning(record.wait_reason) == wait_meaning(reason):
         return False
     try:
         cp.jobs.update_fields(
-            record.id, states=[JobState.PENDING], version=record.version, set_fields={"wait_reason": reason}
+            record.id,
+            states=[JobState.PENDING],
+            version=record.version,
+            set_fields={"wait_reason": reason, "wait_reason_at": now},
         )
     except StaleJobError:
         return False

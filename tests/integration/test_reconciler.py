@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+import pytest
+
 import functions.reconciler
 from spotline.aws.ledger import LedgerRepository
-from spotline.control.reconciler import CHECKPOINT_OVERRUN_S, LAUNCH_TIMEOUT_S
+from spotline.control.reconciler import CHECKPOINT_OVERRUN_S, LAUNCH_TIMEOUT_S, reconcile
 from spotline.control.records import Counter, Disruption
 from spotline.control.scheduling import admit
 from spotline.domain import JobState
@@ -183,3 +187,28 @@ def test_a_counter_item_that_is_missing_is_repaired_too(deployment: Deployment) 
     assert first["drift"] == {"POOL#a100-spot": [0, 8]} and first["repaired"] == {}
     assert second["repaired"] == {"POOL#a100-spot": [0, 8]}
     assert ledger.usage(["a100-spot"], [])[0] == {"a100-spot": 8}
+
+
+def test_an_admission_between_the_reconcilers_reads_is_no_drift(
+    deployment: Deployment, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a running job, and a waiting one that a pass admits while the reconciler reads
+    deployment.clock.freeze()
+    start(deployment, submit(deployment))
+    waiting = submit(deployment)
+    plane = deployment.plane
+    read_active = plane.jobs.active
+
+    def active_then_an_admission(*args: Any, **kwargs: Any) -> Any:
+        found = read_active(*args, **kwargs)
+        admit(plane, plane.jobs.get(waiting.id), "a100-spot", "fits", now=deployment.clock())
+        return found
+
+    monkeypatch.setattr(plane.jobs, "active", active_then_an_admission)
+
+    # When the reconciler reads the jobs before the admission and the counters after it
+    result = reconcile(plane)
+
+    # Then the counters the admission moved between its reads are no drift: nothing reported
+    assert result.drift == {} and result.repaired == {}
+    assert plane.ledger.usage(["a100-spot"], [])[0] == {"a100-spot": 16}

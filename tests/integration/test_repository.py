@@ -138,7 +138,9 @@ def test_requeue_keeps_the_checkpointed_work_and_counts_the_lost_work(deployment
     assert requeued.batch_job_id is None and running.batch_job_id in requeued.retired_batch_job_ids
     assert timeline(deployment, running.id)[-2:] == [("RUNNING", "INTERRUPTED"), ("INTERRUPTED", "PENDING")]
     entries, _ = deployment.plane.timeline.list(running.id)
-    assert "resumes from checkpoint step 42" in entries[-1].reason
+    assert "latest durable checkpoint when stopped: step 42" in entries[-1].reason
+    # A host lost with no warning is a host loss, not a Spot warning
+    assert [e.kind for e in entries[-2:]] == ["host-loss", "requeue"]
     assert raw_item(deployment, running.id)["queue_pk"] == "Q#normal"
     assert pool_used(deployment, "a100-spot") == 0
     assert deployment.plane.instances.jobs_on("i-0aaaaaaaaaaaaaaa1") == []

@@ -348,15 +348,23 @@ def test_a_wait_reason_whose_figures_changed_is_not_rewritten(deployment: Deploy
     written = deployment.plane.jobs.get(waiting.id)
     assert written.wait_reason is not None
 
-    # When the same reason comes back with other figures, nothing is written
+    first_pass = written.wait_reason_at
+    assert first_pass == deployment.clock()  # dated by the pass that decided it
+
+    # When the same reason comes back with other figures, nothing is written: the figures shown
+    # stay those of the pass they are dated by
+    later = deployment.clock.advance(5)
     moved = "".join("9" if c.isdigit() else c for c in written.wait_reason)
     assert moved != written.wait_reason
-    assert note_wait(deployment.plane, written, moved) is False
-    assert deployment.plane.jobs.get(waiting.id).wait_reason == written.wait_reason
+    assert note_wait(deployment.plane, written, moved, now=later) is False
+    kept = deployment.plane.jobs.get(waiting.id)
+    assert (kept.wait_reason, kept.wait_reason_at) == (written.wait_reason, first_pass)
 
-    # But a different cause is written
-    assert note_wait(deployment.plane, written, "waiting: team research is at its quota") is True
-    assert deployment.plane.jobs.get(waiting.id).wait_reason == "waiting: team research is at its quota"
+    # But a different cause is written, with its pass's time
+    assert note_wait(deployment.plane, written, "waiting: team research is at its quota", now=later) is True
+    noted = deployment.plane.jobs.get(waiting.id)
+    assert (noted.wait_reason, noted.wait_reason_at) == ("waiting: team research is at its quota", later)
+    assert job_view(deployment.plane, noted, later).wait_reason_at == later
 
     # And the time waited is computed when the job is read, not stored in the reason
     deployment.clock.advance(42)

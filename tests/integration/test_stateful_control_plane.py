@@ -7,7 +7,8 @@ execution and the machine runs its tasks step by step (as the ASL would: retries
 tokens, timeouts), and every event (Batch state changes, heartbeats, checkpoints) goes through a
 delivery queue from which the rules deliver in any order, and deliver again.
 
-Rules: submit, cancel, priority change, a scheduling pass and two interleaved ones, launch and
+Rules: submit, cancel, priority change, a scheduling pass and two interleaved ones (and one that
+reads writes made after its clock), launch and
 preempt workflow steps (a task run twice included), Batch RUNNING / SUCCEEDED / FAILED /
 host-loss for current and earlier runs, heartbeats and checkpoints (a new run resumes from the
 latest checkpoint, so its step goes back), Spot warnings (unknown instances, an instance running
@@ -19,6 +20,8 @@ Invariants after every step:
 - no pool counter above its capacity; no team above nominal + borrowing limit, and right after
   every admission no team borrows more than the cohort lends (`quota_shortfall`);
 - every job is in one state, reached through legal transitions only (its timeline chains);
+- every job's timeline is monotonic: no entry stamped before the one it follows, even when a
+  pass read its clock before the writes it then reads;
 - no job lost; a finished job never changes; no healthy run is killed;
 - at most one live Batch run per job, and every live run belongs to its job's current admission.
 
@@ -597,6 +600,26 @@ class ControlPlaneMachine(RuleBasedStateMachine):
         finally:
             scheduling.plan_with_stats = real  # type: ignore[assignment]
 
+    @rule(seconds=st.sampled_from([1, 5]), team=st.sampled_from(TEAMS), deliver_all=st.booleans())
+    def a_pass_reads_later_writes(self, seconds: int, team: str, deliver_all: bool) -> None:
+        """A pass reads its clock, then, before it reads the queue, time moves on and the world
+        writes: a job is submitted, and the queued events (a requeue among them) are handled."""
+        real = scheduling.plan_with_stats
+
+        def plan(*args: Any, **kwargs: Any) -> Any:
+            scheduling.plan_with_stats = real  # type: ignore[assignment]
+            self.world.now += seconds
+            self.submit(team, 4, Priority.HIGH, "auto")
+            if deliver_all and self.world.queue:
+                self.deliver_everything()
+            return real(*args, **kwargs)
+
+        scheduling.plan_with_stats = plan  # type: ignore[assignment]
+        try:
+            scheduling.scheduling_pass(self.cp)
+        finally:
+            scheduling.plan_with_stats = real  # type: ignore[assignment]
+
     # --- workflows ----------------------------------------------------------------------------
 
     def _running(self) -> list[Execution]:
@@ -974,7 +997,11 @@ class ControlPlaneMachine(RuleBasedStateMachine):
         entries, token = self.cp.timeline.list(record.id, limit=1000)
         assert token is None
         state = None
+        last_at = None
         for entry in entries:
+            # A job's timeline never runs back in time
+            assert last_at is None or entry.at >= last_at, f"{record.id}: {entry} stamped before {last_at}"
+            last_at = entry.at
             source = entry.source
             if state is None:
                 assert entry.target == JobState.PENDING.value, entry

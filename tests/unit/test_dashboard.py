@@ -339,20 +339,26 @@ def test_a_remote_host_needs_allow_remote() -> None:
 
 def test_timeline_marks_preemptions_requeues_and_the_deadline() -> None:
     events = [
-        {"t": 0.0, "from": "-", "to": "PENDING", "reason": "submitted"},
-        {"t": 5.0, "from": "PENDING", "to": "ADMITTED", "reason": "admitted"},
-        {"t": 6.0, "from": "ADMITTED", "to": "RUNNING", "reason": "running"},
-        {"t": 20.0, "from": "RUNNING", "to": "CHECKPOINTING", "reason": "preempted for job-x (critical)"},
-        {"t": 22.0, "from": "CHECKPOINTING", "to": "PREEMPTED", "reason": "preempted for job-x"},
-        {"t": 22.5, "from": "PREEMPTED", "to": "PENDING", "reason": "requeued"},
+        {"t": 0.0, "from": "-", "to": "PENDING", "reason": "submitted", "kind": "submitted"},
+        {"t": 5.0, "from": "PENDING", "to": "ADMITTED", "reason": "admitted", "kind": "admitted"},
+        {"t": 6.0, "from": "ADMITTED", "to": "RUNNING", "reason": "running", "kind": "started"},
+        {
+            "t": 20.0,
+            "from": "RUNNING",
+            "to": "CHECKPOINTING",
+            "reason": "preempted for job-x",
+            "kind": "preemption",
+        },
+        {"t": 22.0, "from": "CHECKPOINTING", "to": "PREEMPTED", "reason": "preempted", "kind": "preemption"},
+        {"t": 22.5, "from": "PREEMPTED", "to": "PENDING", "reason": "requeued", "kind": "requeue"},
+        {"t": 30.0, "from": "RUNNING", "to": "INTERRUPTED", "reason": "host lost", "kind": "host-loss"},
     ]
     chart = str(svg.timeline(events, 40.0, deadline=60.0, checkpoints=[(15.0, 7)]))
     assert chart.count('data-kind="preemption"') == 2 and chart.count('data-kind="requeue"') == 1
     assert 'data-kind="deadline"' in chart and "checkpoint at step 7" in chart
-    assert (
-        svg.kind_of({"from": "RUNNING", "to": "INTERRUPTED", "reason": "Spot interruption warning"})
-        == "spot-warning"
-    )
+    # The marker is the kind the control plane stamped, never guessed from the target state
+    assert chart.count('data-kind="host-loss"') == 1 and 'data-kind="spot-warning"' not in chart
+    assert svg.kind_of({"from": "PENDING", "to": "ADMITTED", "kind": "admitted"}) == "state"
 
 
 def test_the_forecast_runs_the_months_pace_to_its_end() -> None:

@@ -35,20 +35,15 @@ COLOURS = {
 }
 
 
+# The kinds of timeline entries drawn as markers; any other kind is a plain change of state.
+MARKED_KINDS = frozenset({"preemption", "move", "spot-warning", "host-loss", "requeue", "checkpoint"})
+
+
 def kind_of(event: Mapping[str, Any]) -> str:
-    """What a transition means on the timeline: preemption, spot-warning, checkpoint, requeue or
-    state."""
-    reason = str(event.get("reason", "")).lower()
-    target = event.get("to")
-    if target == "PREEMPTED" or (target == "CHECKPOINTING" and reason.startswith("preempted")):
-        return "preemption"
-    if target == "INTERRUPTED" or ("spot" in reason and ("warning" in reason or "interrupt" in reason)):
-        return "spot-warning"
-    if target == "PENDING" and event.get("from") not in (None, "-"):
-        return "requeue"
-    if "checkpoint" in reason and target == "CHECKPOINTING":
-        return "checkpoint"
-    return "state"
+    """What a timeline entry records, as the control plane stamped it on the entry (its `kind`):
+    one of `MARKED_KINDS`, or "state"."""
+    kind = str(event.get("kind") or "")
+    return kind if kind in MARKED_KINDS else "state"
 
 
 def _hhmm(t: float, span: float) -> str:

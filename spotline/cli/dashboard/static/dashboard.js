@@ -22,7 +22,7 @@
     holder.innerHTML = html;
     for (const template of holder.querySelectorAll("template[data-cell]")) {
       const name = template.dataset.cell;
-      const cell = name === "blockers" ? row.querySelector("ul.blockers") : row.querySelector("td." + name);
+      const cell = row.querySelector("td." + name);
       if (cell && cell.innerHTML !== template.innerHTML) {
         cell.innerHTML = template.innerHTML;
         cell.classList.remove("muted");
