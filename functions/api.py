@@ -339,6 +339,32 @@ def explain_job(job_id: Annotated[str, Path(max_length=64)]) -> dict[str, Any]:
 
 
 @app.get(
+    "/admin/history",
+    summary="The deployment's history since a time, every team's, and its cluster (admins only)",
+    responses=_responses(200, None),
+)
+def admin_history(
+    since: Annotated[str, Query(max_length=64, description="Jobs submitted at or after this ISO-8601 time")],
+    include_names: Annotated[
+        bool, Query(description="Job names and commands as given, not as digests")
+    ] = False,
+    next_token: Annotated[str | None, Query(max_length=2048)] = None,
+    limit: Annotated[int, Query(ge=1, le=500)] = 200,
+) -> dict[str, Any]:
+    from spotline.control import history_export  # on first use, as explain
+
+    identity = app.current_event.raw_event.get("requestContext", {}).get("identity") or {}
+    return history_export.export_page(
+        control_plane(),
+        identity,
+        since=history_export.parse_since(since),
+        include_names=include_names,
+        limit=limit,
+        next_token=next_token,
+    )
+
+
+@app.get(
     "/usage",
     summary="The team's GPU-hours, dollars, Spot share, lost work and budget for a month",
     responses=_responses(200, None),

@@ -150,4 +150,7 @@ def history(
 
 
 def register(app: typer.Typer) -> None:
+    from spotline.cli.history_export import export_command
+
+    history_app.command("export")(export_command)
     app.add_typer(history_app, name="history")

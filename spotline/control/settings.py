@@ -103,6 +103,9 @@ class SpotlineConfig(BaseModel):
     teams: tuple[TeamSettings, ...] = ()
     # IAM principal ARN (user or role), or a local access key -> team.
     identities: dict[str, str] = Field(default_factory=dict)
+    # IAM principal ARNs (users or roles) that may read the whole deployment's history
+    # (`GET /admin/history`, `spotline history export`); an admin needs no team.
+    admins: tuple[str, ...] = ()
     scheduler: SchedulerConfig = Field(default_factory=SchedulerConfig)
     # How long a preempted job has to write its checkpoint before it is stopped anyway.
     grace_period_s: int = Field(default=120, ge=1)

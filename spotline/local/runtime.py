@@ -123,7 +123,7 @@ class LocalConfig:
             return None
         return self.spot_trace_pool or next(p.name for p in self.pools if p.purchase == "spot")
 
-    def spotline_config(self, identities: dict[str, str]) -> dict[str, Any]:
+    def spotline_config(self, identities: dict[str, str], admins: tuple[str, ...] = ()) -> dict[str, Any]:
         """The SPOTLINE_CONFIG JSON the functions read (on AWS the stack writes it)."""
         return {
             "pools": [
@@ -142,6 +142,7 @@ class LocalConfig:
             "job_definition": "spotline-local-training",
             "teams": [{"team": t, "nominal_gpus": self.team_nominal_gpus} for t in self.teams],
             "identities": identities,
+            "admins": list(admins),
             "scheduler": {
                 "protection_period_s": self.protection_period_s,
                 "preemption_delay_s": self.preemption_delay_s,
@@ -278,6 +279,8 @@ class LocalControlPlane:
     api: LocalApiServer | None = None
     router: Router | None = None
     teams: dict[str, LocalIdentity] = field(default_factory=dict)
+    # The local admin (`admins`): no team's, reads the deployment's history.
+    admin: LocalIdentity | None = None
     # Each team's jobs run with these (the fleet's processes), never with the control plane's.
     job_credentials: dict[str, TeamCredentials] = field(default_factory=dict)
     _stop: threading.Event = field(default_factory=threading.Event)
@@ -351,11 +354,17 @@ class LocalControlPlane:
             else:
                 self.job_credentials[team] = TeamCredentials.new(team)
         identities = {identity.user_arn: team for team, identity in self.teams.items()}
+        # The local admin: reads the whole deployment's history (`spotline history export`).
+        admin = self.admin = LocalIdentity(
+            team="",
+            access_key="SLA" + secrets.token_hex(8).upper(),
+            user_arn=f"arn:aws:iam::{lambdas.ACCOUNT_ID}:user/spotline-admin",
+        )
         env = provision.environment(
             made.tables,
             event_bus=made.project_bus,
             state_machines=machines,
-            config=cfg.spotline_config(identities),
+            config=cfg.spotline_config(identities, (admin.user_arn,)),
             scheduler_queue_url=made.scheduler_queue_url,
             checkpoint_bucket=bucket,
         )
@@ -427,7 +436,7 @@ class LocalControlPlane:
         api_handler = lambdas.import_handler(next(f for f in r.FUNCTIONS if f.name == "api"))
         self.api = LocalApiServer(
             api_handler,
-            {i.access_key: i for i in self.teams.values()},
+            {i.access_key: i for i in (*self.teams.values(), admin)},
             lambdas.LambdaContextStub.for_function("spotline-api"),
             port=saved.ports.get("api", 0),
         )
@@ -441,6 +450,7 @@ class LocalControlPlane:
             "event_bus": made.project_bus,
             "spot_notice_s": cfg.spot_notice_s,
             "teams": {team: {"headers": {ACCESS_KEY_HEADER: i.access_key}} for team, i in self.teams.items()},
+            "admin": {"headers": {ACCESS_KEY_HEADER: admin.access_key}},
         }
         if cfg.spot_availability is not None:
             trace = cfg.spot_availability

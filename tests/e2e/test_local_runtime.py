@@ -29,7 +29,15 @@ def test_local_json_describes_the_running_plane(plane: tuple[LocalControlPlane, 
     local, info = plane
     written = json.loads((local.config.state_dir / "local.json").read_text())
     assert written == info
-    assert set(info) == {"api_url", "aws_endpoint_url", "region", "event_bus", "teams", "spot_notice_s"}
+    assert set(info) == {
+        "api_url",
+        "aws_endpoint_url",
+        "region",
+        "event_bus",
+        "teams",
+        "spot_notice_s",
+        "admin",
+    }
     # Any SDK client pointed at the endpoint sees the local tables.
     dynamodb = boto3.client("dynamodb", endpoint_url=info["aws_endpoint_url"], region_name=info["region"])
     assert any(name.endswith("-jobs") for name in dynamodb.list_tables()["TableNames"])

@@ -45,6 +45,8 @@ EVENTS_DIR = Path(__file__).parent / "events"
 VISION_ROLE = f"arn:aws:iam::{ACCOUNT}:role/vision-researchers"
 NLP_ROLE = f"arn:aws:iam::{ACCOUNT}:role/nlp-researchers"
 NLP_LOCAL_KEY = "AKIALOCALNLPTEAM0001"
+# May read the whole deployment's history (`admins`); no team's.
+ADMIN_ROLE = f"arn:aws:iam::{ACCOUNT}:role/spotline-admins"
 
 CONFIG: dict[str, Any] = {
     "pools": [
@@ -73,6 +75,7 @@ CONFIG: dict[str, Any] = {
         {"team": "nlp", "nominal_gpus": 12, "max_priority": "high"},
     ],
     "identities": {VISION_ROLE: "vision", NLP_ROLE: "nlp", NLP_LOCAL_KEY: "nlp"},
+    "admins": [ADMIN_ROLE],
     "scheduler": {"protection_period_s": 0, "preemption_delay_s": 0},
     "grace_period_s": 2,
     "spot_notice_s": 120,

@@ -25,6 +25,7 @@ from tests.integration.test_event_handlers import *  # noqa: F403
 from tests.integration.test_explain_api import *  # noqa: F403
 from tests.integration.test_faults_runs import *  # noqa: F403
 from tests.integration.test_gang_nodes import *  # noqa: F403
+from tests.integration.test_history_export import *  # noqa: F403
 from tests.integration.test_job_logs import *  # noqa: F403
 from tests.integration.test_orphan_races import *  # noqa: F403
 from tests.integration.test_pools_history_api import *  # noqa: F403
