@@ -9,7 +9,7 @@ from typing import Any
 from rich.console import Group
 from rich.table import Column, Table
 
-from spotline.cli.render import age, explain_view, jobs_table
+from spotline.cli.render import age, explain_view, jobs_table, progress_text, wait_text
 
 
 def counts_text(counts: dict[str, int]) -> str:
@@ -120,7 +120,7 @@ def jobs_and_arrays_table(jobs: list[dict[str, Any]], *, expand: bool = False) -
         pools = sorted({str(j["pool"]) for j in elements if j.get("pool")})
         note = ""
         if waiting is not None:
-            note = f"{waiting['id']}: {waiting['wait_reason']}"
+            note = f"{waiting['id']}: {wait_text(waiting['wait_reason'], waiting.get('wait_reason_at'))}"
         table.add_row(
             entry["array_id"],
             f"{entry['name']} ({len(elements)} elements)",
@@ -139,9 +139,9 @@ def jobs_and_arrays_table(jobs: list[dict[str, Any]], *, expand: bool = False) -
 
 
 def _job_cells(job: dict[str, Any]) -> list[str]:
-    note = job.get("wait_reason") or ""
-    if not note and job.get("progress") is not None:
-        note = f"{100 * float(job['progress']):.0f}%"
+    note = wait_text(job["wait_reason"], job.get("wait_reason_at")) if job.get("wait_reason") else ""
+    if not note and (job.get("progress") is not None or job.get("step") is not None):
+        note = progress_text(job)
     return [
         job["id"],
         job.get("name", ""),

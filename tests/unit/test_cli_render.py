@@ -205,3 +205,29 @@ def test_a_sweep_is_one_row_with_counts_and_its_reason_once_expandable() -> None
     assert text.count("a long reason") == 2  # the reason once (it says it twice itself)
     expanded = _text(jobs_and_arrays_table(jobs, expand=True), width=400)
     assert all(f"arr-1-{i}" in expanded for i in range(8))
+
+
+def test_every_screen_prints_the_same_step_and_the_reason_dated_by_its_pass() -> None:
+    from spotline.cli.render_arrays import jobs_and_arrays_table
+
+    base = {"team": "vision", "priority": "normal", "effective_priority": 1.0, "gpus": 4, "submitted_at": 1.0}
+    running = {**base, "id": "job-r", "name": "r", "state": "RUNNING", "progress": 0.459, "step": 459}
+    waiting = {
+        **base,
+        "id": "job-w",
+        "name": "w",
+        "state": "PENDING",
+        "wait_reason": "waiting: pool od has 0 free GPUs of the 4 needed",
+        "wait_reason_at": 1_800_000_000.0,
+    }
+    dated = "waiting: pool od has 0 free GPUs of the 4 needed (pass at 2027-01-15T08:00:00Z)"
+    # status and list show the step and progress as the API defines them, and the reason with
+    # the time of the pass that decided it
+    assert "46% (step 459)" in _text(job_table(running))
+    assert dated in _text(job_table(waiting))
+    listed = _text(jobs_and_arrays_table([running, waiting]), width=300)
+    assert "46% (step 459)" in listed and dated in listed
+    # explain says the same reason, dated the same
+    why = {"job_id": "job-w", "state": "PENDING", "summary": waiting["wait_reason"]}
+    why |= {"wait_reason": waiting["wait_reason"], "wait_reason_at_s": waiting["wait_reason_at"]}
+    assert dated in _text(explain_view(why), width=300)
