@@ -148,6 +148,15 @@ DETAIL_JOB_STATE_CHANGED = "Job State Changed"
 DETAIL_SPOT_WARNING = "EC2 Spot Instance Interruption Warning"
 DETAIL_REBALANCE = "EC2 Instance Rebalance Recommendation"
 DETAIL_BATCH_STATE_CHANGE = "Batch Job State Change"
+# EC2's events about reserved capacity (spotline.control.reserved): AWS's documentation spells
+# the Capacity Block ones two ways, with and without "Reservation"; the rule matches both.
+DETAILS_CAPACITY_RESERVATION = (
+    "Capacity Block Delivered",
+    "Capacity Block Reservation Delivered",
+    "Capacity Block Expiration Warning",
+    "Capacity Block Reservation Expiration Warning",
+    "EC2 Capacity Reservation Instance Interruption Warning",
+)
 # The Batch job statuses whose state-change events the control plane handles.
 BATCH_STATUSES_ACTED_ON = ("RUNNING", "SUCCEEDED", "FAILED")
 
@@ -245,6 +254,12 @@ RULES: tuple[Rule, ...] = (
         "rebalance",
     ),
     Rule(
+        "CapacityReservationEvents",
+        DEFAULT_BUS,
+        {"source": ["aws.ec2"], "detail-type": list(DETAILS_CAPACITY_RESERVATION)},
+        "capacity_reservation",
+    ),
+    Rule(
         "BatchJobStateChange",
         DEFAULT_BUS,
         {
@@ -308,6 +323,14 @@ FUNCTIONS: tuple[Function, ...] = (
         reads=("Jobs", "Instances", "Ledger"),
         writes=("Jobs", "Idempotency", "Ledger"),
     ),
+    # A Capacity Block delivered asks for a pass; its expiration warning (or an interruptible
+    # reservation's) checkpoints and requeues the jobs on the capacity that goes.
+    Function(
+        "capacity_reservation",
+        "capacity_reservation",
+        reads=("Jobs", "Instances"),
+        writes=("Jobs", "Timeline", "Idempotency"),
+    ),
     Function(
         "checkpoint_completed",
         "checkpoint_completed",
@@ -361,6 +384,7 @@ FUNCTION_ACTIONS: dict[str, dict[str, str]] = {
         "batch:TerminateJob": "Spotline's Batch jobs",
     },
     "spot_interruption": {"states:StartExecution": "the preempt state machine"},
+    "capacity_reservation": {"states:StartExecution": "the preempt state machine"},
     # Only this function answers a workflow's task token.
     "checkpoint_completed": {"states:SendTaskSuccess": "the preempt state machine"},
     # Batch names the ECS container instance; the Spot warning names the EC2 instance. A run

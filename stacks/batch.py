@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any
 
 from aws_cdk import Aws, Duration, RemovalPolicy, Size, Stack, Token
 from aws_cdk import aws_batch as batch
@@ -103,6 +104,20 @@ def ecr_repository_arn(image: str) -> str | None:
     return f"arn:{partition}:ecr:{matched['region']}:{matched['account']}:repository/{matched['repo']}"
 
 
+def efa_interfaces_of(network: Network, interfaces: int) -> list[dict[str, Any]]:
+    """One EFA interface on each network card: the first the primary (device index 0)."""
+    return [
+        {
+            "DeviceIndex": 0 if card == 0 else 1,
+            "NetworkCardIndex": card,
+            "InterfaceType": "efa",
+            "Groups": [network.gang_security_group.security_group_id],
+            "DeleteOnTermination": True,
+        }
+        for card in range(interfaces)
+    ]
+
+
 class TrainingCompute(Construct):
     def __init__(
         self,
@@ -127,6 +142,8 @@ class TrainingCompute(Construct):
         )
         self.launch_template = self._launch_template("LaunchTemplate", user_data)
         self.efa_launch_template: ec2.LaunchTemplate | None = None
+        # Each reserved pool's launch template, aimed at its reservation (by pool name).
+        self.reserved_launch_templates: dict[str, ec2.LaunchTemplate] = {}
         self.placement_groups: dict[str, ec2.PlacementGroup] = {}
         # Keyed by (pool, team): the team's own instances of the pool with `team_instances`, else
         # (pool, None), the pool's instances that every team shares.
@@ -242,11 +259,7 @@ class TrainingCompute(Construct):
             ),
             minv_cpus=0,
             maxv_cpus=pool.max_vcpus,
-            launch_template=(
-                self._efa_launch_template(user_data, network, efa_interfaces(pool.instance_types))
-                if pool.efa
-                else self.launch_template
-            ),
+            launch_template=self._pool_launch_template(pool, user_data, network),
             placement_group=self._placement_group(pool.name) if pool.placement_group else None,
             update_to_latest_image_version=True,
             # A deploy that changes the instances leaves running jobs alone for as long as
@@ -259,7 +272,7 @@ class TrainingCompute(Construct):
         assert isinstance(cfn_environment, batch.CfnComputeEnvironment)
         # The launch template's version as deployed, not $Default: a user-data change makes a
         # new version, which updates the compute environment, so new instances get it.
-        template = self._efa_launch_template(user_data, network, 0) if pool.efa else self.launch_template
+        template = self._pool_launch_template(pool, user_data, network)
         cfn_environment.add_property_override(
             "ComputeResources.LaunchTemplate.Version", template.latest_version_number
         )
@@ -478,6 +491,50 @@ class TrainingCompute(Construct):
             ],
         )
 
+    def _pool_launch_template(
+        self, pool: PoolConfig, user_data: ec2.UserData, network: Network
+    ) -> ec2.LaunchTemplate:
+        """The launch template of `pool`'s instances: a reserved pool's own, the EFA one, or the
+        shared one."""
+        if pool.reservation is not None:
+            return self._reserved_launch_template(pool, user_data, network)
+        if pool.efa:
+            return self._efa_launch_template(user_data, network, efa_interfaces(pool.instance_types))
+        return self.launch_template
+
+    def _reserved_launch_template(
+        self, pool: PoolConfig, user_data: ec2.UserData, network: Network
+    ) -> ec2.LaunchTemplate:
+        """A reserved pool's launch template (one per pool, made once): the shared one's settings,
+        aimed at its reservation. A Capacity Block: market type `capacity-block` and the
+        reservation's id; an ODCR group: the group's ARN, only there (the pool's instance types
+        are pinned in its compute environment)."""
+        reservation = pool.reservation
+        assert reservation is not None
+        existing = self.reserved_launch_templates.get(pool.name)
+        if existing is not None:
+            return existing
+        template = self._launch_template(f"{pool.name}-reserved-launch-template", user_data)
+        cfn = template.node.default_child
+        assert isinstance(cfn, ec2.CfnLaunchTemplate)
+        if reservation.is_capacity_block:
+            cfn.add_property_override(
+                "LaunchTemplateData.InstanceMarketOptions", {"MarketType": "capacity-block"}
+            )
+            target = {"CapacityReservationId": reservation.capacity_reservation_id}
+        else:
+            target = {"CapacityReservationResourceGroupArn": reservation.resource_group_arn}
+        cfn.add_property_override(
+            "LaunchTemplateData.CapacityReservationSpecification", {"CapacityReservationTarget": target}
+        )
+        if pool.efa:
+            cfn.add_property_override(
+                "LaunchTemplateData.NetworkInterfaces",
+                efa_interfaces_of(network, efa_interfaces(pool.instance_types)),
+            )
+        self.reserved_launch_templates[pool.name] = template
+        return template
+
     def _efa_launch_template(
         self, user_data: ec2.UserData, network: Network, interfaces: int
     ) -> ec2.LaunchTemplate:
@@ -490,17 +547,7 @@ class TrainingCompute(Construct):
             cfn = template.node.default_child
             assert isinstance(cfn, ec2.CfnLaunchTemplate)
             cfn.add_property_override(
-                "LaunchTemplateData.NetworkInterfaces",
-                [
-                    {
-                        "DeviceIndex": 0 if card == 0 else 1,
-                        "NetworkCardIndex": card,
-                        "InterfaceType": "efa",
-                        "Groups": [network.gang_security_group.security_group_id],
-                        "DeleteOnTermination": True,
-                    }
-                    for card in range(interfaces)
-                ],
+                "LaunchTemplateData.NetworkInterfaces", efa_interfaces_of(network, interfaces)
             )
             self.efa_launch_template = template
         return self.efa_launch_template

@@ -11,6 +11,7 @@ import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from pydantic import ValidationError
@@ -55,7 +56,11 @@ _POOL_KEYS = {
     "placement_group",
     "efa",
     "availability_zone",
+    "reservation",
 }
+_RESERVATION_KEYS = {"capacity_reservation_id", "resource_group_arn", "instances", "start", "end"}
+_CAPACITY_RESERVATION_ID = re.compile(r"^cr-[0-9a-f]{8,17}$")
+_RESOURCE_GROUP_ARN = re.compile(r"^arn:aws[a-z-]*:resource-groups:[a-z0-9-]+:\d{12}:group/[A-Za-z0-9._-]+$")
 CONTEXT_KEYS = frozenset(
     {
         "stage",
@@ -116,6 +121,27 @@ class ConfigError(ValueError):
 
 
 @dataclass(frozen=True)
+class ReservationConfig:
+    """A reserved pool's capacity: a Capacity Block (`capacity_reservation_id`) or an On-Demand
+    Capacity Reservation group (`resource_group_arn`), its instances, and its window (epoch s)."""
+
+    instances: int
+    start: float
+    end: float
+    capacity_reservation_id: str | None = None
+    resource_group_arn: str | None = None
+
+    @property
+    def is_capacity_block(self) -> bool:
+        return self.capacity_reservation_id is not None
+
+    @property
+    def reservation_id(self) -> str:
+        """What the EC2 events name: the reservation's id, or the group's ARN."""
+        return self.capacity_reservation_id or self.resource_group_arn or ""
+
+
+@dataclass(frozen=True)
 class PoolConfig:
     """One GPU pool: a Batch managed EC2 compute environment and its job queue."""
 
@@ -138,6 +164,8 @@ class PoolConfig:
     # its compute environment gets that AZ's subnet only). None: the VPC's first AZ.
     # `spotline doctor` checks that the pool's instance types are offered there.
     availability_zone: str | None = None
+    # A reserved pool (a Capacity Block or an ODCR group): its own launch template targets it.
+    reservation: ReservationConfig | None = None
 
     @property
     def is_spot(self) -> bool:
@@ -281,8 +309,10 @@ def parse_pool(raw: Mapping[str, Any], index: int) -> PoolConfig:
         if not shapes:
             raise ConfigError(f"{where}: 'gpus_per_node' is required for these instance types")
         gpus_per_node = min(shapes)
+    # (A reserved pool's capacity is where the reservation is: no placement group by default.)
     placement_group = _bool(
-        raw.get("placement_group", purchase == PURCHASE_ON_DEMAND), f"{where}.placement_group"
+        raw.get("placement_group", purchase == PURCHASE_ON_DEMAND and "reservation" not in raw),
+        f"{where}.placement_group",
     )
     if placement_group and purchase == PURCHASE_SPOT:
         raise ConfigError(
@@ -304,6 +334,19 @@ def parse_pool(raw: Mapping[str, Any], index: int) -> PoolConfig:
             f"{where}: 'efa' needs the pool's cluster placement group (AWS Batch wants every instance "
             "with an EFA in one): an On-Demand pool with 'placement_group' true"
         )
+    reservation = None
+    if "reservation" in raw:
+        if purchase != PURCHASE_ON_DEMAND:
+            raise ConfigError(
+                f"{where}: a reserved pool has purchase '{PURCHASE_ON_DEMAND}' (it is not Spot)"
+            )
+        reservation = parse_reservation(raw["reservation"], f"{where}.reservation", instance_types)
+        expected = reservation.instances * gpus_per_node
+        if max_gpus != expected:
+            raise ConfigError(
+                f"{where}: max_gpus {max_gpus} is not the reservation's {reservation.instances} instances x"
+                f" {gpus_per_node} GPUs ({expected})"
+            )
     zone = raw.get("availability_zone")
     if zone is not None and not placement_group:
         raise ConfigError(
@@ -324,7 +367,55 @@ def parse_pool(raw: Mapping[str, Any], index: int) -> PoolConfig:
         placement_group=placement_group,
         efa=efa,
         availability_zone=str(zone) if zone else None,
+        reservation=reservation,
     )
+
+
+def parse_reservation(raw: Any, where: str, instance_types: tuple[str, ...]) -> ReservationConfig:
+    """A pool's `reservation`: exactly one of `capacity_reservation_id` (a Capacity Block, one
+    instance type) and `resource_group_arn` (an ODCR group, its instance types pinned), the
+    `instances` reserved, and `start` and `end` as ISO-8601 times with a zone."""
+    if not isinstance(raw, Mapping):
+        raise ConfigError(f"{where}: expected an object")
+    unknown = set(raw) - _RESERVATION_KEYS
+    if unknown:
+        raise ConfigError(f"{where}: unknown keys {sorted(unknown)}")
+    block_id, group = raw.get("capacity_reservation_id"), raw.get("resource_group_arn")
+    if (block_id is None) == (group is None):
+        raise ConfigError(f"{where}: give one of 'capacity_reservation_id' and 'resource_group_arn'")
+    if block_id is not None and not _CAPACITY_RESERVATION_ID.match(str(block_id)):
+        raise ConfigError(f"{where}.capacity_reservation_id: {block_id!r} is not a reservation id (cr-...)")
+    if block_id is not None and len(instance_types) != 1:
+        raise ConfigError(
+            f"{where}: a Capacity Block is of one instance type; the pool lists {list(instance_types)}"
+        )
+    if group is not None and not _RESOURCE_GROUP_ARN.match(str(group)):
+        raise ConfigError(f"{where}.resource_group_arn: {group!r} is not a resource group ARN")
+    instances = _positive_int(_require(raw, "instances", where), f"{where}.instances")
+    start, end = (
+        _instant(_require(raw, "start", where), f"{where}.start"),
+        _instant(_require(raw, "end", where), f"{where}.end"),
+    )
+    if end <= start:
+        raise ConfigError(f"{where}: 'end' must be after 'start'")
+    return ReservationConfig(
+        instances=instances,
+        start=start,
+        end=end,
+        capacity_reservation_id=None if block_id is None else str(block_id),
+        resource_group_arn=None if group is None else str(group),
+    )
+
+
+def _instant(value: Any, where: str) -> float:
+    """An ISO-8601 time with a zone (e.g. 2026-12-01T11:30:00Z), as epoch seconds."""
+    try:
+        when = datetime.fromisoformat(str(value))
+    except ValueError:
+        raise ConfigError(f"{where}: {value!r} is not an ISO-8601 time (e.g. 2026-12-01T11:30:00Z)") from None
+    if when.tzinfo is None:
+        raise ConfigError(f"{where}: {value!r} needs a zone (e.g. Z)")
+    return when.timestamp()
 
 
 def _bool(value: Any, where: str) -> bool:

@@ -408,6 +408,14 @@ class SpotlineStack(Stack):
                 entry["interruption_rate_per_hour"] = pool.interruption_rate_per_hour
             if pool.efa:
                 entry["efa"] = True
+            if pool.reservation is not None:
+                # Prepaid: nothing at the margin; the scheduler plans for the window.
+                entry["price"] = 0.0
+                entry["reservation"] = {
+                    "start": pool.reservation.start,
+                    "end": pool.reservation.end,
+                    "reservation_id": pool.reservation.reservation_id,
+                }
             pools.append(entry)
         document: dict[str, Any] = {
             **self.config.control_plane,

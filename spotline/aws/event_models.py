@@ -11,6 +11,8 @@ model keeps the handlers' types precise.
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from aws_lambda_powertools.utilities.parser.models import EventBridgeModel
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -48,6 +50,29 @@ class RebalanceDetail(_Detail):
 
 class RebalanceEvent(_Event):
     detail: RebalanceDetail
+
+
+class CapacityBlockDetail(_Detail):
+    """A Capacity Block's `Capacity Block (Reservation) Delivered` or `... Expiration Warning`."""
+
+    capacity_reservation_id: str | None = Field(default=None, alias="capacity-reservation-id")
+    end_date: str | None = Field(default=None, alias="end-date")
+
+
+class CapacityBlockEvent(_Event):
+    detail: CapacityBlockDetail
+
+
+class ReservationInterruptionDetail(_Detail):
+    """An interruptible Capacity Reservation's instance interruption warning (2 minutes)."""
+
+    instance_id: str = Field(alias="instance-id", min_length=1)
+    instance_action: str = Field(default="terminate", alias="instance-action")
+    termination_time: datetime | None = Field(default=None, alias="instance-termination-time")
+
+
+class ReservationInterruptionEvent(_Event):
+    detail: ReservationInterruptionDetail
 
 
 # --- the agent ------------------------------------------------------------------------------

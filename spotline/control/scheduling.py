@@ -29,6 +29,7 @@ from spotline.control.pending import StorePendingQueue
 from spotline.control.plane import ControlPlane
 from spotline.control.ports import PreparedTransition, execution_name
 from spotline.control.records import Disruption, JobRecord, drain_target, entry_time, stored_drain_target
+from spotline.control.reserved import drain_blocks
 from spotline.control.spot_signals import signals as spot_signals
 from spotline.control.usage import budget_pass, soften
 from spotline.domain import (
@@ -85,6 +86,8 @@ class PassResult:
     spend_usd: dict[str, float] = field(default_factory=dict)
     # (job id, why) of each unreadable record met and quarantined: left out, never planned.
     quarantined: list[tuple[str, str]] = field(default_factory=list)
+    # Jobs whose reserved block ends soon, started checkpointing to leave it (`reserved`).
+    drained: list[str] = field(default_factory=list)
 
 
 def team_usage_gpu_hours(
@@ -225,6 +228,8 @@ def scheduling_pass(cp: ControlPlane, *, act_until: float | None = None) -> Pass
             batch.flush()  # decisions are carried out in the planner's order
             act(cp, subject, decision, active_by_id, team_held, result, now=now)
         batch.flush()
+    # Jobs in reserved blocks that end soon checkpoint and leave, planned from the known end.
+    result.drained = drain_blocks(cp, snapshot, now)
     full = any(n >= window for n in result.window_by_class.values())
     # Jobs let in (or a chain cancelled) by this pass: the queue index may show them only to the
     # next read (GSI reads are eventually consistent), and a long chain ends a few rounds a pass.

@@ -64,6 +64,7 @@ HANDLERS = (
     "batch_state_change",
     "spot_interruption",
     "rebalance",
+    "capacity_reservation",
     "reconciler",
     "workflow_tasks",
 )

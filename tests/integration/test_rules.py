@@ -96,6 +96,23 @@ CASES: dict[str, tuple[list[dict[str, Any]], list[dict[str, Any]]]] = {
         [load_event("rebalance_recommendation")],
         [load_event("spot_interruption_warning")],
     ),
+    # Both of AWS's spellings of the Capacity Block events, and the interruptible reservation's.
+    "CapacityReservationEvents": (
+        [
+            load_event("capacity_block_delivered"),
+            {**load_event("capacity_block_delivered"), "detail-type": "Capacity Block Reservation Delivered"},
+            load_event("capacity_block_expiration_warning"),
+            {
+                **load_event("capacity_block_expiration_warning"),
+                "detail-type": "Capacity Block Reservation Expiration Warning",
+            },
+            load_event("capacity_reservation_interruption_warning"),
+        ],
+        [
+            load_event("spot_interruption_warning"),
+            with_source(load_event("capacity_block_expiration_warning"), "aws.batch"),
+        ],
+    ),
     "BatchJobStateChange": (
         [
             batch_event("job-1", "b-1", "RUNNING"),
