@@ -484,6 +484,10 @@ def preempt(
         deadline = now + grace_period_s(victim.job, cp.config.grace_period_s) if decision.checkpoint else now
         reason = f"preempted for {preemptor.id} ({preemptor.job.priority.value}): {decision.reason}"
         reason += _victim_criterion(cp, victim, now)
+        if any(r.job.id == victim_id for r in decision.resizes):
+            # (docs/elastic.md: the planner would shrink it; this control plane stops it whole)
+            reason += "; elastic: the control plane does not resize jobs yet, so it is preempted whole"
+
         try:
             if victim.state is JobState.RUNNING:
                 start_disruption(
