@@ -472,3 +472,21 @@ def test_a_sweeps_pending_elements_are_one_row_that_expands() -> None:
     assert html.count(reason) == 1 and html.count('data-array="arr-9"') == 1
     assert "5 pending element(s)" in html and all(f'data-element="arr-9-{i}"' in html for i in range(5))
     assert "lr=3" in html
+
+
+def test_the_team_page_shows_the_whole_month_with_the_pace_to_its_end() -> None:
+    import re
+
+    # Given a team with 2 GPU-hours so far, from a job that started a minute ago
+    api = FakeApi([job("job-r", "normal", 1.0, state="RUNNING", started_at=NOW - 60, runtime_s=60.0)])
+    board = Dashboard({"vision": api})
+    template, values = board.page("vision", "team")
+    html = board.render(template, team="vision", view="team", fragment=True, **values)
+    start, end, _ = data.month_bounds(NOW)
+    # Then the axis runs from the month's first day to its last, not over the last minute
+    ticks = re.findall(r'class="tick">(\d\d \w\w\w)</text>', html)
+    assert ticks[0] == time.strftime("%d %b", time.gmtime(start))
+    assert ticks[-1] == time.strftime("%d %b", time.gmtime(end))
+    # And the rest of the month is drawn at the pace so far
+    projected = data.projected(2.0, start, end, NOW)
+    assert 'class="line projected"' in html and f"{projected:.3g} GPU-hours by month end" in html

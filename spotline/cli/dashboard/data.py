@@ -230,6 +230,11 @@ def scaled(series: list[tuple[float, float]], total: float) -> list[tuple[float,
     return [(t, v * total / last) for t, v in series]
 
 
+def projected(gpu_hours: float, start: float, end: float, now: float) -> float:
+    """The month's GPU-hours at their pace so far (at least an hour of the month counted)."""
+    return gpu_hours * (end - start) / max(now - start, 3600.0)
+
+
 def forecast(usage: Mapping[str, Any], start: float, end: float, now: float) -> dict[str, Any]:
     """The month's spend at its pace so far (dollars / elapsed share of the month), unless the API
     gives its own forecast (`forecast_usd`), which wins."""

@@ -135,17 +135,15 @@ class Dashboard:
             gpu_hours = float(usage.get("gpu_hours") or 0.0)
             price = float(usage.get("dollars") or 0.0) / gpu_hours if gpu_hours else None
             quota = usage.get("quota_gpu_hours")
-            # From a little before the month's first run (or its start) to now.
-            series = month["series"]
-            first = series[1][0] if len(series) > 2 else month["start"]
-            begin = max(month["start"], first - 0.05 * (month["now"] - first))
+            # The whole month on the axis: the GPU-hours so far, then dashed at their pace to its end.
             chart = svg.usage_chart(
-                [(begin, 0.0), *[(t, v) for t, v in series if t >= begin]],
-                begin,
-                max(month["now"], begin + 60.0),
+                month["series"],
+                month["start"],
+                month["end"],
                 quota_gpu_hours=float(quota) if isinstance(quota, int | float) else None,
                 budget_usd=(usage.get("budget") or {}).get("budget_usd"),
                 dollars_per_gpu_hour=price,
+                projected_gpu_hours=data.projected(gpu_hours, month["start"], month["end"], month["now"]),
             )
             return "team.html", {**month, "chart": chart}
         assert job_id is not None

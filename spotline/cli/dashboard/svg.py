@@ -150,10 +150,13 @@ def usage_chart(
     quota_gpu_hours: float | None = None,
     budget_usd: float | None = None,
     dollars_per_gpu_hour: float | None = None,
+    projected_gpu_hours: float | None = None,
 ) -> Markup:
-    """Cumulative GPU-hours from `start` to `end`, as a line, against the team's quota
-    (GPU-hours) and its budget (in GPU-hours at the month's average price), when known."""
-    top = max([v for _, v in series] + [1e-6])
+    """Cumulative GPU-hours from `start` to `end` (the month), as a line up to its last point
+    (now), then dashed to `projected_gpu_hours` at `end` when given (the pace so far), against
+    the team's quota (GPU-hours) and its budget (in GPU-hours at the month's average price),
+    when known."""
+    top = max([v for _, v in series] + [projected_gpu_hours or 0.0, 1e-6])
     budget_gh = budget_usd / dollars_per_gpu_hour if budget_usd and dollars_per_gpu_hour else None
     for limit in (quota_gpu_hours, budget_gh):
         if limit:
@@ -174,6 +177,19 @@ def usage_chart(
         out.append(f'<text x="{LEFT - 8}" y="{y(v) + 4:.1f}" text-anchor="end" class="tick">{v:.3g}</text>')
     points = " ".join(f"{_x(t, start, end):.1f},{y(v):.1f}" for t, v in series)
     out.append(f'<polyline points="{points}" class="line"><title>GPU-hours used</title></polyline>')
+    if series and series[-1][0] < end:
+        now_t, now_v = series[-1]
+        x_now = _x(now_t, start, end)
+        out.append(
+            f'<line x1="{x_now:.1f}" x2="{x_now:.1f}" y1="{TOP}" y2="{bottom}" class="now">'
+            f"<title>now: {_hhmm(now_t, 0)} UTC</title></line>"
+        )
+        if projected_gpu_hours is not None:
+            out.append(
+                f'<line x1="{x_now:.1f}" y1="{y(now_v):.1f}" x2="{_x(end, start, end):.1f}"'
+                f' y2="{y(projected_gpu_hours):.1f}" class="line projected">'
+                f"<title>at this pace: {projected_gpu_hours:.3g} GPU-hours by month end</title></line>"
+            )
     for limit, name in ((quota_gpu_hours, "quota"), (budget_gh, "budget")):
         if limit:
             out.append(
