@@ -82,7 +82,7 @@ def main(argv: Sequence[str] = ()) -> int:
     with record.section("Cold start"):
         cold_start.main(["--runs", "5"])
     with record.section("CLI start-up"):
-        cli_startup.main(["--runs", "10"])
+        cli_startup.main(["--runs", "5"])
     with record.section("Control plane cost"):
         aws_costs.main(["--jobs", "10", "--idle-runs", "5"])
     from bench import deadline_bench

@@ -42,4 +42,13 @@ def test_the_endpoint_lists_jobs_from_a_local_json() -> None:
 def test_one_run_of_each_command_succeeds(capsys: pytest.CaptureFixture[str]) -> None:
     assert cli_startup.main(["--runs", "1"]) == 0
     out = capsys.readouterr().out
-    assert "spotline list" in out and "spotline --help" in out
+    assert "list (run)" in out and "pools --help" in out and "spotline --help" in out
+
+
+def test_the_fake_api_answers_every_client_commands_route() -> None:
+    with cli_startup.local_endpoint() as env:
+        local = json.loads((Path(env["SPOTLINE_STATE_DIR"]) / "local.json").read_text())
+        for path in cli_startup._ANSWERS:
+            with urllib.request.urlopen(local["api_url"] + path) as response:
+                assert response.status == 200, path
+    assert set(cli_startup.CLIENT) >= {"list", "status", "explain", "logs", "pools", "history", "submit"}

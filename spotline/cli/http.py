@@ -16,12 +16,13 @@ import json
 import os
 import re
 import tomllib
+import urllib.error
+import urllib.request
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-
-import httpx
+from urllib.parse import urlencode
 
 LOCAL = "local"
 ENV_ENDPOINT = "SPOTLINE_ENDPOINT"
@@ -98,7 +99,7 @@ class Endpoint:
         query = {k: str(v) for k, v in (params or {}).items() if v is not None}
         url = self.base_url.rstrip("/") + path
         if query:
-            url += "?" + httpx.QueryParams(query).__str__()
+            url += "?" + urlencode(query)
         data = None if body is None else json.dumps(body).encode()
         sent: dict[str, str] = {"accept": "application/json", **self.headers, **(headers or {})}
         if data is not None:
@@ -106,15 +107,17 @@ class Endpoint:
         if self.credentials is not None:
             sent = self._signed(method, url, data, sent)
         try:
-            response = httpx.request(method, url, content=data, headers=sent, timeout=self.timeout_s)
-        except httpx.HTTPError as error:
-            raise ClientError(f"cannot reach the Spotline API at {self.base_url}: {error}") from error
+            status, content = send(method, url, data, sent, self.timeout_s)
+        except (OSError, ValueError) as error:  # refused, unreachable, timed out, a bad URL
+            why = getattr(error, "reason", None) or error
+            raise ClientError(f"cannot reach the Spotline API at {self.base_url}: {why}") from error
+        text = content.decode("utf-8", "replace")
         try:
-            decoded = response.json() if response.content else None
+            decoded = json.loads(text) if content else None
         except ValueError:
             decoded = None
-        if response.status_code >= 400:
-            raise _api_error(response.status_code, decoded, response.text)
+        if status >= 400:
+            raise _api_error(status, decoded, text)
         return decoded
 
     def _signed(self, method: str, url: str, data: bytes | None, headers: dict[str, str]) -> dict[str, str]:
@@ -124,6 +127,20 @@ class Endpoint:
         request = AWSRequest(method=method, url=url, data=data or b"", headers=headers)
         SigV4Auth(self.credentials, SERVICE, self.region or "us-east-1").add_auth(request)
         return dict(request.headers.items())
+
+
+def send(
+    method: str, url: str, data: bytes | None, headers: Mapping[str, str], timeout_s: float
+) -> tuple[int, bytes]:
+    """One HTTP exchange: (status, body), an error status included. The standard library's
+    client: the CLI starts faster without an HTTP package to import."""
+    request = urllib.request.Request(url, data=data, headers=dict(headers), method=method)
+    try:
+        with urllib.request.urlopen(request, timeout=timeout_s) as response:
+            return int(response.status), bytes(response.read())
+    except urllib.error.HTTPError as error:
+        with error:
+            return int(error.code), bytes(error.read())
 
 
 def _api_error(status: int, body: Any, text: str) -> ClientError:

@@ -10,12 +10,11 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-import httpx
 import pytest
 from typer.testing import CliRunner
 
 import functions.api
-from spotline.cli import app
+from spotline.cli import app, http
 from tests.integration.helpers import api_event, context
 from tests.integration.test_api import VISION
 
@@ -28,13 +27,13 @@ def api(deployment: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Non
     """The client's requests go to the API handler, as API Gateway would send them (the vision
     team's identity), over the memory control plane of `deployment`."""
 
-    def request(method: str, url: str, *, content: bytes | None = None, **_: Any) -> httpx.Response:
+    def send(method: str, url: str, data: bytes | None, *_: Any) -> tuple[int, bytes]:
         parts = urlsplit(url)
-        body = None if content is None else json.loads(content)
+        body = None if data is None else json.loads(data)
         response = functions.api.handler(api_event(method, parts.path, identity=VISION, body=body), context())
-        return httpx.Response(response["statusCode"], content=(response.get("body") or "").encode())
+        return response["statusCode"], (response.get("body") or "").encode()
 
-    monkeypatch.setattr(httpx, "request", request)
+    monkeypatch.setattr(http, "send", send)
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
     monkeypatch.setenv("SPOTLINE_STATE_DIR", str(tmp_path / "no-local-plane"))
