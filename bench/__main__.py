@@ -5,7 +5,8 @@ items read, writes of a pass that changes nothing) and a freed cluster's backlog
 admissions per second), each handler's import against boto3's, and what it costs on AWS per
 1,000 jobs, idle and per running job-hour, counted on the local runtime; last, the single-job
 Spot-under-deadline benchmark (`bench.deadline_bench`: the paper's Table 3 and the goal rows) and
-many jobs on real Spot capacity (`bench.spot_pools`: the Spot peers and the many-jobs goal rows).
+many jobs on real Spot capacity (`bench.spot_pools`: the Spot peers and the many-jobs goal rows)
+and many deadline jobs on equal terms (`bench.deadline_cluster`: admission, the trade-off curve).
 
 Everything runs as plain Python, the code Lambda runs; the policies' simulations run in a process
 of their own. The evaluation set is simulated once: the policy part saves its runs and the
@@ -104,6 +105,13 @@ def main(argv: Sequence[str] = ()) -> int:
     # three Spot zones following the 16-node traces, On-Demand capped, against the Spot peers
     with record.section("Many jobs on real Spot capacity"):
         spot_pools.main([])
+    from bench import deadline_cluster
+
+    # many deadline jobs on equal terms: load against usable capacity, the all-On-Demand baseline
+    # sized to the cluster, the same run times for all, Slurm, Kueue and EDF peers, Spotline's
+    # admission answers, cost against deadline attainment
+    with record.section("Deadlines across the cluster"):
+        deadline_cluster.main([])
     print(f"\nresults: {record.finish()}")
     return 0
 

@@ -26,6 +26,7 @@ for a deadline job over the time it would run. Pure: no clock, no I/O.
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -75,18 +76,34 @@ def on_demand_only(job: Job, config: SchedulerConfig) -> bool:
 
 @dataclass
 class Profile:
-    """GPUs in use in one pool over time: `base` from now on, plus (start, end, gpus) spans."""
+    """GPUs in use in one pool over time: (start, end, gpus) spans, read as a step function."""
 
     capacity: int
     spans: list[tuple[float, float, int]]
 
+    def _steps(self) -> tuple[list[float], list[int]]:
+        """(times, in use from each time to the next), times ascending."""
+        deltas: dict[float, int] = {}
+        for start, end, gpus in self.spans:
+            deltas[start] = deltas.get(start, 0) + gpus
+            deltas[end] = deltas.get(end, 0) - gpus
+        times = sorted(deltas)
+        levels, level = [], 0
+        for t in times:
+            level += deltas[t]
+            levels.append(level)
+        return times, levels
+
     def peak(self, start: float, end: float) -> int:
         """The most GPUs in use at any instant of [start, end)."""
-        edges = sorted({start, *(s for s, _, _ in self.spans if start < s < end)})
-        return max(
-            (sum(g for s, e, g in self.spans if s <= t < e) for t in edges),
-            default=0,
-        )
+        times, levels = self._steps()
+        i = bisect.bisect_right(times, start) - 1
+        peak = levels[i] if i >= 0 else 0
+        for j in range(i + 1, len(times)):
+            if times[j] >= end:
+                break
+            peak = max(peak, levels[j])
+        return peak
 
     def fits(self, start: float, end: float, gpus: int) -> bool:
         return self.peak(start, end) + gpus <= self.capacity
@@ -95,8 +112,17 @@ class Profile:
         """The earliest start >= now with `gpus` free for `duration` (None: never: too large)."""
         if gpus > self.capacity:
             return None
-        for start in sorted({now, *(e for _, e, _ in self.spans if e > now)}):
-            if self.fits(start, start + duration, gpus):
+        room = self.capacity - gpus
+        times, levels = self._steps()
+        starts = [now, *(t for t in times if t > now)]
+        for start in starts:
+            i = bisect.bisect_right(times, start) - 1
+            if (levels[i] if i >= 0 else 0) > room:
+                continue
+            j = i + 1
+            while j < len(times) and times[j] < start + duration and levels[j] <= room:
+                j += 1
+            if j == len(times) or times[j] >= start + duration:
                 return start
         return None  # (unreachable: after the last span ends the pool is empty)
 

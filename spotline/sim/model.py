@@ -229,6 +229,8 @@ class SimJob:
     resize_times: list[float] = field(default_factory=list)
     grown_from: int = 0
     absorbed_gpu_s: float = 0.0
+    # Spotline's answer to its deadline at submission (`admission.AnswerKind` value; None: none).
+    deadline_answer: str | None = None
 
     @property
     def end_if_undisturbed(self) -> float:

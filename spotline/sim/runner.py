@@ -25,6 +25,7 @@ from spotline.sim.peers import (
     AllOnDemandPolicy,
     BatchFairSharePolicy,
     BatchSpotFirstPolicy,
+    EarliestDeadlinePolicy,
     FifoPolicy,
     KueuePolicy,
     PriorityRandomPolicy,
@@ -43,7 +44,7 @@ POLICIES: tuple[str, ...] = ("fifo", "priority-random", "kueue", "slurm", "spotl
 # Policies `--policy` also accepts: Kueue's other configurations (`kueue` is `KUEUE_DEFAULT`).
 KUEUE_NAMES: tuple[str, ...] = tuple(KUEUE_SETUPS)
 # The Spot-and-deadline peers (`peers/spot_peers.py`), by name only.
-SPOT_PEERS: tuple[str, ...] = ("on-demand", "batch-spot-first", "skypilot", "uniform-progress")
+SPOT_PEERS: tuple[str, ...] = ("on-demand", "batch-spot-first", "skypilot", "uniform-progress", "edf")
 # The peers' setups of the contended benches (`PeerKnobs` sets each one's main parameter).
 CONTENTION_PEERS: tuple[str, ...] = ("slurm-exempt", "batch-fair-share", "skypilot-recovery")
 KNOWN_POLICIES: tuple[str, ...] = POLICIES + KUEUE_NAMES + SPOT_PEERS + CONTENTION_PEERS
@@ -138,6 +139,7 @@ def make_policy(
         "batch-spot-first": BatchSpotFirstPolicy,
         "skypilot": SkyPilotPolicy,
         "uniform-progress": UniformProgressPolicy,
+        "edf": EarliestDeadlinePolicy,
     }.get(name)
     if spot_peer is not None:
         return spot_peer(competent)

@@ -60,6 +60,7 @@ from spotline.domain import (
     TeamQuota,
     plan,
 )
+from spotline.domain.admission import DeadlineAnswer, answer_deadline
 from spotline.domain.decisions import Resize
 from spotline.domain.elastic_spec import DEFAULT_COOLDOWN_S, ElasticSpec
 from spotline.domain.extension import PlannerExtension
@@ -67,8 +68,9 @@ from spotline.domain.models import PRIORITIES_HIGH_FIRST, DrainTarget, SpotPoolS
 from spotline.domain.placement import candidate_pools, spot_refusal
 from spotline.domain.planner import queue_key
 from spotline.domain.preemption import estimated_remaining_s
-from spotline.domain.queue import WINDOW_PER_CLASS
+from spotline.domain.queue import WINDOW_PER_CLASS, read_window
 from spotline.domain.reserved import block_drains, drain_at
+from spotline.domain.runtime_history import PastRun, predict_runtime
 from spotline.domain.spot_watch import PoolWatch
 from spotline.sim.blocks import BlockEnd
 from spotline.sim.model import Phase, SimJob, SimSettings, TeamShares
@@ -80,6 +82,14 @@ if TYPE_CHECKING:
 
 # Called with each pass's time and decisions (`spotline.sim.fingerprint.DecisionDigest.observe`).
 DecisionObserver = Callable[[float, Sequence[Decision]], None]
+
+
+# The latest finished runs kept per history key (the control plane reads one page of 100).
+HISTORY_RUNS = 100
+
+
+def _history_key(record: Job) -> tuple[str, int]:
+    return (record.team, record.spec.gpus)
 
 
 class SpotlinePolicy:
@@ -133,6 +143,8 @@ class SpotlinePolicy:
         self.watches: dict[str, PoolWatch] = {}
         self._launch_waits: dict[str, float] = {}
         self._signals: tuple[float, dict[str, SpotPoolSignal]] | None = None
+        # Finished jobs' run times by (team, GPUs): a trace's jobs have no names to key by.
+        self.history: dict[tuple[str, int], list[PastRun]] = {}
 
     @property
     def sim(self) -> Simulation:
@@ -203,7 +215,13 @@ class SpotlinePolicy:
             # (an elastic job keeps its last resize and the size it grew from across a requeue)
             resized_at=None if previous is None else previous.resized_at,
             base_gpus=None if previous is None else previous.base_gpus,
+            deadline_answer=None if previous is None else previous.deadline_answer,
         )
+        if previous is None and job.deadline is not None:
+            # Its deadline is answered at submission, as the control plane does (`admission`).
+            answer = self._answer(record, self.sim.now)
+            record = record.model_copy(update={"deadline_answer": answer})
+            job.deadline_answer = answer.kind.value
         self.records[job.idx] = record
         self.by_id[job.id] = job
         self.queue.add(record)
@@ -215,10 +233,28 @@ class SpotlinePolicy:
         position = bisect.bisect_left(entries, queue_key(record), key=lambda e: e[0])
         return position < WINDOW_PER_CLASS
 
+    def _answer(self, record: Job, now: float) -> DeadlineAnswer:
+        """The answer to a new job's deadline from what a pass would read now."""
+        snapshot = ClusterSnapshot.model_construct(
+            pools=self._pools,
+            allocations=tuple(self.running.values()),
+            quotas={},
+            usage_gpu_hours={},
+            spot={},
+        )
+        pending = read_window(self.queue, WINDOW_PER_CLASS)
+        runtime = predict_runtime(record, self.history.get(_history_key(record), ()))
+        return answer_deadline(record, runtime, snapshot, pending, now, self.config)
+
     def on_released(self, job: SimJob) -> None:
         del self.running[job.id]
         self.usage.change(job.team, -job.held, self.sim.now)
         if job.phase is Phase.DONE:
+            # Its run time joins the history that predicts its like (`runtime_history`).
+            record = self.records[job.idx]
+            runs = self.history.setdefault(_history_key(record), [])
+            runs.append(PastRun(runtime_s=job.work, declared_s=record.spec.expected_runtime_s))
+            del runs[:-HISTORY_RUNS]
             del self.records[job.idx]
             del self.by_id[job.id]
             self._specs.pop(job.idx, None)

@@ -8,6 +8,8 @@ import json
 from datetime import UTC, datetime
 from typing import Any
 
+import pytest
+
 import functions.api
 from spotline.control.scheduling import scheduling_pass
 
@@ -89,3 +91,30 @@ def test_a_pass_keeps_the_held_gpus_from_other_jobs(deployment: Deployment) -> N
     assert states[held["id"]]["state"] == "ADMITTED"
     assert states[other["id"]]["state"] == "PENDING"
     assert "held for deadline jobs" in states[other["id"]]["wait_reason"]
+
+
+def test_the_run_time_is_predicted_from_the_teams_history(deployment: Deployment) -> None:
+    import functions.batch_state_change
+
+    from .helpers import batch_event, start, submit
+
+    now = deployment.clock.freeze()
+    # Three earlier "nightly" jobs declared 2 h and ran 1 h each.
+    for _ in range(3):
+        running = start(deployment, submit(deployment, name="nightly", expected_runtime_s=2 * HOUR))
+        deployment.clock.advance(HOUR)
+        assert running.batch_job_id is not None
+        functions.batch_state_change.handler(
+            batch_event(running.id, running.batch_job_id, "SUCCEEDED", started_at_ms=int(now * 1000)),
+            context(),
+        )
+        now = deployment.clock.advance(1)
+    # A new one declares 4 h: history says it takes about half of what is declared.
+    status, body = post(now, 6, name="nightly", expected_runtime_s=4 * HOUR)
+    assert status == 201
+    runtime = body["deadline_answer"]["runtime"]
+    assert runtime["source"] == "history: 3 runs' actual / declared" and runtime["samples"] == 3
+    assert runtime["planned_s"] == pytest.approx(2 * HOUR, rel=0.01)
+    # Another name has no history: its declaration stands.
+    status, other = post(now, 6, name="other", expected_runtime_s=4 * HOUR)
+    assert other["deadline_answer"]["runtime"]["source"] == "declared"

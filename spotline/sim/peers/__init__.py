@@ -18,6 +18,7 @@ from spotline.sim.peers.spot_peers import (
     FALLBACK_AFTER_S,
     AllOnDemandPolicy,
     BatchSpotFirstPolicy,
+    EarliestDeadlinePolicy,
     SkyPilotPolicy,
     UniformProgressPolicy,
 )
@@ -32,6 +33,7 @@ __all__ = [
     "AllOnDemandPolicy",
     "BatchFairSharePolicy",
     "BatchSpotFirstPolicy",
+    "EarliestDeadlinePolicy",
     "EstimateModel",
     "FifoPolicy",
     "KueuePolicy",

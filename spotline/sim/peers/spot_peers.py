@@ -30,6 +30,8 @@ a job that does not fit not holding back later jobs that do. None preempts anoth
   room (taking risks, and staying there until reclaimed), On-Demand when behind its line
   (progress below elapsed C / R), else it waits. Jobs without a deadline go Spot first, as in
   Batch.
+- `edf` (`EarliestDeadlinePolicy`): Uniform Progress's rules for each job, the queue served
+  earliest deadline first.
 """
 
 from __future__ import annotations
@@ -89,12 +91,16 @@ class _DispatchPolicy(PeerPolicy):
     def before_dispatch(self, now: float) -> None:
         """Act on running jobs before the queue is served (nothing by default)."""
 
+    def order(self, job: SimJob) -> tuple[float, ...]:
+        """The order the queue is served in: submission order (a requeued job keeps its place)."""
+        return (job.submit, job.idx)
+
     def schedule(self, now: float) -> None:
         self.before_dispatch(now)
         if not self._pending:
             return
         if self._order is None:
-            self._order = sorted(self._pending.values(), key=lambda j: (j.submit, j.idx))
+            self._order = sorted(self._pending.values(), key=self.order)
         pools = self._pool_order
         top = max((ps.free for ps in pools), default=0)
         started = False
@@ -224,3 +230,13 @@ class UniformProgressPolicy(_DispatchPolicy):
                 if job.progress(now) >= self._line(job, elapsed):
                     spot_room -= job.gpus
                     sim.move(job)  # ahead of the hysteresis line: back to Spot
+
+
+class EarliestDeadlinePolicy(UniformProgressPolicy):
+    """Uniform Progress on each deadline job, the queue served earliest deadline first (jobs
+    without one after, in submission order): the classic deadline scheduler as a peer."""
+
+    name = "edf"
+
+    def order(self, job: SimJob) -> tuple[float, ...]:
+        return (math.inf if job.deadline is None else job.deadline, job.submit, job.idx)

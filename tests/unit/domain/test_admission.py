@@ -194,3 +194,29 @@ def running_allocation(running: object) -> object:
     from spotline.domain.models import Allocation
 
     return Allocation(job=running, pool="od", gpus=8)
+
+
+def test_the_profile_agrees_with_counting_instant_by_instant():
+    # Spans on a whole-second grid: the naive count at every second is the reference.
+    import random
+
+    from spotline.domain.admission import Profile
+
+    rng = random.Random(7)
+    for _ in range(200):
+        spans = []
+        for _ in range(rng.randint(0, 6)):
+            start = rng.randint(0, 20)
+            spans.append((float(start), float(start + rng.randint(1, 10)), rng.randint(1, 8)))
+        profile = Profile(capacity=16, spans=list(spans))
+
+        def used(t: int, spans: list[tuple[float, float, int]] = spans) -> int:
+            return sum(g for s, e, g in spans if s <= t < e)
+
+        start, end = rng.randint(0, 25), rng.randint(1, 8)
+        assert profile.peak(start, start + end) == max(used(t) for t in range(start, start + end))
+        gpus, duration = rng.randint(1, 16), rng.randint(1, 8)
+        naive = next(
+            s for s in range(0, 60) if all(used(t) + gpus <= 16 for t in range(s, s + duration))
+        )
+        assert profile.earliest(0.0, float(duration), gpus) == naive
