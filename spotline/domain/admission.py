@@ -300,6 +300,10 @@ class PassHolds:
         return cls(by_pool)
 
     def held_against(self, job: Job, pool: Pool, now: float, remaining_s: float) -> int:
-        """GPUs of `pool` held for other jobs at some instant while `job` would run there."""
+        """GPUs of `pool` held for other jobs at some instant while `job` would run there; none
+        for a job whose own hold there is in force (its answer fitted it beside the others)."""
+        own = job.deadline_answer.hold if job.deadline_answer is not None else None
+        if own is not None and own.pool == pool.name and own.start <= now < own.end:
+            return 0
         others = [hold for owner, hold in self.by_pool.get(pool.name, ()) if owner != job.id]
         return held_on_demand_gpus(others, now, now + remaining_s) if others else 0

@@ -20,7 +20,7 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from spotline.domain.admission import PassHolds
+from spotline.domain.admission import AnswerKind, PassHolds
 from spotline.domain.config import SchedulerConfig
 from spotline.domain.deadline import PassPlans
 from spotline.domain.decisions import (
@@ -366,6 +366,10 @@ class _Pass:
     def _on_demand_held(self, turn: _Turn) -> Decision | None:
         """On-Demand GPUs held for other deadline jobs while it would run are not its: a pool
         without room beside them is left out; with none left, it waits."""
+        answer = turn.job.deadline_answer
+        if answer is not None and answer.kind is AnswerKind.ON_DEMAND_ONLY:
+            # It was promised its deadline On-Demand only: its hold is there, not on Spot.
+            turn.pools = [pool for pool in turn.pools if not pool.is_spot] or turn.pools
         if not self.holds.by_pool:
             return None
         job, held = turn.job, 0

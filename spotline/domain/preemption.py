@@ -109,7 +109,8 @@ def eligibility(
 
     1. Never a job that is already checkpointing for another preemptor, or the preemptor itself.
     2. Never inside its protection period (since its last start).
-    3. Never once it reached the per-job preemption cap.
+    3. Never once it reached the per-job preemption cap, nor while it runs in the On-Demand GPUs
+       its deadline's answer holds for it (`admission`).
     4. Then: its class is below the preemptor's (Slurm's QOS preempt lists, Kueue's
        LowerPriority), or it runs on borrowed capacity that the preemptor's team may reclaim
        (the candidate's team is over its nominal quota and the preemptor's team stays within
@@ -138,6 +139,7 @@ INSIDE_PROTECTION = "inside its protection period"
 NOT_LOWER = "not of a lower class"
 PREEMPTION_CAP = "reached the preemption cap"
 RESIZING = "restarting at a new size"
+HELD_FOR_DEADLINE = "running in the On-Demand GPUs held for its deadline"
 
 
 def shielded(allocation: Allocation, now: float, config: SchedulerConfig) -> str | None:
@@ -153,6 +155,10 @@ def shielded(allocation: Allocation, now: float, config: SchedulerConfig) -> str
     until = protected_until(job, config)
     if until is not None and now < until:
         return INSIDE_PROTECTION
+    hold = job.deadline_answer.hold if job.deadline_answer is not None else None
+    if hold is not None and allocation.pool == hold.pool and now < hold.end:
+        # The On-Demand GPUs its deadline's answer holds for it (`admission`): its promise.
+        return HELD_FOR_DEADLINE
     return None
 
 

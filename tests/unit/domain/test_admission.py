@@ -216,7 +216,49 @@ def test_the_profile_agrees_with_counting_instant_by_instant():
         start, end = rng.randint(0, 25), rng.randint(1, 8)
         assert profile.peak(start, start + end) == max(used(t) for t in range(start, start + end))
         gpus, duration = rng.randint(1, 16), rng.randint(1, 8)
-        naive = next(
-            s for s in range(0, 60) if all(used(t) + gpus <= 16 for t in range(s, s + duration))
-        )
+        naive = next(s for s in range(0, 60) if all(used(t) + gpus <= 16 for t in range(s, s + duration)))
         assert profile.earliest(0.0, float(duration), gpus) == naive
+
+
+def test_a_job_answered_on_demand_only_is_not_placed_on_spot():
+    # The pool's GPUs are held at the end of the window for a first job: the second, with hours
+    # of slack, is promised its deadline only On-Demand, now.
+    first = deadline_job("first", hours_left=6)
+    held = first.with_changes(
+        deadline_answer=answer_deadline(first, runtime(2), cluster([OD8, SPOT]), [], NOW, POLICY)
+    )
+    second = deadline_job("second", hours_left=6)
+    answer = answer_deadline(second, runtime(2), cluster([OD8, SPOT]), [held], NOW, POLICY)
+    assert answer.kind is AnswerKind.ON_DEMAND_ONLY
+    answered = second.with_changes(deadline_answer=answer)
+    admitted = [d for d in run_plan(cluster([OD8, SPOT]), [answered]) if isinstance(d, Admit)]
+    assert [d.pool for d in admitted] == ["od"]
+    # Without the answer, Spot comes first.
+    admitted = [d for d in run_plan(cluster([OD8, SPOT]), [second]) if isinstance(d, Admit)]
+    assert [d.pool for d in admitted] == ["spot"]
+
+
+def test_a_holder_in_its_window_is_not_kept_out_by_later_holds():
+    # Its own hold is in force now; another's starts within its run: the answers fitted both.
+    own = _held("own", 8, NOW, NOW + 3 * HOUR)
+    never = own.spec.model_copy(update={"spot": SpotPreference.NEVER})
+    own = own.model_copy(update={"spec": never})
+    later = _held("later", 8, NOW + HOUR, NOW + 4 * HOUR)
+    decisions = {d.job.id: d for d in run_plan(cluster([OD, SPOT]), [own, later])}
+    assert isinstance(decisions["own"], Admit) and decisions["own"].pool == "od"
+
+
+def test_a_job_running_in_its_held_gpus_is_no_victim():
+    from spotline.domain.preemption import HELD_FOR_DEADLINE, shielded
+
+    holder = _held("holder", 8, NOW - HOUR, NOW + 2 * HOUR)
+    running = holder.with_changes(state="RUNNING", started_at=NOW - HOUR, pool="od")
+    from spotline.domain.models import Allocation
+
+    assert shielded(Allocation(job=running, pool="od", gpus=8), NOW, POLICY) == HELD_FOR_DEADLINE
+    assert shielded(Allocation(job=running, pool="od", gpus=8), NOW + 3 * HOUR, POLICY) is None
+    assert shielded(Allocation(job=running, pool="spot", gpus=8), NOW, POLICY) is None
+    # A critical job that needs the pool waits rather than preempting it.
+    critical = job("c").critical().gpus(8).expected_runtime(HOUR).build()
+    decisions = run_plan(cluster([OD8, SPOT], [Allocation(job=running, pool="od", gpus=8)]), [critical])
+    assert isinstance(decisions[0], Wait)
