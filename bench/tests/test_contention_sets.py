@@ -66,3 +66,11 @@ def test_a_sample_is_judged_on_the_mean_over_its_seeds_with_the_ci_of_the_ratio(
     assert cell["met"]
     assert cell["ci95"] == pytest.approx(goals.interval([0.6, 10 / 18])[1])
     assert cell["how"].startswith("x0.571 ± ") and cell["how"].endswith(" vs slurm")
+
+
+def test_seeded_runs_come_back_per_seed_in_order() -> None:
+    sample = c.Seeded(tuple(c._bursty(seed, 1.2, 80, 16) for seed in (1, 2)))
+    per_seed = c.run_seeded(sample, ["fifo", "spotline"])
+    for member, runs in zip(sample.members, per_seed, strict=True):
+        assert list(runs) == ["fifo", "spotline"]
+        assert runs == c.run_contended(member, ["fifo", "spotline"], workers=1)
