@@ -51,6 +51,7 @@ from bench.policy_bench.tables import _fmt, cpu_s
 from spotline.domain import SchedulerConfig
 from spotline.sim import SimSettings, simulate
 from spotline.sim.accounts import LOSS_CAUSES, RESTART_LABELS, SPOT, WAIT_CAUSES
+from spotline.sim.model import PeerKnobs
 from spotline.sim.variants import VARIANTS
 from spotline.trace import Trace
 from spotline.trace.synth import synth_trace
@@ -176,6 +177,9 @@ PEERS: tuple[str, ...] = (
     "slurm-exempt",
 )
 POLICIES: tuple[str, ...] = (*PEERS, "spotline")
+# The peers' main parameters as the contended tuning set chose them (`python -m bench.peer_sweep`,
+# design-notes/contention.md): the `PeerKnobs` defaults, and SkyPilot's fallback after 2 hours.
+SETTINGS = SimSettings(peers=PeerKnobs(skypilot_fallback_s=7200.0))
 
 
 def available(samples: Sequence[Seeded]) -> list[Seeded]:
@@ -212,7 +216,8 @@ SLOW: tuple[str, ...] = ("spotline", "skypilot-recovery", "skypilot", "kueue-fai
 
 def _one(job: tuple[Contended, str, SimSettings | None, tuple[str, ...]]) -> dict[str, Any]:
     sample, policy, settings, variants = job
-    return run_contended(sample, [policy], settings=settings, workers=1, variants=variants)[policy]
+    runs = run_contended(sample, [policy], settings=settings or SETTINGS, workers=1, variants=variants)
+    return runs[policy]
 
 
 def run_seeded(
