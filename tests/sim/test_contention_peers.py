@@ -100,7 +100,19 @@ SHARES = [
 def test_batch_fair_share_dispatches_the_share_that_used_least_first() -> None:
     fifo = run(SHARES, "fifo")
     assert waits(fifo)["b1"] == pytest.approx(3000.0 - 3.0)
-    fair = run(SHARES, "batch-fair-share")
+    fair = run(
+        SHARES, "batch-fair-share", settings=replace(SETTINGS, peers=PeerKnobs(batch_share_decay_s=3600.0))
+    )
     # After a1, team a's decayed usage is above b's (none): b1 goes before a2.
     assert waits(fair)["b1"] == pytest.approx(1000.0 - 3.0)
     assert by_id(fair)["a2"].first_start == pytest.approx(2000.0)
+
+
+def test_batch_fair_share_without_decay_compares_the_gpus_held_now() -> None:
+    fair = run(
+        SHARES, "batch-fair-share", settings=replace(SETTINGS, peers=PeerKnobs(batch_share_decay_s=0.0))
+    )
+    # At 1,000 and 2,000 s neither team holds a GPU: a tie (broken by the share's name), so a2,
+    # then a3 go first: without memory of usage, fair share dispatches as FIFO does here.
+    assert by_id(fair)["a2"].first_start == pytest.approx(1000.0)
+    assert waits(fair)["b1"] == pytest.approx(3000.0 - 3.0)
