@@ -59,6 +59,11 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "Each pool: capacity, GPUs used and free, nodes (running, idle, draining, reclaimed, joining)"
         " and Spot state.",
     ),
+    "reservations": (
+        "spotline.cli.reservations",
+        "Reserved capacity: Capacity Block offerings worth a look, blocks worth extending, and the cost"
+        " either way (advice only: it never buys).",
+    ),
     "history": (
         "spotline.cli.history",
         "The team's finished jobs, the latest to end first (filters: --state, --since, --team).",

@@ -16,7 +16,7 @@ from spotline.control.plane import ControlPlane
 from spotline.control.ports import NODE_STATES, NodeView
 from spotline.control.records import pool_key
 from spotline.control.scheduling import build_snapshot
-from spotline.domain.models import SpotPoolSignal
+from spotline.domain.models import ReservedWindow, SpotPoolSignal
 
 
 def spot_state(signal: SpotPoolSignal | None) -> dict[str, Any]:
@@ -45,6 +45,16 @@ def node_json(node: NodeView) -> dict[str, Any]:
     }
 
 
+def reservation_json(window: ReservedWindow) -> dict[str, Any]:
+    return {
+        "reservation_id": window.reservation_id,
+        "start": iso(window.start),
+        "end": iso(window.end),
+        "start_at": window.start,
+        "end_at": window.end,
+    }
+
+
 def pools_view(cp: ControlPlane, team: str) -> dict[str, Any]:
     """Every configured pool: capacity, GPUs used and free, the ledger's count, its nodes by
     state, its Spot state, and the caller's jobs in it."""
@@ -70,6 +80,9 @@ def pools_view(cp: ControlPlane, team: str) -> dict[str, Any]:
             "price": pool.price,
             "spot": spot_state(snapshot.spot.get(pool.name)) if pool.is_spot else None,
             "team_jobs": mine,
+            "instance_types": list(pool.instance_types),
+            # A reserved pool's window (a Capacity Block or an ODCR group), None for the others.
+            "reservation": None if pool.reservation is None else reservation_json(pool.reservation),
         }
         if nodes is None:
             entry["nodes"] = None
