@@ -103,8 +103,10 @@ def _summary(run: PolicyRun) -> dict[str, Any]:
     missed = [j for j in deadline_jobs if j.finish is None or j.finish > (j.deadline or 0.0)]
     admitted = [j for j in deadline_jobs if j.deadline_answer in ("meets", "on-demand-only")]
     impossible = [j for j in deadline_jobs if (j.deadline or 0.0) - j.submit < j.work]
+    held = run.metrics["spot_gpu_hours"] + run.metrics["on_demand_gpu_hours"]
     return {
         "cost": run.metrics["cost_per_useful_gpu_hour"],
+        "on_demand_share": run.metrics["on_demand_gpu_hours"] / held if held else 0.0,
         "deadlines": len(deadline_jobs),
         "missed": len(missed),
         "attainment": 1.0 - len(missed) / len(deadline_jobs) if deadline_jobs else 1.0,
@@ -149,7 +151,9 @@ def pooled(per_seed: Sequence[dict[str, dict[str, Any]]]) -> dict[str, dict[str,
         rows = [seed[name] for seed in per_seed]
         cost, cost_ci = mean_ci([r["cost"] for r in rows])
         attain, attain_ci = mean_ci([r["attainment"] for r in rows])
-        totals = {k: sum(r[k] for r in rows) for k in rows[0] if k not in ("cost", "attainment")}
+        means = ("cost", "attainment", "on_demand_share")
+        totals = {k: sum(r[k] for r in rows) for k in rows[0] if k not in means}
+        totals["on_demand_share"] = statistics.fmean(r["on_demand_share"] for r in rows)
         out[name] = {
             "cost": cost,
             "cost_ci": cost_ci,
@@ -216,14 +220,15 @@ def print_half(label: str, seeds: Sequence[int], table: dict[str, dict[str, Any]
     print(f"\n### {label} (seeds {', '.join(map(str, seeds))})\n")
     print(
         "| policy | cost / useful GPU-h (95% CI) | deadline attainment (95% CI) | misses of all deadlines"
-        " | Pareto front | completed |"
+        " | On-Demand share of GPU-hours | Pareto front | completed |"
     )
-    print("|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|")
     for name, r in sorted(table.items(), key=lambda item: item[1]["cost"]):
         print(
             f"| {name} | {r['cost']:.3f} ± {r['cost_ci']:.3f}"
             f" | {r['attainment']:.3f} ± {r['attainment_ci']:.3f}"
-            f" | {r['missed']} of {r['deadlines']} | {'yes' if name in front else ''}"
+            f" | {r['missed']} of {r['deadlines']} | {r['on_demand_share']:.2f}"
+            f" | {'yes' if name in front else ''}"
             f" | {r['completed']}/{r['jobs']} |"
         )
     ours = table["spotline"]
