@@ -76,6 +76,11 @@ def main(argv: Sequence[str] = ()) -> int:
         # elastic jobs: 30% of the multi-GPU jobs of the contended synthetic shapes, three seeds
         with record.section("Elastic jobs"):
             elastic.main([])
+    from bench import tune_check
+
+    # `spotline tune` on a tuning-set trace, its recommendation checked on the evaluation set
+    with record.section("Tune on the tuning set, checked on the evaluation set"):
+        tune_check.main([])
     from bench import aws_costs, cli_startup, cold_start, pass_scale
 
     with record.section("The scheduling pass on moto"):

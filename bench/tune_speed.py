@@ -54,7 +54,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         progress=lambda line: print(line, flush=True),
     )
     wall = time.perf_counter() - began
-    cpu = sum(c.cpu_s for c in result.candidates)
+    tuning_cpu = [c.cpu_s / args.seeds for c in result.candidates]
+    holdout_cpu = [c.holdout_cpu_s / args.seeds for c in result.candidates if c.holdout]
+    cpu = sum(tuning_cpu) * args.seeds + sum(holdout_cpu) * args.seeds
     days = history.span_s / 86400.0
     print(
         f"history: Philly {START}..{args.end}, {len(trace.jobs):,} jobs over {days:.1f} days, 512 GPUs;"
@@ -65,6 +67,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         f" {'all' if args.tuning_days is None else f'{args.tuning_days:g}'}: {result.runs} replays,"
         f" {wall:.0f} s wall on {args.workers} worker(s) ({cpu:.0f} CPU s in the replays);"
         f" target 600 s: {'met' if wall < 600 else 'missed'}"
+    )
+    print(
+        f"CPU s per replay: tuning stretch {sum(tuning_cpu) / len(tuning_cpu):.0f},"
+        f" holdout {sum(holdout_cpu) / max(1, len(holdout_cpu)):.0f}"
     )
     print(result.reason)
     return 0

@@ -33,8 +33,10 @@ from spotline.cli.http import EXIT_USAGE, LOCAL, ClientError, Endpoint, resolve,
 from spotline.cli.outfile import OutputError, check_file, write_text
 from spotline.trace.canonical import TraceJob, format_trace
 
-# The observed availability's tick (s): the watch's observations are exact, a minute is plenty.
+# The observed availability's tick (s): at most a minute (the watch's observations are exact),
+# finer for a short history (a local plane's minutes), at most about 2,000 ticks below a minute.
 AVAILABILITY_TICK_S = 60
+AVAILABILITY_TICKS = 2000
 # What each job went through, beside the canonical columns (ignored by the simulator).
 OUTCOME_COLUMNS = ("name", "command", "state", "preemptions", "interruptions", "lost_gpu_s")
 ENDED = ("SUCCEEDED", "FAILED", "CANCELLED")
@@ -87,15 +89,16 @@ class Export:
 
 def availability(signal: Mapping[str, Any], start: float, now: float, instances: int) -> dict[str, Any]:
     """A Spot pool's observed capacity from `start` to `now` (module docstring), SkyPilot's format."""
-    ticks = max(1, int((now - start) // AVAILABILITY_TICK_S) + 1)
+    gap = int(max(1, min(AVAILABILITY_TICK_S, (now - start) / AVAILABILITY_TICKS)))
+    ticks = max(1, int((now - start) // gap) + 1)
     spans = [(float(b), float(e)) for b, e in signal.get("spans_s") or ()]
     current = None if signal.get("available", True) else float(signal.get("outage_s") or 0.0)
     data: list[int] = []
     for tick in range(ticks):
-        ago = now - (start + (tick + 0.5) * AVAILABILITY_TICK_S)
+        ago = now - (start + (tick + 0.5) * gap)
         down = any(ended <= ago < began for began, ended in spans) or (current is not None and ago < current)
         data.append(0 if down else instances)
-    return {"metadata": {"gap_seconds": AVAILABILITY_TICK_S}, "data": data}
+    return {"metadata": {"gap_seconds": gap}, "data": data}
 
 
 def build(jobs: Sequence[Mapping[str, Any]], cluster: Mapping[str, Any]) -> Export:
@@ -173,6 +176,7 @@ def build(jobs: Sequence[Mapping[str, Any]], cluster: Mapping[str, Any]) -> Expo
         "teams": list(cluster.get("teams") or []),
         "availability": spot,
         "scheduler": dict(cluster.get("scheduler") or {}),
+        "deployment": dict(cluster.get("deployment") or {}),
         "observed": observed,
     }
     return Export(text=text, cluster=document, written=len(rows), unfinished=len(jobs) - len(ended))

@@ -121,6 +121,12 @@ def cluster(cp: ControlPlane, now: float) -> dict[str, Any]:
         "pools": pools,
         "teams": [{"team": t.team, "nominal_gpus": t.nominal_gpus, "weight": t.weight} for t in config.teams],
         "scheduler": config.scheduler.model_dump(mode="json", exclude_defaults=True),
+        # What a replay needs of the deployment besides the settings.
+        "deployment": {
+            "spot_notice_s": config.spot_notice_s,
+            "grace_period_s": config.grace_period_s,
+            "spot_missing_after_s": config.spot_missing_after_s,
+        },
         "spot": {name: s.model_dump(mode="json") for name, s in signals.items()},
     }
 

@@ -9,6 +9,7 @@ The cluster file, all keys optional but `format`:
      "teams": [{"team", "nominal_gpus", "weight"}],
      "availability": {"<Spot pool>": {"metadata": {"gap_seconds": G}, "data": [n0, n1, ...]}},
      "scheduler": {...},                            # the settings that ran (cdk.json's `scheduler`)
+     "deployment": {"spot_notice_s", "grace_period_s", "spot_missing_after_s"},
      "observed": {"avg_jct_s", "lost_gpu_hours", "preemptions", "interruptions", ...}}
 
 `availability` is what the control plane observed of each Spot pool, in instances, in SkyPilot's
@@ -34,7 +35,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from spotline.domain.config import SchedulerConfig
 from spotline.domain.models import Pool
 from spotline.sim.availability import AvailabilityError, AvailabilityTrace, parse_availability
-from spotline.sim.model import TeamShares, team_shares
+from spotline.sim.model import SimSettings, TeamShares, team_shares
 from spotline.sim.spot_zones import ZoneCapacity
 from spotline.trace.canonical import Trace, TraceJob, read_trace
 
@@ -66,6 +67,7 @@ class ClusterRecord(BaseModel):
     teams: list[TeamRecord] = Field(default_factory=list)
     availability: dict[str, dict[str, Any]] = Field(default_factory=dict)
     scheduler: dict[str, Any] = Field(default_factory=dict)
+    deployment: dict[str, float] = Field(default_factory=dict)
     observed: dict[str, Any] = Field(default_factory=dict)
 
 
@@ -98,6 +100,7 @@ class History:
     teams: list[TeamRecord] = field(default_factory=list)
     availability: dict[str, AvailabilityTrace] = field(default_factory=dict)
     scheduler: dict[str, Any] = field(default_factory=dict)
+    deployment: dict[str, float] = field(default_factory=dict)
     observed: dict[str, Any] = field(default_factory=dict)
     start: str | None = None
 
@@ -109,6 +112,22 @@ class History:
     def span_s(self) -> float:
         """From the trace's second 0 to its last submission."""
         return max((j.submit_s for j in self.trace.jobs), default=0.0)
+
+    def sim_settings(self) -> SimSettings:
+        """The simulator's model of the deployment that ran the history: its restart cost (fixed,
+        the settings' `restart_cost_s`), its Spot notice, its pass cadence (`deadline_step_s`),
+        when it counts Spot as missing; the simulator's defaults for a trace without a cluster."""
+        if not self.has_cluster:
+            return SimSettings()
+        config, d = self.config(), self.deployment
+        return SimSettings(
+            restart_min_s=config.restart_cost_s,
+            restart_max_s=config.restart_cost_s,
+            checkpoint_write_s=config.checkpoint_write_s,
+            notice_s=float(d.get("spot_notice_s", SimSettings.notice_s)),
+            spot_missing_after_s=float(d.get("spot_missing_after_s", SimSettings.spot_missing_after_s)),
+            tick_s=config.deadline_step_s or SimSettings.tick_s,
+        )
 
     def config(self) -> SchedulerConfig:
         """The settings that ran (the defaults where the file records none)."""
@@ -201,6 +220,7 @@ def history_from(trace: Trace, document: Any, source: str) -> History:
         teams=list(record.teams),
         availability=availability,
         scheduler=dict(record.scheduler),
+        deployment=dict(record.deployment),
         observed=dict(record.observed),
         start=record.start,
     )

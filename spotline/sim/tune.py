@@ -196,6 +196,27 @@ def summarize(values: Sequence[float]) -> Summary:
     return Summary(mean, half, tuple(values))
 
 
+@dataclass(frozen=True)
+class Gain:
+    """A candidate's relative change on a metric against the baseline, paired by seed (the same
+    seed: the same restart costs, Spot and random draws): mean and 95% CI half-width; negative
+    is better."""
+
+    mean: float
+    ci95: float
+
+    @property
+    def upper(self) -> float:
+        """The CI's worse end (the mean itself with one seed)."""
+        return self.mean if math.isnan(self.ci95) else self.mean + self.ci95
+
+
+def paired_gain(goal: GoalMetric, base: Summary, other: Summary) -> Gain:
+    """`other`'s change against `base` on `goal`, seed by seed (`change`), summarized."""
+    summary = summarize([change(goal, b, o) for b, o in zip(base.values, other.values, strict=True)])
+    return Gain(summary.mean, summary.ci95)
+
+
 def change(goal: GoalMetric, base: float, other: float) -> float:
     """How much worse `other` is than `base` on `goal`, relative to `base` (floored values;
     negative: better)."""
@@ -221,8 +242,9 @@ class Candidate:
     tuning: dict[str, Summary] = field(default_factory=dict)
     holdout: dict[str, Summary] = field(default_factory=dict)
     pareto: bool = False
-    # CPU seconds its runs took, all seeds and stretches.
+    # CPU seconds its replays took (all seeds), on the tuning stretch and on the holdout.
     cpu_s: float = 0.0
+    holdout_cpu_s: float = 0.0
 
     def means(self, stretch: str) -> dict[str, float]:
         summaries = self.tuning if stretch == "tuning" else self.holdout
@@ -376,7 +398,7 @@ def replay(
 ) -> dict[str, Any]:
     """One replay of `history` with `config` on its cluster (`cluster_for`): the metrics
     `spotline simulate --json` reports for Spotline."""
-    settings = settings or SimSettings()
+    settings = settings or history.sim_settings()
     pools, traces = cluster_for(history, gpus)
     check_hostable(history.trace, pools, settings)
     return _replay(Cluster(history, pools, settings, traces), config, seed)[0]
@@ -430,7 +452,7 @@ def tune(
         raise TuneError(f"--candidates must be at least 2 (the baseline and one more), got {candidates}")
     if not seeds:
         raise TuneError("at least one seed")
-    settings = settings or SimSettings()
+    settings = settings or history.sim_settings()
     base_diff = dict(baseline or {})
     try:
         base = apply_diff(SchedulerConfig(), base_diff)
@@ -472,7 +494,7 @@ def tune(
         eligible = [
             c
             for c in entries[1:]
-            if change(goal, base_means[goal.key], means[c.index][goal.key]) < 0
+            if paired_gain(goal, entries[0].tuning[goal.key], c.tuning[goal.key]).upper < 0
             and all(
                 change(g, base_means[g.key], means[c.index][g.key]) <= MAX_REGRESSION
                 for g in GOAL_METRICS
@@ -488,20 +510,26 @@ def tune(
         for i in sorted(checked):
             mine = [results2[k] for k, r in enumerate(runs2) if r[0] == i]
             entries[i].holdout = _summaries([m for m, _ in mine])
-            entries[i].cpu_s += sum(cpu for _, cpu in mine)
+            entries[i].holdout_cpu_s += sum(cpu for _, cpu in mine)
     finally:
         _FORKED = None
 
     if pick is None:
         recommended: dict[str, Any] = {}
         reason = (
-            f"no candidate improves {goal.key} on the tuning stretch without making another goal"
-            f" metric more than {MAX_REGRESSION:.0%} worse: the settings in effect stay"
+            f"no candidate improves {goal.key} on the tuning stretch (the 95% CI of its paired"
+            f" change over seeds below 0) without making another goal metric more than"
+            f" {MAX_REGRESSION:.0%} worse: the settings in effect stay"
         )
     else:
         ok, why = holdout_verdict(goal, entries[0].means("holdout"), pick.means("holdout"))
         recommended = dict(pick.diff) if ok else {}
-        reason = f"candidate {pick.index} {why}"
+        tuned = paired_gain(goal, entries[0].tuning[goal.key], pick.tuning[goal.key])
+        held = paired_gain(goal, entries[0].holdout[goal.key], pick.holdout[goal.key])
+        reason = (
+            f"candidate {pick.index} {why} (paired change over seeds: tuning {_pct(tuned)},"
+            f" holdout {_pct(held)})"
+        )
     return TuneResult(
         objective=goal.key,
         trace=history.trace.source,
@@ -546,6 +574,10 @@ def holdout_verdict(
         f"improves {goal.key} by {-gain:.1%} on the holdout, and no other goal metric is more than"
         f" {MAX_REGRESSION:.0%} worse there"
     )
+
+
+def _pct(gain: Gain) -> str:
+    return f"{gain.mean:+.1%}" + ("" if math.isnan(gain.ci95) else f" ± {gain.ci95:.1%}")
 
 
 def default_workers() -> int:

@@ -37,7 +37,9 @@ from spotline.sim.tune import (
     flatten,
     holdout_verdict,
     nested,
+    paired_gain,
     setting_value,
+    summarize,
 )
 from spotline.trace import Trace, TraceJob, write_trace
 from spotline.trace.synth import synth_trace
@@ -111,6 +113,15 @@ def test_dominance_needs_every_metric_at_least_as_good() -> None:
     assert dominates(_means(avg_jct_s=900.0), base)
     assert not dominates(base, base)
     assert not dominates(_means(avg_jct_s=900.0, lost_gpu_hours=1001.0), base)
+
+
+def test_a_gain_is_paired_by_seed_and_must_clear_its_ci() -> None:
+    jct = GOALS_BY_KEY["avg_jct_s"]
+    base = summarize([100.0, 200.0, 300.0])
+    steady = paired_gain(jct, base, summarize([95.0, 190.0, 285.0]))  # 5% better on every seed
+    assert steady.mean == pytest.approx(-0.05) and steady.upper < 0
+    noisy = paired_gain(jct, base, summarize([80.0, 230.0, 270.0]))  # better on average only
+    assert noisy.mean < 0 < noisy.upper
 
 
 @pytest.mark.parametrize(

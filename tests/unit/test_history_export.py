@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from spotline.cli.history_export import AVAILABILITY_TICK_S, availability, build
+from spotline.cli.history_export import availability, build
 from spotline.sim.history import cluster_path, read_history
 
 T0 = 1_700_000_000.0
@@ -102,7 +102,7 @@ def test_the_trace_has_the_ended_jobs_from_the_first_submission(tmp_path: Path) 
     }
     counts = history.availability["spot"].counts
     # The trace starts at the first submission (3 h before `now`): up, down from hour 1 to 2, up
-    per_hour = 3600 // AVAILABILITY_TICK_S
+    per_hour = 3600 // history.availability["spot"].gap_seconds
     assert counts[: per_hour - 1] == (2,) * (per_hour - 1)
     assert set(counts[per_hour + 1 : 2 * per_hour - 1]) == {0}
     assert set(counts[2 * per_hour + 1 :]) == {2}
@@ -110,5 +110,5 @@ def test_the_trace_has_the_ended_jobs_from_the_first_submission(tmp_path: Path) 
 
 def test_a_current_outage_runs_to_now() -> None:
     signal = {"available": False, "outage_s": 120.0, "spans_s": []}
-    data = availability(signal, T0, T0 + 600.0, instances=3)["data"]
-    assert data[:7] == [3] * 7 and data[-2:] == [0, 0]
+    data = availability(signal, T0, T0 + 600.0, instances=3)["data"]  # 1-second ticks
+    assert data[:470] == [3] * 470 and data[-110:] == [0] * 110
