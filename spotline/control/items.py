@@ -93,6 +93,8 @@ _JOB_FIELDS = (
     "array_params",
     "max_running",
     "deadline_answer",
+    "resized_at",
+    "base_gpus",
 )
 _RECORD_FIELDS = (
     "updated_at",
@@ -110,6 +112,7 @@ _RECORD_FIELDS = (
     "checkpoint_deadline_at",
     "checkpoint_task_token",
     "draining_for",
+    "resize_to",
     "disruption",
     "launch_failures",
     "last_heartbeat_at",

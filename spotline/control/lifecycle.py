@@ -39,6 +39,7 @@ def start_disruption(
     deadline_at: float,
     draining_for: str,
     reason: str,
+    resize_to: int | None = None,
 ) -> JobRecord:
     """Mark a RUNNING job CHECKPOINTING (the agent sees `checkpoint_requested_at`), then start
     the preempt workflow that waits for its checkpoint until `deadline_at`, stops it and
@@ -75,6 +76,7 @@ def start_disruption(
             "checkpoint_requested_at": now,
             "checkpoint_deadline_at": deadline_at,
             "checkpoint_task_token": None,
+            "resize_to": resize_to,
         },
     )
     start_preempt_workflow(cp, marked, now=now)
@@ -138,11 +140,16 @@ def requeue_after_disruption(
     lost_work = LostWork(
         run=record.run, since=min(since, now), until=now, gpus=record.gpus_held, pool=job.pool
     )
-    counters = (
+    counters: dict[str, Any] = (
         {"preemptions": job.preemptions + 1}
         if outcome is JobState.PREEMPTED
         else {"interruptions": job.interruptions + 1}
     )
+    resized = record.resize_to is not None and outcome is JobState.PREEMPTED
+    if resized:
+        # An elastic job's resize: requeued at its new size, keeping its place; not a preemption.
+        counters = _resized_job(record, now)
+        reason = _resize_words(record)
     # What is durable now: a checkpoint written as the run stops (on SIGTERM) may land later, so
     # the checkpoint the next run restores is named by that run (`events._note_restore`).
     checkpoint = (
@@ -169,11 +176,40 @@ def requeue_after_disruption(
             "lost_work_s": job.lost_work_s + lost,
             "pool": None,
         },
-        changes={**_run_cleared(record, retired, run_stopped=run_stopped), "lost_work": lost_work},
+        changes={
+            **_run_cleared(record, retired, run_stopped=run_stopped),
+            "lost_work": lost_work,
+            "resize_to": None,
+        },
     )
     if record.instance_ids:
         cp.instances.remove_job(record.instance_ids, record.id)
     return moved
+
+
+def _resized_job(record: JobRecord, now: float) -> dict[str, Any]:
+    """The job's fields after a resize to `record.resize_to`: its spec at the new size, when the
+    resize was, and the size it grew from (kept while it holds more, dropped at or below it)."""
+    job = record.job
+    assert record.resize_to is not None
+    size, to = job.spec.gpus, record.resize_to
+    base = job.base_gpus
+    if to > size:
+        base = size if base is None else base
+    elif base is not None and to <= base:
+        base = None
+    return {"spec": job.spec.at_size(to), "resized_at": now, "base_gpus": base}
+
+
+def _resize_words(record: JobRecord) -> str:
+    """What the timeline says of a resize: "shrunk from 16 to 8 GPUs for job X", "grown to 16"."""
+    size, to = record.job.spec.gpus, record.resize_to
+    target = record.draining_for or ""
+    if to is not None and to > size:
+        return f"grown to {to} GPUs (from {size})"
+    return f"shrunk from {size} to {to} GPUs" + (
+        f" for job {target}" if not target.startswith("resize:") else ""
+    )
 
 
 def requeue_interrupted(

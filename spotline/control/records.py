@@ -145,6 +145,8 @@ class JobRecord(BaseModel):
     # (or "interruption:<instance>"), or a move (`drain_target` reads it, `stored_drain_target`
     # writes it).
     draining_for: str | None = None
+    # An elastic job's resize under way: the size it is requeued at once it has checkpointed.
+    resize_to: int | None = None
     disruption: Disruption | None = None
     # Launches that failed since the job was last admitted successfully (gives up after a few).
     launch_failures: int = 0

@@ -62,6 +62,7 @@ class PassResult:
     admitted: list[tuple[str, str]] = field(default_factory=list)  # (job id, pool)
     preempted: list[tuple[str, tuple[str, ...]]] = field(default_factory=list)  # (preemptor, victims)
     moved: list[tuple[str, str]] = field(default_factory=list)  # (job id, Spot pool it moves to)
+    resized: list[tuple[str, int]] = field(default_factory=list)  # (elastic job id, its new size)
     # Held jobs let into the queue, or cancelled by a broken dependency, before planning.
     held: HeldResult = field(default_factory=HeldResult)
     waiting: int = 0
@@ -273,10 +274,8 @@ def act(
             if move(cp, record, decision, now=now):
                 result.moved.append((record.id, decision.pool))
         elif isinstance(decision, Resize):
-            # A growth into idle GPUs: not carried out by the control plane yet (docs: elastic.md).
-            result.skipped.append(
-                (record.id, "an elastic job's growth: not carried out by the control plane")
-            )
+            if grow(cp, record, decision, now=now):
+                result.resized.append((record.id, decision.to_gpus))
         elif isinstance(decision, Wait):
             result.waiting += 1
             if note_wait(cp, record, decision.reason, now=now):
@@ -484,9 +483,9 @@ def preempt(
         deadline = now + grace_period_s(victim.job, cp.config.grace_period_s) if decision.checkpoint else now
         reason = f"preempted for {preemptor.id} ({preemptor.job.priority.value}): {decision.reason}"
         reason += _victim_criterion(cp, victim, now)
-        if any(r.job.id == victim_id for r in decision.resizes):
-            # (docs/elastic.md: the planner would shrink it; this control plane stops it whole)
-            reason += "; elastic: the control plane does not resize jobs yet, so it is preempted whole"
+        shrink = next((r for r in decision.resizes if r.job.id == victim_id), None)
+        if shrink is not None:
+            reason = f"{shrink.reason}: checkpoint, stop, requeue at {shrink.to_gpus} GPUs; {decision.reason}"
 
         try:
             if victim.state is JobState.RUNNING:
@@ -498,6 +497,7 @@ def preempt(
                     deadline_at=deadline,
                     draining_for=preemptor.id,
                     reason=reason,
+                    resize_to=None if shrink is None else shrink.to_gpus,
                 )
             elif victim.state is JobState.ADMITTED:
                 moved = requeue_unstarted(
@@ -513,6 +513,29 @@ def preempt(
             continue
         started.append(victim_id)
     return tuple(started)
+
+
+def grow(cp: ControlPlane, record: JobRecord, decision: Resize, *, now: float) -> bool:
+    """Grow an elastic job into idle GPUs: it checkpoints, stops and is requeued at the larger
+    size (`requeue_after_disruption`), keeping its place. False when it is no longer running as
+    the pass saw it."""
+    if record.state is not JobState.RUNNING or record.job.version != decision.job.version:
+        return False
+    try:
+        start_disruption(
+            cp,
+            record,
+            Disruption.PREEMPT,
+            now=now,
+            deadline_at=now + grace_period_s(record.job, cp.config.grace_period_s),
+            draining_for=f"resize:{record.id}",
+            reason=f"{decision.reason}: checkpoint, stop, requeue at {decision.to_gpus} GPUs",
+            resize_to=decision.to_gpus,
+        )
+    except (StaleJobError, InvalidTransition) as error:
+        logger.info("job changed; not grown", extra={"job_id": record.id, "why": str(error)})
+        return False
+    return True
 
 
 def move(cp: ControlPlane, record: JobRecord, decision: Move, *, now: float) -> bool:
