@@ -376,6 +376,12 @@ FUNCTION_ACTIONS: dict[str, dict[str, str]] = {
         "logs:GetLogEvents": "the training log group",
         # A submitted job's image tag is pinned to its digest (spotline.aws.images).
         "ecr:DescribeImages": "the teams' and the shared training image's repositories",
+        # `GET /pools`: each pool's nodes, the container instances of its compute environments'
+        # ECS clusters (spotline.aws.nodes). Read-only.
+        "batch:DescribeJobQueues": "*",
+        "batch:DescribeComputeEnvironments": "*",
+        "ecs:ListContainerInstances": "the ECS clusters Batch made for the compute environments",
+        "ecs:DescribeContainerInstances": "their container instances",
     },
     # Admissions start the launch workflow; preemptions the preempt workflow; a victim that was
     # admitted but not started is stopped directly.

@@ -149,6 +149,13 @@ class ActionScopes:
             if not self.job_definition_role_arns:
                 return None
             resources = list(self.job_definition_role_arns)
+        elif action == "ecs:ListContainerInstances":
+            clusters = f"arn:{stack.partition}:ecs:{stack.region}:{stack.account}:cluster/*"
+            resources = [clusters]
+            self.wildcard_reasons[clusters] = (
+                "Batch creates the ECS clusters behind its compute environments with generated names; "
+                "ListContainerInstances is read-only and limited to this account and region."
+            )
         elif action == "ecs:DescribeContainerInstances":
             instances = f"arn:{stack.partition}:ecs:{stack.region}:{stack.account}:container-instance/*"
             resources = [instances]

@@ -17,6 +17,7 @@ from spotline.aws.images import EcrImageResolver
 from spotline.aws.instances import InstanceRepository
 from spotline.aws.jobs import JobRepository
 from spotline.aws.ledger import LedgerRepository
+from spotline.aws.nodes import BatchEcsNodes
 from spotline.aws.page_tokens import PageTokens
 from spotline.aws.spot_pools import SpotPoolHistory
 from spotline.aws.timeline import TimelineRepository
@@ -27,6 +28,7 @@ from spotline.control.ports import (
     EventSink,
     ImageResolver,
     InstanceResolver,
+    NodeSource,
     PassTrigger,
     RunLogs,
     TaskTokens,
@@ -51,6 +53,7 @@ def build_control_plane(
     new_id: Callable[[], str] | None = None,
     run_logs: RunLogs | None = None,
     images: ImageResolver | None = None,
+    nodes: NodeSource | None = None,
 ) -> ControlPlane:
     """The control plane over `clients`; any adapter may be replaced (the local runtime passes
     its own `launcher`)."""
@@ -94,4 +97,5 @@ def build_control_plane(
         costs=CostBook(clients.dynamodb, settings.ledger_table),
         spot_pools=SpotPoolHistory(clients.dynamodb, settings.ledger_table),
         images=images or EcrImageResolver(lambda region: clients.client_in("ecr", region)),
+        nodes=nodes or BatchEcsNodes(clients.batch, clients.ecs, settings.config.pools),
     )

@@ -19,7 +19,12 @@ def nodes_text(counts: dict[str, int] | None) -> str:
     return ", ".join(f"{n} {state}" for state, n in counts.items() if n) or "none"
 
 
-def spot_text(spot: dict[str, Any] | None) -> str:
+def spot_text(spot: dict[str, Any] | None, reservation: dict[str, Any] | None = None) -> str:
+    if reservation is not None:
+        state = reservation.get("state")
+        if state == "before":
+            return f"reserved from {reservation.get('start')}"
+        return f"reserved until {reservation.get('end')}" + (" (ended)" if state == "ended" else "")
     if spot is None:
         return "on-demand"
     state = str(spot.get("state"))
@@ -38,7 +43,7 @@ def pools_view(data: dict[str, Any]) -> Group:
         Column("USED", no_wrap=True, justify="right"),
         Column("FREE", no_wrap=True, justify="right"),
         Column("NODES", no_wrap=True),
-        Column("SPOT", no_wrap=True),
+        Column("SPOT / RESERVATION", no_wrap=True),
         Column("YOUR JOBS", no_wrap=True),
         box=None,
         header_style="bold",
@@ -54,7 +59,7 @@ def pools_view(data: dict[str, Any]) -> Group:
             str(pool.get("used_gpus")),
             str(pool.get("free_gpus")),
             nodes_text(pool.get("node_counts")),
-            spot_text(pool.get("spot")),
+            spot_text(pool.get("spot"), pool.get("reservation")),
             ", ".join(pool.get("team_jobs") or []) or "-",
         )
         rows += [(pool["name"], node) for node in pool.get("nodes") or []]

@@ -1,13 +1,16 @@
-"""`GET /pools`: each pool's capacity, its free GPUs, its nodes and its Spot state.
+"""`GET /pools`: each pool's capacity, its free GPUs, its nodes, its Spot state and, for a
+reserved pool, its reservation window.
 
 Free GPUs are the scheduler's own figure: the pool's capacity less what the jobs holding GPUs
 hold (`build_snapshot`, as a pass and `explain` compute it), beside the ledger's counter. Nodes
-come from the deployment's `NodeSource` (the local fleet; None where none is wired). A caller sees
+come from the deployment's `NodeSource` (the local fleet; on AWS the ECS container instances
+behind each pool's compute environments). A caller sees
 every pool's totals, and the ids of its own team's jobs only.
 """
 
 from __future__ import annotations
 
+import logging
 from collections import Counter as Tally
 from typing import Any
 
@@ -17,6 +20,8 @@ from spotline.control.ports import NODE_STATES, NodeView
 from spotline.control.records import pool_key
 from spotline.control.scheduling import build_snapshot
 from spotline.domain.models import ReservedWindow, SpotPoolSignal
+
+logger = logging.getLogger(__name__)
 
 
 def spot_state(signal: SpotPoolSignal | None) -> dict[str, Any]:
@@ -32,6 +37,14 @@ def spot_state(signal: SpotPoolSignal | None) -> dict[str, Any]:
         "observed_s": round(observed, 1),
         "outages": len(signal.outages_s),
     }
+
+
+def reservation_state(window: ReservedWindow | None, now: float) -> dict[str, Any] | None:
+    """A reserved pool's window (an EC2 Capacity Block or an ODCR): when, and where now is in it."""
+    if window is None:
+        return None
+    state = "before" if now < window.start else "active" if now < window.end else "ended"
+    return {**reservation_json(window), "state": state, "ends_in_s": round(max(0.0, window.end - now), 1)}
 
 
 def node_json(node: NodeView) -> dict[str, Any]:
@@ -63,7 +76,13 @@ def pools_view(cp: ControlPlane, team: str) -> dict[str, Any]:
     snapshot = build_snapshot(cp, active, now)
     names = [p.name for p in cp.config.pools]
     counters = cp.ledger.counters(names, ())
-    nodes = None if cp.nodes is None else cp.nodes.nodes(now)
+    nodes, nodes_error = None, None
+    if cp.nodes is not None:
+        try:
+            nodes = cp.nodes.nodes(now)
+        except Exception as error:  # the pools' totals still answer; the nodes say why they do not
+            logger.warning("pool nodes not read", extra={"why": str(error)})
+            nodes_error = f"the nodes could not be read: {type(error).__name__}"
     pools = []
     for pool in cp.config.pools:
         mine = sorted(r.id for r in active if r.team == team and r.job.pool == pool.name and r.gpus_held > 0)
@@ -82,7 +101,7 @@ def pools_view(cp: ControlPlane, team: str) -> dict[str, Any]:
             "team_jobs": mine,
             "instance_types": list(pool.instance_types),
             # A reserved pool's window (a Capacity Block or an ODCR group), None for the others.
-            "reservation": None if pool.reservation is None else reservation_json(pool.reservation),
+            "reservation": reservation_state(pool.reservation, now),
         }
         if nodes is None:
             entry["nodes"] = None
@@ -93,4 +112,7 @@ def pools_view(cp: ControlPlane, team: str) -> dict[str, Any]:
             entry["nodes"] = [node_json(n) for n in own]
             entry["node_counts"] = {state: tally.get(state, 0) for state in NODE_STATES}
         pools.append(entry)
-    return {"at": iso(now), "t": now, "nodes_reported": nodes is not None, "pools": pools}
+    found = {"at": iso(now), "t": now, "nodes_reported": nodes is not None, "pools": pools}
+    if nodes_error is not None:
+        found["nodes_error"] = nodes_error
+    return found

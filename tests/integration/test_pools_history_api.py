@@ -29,6 +29,7 @@ def _pool(body: dict[str, Any], name: str) -> dict[str, Any]:
 
 def test_pools_show_capacity_and_free_gpus_as_the_scheduler_counts_them(deployment: Deployment) -> None:
     record = start(deployment, submit(deployment, gpus=8), pool="a100-spot")
+    deployment.plane.nodes = None  # a deployment that cannot see its instances
 
     status, body = call("GET", "/pools")
 
@@ -40,6 +41,7 @@ def test_pools_show_capacity_and_free_gpus_as_the_scheduler_counts_them(deployme
     assert spot["spot"]["state"] == "there"
     on_demand = _pool(body, "a100-on-demand")
     assert (on_demand["used_gpus"], on_demand["free_gpus"], on_demand["spot"]) == (0, 8, None)
+    assert on_demand["reservation"] is None
     assert body["nodes_reported"] is False and spot["nodes"] is None
 
 
@@ -55,10 +57,7 @@ def test_pools_name_only_the_callers_own_jobs(deployment: Deployment) -> None:
 
 def test_pools_count_the_fleets_nodes_by_state(deployment: Deployment) -> None:
     deployment.plane.nodes = FakeNodes()
-    try:
-        status, body = call("GET", "/pools")
-    finally:
-        deployment.plane.nodes = None
+    status, body = call("GET", "/pools")
 
     assert status == 200 and body["nodes_reported"] is True
     spot = _pool(body, "a100-spot")
@@ -124,3 +123,29 @@ def test_history_is_the_callers_team_only_and_refuses_bad_filters(deployment: De
     assert status == 422 and "not a finished state" in body["message"]
     status, body = call("GET", "/history", query={"since": "yesterday"})
     assert status == 422 and "since" in body["message"]
+
+
+def test_a_reserved_pools_window_is_shown_with_where_now_is_in_it() -> None:
+    from spotline.control.pools import reservation_state
+    from spotline.domain.models import ReservedWindow
+
+    window = ReservedWindow(start=1000.0, end=4600.0, reservation_id="cr-1")
+    assert reservation_state(window, 500.0)["state"] == "before"  # type: ignore[index]
+    active = reservation_state(window, 1600.0)
+    assert active is not None and active["state"] == "active" and active["ends_in_s"] == 3000.0
+    assert active["reservation_id"] == "cr-1" and active["end"] == "1970-01-01T01:16:40Z"
+    assert reservation_state(window, 5000.0)["state"] == "ended"  # type: ignore[index]
+    assert reservation_state(None, 0.0) is None
+
+
+class BrokenNodes:
+    def nodes(self, now: float) -> list[NodeView]:
+        raise ConnectionError("ECS unreachable")
+
+
+def test_pools_answer_without_nodes_when_the_fleet_cannot_be_read(deployment: Deployment) -> None:
+    deployment.plane.nodes = BrokenNodes()
+    status, body = call("GET", "/pools")
+    assert status == 200 and body["nodes_reported"] is False
+    assert body["nodes_error"] == "the nodes could not be read: ConnectionError"
+    assert _pool(body, "a100-spot")["capacity_gpus"] == 16
