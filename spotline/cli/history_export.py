@@ -224,7 +224,7 @@ def _export(out: Path, since: str, include_names: bool, endpoint: str | None, pr
         check_file(out, "--out")
     except OutputError as error:
         raise ClientError(str(error), EXIT_USAGE) from None
-    from spotline.cli.history import since_iso
+    from spotline.cli.since import since_iso
 
     moment = since_iso(since)
     api = admin_endpoint(endpoint, profile)

@@ -106,7 +106,7 @@ def history(
 ) -> dict[str, Any]:
     """One page of the team's finished jobs (`GET /history`), the latest to end first: `state`
     one of FINAL_STATES (else all), `since` a span (7d, 24h) or an ISO date or time."""
-    from spotline.cli.history import since_iso
+    from spotline.cli.since import since_iso
 
     chosen = (state or "").upper() or None
     if chosen is not None and chosen not in FINAL_STATES:
