@@ -7,9 +7,12 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import signal
 import sys
 import threading
+import time
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -18,7 +21,7 @@ from rich.console import Console
 
 from spotline.cli.common import reported
 from spotline.cli.http import EXIT_FAILED, EXIT_USAGE, ClientError, Endpoint, state_dir
-from spotline.local.runtime import LocalConfig, LocalControlPlane
+from spotline.local.runtime import LocalConfig, LocalControlPlane, reserved_pool
 from spotline.local.state import StateError
 from spotline.sim.availability import AvailabilityError, load_availability
 
@@ -65,6 +68,17 @@ def up(
             " 86400 (its gap_seconds is ignored locally, so a trace of hours plays in seconds).",
         ),
     ] = DEFAULT_SPOT_TICK_S,
+    reservation: Annotated[
+        str | None,
+        typer.Option(
+            "--reservation",
+            help="Add a reserved pool (a local Capacity Block, `a100-block`): NODESxGPUS:END_S, NODES"
+            " nodes of GPUS GPUs, prepaid, from now until END_S seconds from now. Jobs that fit its"
+            " window go there first, and are checkpointed and requeued before its end (planned from"
+            " the end: 30 minutes of termination plus the checkpoint's grace before it).",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Start the control plane and keep it running until Ctrl-C (SIGINT) or SIGTERM.
     Writes STATE_DIR/local.json once ready."""
@@ -76,7 +90,10 @@ def up(
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     persistent = state_dir_ is not None
     directory = state_dir_ if state_dir_ is not None else Path(".spotline")
-    plane = LocalControlPlane(LocalConfig(state_dir=directory, persistent=persistent, **trace_options))
+    block_options = reservation_options(reservation, time.time())
+    plane = LocalControlPlane(
+        LocalConfig(state_dir=directory, persistent=persistent, **trace_options, **block_options)
+    )
     try:
         info = plane.start()
     except StateError as error:
@@ -115,6 +132,24 @@ def up(
     os._exit(0)
 
 
+def reservation_options(text: str | None, now: float) -> dict[str, Any]:
+    """`--reservation NODESxGPUS:END_S` as the local cluster's pools (the default ones and the
+    block), or a usage error naming the flag."""
+    if text is None:
+        return {}
+    match = re.fullmatch(r"\s*(\d+)\s*x\s*(\d+)\s*:\s*([0-9.]+)\s*", text)
+    if match is None:
+        raise typer.BadParameter(
+            f"{text!r}: expected NODESxGPUS:END_S, e.g. 1x4:1900", param_hint="--reservation"
+        )
+    nodes, gpus, end_s = int(match[1]), int(match[2]), float(match[3])
+    if nodes <= 0 or gpus <= 0 or end_s <= 0:
+        raise typer.BadParameter(
+            f"{text!r}: nodes, GPUs and END_S must be positive", param_hint="--reservation"
+        )
+    return {"pools": (*LocalConfig().pools, reserved_pool(nodes, gpus, now, now + end_s))}
+
+
 def spot_options(path: Path | None, tick_s: float) -> dict[str, Any]:
     """The local configuration a Spot availability trace brings (none without one): the trace,
     its tick, a reconciler that looks every tick (a Spot launch RUNNABLE is seen within one), and
@@ -137,6 +172,57 @@ def spot_options(path: Path | None, tick_s: float) -> dict[str, Any]:
         "reconcile_s": min(tick_s, 2.0),
         "move_to_spot_min_remaining_s": 5.0,
     }
+
+
+@local_app.command("reservation-warning")
+@reported
+def reservation_warning(
+    pool: Annotated[
+        str | None,
+        typer.Option(
+            "--pool", help="The reserved pool whose block expires (default: the first).", show_default=False
+        ),
+    ] = None,
+) -> None:
+    """Put EC2's Capacity Block Expiration Warning (AWS's shape) on the local default bus for the
+    block behind --pool (a pool `spotline local up --reservation` made): the control plane
+    checkpoints and requeues the jobs still in it, as on AWS 40 minutes before a block ends."""
+    info = _local_info()
+    blocks: dict[str, Any] = info.get("reservations") or {}
+    if not blocks:
+        raise ClientError("the local plane has no reserved pool (start it with --reservation)", EXIT_USAGE)
+    name = pool if pool is not None else next(iter(blocks))
+    if name not in blocks:
+        raise ClientError(f"--pool: {name!r} is not a reserved pool (one of {', '.join(blocks)})", EXIT_USAGE)
+    reservation_id = blocks[name]["reservation_id"]
+    import boto3
+
+    events = boto3.client(
+        "events",
+        endpoint_url=info["aws_endpoint_url"],
+        region_name=info["region"],
+        aws_access_key_id="local",
+        aws_secret_access_key="local",
+    )
+    end = datetime.fromtimestamp(float(blocks[name]["end"]), tz=UTC).isoformat()
+    answer = events.put_events(
+        Entries=[
+            {
+                "Source": "aws.ec2",
+                "DetailType": "Capacity Block Expiration Warning",
+                "Detail": json.dumps({"capacity-reservation-id": reservation_id, "end-date": end}),
+                "Resources": [
+                    f"arn:aws:ec2:{info['region']}:000000000000:capacity-reservation/{reservation_id}"
+                ],
+            }
+        ]
+    )
+    if answer.get("FailedEntryCount"):
+        raise ClientError(f"the local bus refused the warning: {answer.get('Entries')}")
+    typer.echo(
+        f"sent Capacity Block Expiration Warning for {reservation_id} ({name}); its jobs checkpoint and are"
+        " requeued"
+    )
 
 
 @local_app.command("spot-warning")

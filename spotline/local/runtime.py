@@ -49,6 +49,29 @@ class LocalPool:
     gpus_per_node: int
     price: float = 1.0
     interruption_rate_per_hour: float = 0.0
+    # A reserved pool (a local Capacity Block): its window, epoch seconds; None for the others.
+    reserved_from: float | None = None
+    reserved_until: float | None = None
+    reservation_id: str | None = None
+
+
+# The reservation id the local block carries (what `spotline local reservation-warning` names).
+LOCAL_RESERVATION_ID = "cr-00000000000000001"
+
+
+def reserved_pool(nodes: int, gpus_per_node: int, start: float, end: float) -> LocalPool:
+    """A local reserved pool ("a100-block"): On-Demand nodes, prepaid, there from `start` to `end`."""
+    return LocalPool(
+        "a100-block",
+        "a100",
+        "on-demand",
+        nodes=nodes,
+        gpus_per_node=gpus_per_node,
+        price=0.0,
+        reserved_from=start,
+        reserved_until=end,
+        reservation_id=LOCAL_RESERVATION_ID,
+    )
 
 
 @dataclass(frozen=True)
@@ -136,6 +159,17 @@ class LocalConfig:
                     "price": p.price,
                     "interruption_rate_per_hour": p.interruption_rate_per_hour,
                     "job_queue": f"spotline-local-{p.name}",
+                    **(
+                        {}
+                        if p.reserved_until is None or p.reserved_from is None
+                        else {
+                            "reservation": {
+                                "start": p.reserved_from,
+                                "end": p.reserved_until,
+                                "reservation_id": p.reservation_id,
+                            }
+                        }
+                    ),
                 }
                 for p in self.pools
             ],
@@ -455,6 +489,13 @@ class LocalControlPlane:
         if cfg.spot_availability is not None:
             trace = cfg.spot_availability
             info["spot_availability"] = {"pool": traced, "trace": trace.name, "tick_s": cfg.spot_tick_s}
+        reserved = {p.name: p for p in cfg.pools if p.reserved_until is not None}
+        if reserved:
+            # What `spotline local reservation-warning` names: each block's reservation and end.
+            info["reservations"] = {
+                name: {"reservation_id": p.reservation_id, "end": p.reserved_until}
+                for name, p in reserved.items()
+            }
         (cfg.state_dir / "local.json").write_text(json.dumps(info, indent=2))
         if self._store is not None:
             self._saved = SavedState(

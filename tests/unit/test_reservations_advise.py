@@ -200,3 +200,27 @@ def test_the_advice_reads_what_the_api_shows(tmp_path: object) -> None:
     assert extension["pool"] == BLOCK and extension["jobs"] == [running.id]
     assert extension["reservation_id"] == "cr-0123456789abcdef0"
     assert data["purchases"].startswith("none")
+
+
+@pytest.mark.parametrize("text", ["1x4", "0x4:100", "1x4:0", "ax4:10"])
+def test_local_up_refuses_a_bad_reservation_naming_the_flag(text: str) -> None:
+    import typer
+
+    from spotline.cli.local import reservation_options
+
+    with pytest.raises(typer.BadParameter) as caught:
+        reservation_options(text, 0.0)
+    assert caught.value.param_hint == "--reservation"
+
+
+def test_local_up_adds_the_block_beside_the_default_pools() -> None:
+    from spotline.cli.local import reservation_options
+    from spotline.local.runtime import LocalConfig
+
+    pools = reservation_options("2x4:3600", 100.0)["pools"]
+    assert pools[: len(LocalConfig().pools)] == LocalConfig().pools
+    block = pools[-1]
+    assert (block.nodes, block.gpus_per_node) == (2, 4)
+    assert (block.reserved_from, block.reserved_until) == (100.0, 3700.0)
+    config = LocalConfig(pools=pools).spotline_config({})
+    assert config["pools"][-1]["reservation"]["end"] == 3700.0 and config["pools"][-1]["price"] == 0.0
