@@ -4,8 +4,11 @@ it (the same team and name, as the adapter keys them), and its error is used con
 the figure planned with is an upper quantile of what history says, never a point estimate.
 
 - With a declared run time (`expected_runtime_s`) and earlier runs that declared one too, the
-  prediction scales the declaration by how the team's declarations turned out: the upper
-  quantile of (actual / declared). A team that declares twice what it needs gets about half.
+  declaration scaled by how the team's declarations turned out: the upper quantile of
+  (actual / declared). It only ever raises the declaration: a team that under-declares is
+  planned at what its runs took; one that over-declares (a time limit) keeps its declaration,
+  and the range shows what history expects. Lowering it was measured and broke promises
+  (design-notes/deadline-admission.md): a job's own error is not the team's.
 - Without a declaration, the upper quantile of the earlier run times.
 - Fewer than `MIN_RUNS` earlier runs: the declaration as it is (`admission.declared_runtime`).
 - A `max_runtime_s` cap bounds every prediction (no run lasts longer than its cap).
@@ -66,6 +69,8 @@ def predict_runtime(
         return declared
     planned = upper_quantile(samples, quantile)
     low, high = min(samples), max(samples)
+    if expected is not None and planned < expected:
+        planned, source = expected, f"declared; {source} expect less"
     if cap is not None:
         planned, low, high = min(planned, cap), min(low, cap), min(high, cap)
     return RuntimeRange(planned_s=planned, low_s=low, high_s=high, source=source, samples=len(samples))

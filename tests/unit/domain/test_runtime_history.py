@@ -15,14 +15,19 @@ def test_the_upper_quantile_rounds_up_to_an_observed_value():
     assert upper_quantile([5], 0.5) == 5
 
 
-def test_history_scales_a_declaration_by_how_declarations_turned_out():
-    # The team declares twice what it needs, give or take.
-    history = [PastRun(1.0 * HOUR, 2 * HOUR), PastRun(0.9 * HOUR, 2 * HOUR), PastRun(1.1 * HOUR, 2 * HOUR)]
-    found = predict_runtime(job("j").expected_runtime(4 * HOUR).build(), history)
+def test_history_raises_an_under_declaration_never_lowers_one():
+    # The team's runs took 1.5 to 2.5 times what it declared: planned at the worst ratio seen.
+    under = [PastRun(3 * HOUR, 2 * HOUR), PastRun(4 * HOUR, 2 * HOUR), PastRun(5 * HOUR, 2 * HOUR)]
+    found = predict_runtime(job("j").expected_runtime(2 * HOUR).build(), under)
     assert found is not None
-    assert found.planned_s == pytest.approx(2.2 * HOUR)  # the worst ratio seen, 0.55
-    assert found.low_s == pytest.approx(1.8 * HOUR) and found.high_s == pytest.approx(2.2 * HOUR)
-    assert found.source.startswith("history") and found.samples == 3
+    assert found.planned_s == pytest.approx(5 * HOUR)
+    assert found.low_s == pytest.approx(3 * HOUR) and found.high_s == pytest.approx(5 * HOUR)
+    assert found.source == "history: 3 runs' actual / declared" and found.samples == 3
+    # A team that declares twice what it needs keeps its declaration; the range says less.
+    over = [PastRun(1.0 * HOUR, 2 * HOUR), PastRun(0.9 * HOUR, 2 * HOUR), PastRun(1.1 * HOUR, 2 * HOUR)]
+    found = predict_runtime(job("j").expected_runtime(4 * HOUR).build(), over)
+    assert found is not None and found.planned_s == 4 * HOUR
+    assert found.high_s == pytest.approx(2.2 * HOUR) and found.source.startswith("declared; history")
 
 
 def test_without_a_declaration_history_gives_its_run_times_upper_quantile():
