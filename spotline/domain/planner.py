@@ -457,14 +457,15 @@ class _Pass:
         smaller, it waits for them instead of a whole job being preempted."""
         if self.preemptions_left <= 0 or not self.elastic:
             return None
-        job = turn.job
-        if job.priority in self.config.stop_at_once_for:
-            return None  # (its class does not wait for a victim's checkpoint: it preempts)
+        job, now, config = turn.job, self.now, self.config
         for pool in turn.pools:
             running = self.elastic.get(pool.name, ())
-            shrinks = shrinks_for(job, pool, running, self.ledger, self.taken, self.now, self.config)
-            if shrinks:
-                return self._preempt_by_shrinking(turn, pool, shrinks)
+            shrinks = shrinks_for(job, pool, running, self.ledger, self.taken, now, config)
+            if not shrinks:
+                continue
+            if stops_at_once(job, [s.allocation.job for s in shrinks], now, config) is not None:
+                return None  # (it would not wait for their checkpoints: a preemption stops them at once)
+            return self._preempt_by_shrinking(turn, pool, shrinks)
         return None
 
     def _preempt_by_shrinking(self, turn: _Turn, pool: Pool, shrinks: list[Shrink]) -> Preempt:

@@ -126,13 +126,15 @@ RESTART_LABELS: dict[int, str] = {cause: f"restart after: {label}" for cause, la
 # An elastic job's resize (a checkpoint, then a restart at the new size): shrunk for another job
 # (its grown GPUs given back, or shrunk toward its minimum), or grown into idle GPUs. Their labels
 # appear in the loss account only in runs with elastic jobs.
-SHRINK = 6
-GROW = 7
+# (numbered apart from `LOSS_CAUSES`, which other causes extend)
+SHRINK = 16
+GROW = 17
 RESIZE_CAUSES: dict[int, str] = {
     SHRINK: "shrunk for another job (elastic)",
     GROW: "grown into idle GPUs (elastic)",
 }
 RESIZE_RESTART_LABELS: dict[int, str] = {c: f"restart after: {label}" for c, label in RESIZE_CAUSES.items()}
+assert not RESIZE_CAUSES.keys() & LOSS_CAUSES.keys(), "a loss cause numbered twice"
 
 # A victim preempted again within this long of its previous preemption is a repeat.
 REPEAT_WINDOW_S = 600.0 + 3600.0

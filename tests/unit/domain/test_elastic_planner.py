@@ -106,3 +106,17 @@ def test_a_shrinking_job_keeps_its_smaller_size_reserved_while_it_checkpoints() 
     decisions = run_plan(snapshot, [preemptor, other])
     assert summary(decisions)[0] == ("wait", "h1")
     assert all(not isinstance(d, Resize) for d in decisions)
+
+
+def test_a_critical_job_shrinks_a_victim_unless_it_would_stop_it_at_once() -> None:
+    # The elastic job wrote no checkpoint for an hour: a critical job waits for its write anyway,
+    # so it shrinks it
+    snapshot = cluster([OD], [ELASTIC.on("od"), PLAIN.on("od")])
+    (decision,) = run_plan(snapshot, [job("c1").critical().gpus(4).build()])
+    assert isinstance(decision, Preempt) and decision.resizes and decision.checkpoint
+    # Checkpointed 10 s ago (less unsaved work than a write): the critical job stops a victim at
+    # once instead of waiting for a shrink's write
+    fresh = ELASTIC.checkpointed(NOW - 10)
+    snapshot = cluster([OD], [fresh.on("od"), PLAIN.checkpointed(NOW - 10).on("od")])
+    (decision,) = run_plan(snapshot, [job("c1").critical().gpus(4).build()])
+    assert isinstance(decision, Preempt) and not decision.resizes and not decision.checkpoint
