@@ -149,3 +149,13 @@ def test_pools_answer_without_nodes_when_the_fleet_cannot_be_read(deployment: De
     assert status == 200 and body["nodes_reported"] is False
     assert body["nodes_error"] == "the nodes could not be read: ConnectionError"
     assert _pool(body, "a100-spot")["capacity_gpus"] == 16
+
+
+def test_a_spot_pools_state_is_said_in_words_from_its_signal() -> None:
+    from spotline.control.pools import spot_state
+    from spotline.domain.models import SpotPoolSignal
+
+    assert spot_state(None)["state"] == "there"
+    missing = spot_state(SpotPoolSignal(available=False, outage_s=42.0, observed_s=100.0, available_s=58.0))
+    assert (missing["state"], missing["missing_for_s"], missing["availability"]) == ("missing", 42.0, 0.58)
+    assert spot_state(SpotPoolSignal(at_risk=True))["state"] == "at risk"
