@@ -192,13 +192,16 @@ class JobRepository(JobReads):
         *,
         now: float,
         changes: Mapping[str, Any] | None = None,
+        job: Mapping[str, Any] | None = None,
     ) -> JobRecord:
-        """Change a job's spec (priority, deadline), and record fields in `changes` (a held job let
-        into the queue), with a version bump and a timeline entry whose from and to are the same
-        state."""
+        """Change a job's spec (priority, deadline), with job fields in `job` (its deadline's
+        answer) and record fields in `changes` (a held job let into the queue), with a version
+        bump and a timeline entry whose from and to are the same state."""
         at = entry_time(record, now)
         new = record.with_changes(
-            job={"spec": spec, "version": record.version + 1}, updated_at=at, **dict(changes or {})
+            job={"spec": spec, "version": record.version + 1, **dict(job or {})},
+            updated_at=at,
+            **dict(changes or {}),
         )
         entry = TimelineEntry(
             record.id, new.version, at, record.state.value, record.state.value, reason, EntryKind.CHANGE.value

@@ -560,8 +560,15 @@ def update_job(cp: ControlPlane, team: str, job_id: str, changes: JobChanges) ->
             body["deadline"] = changes.deadline.isoformat()
             described.append(f"deadline -> {iso(changes.deadline.timestamp())}")
         spec = validate_spec(cp, team, body, now)
+        job_changes: dict[str, Any] = {}
+        if changes.deadline is not None:
+            # A new deadline gets a new answer (and hold), as at submission.
+            answer = answer_at_submission(cp, record.job.with_changes(spec=spec, deadline_answer=None), now)
+            job_changes["deadline_answer"] = answer
         try:
-            return cp.jobs.update_spec(record, spec, "changed by the team: " + ", ".join(described), now=now)
+            return cp.jobs.update_spec(
+                record, spec, "changed by the team: " + ", ".join(described), now=now, job=job_changes
+            )
         except StaleJobError:
             continue
     raise Conflict(f"job {job_id} keeps changing; try again")

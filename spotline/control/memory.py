@@ -913,10 +913,13 @@ class MemoryJobs:
         *,
         now: float,
         changes: Mapping[str, Any] | None = None,
+        job: Mapping[str, Any] | None = None,
     ) -> JobRecord:
         at = entry_time(record, now)
         new = record.with_changes(
-            job={"spec": spec, "version": record.version + 1}, updated_at=at, **dict(changes or {})
+            job={"spec": spec, "version": record.version + 1, **dict(job or {})},
+            updated_at=at,
+            **dict(changes or {}),
         )
         entry = TimelineEntry(
             record.id, new.version, at, record.state.value, record.state.value, reason, EntryKind.CHANGE.value

@@ -296,6 +296,7 @@ class JobStore(Protocol):
         *,
         now: float,
         changes: Mapping[str, Any] | None = None,
+        job: Mapping[str, Any] | None = None,
     ) -> JobRecord: ...
 
     def annotate(

@@ -165,7 +165,8 @@ def _profile(
 ) -> Profile:
     profile = Profile(capacity=pool.capacity_gpus, spans=[])
     for allocation in snapshot.allocations:
-        if allocation.pool != pool.name:
+        # (its own run, when a running job's deadline is answered again, is the window it asks for)
+        if allocation.pool != pool.name or allocation.job.id == job.id:
             continue
         if allocation.draining_for is not None:
             end = now + config.deadline_changeover_s

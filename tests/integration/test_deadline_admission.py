@@ -118,3 +118,14 @@ def test_the_run_time_is_predicted_from_the_teams_history(deployment: Deployment
     # Another name has no history: its declaration stands.
     status, other = post(now, 6, name="other", expected_runtime_s=4 * HOUR)
     assert other["deadline_answer"]["runtime"]["source"] == "declared"
+
+
+def test_a_moved_deadline_is_answered_again(deployment: Deployment) -> None:
+    now = deployment.clock.freeze()
+    status, job = post(now, 1.5)
+    assert status == 201 and job["deadline_answer"]["kind"] == "cannot"
+    status, moved = call("PATCH", f"/jobs/{job['id']}", {"deadline": iso(now + 6 * HOUR)})
+    assert status == 200 and moved["deadline_answer"]["kind"] == "meets"
+    assert moved["deadline_answer"]["hold"]["end_iso"].startswith(iso(now + 6 * HOUR)[:19])
+    status, read = call("GET", f"/jobs/{job['id']}")
+    assert read["deadline_answer"] == moved["deadline_answer"]
