@@ -110,6 +110,10 @@ class JobList(View):
 
 
 class Timeline(View):
+    """A job's timeline, oldest first. Each event: `seq`, `t` (epoch seconds) and `at` (ISO-8601),
+    `from`, `to`, `reason`, and `kind`: submitted, admitted, started, preemption, move,
+    spot-warning, host-loss, requeue, checkpoint, change or finished."""
+
     job_id: str
     events: list[dict[str, Any]]
     next_token: str | None = None

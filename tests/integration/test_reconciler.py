@@ -78,6 +78,7 @@ def test_a_running_job_without_heartbeats_is_presumed_lost_with_its_host(deploym
     assert requeued.state is JobState.PENDING and requeued.job.interruptions == 1
     entries, _ = deployment.plane.timeline.list(running.id)
     assert entries[-2].target == "INTERRUPTED" and "no heartbeat" in entries[-2].reason
+    assert entries[-2].kind == "host-loss"  # no Spot warning was sent: a lost host, not a warning
 
 
 def test_ledger_drift_is_reported_then_repaired_when_seen_again(deployment: Deployment) -> None:

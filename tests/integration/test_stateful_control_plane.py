@@ -21,7 +21,8 @@ Invariants after every step:
   every admission no team borrows more than the cohort lends (`quota_shortfall`);
 - every job is in one state, reached through legal transitions only (its timeline chains);
 - every job's timeline is monotonic: no entry stamped before the one it follows, even when a
-  pass read its clock before the writes it then reads;
+  pass read its clock before the writes it then reads; each entry has a kind, and says
+  spot-warning only in a run on an instance a Spot warning was sent for;
 - no job lost; a finished job never changes; no healthy run is killed;
 - at most one live Batch run per job, and every live run belongs to its job's current admission.
 
@@ -465,6 +466,9 @@ class ControlPlaneMachine(RuleBasedStateMachine):
         self.finished: dict[str, dict[str, Any]] = {}
         self.seen_version: dict[str, int] = {}
         self.cancelled: set[str] = set()
+        # (job, run) of each run on an instance a Spot warning was sent for: only those runs'
+        # timeline entries may say spot-warning.
+        self.warned_runs: set[tuple[str, int]] = set()
         self._admit = scheduling.admit
         scheduling.admit = self._checked_admit  # type: ignore[assignment]
         self._flush = scheduling.AdmissionBatch.flush
@@ -797,8 +801,11 @@ class ControlPlaneMachine(RuleBasedStateMachine):
         """EC2's two-minute warning for one of the Spot instances (it may run two jobs, or a job
         being preempted) or for an instance Spotline never saw."""
         instance = data.draw(st.sampled_from([*NODES[SPOT], UNKNOWN_INSTANCE]))
+        # A job on it may be warned even when the handler fails after marking it (a retry finds it)
+        self.warned_runs.update((r.id, r.run) for r in self.cp.jobs.active() if instance in r.instance_ids)
         with retried_later():
-            control_events.handle_spot_warning(self.cp, instance, self.world.now)
+            affected = control_events.handle_spot_warning(self.cp, instance, self.world.now)
+            self.warned_runs.update((job_id, self.cp.jobs.get(job_id).run) for job_id in affected)
         if instance != UNKNOWN_INSTANCE:
             self.world.reclaim_at.setdefault(instance, self.world.now + CONFIG["spot_notice_s"])
 
@@ -998,10 +1005,17 @@ class ControlPlaneMachine(RuleBasedStateMachine):
         assert token is None
         state = None
         last_at = None
+        run = 0
         for entry in entries:
             # A job's timeline never runs back in time
             assert last_at is None or entry.at >= last_at, f"{record.id}: {entry} stamped before {last_at}"
             last_at = entry.at
+            # Each entry says what it records; a Spot warning only in a run that was warned
+            if entry.target == JobState.ADMITTED.value:
+                run += 1
+            assert entry.kind, f"{record.id}: {entry} has no kind"
+            if entry.kind == "spot-warning":
+                assert (record.id, run) in self.warned_runs, f"{record.id}: {entry}, run {run} was not warned"
             source = entry.source
             if state is None:
                 assert entry.target == JobState.PENDING.value, entry
