@@ -490,3 +490,16 @@ def test_the_team_page_shows_the_whole_month_with_the_pace_to_its_end() -> None:
     # And the rest of the month is drawn at the pace so far
     projected = data.projected(2.0, start, end, NOW)
     assert 'class="line projected"' in html and f"{projected:.3g} GPU-hours by month end" in html
+
+
+def test_times_on_the_pages_are_utc_and_24_hour(monkeypatch: pytest.MonkeyPatch) -> None:
+    from spotline.cli.dashboard.server import when
+
+    monkeypatch.setenv("TZ", "America/Los_Angeles")  # whatever the machine's zone
+    time.tzset()
+    try:
+        assert when("2026-01-02T15:04:05Z") == "2026-01-02 15:04 UTC"
+        assert when(time.time()).endswith(" UTC") and "M" not in when(time.time())  # no AM/PM
+    finally:
+        monkeypatch.delenv("TZ")
+        time.tzset()
