@@ -24,6 +24,7 @@ NOT_KNOBS = {
     "pools",
     "teams",
     "identities",
+    "admins",
     "job_definitions",
     "job_definition",
     "efa_job_definitions",
