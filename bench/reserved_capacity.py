@@ -1,8 +1,8 @@
 """Reserved capacity: a 7-day block of 8 instances x 8 GPUs on a contended replay, Spotline
 against the peers' behaviour at the block's end, and the goals.
 
-The replay: Philly's contended evaluation window 2017-10-30..11-12 on 384 GPUs (load 1.12,
-`bench.contention`), with the block `8x8:72:240` (hours 72-240 of the trace: 7 days inside the
+The replay: Philly's contended window 2017-10-30..11-12 on 384 GPUs (load 1.12, one of
+`bench.contention`'s samples), with the block `8x8:72:240` (hours 72-240 of the trace: 7 days inside the
 window's arrivals). The policies, each with the block and without it:
 - `spotline`: the block first (prepaid), admission by the block's end, drains planned from it;
 - `kueue`: with Karpenter's behaviour at the end (its nodes drained at the expiration warning,
@@ -31,11 +31,14 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from bench.contention import CONTENDED_EVALUATION, Contended
+from bench.contention import Contended
 from bench.policy_bench import setup as pb
 from spotline.sim import simulate
 from spotline.sim.blocks import Reservation
 
+# The contended Philly window (load 1.12; in `bench.contention`'s tuning set since the evaluation
+# set was frozen): 13 days of arrivals, room for a 7-day block inside them.
+PHILLY = Contended("philly", 1, 384, "2017-10-30", "2017-11-12")
 BLOCK = Reservation(8, 8, 72.0, 72.0 + 7 * 24.0)
 QUICK_BLOCK = Reservation(2, 8, 6.0, 30.0)
 POLICIES = ("spotline", "kueue", "fifo")
@@ -46,7 +49,7 @@ DAY_S = 86400.0
 def sample(quick: bool) -> Contended:
     if quick:
         return Contended("bursty", 1, 64, jobs=600, load=1.2)
-    philly = CONTENDED_EVALUATION[0]
+    philly = PHILLY
     if pb.philly_path() is None:
         raise SystemExit("the Philly trace is missing (bench/data/philly.csv.gz): run with --quick")
     return philly
