@@ -166,6 +166,7 @@ def plan_with_stats(
         moves += moves_to_spot(
             snapshot, indexed, state.ledger, state.taken, score, now, config, budget, state.plans
         )
+        state.taken.update(m.job.id for m in moves)  # (a job moving to Spot is not grown)
     for move in moves:
         state.hooks.decided(move)
     decisions.extend(moves)

@@ -584,10 +584,10 @@ class Simulation:
         now = self.now
         if job.end_if_undisturbed != now:
             return
-        job.useful_gpu_s += job.gpus * (job.work - job.run_base) / job.speed
-        job.useful_gpu_s += job.gpus * (job.work - job.run_base)
+        kept = (job.work - job.run_base) / job.speed  # (seconds of this run that counted)
+        job.useful_gpu_s += job.gpus * kept
         if self.blocks is not None:
-            self.blocks.run_ended(job, job.work - job.run_base)
+            self.blocks.run_ended(job, kept)
         job.lost_gpu_s += job.gpus * job.run_overhead
         self.priced_lost_gpu_s += job.gpus * job.run_overhead * self.pools[job.pool].pool.price
 
