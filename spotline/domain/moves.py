@@ -5,14 +5,23 @@ could no longer be absorbed (`moves_to_on_demand`)."""
 
 from __future__ import annotations
 
+from spotline.domain.admission_models import AnswerKind
 from spotline.domain.checkpoint_cost import write_s
 from spotline.domain.config import SchedulerConfig
 from spotline.domain.deadline import PassPlans, on_demand_to_spot_note, spot_unsafe, stays_on_demand
 from spotline.domain.decisions import Move
-from spotline.domain.models import Allocation, ClusterSnapshot, JobState, Pool, SpotPoolSignal, SpotPreference
+from spotline.domain.models import (
+    Allocation,
+    ClusterSnapshot,
+    Job,
+    JobState,
+    Pool,
+    SpotPoolSignal,
+    SpotPreference,
+)
 from spotline.domain.move_value import MoveValue, move_value
 from spotline.domain.placement import changeover_h, preference, spot_refusal, step_h
-from spotline.domain.preemption import estimated_remaining_s, shielded
+from spotline.domain.preemption import HELD_FOR_DEADLINE, estimated_remaining_s, shielded
 from spotline.domain.priority import PriorityScorer
 from spotline.domain.quota import Ledger
 from spotline.domain.running import RunningIndex
@@ -91,7 +100,8 @@ def _movable(
                 job = allocation.job
                 if job.state is not JobState.RUNNING or job.id in taken:
                     continue
-                if shielded(allocation, now, config) is not None:
+                shield = shielded(allocation, now, config)
+                if shield is not None and not _may_leave_its_hold(job, shield):
                     continue
                 remaining = estimated_remaining_s(job, now, config)
                 if remaining < least:
@@ -249,3 +259,10 @@ def moves_to_on_demand(
         if len(moves) >= budget:
             break
     return moves
+
+
+def _may_leave_its_hold(job: Job, shield: str) -> bool:
+    """A job shielded only by its own On-Demand hold may still choose Spot (the guard decides),
+    unless its deadline was promised On-Demand only."""
+    answer = job.deadline_answer
+    return shield == HELD_FOR_DEADLINE and answer is not None and answer.kind is not AnswerKind.ON_DEMAND_ONLY
