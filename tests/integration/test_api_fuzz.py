@@ -26,6 +26,7 @@ from urllib.parse import parse_qs, unquote
 
 import schemathesis
 from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis.errors import Unsatisfiable
 from schemathesis import GenerationMode
 from schemathesis.checks import not_a_server_error
 from schemathesis.specs.openapi.checks import (
@@ -147,7 +148,12 @@ def test_the_api_conforms_to_its_openapi_document_under_fuzzing(deployment: Depl
                 cases += 1
                 statuses[response.status_code] = statuses.get(response.status_code, 0) + 1
 
-            fuzz()
+            try:
+                fuzz()
+            except Unsatisfiable:
+                # An operation with no parameters or body (e.g. GET /pools) has no schema-violating request.
+                if mode is not GenerationMode.NEGATIVE:
+                    raise
 
     print(f"schemathesis: {cases} cases, 0 failures; statuses {dict(sorted(statuses.items()))}")
     assert cases >= MIN_CASES
