@@ -108,7 +108,7 @@ def test_preemption_without_a_checkpoint_times_out_and_still_stops_the_job(
     assert requeued.state is JobState.PENDING and requeued.job.preemptions == 1
     assert requeued.job.lost_work_s > 0.5
     entries, _ = dep.plane.timeline.list(running.id)
-    assert "no checkpoint" in entries[-1].reason
+    assert "no durable checkpoint" in entries[-1].reason
 
 
 def test_preemption_after_an_early_checkpoint_does_not_wait(sfn_deployment: Deployment) -> None:
