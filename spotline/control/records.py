@@ -156,8 +156,8 @@ class JobRecord(BaseModel):
     # The step at which the job's `progress` was reported (heartbeat or checkpoint): what a
     # screen shows is `spotline.control.progress.job_progress`, which reads both.
     progress_step: int | None = None
-    # A gang's nodes, each heard from by its own heartbeats ({node index: when}; issue 31,
-    # finding 16). Entries of earlier runs stay: a node counts as heard only after the current
+    # A gang's nodes, each heard from by its own heartbeats ({node index: when}).
+    # Entries of earlier runs stay: a node counts as heard only after the current
     # run started (`silent_gang_node`). Stored as one attribute per node (`node_heartbeat_field`),
     # so a heartbeat writes its node's entry without reading the others.
     node_heartbeats: dict[int, float] = Field(default_factory=dict)

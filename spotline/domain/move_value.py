@@ -2,8 +2,9 @@
 
 A move to Spot saves the price difference on the rest of the run, and costs a checkpoint write
 and a restart. Once on Spot, the job may be reclaimed: on real capacity, reclaims come in bulk
-outages (issue 30's traces), and each one costs the job a write (inside the 2-minute notice), a
-restart, and the wait until capacity comes back or it is placed elsewhere. `move_value` weighs
+outages (as the published availability traces show), and each one costs the job a write
+(inside the 2-minute notice), a restart, and the wait until capacity comes back or it is placed
+elsewhere. `move_value` weighs
 the two from what the control plane has seen of the pool (`SpotPoolSignal`,
 `spot_watch.PoolWatch.signal`), all in GPU-seconds at the On-Demand price (the value of the job's
 time: what it pays On-Demand to make that progress):

@@ -16,7 +16,7 @@ GPU-seconds of the cluster during the arrival window), drawn from `seed` alone:
 - deadlines: a quarter of the high and normal jobs have one, 1.5 to 4 times their run time after
   submission (what Spot-risk placement has to respect).
 
-Two options shape contended samples (issue 29; the defaults leave the trace as above):
+Two options shape contended samples (the defaults leave the trace as above):
 - `sigma`: the log-normal's sigma (1.6: a lighter tail, more mid-length jobs);
 - `long_share`: that share of the jobs (drawn from a stream of their own, so the other jobs and
   the arrivals are unchanged) run for weeks, `LONG_DAYS`, as the long-running pods of the Alibaba

@@ -1,4 +1,4 @@
-"""The Spot-and-deadline peers of issue 30 section 5, each at its best reasonable setting.
+"""The Spot-and-deadline peers, each at its best reasonable setting.
 
 All four share the competent setup of `base.PeerPolicy` (checkpoint inside a Spot notice, restart
 costs, critical jobs On-Demand) and dispatch in submission order (a requeued job keeps its place),
@@ -15,7 +15,7 @@ a job that does not fit not holding back later jobs that do. None preempts anoth
 - `skypilot` (`SkyPilotPolicy`): SkyPilot managed jobs with `use_spot: true`: a job launches on
   Spot in whichever zone has capacity (failover across zones), is recovered after a preemption
   (relaunched, again in any zone), and falls back to On-Demand once Spot has been missing for
-  `FALLBACK_AFTER_S`, as issue 30 describes the peer (managed jobs themselves keep retrying Spot;
+  `FALLBACK_AFTER_S` (managed jobs themselves keep retrying Spot;
   SkyServe's `dynamic_ondemand_fallback` is the documented fallback). N = 10 minutes is our
   choice: its recovery first retries a failed launch after 60 s (`StrategyExecutor.
   RETRY_INIT_GAP_SECONDS`, backing off after), so 10 minutes rides out a few retries, and it is
