@@ -284,11 +284,16 @@ def release_held(cp: ControlPlane, now: float) -> HeldResult:
         held = cp.jobs.held_head(HELD_PER_PASS)
         if not held:
             break
-        states = dependency_states(cp, held)
+        found = cp.jobs.find_many({dep for r in held for dep in r.job.spec.after or ()})
+        states = {dep: r.state.value for dep, r in found.items()}
         changed = False
         result.waiting = 0
         for record in held:
-            changed |= _decide_held(cp, record, states, now, result)
+            after = record.job.spec.after or ()
+            # Stamped no earlier than its dependencies' last writes: the pass read its clock
+            # before their states, and a step never joins the queue before the one it waits for ended.
+            stamp = max([now] + [found[dep].updated_at for dep in after if dep in found])
+            changed |= _decide_held(cp, record, {dep: states.get(dep) for dep in after}, stamp, result)
         if not changed:
             break
     return result

@@ -267,6 +267,24 @@ def test_a_pipeline_of_three_steps_runs_in_order(deployment: Deployment) -> None
     assert any(e["reason"].startswith("dependencies met (afterok") for e in events)
 
 
+def test_a_step_is_never_let_in_before_its_dependency_ended(deployment: Deployment) -> None:
+    plane = deployment.plane
+    _, prep = post(name="prep")
+    _, train = post(name="train", after=[prep["id"]])
+    start(deployment, plane.jobs.get(prep["id"]))
+    # Given a pass that read its clock just before the first step's end was written
+    read_clock_at = plane.clock()
+    end(deployment, prep["id"], "SUCCEEDED", exit_code=0)
+    finished_at = plane.jobs.get(prep["id"]).finished_at
+    assert finished_at is not None
+    # When it lets the second step in with that earlier instant
+    assert release_held(plane, read_clock_at - 1.0).released == [train["id"]]
+    # Then the second step's timeline says it joined the queue when the first ended, not before
+    events = call("GET", f"/jobs/{train['id']}/events")[1]["events"]
+    queued = next(e for e in events if e["reason"].startswith("dependencies met"))
+    assert queued["t"] >= finished_at
+
+
 def test_a_failed_dependency_cancels_the_chain_under_afterok(deployment: Deployment) -> None:
     plane = deployment.plane
     _, first = post(name="first")

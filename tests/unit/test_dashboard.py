@@ -482,13 +482,15 @@ def test_the_team_page_shows_the_whole_month_with_the_pace_to_its_end() -> None:
     board = Dashboard({"vision": api})
     template, values = board.page("vision", "team")
     html = board.render(template, team="vision", view="team", fragment=True, **values)
-    start, end, _ = data.month_bounds(NOW)
+    # (the page reads the clock itself: compare against the instant it used, not the module's NOW)
+    start, end, now = values["start"], values["end"], values["now"]
+    assert (start, end) == data.month_bounds(now)[:2]
     # Then the axis runs from the month's first day to its last, not over the last minute
     ticks = re.findall(r'class="tick">(\d\d \w\w\w)</text>', html)
     assert ticks[0] == time.strftime("%d %b", time.gmtime(start))
     assert ticks[-1] == time.strftime("%d %b", time.gmtime(end))
     # And the rest of the month is drawn at the pace so far
-    projected = data.projected(2.0, start, end, NOW)
+    projected = data.projected(2.0, start, end, now)
     assert 'class="line projected"' in html and f"{projected:.3g} GPU-hours by month end" in html
 
 
