@@ -221,7 +221,7 @@ class _Pass:
         # Jobs that wait for the same reason as a job alike ranked before them (see `_alike`), as
         # long as no admission or preemption changed the ledger since: key -> (the highest
         # priority the reason holds for, the reason).
-        self.waits: dict[tuple[object, ...], tuple[float, WaitReason]] = {}
+        self.waits: dict[tuple[object, ...], tuple[float, WaitReason, str]] = {}
         # The candidate pools of alike jobs (placement reads only what `_alike` holds).
         self.placements: dict[tuple[object, ...], list[Pool]] = {}
         # Elements of each array holding (or about to hold) GPUs, counted when first needed.
@@ -286,7 +286,21 @@ class _Pass:
 
     def decide(self, job: Job, priority: float) -> Decision:
         """The first decision of `checks` for the job (`_preempt`, the last, always decides)."""
-        turn = _Turn(job, priority, _alike(job))
+        alike = _alike(job)
+        if alike is not None and not self.blocks and self.waits:
+            # The common turn, decided as `checks` would: neither of the two checks before
+            # `_waits_alike` applies, and a job alike ranked before it waits for a reason that holds.
+            known = self.waits.get(alike)
+            if (
+                known is not None
+                and priority <= known[0]
+                and (job.array_id is None or job.max_running is None)
+                and job.id not in self.draining
+            ):
+                wait = Wait(job, priority, known[1], known[2])
+                self.hooks.decided(wait)
+                return wait
+        turn = _Turn(job, priority, alike)
         if self.blocks:
             remaining = estimated_remaining_s(job, self.now, self.config)
             turn.blocks = open_blocks(job, self.blocks, self.now, remaining, self.config)
@@ -340,7 +354,8 @@ class _Pass:
         known = self.waits.get(turn.alike) if turn.alike is not None else None
         if known is None or turn.priority > known[0]:
             return None
-        return self._wait(turn, known[1])
+        self.wanted.update(pool.name for pool in turn.pools)
+        return Wait(turn.job, turn.priority, known[1], known[2])
 
     def _no_pool(self, turn: _Turn) -> Decision | None:
         """Finds its candidate pools; with none, it waits."""
@@ -605,10 +620,11 @@ class _Pass:
     def _wait(self, turn: _Turn, why: WaitReason, *, holds_for: float | None = None) -> Wait:
         """A wait for `why`; with `holds_for`, jobs alike ranked after it up to that priority
         wait for the same reason (until the ledger changes)."""
+        text = wait_text(why)
         if holds_for is not None and turn.alike is not None:
-            self.waits[turn.alike] = (holds_for, why)
+            self.waits[turn.alike] = (holds_for, why, text)
         self.wanted.update(pool.name for pool in turn.pools)
-        return Wait(turn.job, turn.priority, why, wait_text(why))
+        return Wait(turn.job, turn.priority, why, text)
 
     def _shortfall(self, turn: _Turn) -> str:
         """Why the job does not fit the first of its pools (none fits). The ledger is as it was
