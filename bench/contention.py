@@ -20,7 +20,9 @@ critical and high jobs in the p99 tail of their wait waited for), for Spotline a
 preempting peer (fewest lost GPU-hours).
 
 Run: `.venv/bin/python -m bench.contention` (`--contended-only`: the contended samples alone;
-`--tuning`: the tuning set's contended counterparts instead of the evaluation set; `--variant
+`--tuning`: the tuning set's contended counterparts instead of the evaluation set; `--tuning
+--reduced`: its synthetic shapes at 2,000 jobs on 128 GPUs, seeds 101-103 each; `--policy NAME`,
+repeatable: only these peers beside Spotline; `--variant
 NAME`, repeatable: Spotline with these simulator variants (`spotline.sim.variants`) beside the
 shipped policy, its accounts and goals printed apart: how a variant is judged, first with
 `--tuning`, then on the evaluation set, docs/simulator.md);
@@ -156,12 +158,20 @@ CONTENDED_TUNING: tuple[Seeded, ...] = tuple(
         _long(1),
     )
 )
+# The tuning set's synthetic shapes at the evaluation's size, three seeds each (`--tuning
+# --reduced`): what fits the shared machine when a variant is judged.
+TUNING_REDUCED: tuple[Seeded, ...] = (
+    Seeded(tuple(_bursty(s, 0.85, 2000, 128) for s in (101, 102, 103))),
+    Seeded(tuple(_bursty(s, 1.2, 2000, 128) for s in (101, 102, 103))),
+    Seeded(tuple(_long(s, 2000, 128) for s in (101, 102, 103))),
+)
 if pb.QUICK:
     CONTENDED_EVALUATION = (
         Seeded(tuple(_bursty(s, 1.2, 600, 64) for s in (1, 2))),
         Seeded(tuple(_long(s, 600, 64) for s in (1, 2))),
     )
     CONTENDED_TUNING = (Seeded((_bursty(101, 1.2, 600, 64),)),)
+    TUNING_REDUCED = CONTENDED_TUNING
 # The peers of the contended benches: the policy bench's and the setups added for a reviewer
 # (`spotline.sim.runner.CONTENTION_PEERS`), without Kueue's borrowWithinCohort with Any.
 PEERS: tuple[str, ...] = (
@@ -494,6 +504,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--contended-only", action="store_true", help="the contended samples alone")
     parser.add_argument("--tuning", action="store_true", help="the tuning set's contended counterparts")
     parser.add_argument("--synthetic-only", action="store_true", help="leave the Philly samples out")
+    parser.add_argument(
+        "--reduced",
+        action="store_true",
+        help="with --tuning: its synthetic shapes at 2,000 jobs on 128 GPUs, seeds 101-103",
+    )
+    parser.add_argument(
+        "--policy",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="only these peers beside Spotline (repeatable; default: every peer)",
+    )
     parser.add_argument("--json", type=Path, default=None, help="write the contended samples' metrics here")
     parser.add_argument(
         "--variant",
@@ -513,7 +535,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     console = Console(width=max(Console().width, 200))
     began = time.perf_counter()
-    contended = available(CONTENDED_TUNING if args.tuning else CONTENDED_EVALUATION)
+    if args.reduced and not args.tuning:
+        parser.error("--reduced: only with --tuning")
+    unknown_peers = [name for name in args.policy if name not in PEERS]
+    if unknown_peers:
+        parser.error(f"--policy: unknown {', '.join(unknown_peers)} (known: {', '.join(PEERS)})")
+    if args.policy and not any(goals.is_preempting(p) for p in args.policy):
+        parser.error("--policy: name at least one preempting peer (the accounts compare with one)")
+    policies = (*dict.fromkeys(args.policy), "spotline") if args.policy else POLICIES
+    tuning = TUNING_REDUCED if args.reduced else CONTENDED_TUNING
+    contended = available(tuning if args.tuning else CONTENDED_EVALUATION)
     if args.synthetic_only:
         contended = [s for s in contended if s.members[0].kind != "philly"]
     unknown = [name for name in args.variant if name not in VARIANTS]
@@ -534,7 +565,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     per_seeds: list[list[dict[str, dict[str, Any]]]] = []
     for sample in contended:
         part = time.perf_counter()
-        per_seed = run_seeded(sample)
+        per_seed = run_seeded(sample, policies)
         if variant is not None:
             varied_runs = run_seeded(sample, ["spotline"], variants=args.variant)
             for runs, extra in zip(per_seed, varied_runs, strict=True):

@@ -32,8 +32,34 @@ def test_the_evaluation_set_shares_no_window_and_no_seed_with_the_tuning_set() -
                 t.end, end=True
             ) <= parse_when(e.start)
             assert apart, (e.label, t.label)
-    synthetic = {m.seed for m in tuning if m.kind != "philly"}
+    reduced = [m for s in c.TUNING_REDUCED for m in s.members]
+    synthetic = {m.seed for m in [*tuning, *reduced] if m.kind != "philly"}
     assert not synthetic & {m.seed for m in evaluation if m.kind != "philly"}
+
+
+def test_the_reduced_tuning_set_is_its_synthetic_shapes_over_three_seeds() -> None:
+    shapes = {
+        (m.kind, m.load, m.long_share) for s in c.CONTENDED_TUNING for m in s.members if m.kind != "philly"
+    }
+    assert {(m.kind, m.load, m.long_share) for s in c.TUNING_REDUCED for m in s.members} == shapes
+    assert all(len(s.members) == 3 and s.members[0].jobs == 2000 for s in c.TUNING_REDUCED)
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--reduced"], "--reduced: only with --tuning"),
+        (["--tuning", "--policy", "nope"], "--policy: unknown nope"),
+        (["--tuning", "--policy", "fifo"], "at least one preempting peer"),
+    ],
+)
+def test_the_bench_refuses_flags_it_cannot_run(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        c.main(argv)
+    assert exit_.value.code == 2
+    assert message in capsys.readouterr().err
 
 
 def test_a_set_file_with_an_unknown_kind_is_refused(tmp_path: Any) -> None:
