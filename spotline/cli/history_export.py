@@ -9,6 +9,12 @@ A job enters the trace once it has ended (SUCCEEDED, FAILED, or CANCELLED after 
 whole); jobs still queued or running are left out, and counted. Beside the canonical columns the
 file carries `name` and `command` (SHA-256 digests unless `--include-names`) and what each job went
 through (`state`, `preemptions`, `interruptions`, `lost_gpu_s`); the simulator ignores them.
+`lost_gpu_s` is what the control plane charged as lost: for each run stopped early, the GPU time
+from the capture of its latest durable checkpoint to its stop (a write as it stops is in it), or
+the whole run when it saved nothing; the restart of a run that then saved work counts as run time.
+The cluster file's `observed` carries it twice: `lost_gpu_hours`, and under the simulator's name
+for the same definition, `lost_gpu_hours_since_checkpoint` (the simulator's own `lost_gpu_hours`
+also counts every restart).
 
 The Spot availability written per Spot pool is what the control plane observed (`spot_watch`): the
 pool whole while Spot was there, none during an outage (a Spot warning until a Spot launch starts
@@ -154,11 +160,13 @@ def build(jobs: Sequence[Mapping[str, Any]], cluster: Mapping[str, Any]) -> Expo
     }
     succeeded = [j for j in ended if j["state"] == "SUCCEEDED"]
     jct = [float(j["finished_at"]) - float(j["submitted_at"]) for j in succeeded if j.get("finished_at")]
+    lost_h = sum(float(j.get("lost_gpu_s") or 0.0) for j in ended) / 3600.0
     observed = {
         "jobs": len(ended),
         "completed": len(succeeded),
         "avg_jct_s": sum(jct) / len(jct) if jct else 0.0,
-        "lost_gpu_hours": sum(float(j.get("lost_gpu_s") or 0.0) for j in ended) / 3600.0,
+        "lost_gpu_hours": lost_h,
+        "lost_gpu_hours_since_checkpoint": lost_h,
         "preemptions": sum(int(j.get("preemptions") or 0) for j in ended),
         "interruptions": sum(int(j.get("interruptions") or 0) for j in ended),
     }

@@ -157,6 +157,13 @@ class Sample:
     queued_jobs: int
 
 
+def _since_checkpoint(lost: float, restart: float, kept: float) -> float:
+    """Of a run's `lost` GPU-seconds, what the control plane charges as lost: the time since the
+    run's latest durable checkpoint (a run that saved work counts its restart as work), or the
+    whole run when it saved none."""
+    return lost - restart if kept > 0 else lost
+
+
 class Simulation:
     """One policy replaying one trace. Build it, call `run()`, read the jobs and pools."""
 
@@ -200,6 +207,8 @@ class Simulation:
         self.moves = 0
         # Lost GPU-seconds at the price of the pool where they were held (On-Demand = 1).
         self.priced_lost_gpu_s = 0.0
+        # Lost GPU-seconds as the control plane counts them (`_since_checkpoint`).
+        self.lost_since_checkpoint_gpu_s = 0.0
         # Held GPU-seconds at each pool's price, per team (On-Demand GPU-seconds: On-Demand = 1).
         self.team_cost_gpu_s: dict[str, float] = {}
         self.running_jobs = 0
@@ -484,6 +493,7 @@ class Simulation:
         self.priced_lost_gpu_s += lost * ps.pool.price
         restart = job.gpus * min(job.run_overhead, now - job.run_start)
         self.accounts.lose(job, lost - restart, restart)
+        self.lost_since_checkpoint_gpu_s += _since_checkpoint(lost, restart, kept)
         job.restart_cause = job.exit_cause
         job.saved = keeps
         # Count the ended run's held GPU-seconds, then hold the new size from now.
@@ -645,6 +655,7 @@ class Simulation:
         self.priced_lost_gpu_s += lost * self.pools[job.pool].pool.price
         restart = job.gpus * min(job.run_overhead, now - job.run_start)
         self.accounts.lose(job, lost - restart, restart)
+        self.lost_since_checkpoint_gpu_s += _since_checkpoint(lost, restart, kept)
         job.restart_cause = job.exit_cause
         job.saved = keeps
         if job.elastic is not None:

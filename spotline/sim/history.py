@@ -10,7 +10,8 @@ The cluster file, all keys optional but `format`:
      "availability": {"<Spot pool>": {"metadata": {"gap_seconds": G}, "data": [n0, n1, ...]}},
      "scheduler": {...},                            # the settings that ran (cdk.json's `scheduler`)
      "deployment": {"spot_notice_s", "grace_period_s", "spot_missing_after_s"},
-     "observed": {"avg_jct_s", "lost_gpu_hours", "preemptions", "interruptions", ...}}
+     "observed": {"avg_jct_s", "lost_gpu_hours", "lost_gpu_hours_since_checkpoint",
+                  "preemptions", "interruptions", ...}}
 
 `availability` is what the control plane observed of each Spot pool, in instances, in SkyPilot's
 format from the trace's second 0: replayed as it was (tick 0 at second 0, never wrapped; after the

@@ -14,6 +14,10 @@
   restarts, lost work, checkpoint-then-stop writes and whole-node padding of gang jobs waste).
 - `lost_gpu_hours`: GPU-hours held without progress that counted, because of preemptions and
   Spot interruptions: work since the last checkpoint, checkpoint writes before leaving, restarts.
+- `lost_gpu_hours_since_checkpoint`: the part of those the control plane charges as lost (a
+  job's `lost_gpu_s`): each run stopped early, from its latest durable checkpoint (a write before
+  leaving included) to its stop, or the whole run when it saved nothing; the restarts of runs
+  that saved work are not in it (the control plane counts them as run time).
 - `cost_per_useful_gpu_hour`: held GPU-hours at each pool's price (On-Demand 1.0, Spot
   1 - savings) over useful GPU-hours.
 - `cost_by_team`: each team's held GPU-hours at those prices, in On-Demand GPU-hours (times the
@@ -181,6 +185,7 @@ def policy_metrics(sim: Simulation, isolated: Sequence[float] | None = None) -> 
         "gpu_utilization": utilization,
         "goodput": useful / held if held > 0 else 0.0,
         "lost_gpu_hours": sum(j.lost_gpu_s for j in jobs) / 3600.0,
+        "lost_gpu_hours_since_checkpoint": sim.lost_since_checkpoint_gpu_s / 3600.0,
         "preemptions": sim.preemptions,
         "interruptions": sim.interruptions,
         "cost_per_useful_gpu_hour": cost / useful if useful > 0 else 0.0,

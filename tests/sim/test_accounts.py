@@ -20,7 +20,7 @@ from spotline.sim.pools import build_pools, spot_advice
 from spotline.trace import Trace
 from spotline.trace.synth import synth_trace
 
-from .helpers import by_id, run
+from .helpers import HARD_KILL, by_id, run
 from .test_policies import AT_ONCE, CONTENTION
 
 STOP_CRITICAL = "preempted, stopped at once by a critical job"
@@ -71,6 +71,33 @@ def test_a_checkpointed_victim_is_charged_its_write_and_restart(policy: str) -> 
     assert _waited(result, "critical") == {CHECKPOINT_WAIT: 50}
 
 
+
+def _since_checkpoint_s(result: Any) -> float:
+    return float(result.metrics["lost_gpu_hours_since_checkpoint"]) * 3600
+
+
+def test_the_control_plane_s_loss_counts_the_work_since_the_checkpoint_not_the_restarts() -> None:
+    # j1 loses 60 s since its checkpoint on 8 GPUs and restarts in 100 s: the restart of a run
+    # that then finishes is run time to the control plane, not lost work.
+    assert _since_checkpoint_s(run(AT_ONCE, "spotline")) == pytest.approx(8 * 60)
+    # A checkpoint-then-stop: the 50 s write after the checkpoint's capture is lost.
+    assert _since_checkpoint_s(run(CONTENTION, "spotline")) == pytest.approx(8 * 50)
+
+
+def test_a_restarted_run_stopped_before_it_saved_anything_loses_all_of_it() -> None:
+    # j2 stops j1 at 10 (no checkpoint yet: 10 s lost); j1 restarts at 110 and j3 stops it at
+    # 150, 40 s into its 100 s restart: the control plane charges that whole run (40 s) as lost.
+    rows = [
+        ("j1", 0.0, 1000.0, 8, "a", "low"),
+        ("j2", 10.0, 100.0, 8, "a", "critical"),
+        ("j3", 150.0, 100.0, 8, "a", "critical"),
+    ]
+    result = run(rows, "kueue", settings=HARD_KILL)
+    assert result.metrics["preemptions"] == 2
+    assert _since_checkpoint_s(result) == pytest.approx(8 * (10 + 40))
+    # The simulator's own count adds the restart of the run that finished (100 s).
+    assert result.metrics["lost_gpu_hours"] * 3600 == pytest.approx(8 * (10 + 40 + 100))
+
 @pytest.fixture(scope="module")
 def churned() -> tuple[dict[str, Any], list[dict[str, Any]], Trace]:
     """A contended synthetic trace on a small cluster with frequent Spot reclaims, every policy,
@@ -97,6 +124,9 @@ def test_the_causes_add_up_to_the_lost_gpu_hours(churned: tuple[dict[str, Any], 
         assert set(account["lost_gpu_hours_by_cause"]) >= set(LOSS_CAUSES.values())
         assert sum(account["preemptions_per_job"].values()) == len(trace.jobs)
         assert account["lost_gpu_hours_by_cause"]["Spot interruption"] > 0, name
+        restarts = sum(v for k, v in account["lost_gpu_hours_by_cause"].items() if k.startswith("restart"))
+        since = metrics["lost_gpu_hours_since_checkpoint"]
+        assert metrics["lost_gpu_hours"] - restarts - 1e-9 <= since <= metrics["lost_gpu_hours"] + 1e-9, name
     # With the defaults a critical preemptor stops a victim at once only within its checkpoint
     # write (issue 29): here every victim checkpointed (the first test charges a stop at once).
     spotline = runs["spotline"]["loss_account"]["lost_gpu_hours_by_cause"]

@@ -34,6 +34,7 @@ EXTRA_KEYS = {
     "spot_gpu_hours",
     "on_demand_gpu_hours",
     "priced_loss_on_demand_gpu_h",
+    "lost_gpu_hours_since_checkpoint",
 }
 POLICY_KEYS = {
     "jobs",

@@ -97,6 +97,7 @@ def test_the_trace_has_the_ended_jobs_from_the_first_submission(tmp_path: Path) 
         "completed": 2,
         "avg_jct_s": 4000.0,
         "lost_gpu_hours": 4.0,
+        "lost_gpu_hours_since_checkpoint": 4.0,
         "preemptions": 2,
         "interruptions": 4,
     }
