@@ -6,7 +6,8 @@ target: under 10 minutes of wall time on 2 cores. Prints the wall time, the repl
 seconds of one replay of each stretch (what the wall time is made of).
 
 `--tuning-days D` tunes on the D days before the holdout only; `--seeds N` (default 1 here: the
-speed of the search; `spotline tune` defaults to 3 for its CIs). A speed figure, never a test.
+speed of the search; `spotline tune` defaults to 3 for its CIs); `--finalists K` and
+`--screen-days D` as `spotline tune`'s (its race). A speed figure, never a test.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from collections.abc import Sequence
 
 from bench.policy_bench.setup import philly_path
 from spotline.sim.history import History
-from spotline.sim.tune import cluster_for, tune
+from spotline.sim.tune import DEFAULT_FINALISTS, cluster_for, tune
 from spotline.trace import parse_when, read_philly
 
 START, END = "2017-10-02", "2017-10-31"
@@ -32,6 +33,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--tuning-days", type=float, default=None)
     parser.add_argument("--holdout-days", type=float, default=7.0)
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--finalists", type=int, default=DEFAULT_FINALISTS)
+    parser.add_argument("--screen-days", type=float, default=None)
     parser.add_argument("--end", default=END, help=f"last day of the history (default {END})")
     args = parser.parse_args(argv)
     path = philly_path()
@@ -51,19 +54,29 @@ def main(argv: Sequence[str] | None = None) -> int:
         seeds=tuple(range(1, args.seeds + 1)),
         candidates=args.candidates,
         workers=args.workers,
-        progress=lambda line: print(line, flush=True),
+        progress=lambda line: print(f"{time.perf_counter() - began:7.0f} s  {line}", flush=True),
+        finalists=args.finalists,
+        screen_days=args.screen_days,
     )
     wall = time.perf_counter() - began
-    tuning_cpu = [c.cpu_s / args.seeds for c in result.candidates]
+    tuning_cpu = [c.cpu_s / args.seeds for c in result.finalists]
     holdout_cpu = [c.holdout_cpu_s / args.seeds for c in result.candidates if c.holdout]
-    cpu = sum(tuning_cpu) * args.seeds + sum(holdout_cpu) * args.seeds
+    screen_cpu = [c.screen_cpu_s for c in result.candidates if c.screen]
+    cpu = sum(tuning_cpu) * args.seeds + sum(holdout_cpu) * args.seeds + sum(screen_cpu)
     days = history.span_s / 86400.0
     print(
         f"history: Philly {START}..{args.end}, {len(trace.jobs):,} jobs over {days:.1f} days, 512 GPUs;"
         f" tuning {result.tuning_jobs:,} jobs, holdout {result.holdout_jobs:,} jobs"
     )
+    if result.screen_days is not None:
+        print(
+            f"screen: {len(result.candidates)} candidates on the first {result.screen_days:.3g} days"
+            f" ({result.screen_jobs:,} jobs), {sum(screen_cpu) / len(screen_cpu):.0f} CPU s per replay;"
+            f" finalists {', '.join(f'#{c.index}' for c in result.finalists)}"
+        )
     print(
-        f"{len(result.candidates)} candidates x {args.seeds} seed(s), tuning days"
+        f"{len(result.candidates)} candidates ({len(result.finalists)} finalists) x {args.seeds} seed(s),"
+        f" tuning days"
         f" {'all' if args.tuning_days is None else f'{args.tuning_days:g}'}: {result.runs} replays,"
         f" {wall:.0f} s wall on {args.workers} worker(s) ({cpu:.0f} CPU s in the replays);"
         f" target 600 s: {'met' if wall < 600 else 'missed'}"

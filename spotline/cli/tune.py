@@ -15,7 +15,9 @@ from spotline.cli.outfile import OutputError, check_file, write_text
 from spotline.domain.config import SchedulerConfig
 from spotline.sim.history import History, HistoryError, read_history
 from spotline.sim.tune import (
+    DEFAULT_FINALISTS,
     DEFAULT_OBJECTIVE,
+    DEFAULT_SCREEN_SHARE,
     GOAL_METRICS,
     GOALS_BY_KEY,
     Candidate,
@@ -87,6 +89,22 @@ def tune_command(
         typer.Option(help="Seeds each configuration runs with (restart costs, Spot, random choices).", min=1),
     ] = 3,
     search_seed: Annotated[int, typer.Option("--search-seed", help="Seed of the candidates' draw.")] = 1,
+    finalists: Annotated[
+        int,
+        typer.Option(
+            help="Candidates, besides the settings in effect, that replay the whole tuning stretch on"
+            " every seed; with more candidates, a screen picks them.",
+            min=1,
+        ),
+    ] = DEFAULT_FINALISTS,
+    screen_days: Annotated[
+        float | None,
+        typer.Option(
+            "--screen-days",
+            help="The screen: the first days of the tuning stretch, replayed on the first seed by every"
+            f" candidate (default: {DEFAULT_SCREEN_SHARE:.0%} of the stretch).",
+        ),
+    ] = None,
     workers: Annotated[
         int, typer.Option(help="Replays at once, one process each (default: the CPUs).", min=1)
     ] = default_workers(),
@@ -119,6 +137,8 @@ def tune_command(
         raise typer.BadParameter(f"must be positive, got {holdout_days:g}", param_hint="--holdout-days")
     if tuning_days is not None and (not math.isfinite(tuning_days) or tuning_days <= 0):
         raise typer.BadParameter(f"must be positive, got {tuning_days:g}", param_hint="--tuning-days")
+    if screen_days is not None and (not math.isfinite(screen_days) or screen_days <= 0):
+        raise typer.BadParameter(f"must be positive, got {screen_days:g}", param_hint="--screen-days")
     if spot_fraction is not None and not 0.0 <= spot_fraction <= 1.0:
         raise typer.BadParameter(
             f"must be a share in [0, 1], got {spot_fraction:g}", param_hint="--spot-fraction"
@@ -152,6 +172,8 @@ def tune_command(
             search_seed=search_seed,
             workers=workers,
             progress=lambda line: console.print(f"[dim]{line}[/dim]"),
+            finalists=finalists,
+            screen_days=screen_days,
         )
     except (HistoryError, TuneError, ValueError) as error:
         typer.secho(f"error: {error}", err=True, fg="red")
@@ -231,10 +253,16 @@ def print_result(result: TuneResult, console: Console) -> None:
     objective = GOALS_BY_KEY[result.objective]
     console.print(
         f"{result.trace}: tuning on {result.tuning_jobs:,} jobs, holdout {result.holdout_jobs:,} jobs (last"
-        f" {result.holdout_days:g} days); {len(result.candidates)} configurations"
+        f" {result.holdout_days:g} days); {len(result.finalists)} configurations"
         f" x {len(result.seeds)} seeds,"
         f" {result.runs} replays in {result.wall_s:.0f} s"
     )
+    if result.screen_days is not None:
+        kept = ", ".join(f"#{c.index}" for c in result.finalists)
+        console.print(
+            f"Screen: {len(result.candidates)} candidates on the first {result.screen_days:.3g} days of the"
+            f" tuning stretch ({result.screen_jobs:,} jobs, seed {result.seeds[0]}); finalists: {kept}"
+        )
     table = Table(
         title=f"Pareto front on the tuning stretch (mean ± 95% CI over seeds; objective {objective.key})"
     )

@@ -3,11 +3,15 @@
 1. The history splits into a tuning stretch and a held-out final stretch (`history.split`).
 2. Candidates: the baseline (the settings in effect) and seeded draws that change one to three of
    the settings of `SEARCH_SPACE` from it (`draw_candidates`).
-3. Every candidate replays the tuning stretch through the pure core (the simulator's Spotline
+3. The race (`race`), when there are more candidates than `finalists`: every candidate replays a
+   screen, the first days of the tuning stretch, on the first seed; a candidate another screened
+   one dominates is dropped, and of the rest the `finalists` best on the objective go on, with the
+   baseline.
+4. Every finalist replays the whole tuning stretch through the pure core (the simulator's Spotline
    policy) once per seed; the goal metrics (`GOAL_METRICS`) get a mean and a 95% CI over seeds.
-4. The Pareto front over the goal metrics' tuning means; the pick is the candidate best on the
-   objective among those that improve it and regress no other goal metric by more than
-   `MAX_REGRESSION` on the tuning stretch.
+   The Pareto front over the finalists' tuning means; the pick is the finalist best on the
+   objective among those whose paired gain on it clears its CI and that regress no other goal
+   metric by more than `MAX_REGRESSION` on the tuning stretch.
 5. The front, the baseline and the pick replay the holdout; the pick is recommended only if there
    it improves the objective and regresses no other goal metric by more than `MAX_REGRESSION`;
    otherwise nothing is recommended, and the result says why.
@@ -80,6 +84,10 @@ GOAL_METRICS: tuple[GoalMetric, ...] = (
 )
 GOALS_BY_KEY: dict[str, GoalMetric] = {g.key: g for g in GOAL_METRICS}
 DEFAULT_OBJECTIVE = "avg_jct_s"
+# Candidates besides the baseline that go on from the screen to the whole tuning stretch.
+DEFAULT_FINALISTS = 4
+# The screen's share of the tuning stretch, when its days are not given.
+DEFAULT_SCREEN_SHARE = 0.25
 
 # The settings a tune searches, with the values it tries: the policy a site chooses. Left out: what
 # describes the deployment (restart and checkpoint costs, the pass's cadence), and the victim
@@ -241,21 +249,29 @@ class Candidate:
     diff: dict[str, Any]
     tuning: dict[str, Summary] = field(default_factory=dict)
     holdout: dict[str, Summary] = field(default_factory=dict)
+    # Its metrics on the screen (the first seed), when there was one.
+    screen: dict[str, Summary] = field(default_factory=dict)
+    # It replayed the whole tuning stretch (it went on from the screen, or there was none).
+    finalist: bool = True
     pareto: bool = False
-    # CPU seconds its replays took (all seeds), on the tuning stretch and on the holdout.
+    # CPU seconds its replays took (all seeds), on the tuning stretch, the holdout and the screen.
     cpu_s: float = 0.0
     holdout_cpu_s: float = 0.0
+    screen_cpu_s: float = 0.0
 
     def means(self, stretch: str) -> dict[str, float]:
-        summaries = self.tuning if stretch == "tuning" else self.holdout
+        summaries = {"tuning": self.tuning, "holdout": self.holdout, "screen": self.screen}[stretch]
         return {k: s.mean for k, s in summaries.items()}
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {
             "candidate": self.index,
             "config": dict(self.diff),
+            "finalist": self.finalist,
             "tuning": {k: s.to_json() for k, s in self.tuning.items()},
         }
+        if self.screen:
+            out["screen"] = {k: s.to_json() for k, s in self.screen.items()}
         if self.holdout:
             out["holdout"] = {k: s.to_json() for k, s in self.holdout.items()}
         return out
@@ -271,6 +287,9 @@ class TuneResult:
     tuning_days: float | None
     tuning_jobs: int
     holdout_jobs: int
+    # The screen's days and jobs (None and 0: every candidate replayed the whole tuning stretch).
+    screen_days: float | None
+    screen_jobs: int
     baseline: dict[str, Any]
     candidates: list[Candidate]
     recommended: dict[str, Any]
@@ -283,6 +302,10 @@ class TuneResult:
     @property
     def pareto(self) -> list[Candidate]:
         return [c for c in self.candidates if c.pareto]
+
+    @property
+    def finalists(self) -> list[Candidate]:
+        return [c for c in self.candidates if c.finalist]
 
     @property
     def defaults(self) -> Candidate:
@@ -311,6 +334,12 @@ class TuneResult:
             "holdout_days": self.holdout_days,
             "tuning_days": self.tuning_days,
             "jobs": {"tuning": self.tuning_jobs, "holdout": self.holdout_jobs},
+            "screen": {
+                "days": self.screen_days,
+                "jobs": self.screen_jobs,
+                "seed": self.seeds[0] if self.screen_days is not None else None,
+                "finalists": [c.index for c in self.finalists],
+            },
             "baseline": dict(self.baseline),
             "pareto": [c.to_json() for c in self.pareto],
             "recommended": dict(self.recommended),
@@ -424,6 +453,18 @@ def _summaries(results: Sequence[dict[str, Any]]) -> dict[str, Summary]:
     return {g.key: summarize([g.read(m) for m in results]) for g in GOAL_METRICS}
 
 
+def race(goal: GoalMetric, screen: Mapping[int, Mapping[str, float]], finalists: int) -> list[int]:
+    """The candidates that go on from the screen (`screen`: each candidate's goal metrics there,
+    the baseline's under 0): the baseline, and of the others that no screened candidate
+    dominates, the `finalists` best on `goal` (then the first drawn), in the order drawn."""
+    others = [
+        i for i in screen if i != 0 and not any(dominates(screen[o], screen[i]) for o in screen if o != i)
+    ]
+    base = screen[0]
+    others.sort(key=lambda i: (change(goal, base[goal.key], screen[i][goal.key]), i))
+    return sorted({0, *others[:finalists]})
+
+
 def tune(
     history: History,
     pools: Sequence[Pool],
@@ -439,11 +480,16 @@ def tune(
     workers: int = 1,
     settings: SimSettings | None = None,
     progress: Callable[[str], None] | None = None,
+    finalists: int = DEFAULT_FINALISTS,
+    screen_days: float | None = None,
 ) -> TuneResult:
     """Tune on `history` replayed on `pools` (module docstring; `pools` and `zone_traces` as
     `cluster_for` gives them). `baseline`: the settings in effect (dotted names, cdk.json's
     `scheduler` flattened); the candidates are diffs from it. `tuning_days`: tune on that much of
-    the history just before the holdout only (None: all of it), a bound on the replays' cost."""
+    the history just before the holdout only (None: all of it), a bound on the replays' cost.
+    `finalists`: the candidates besides the baseline that replay the whole tuning stretch on every
+    seed; with more candidates than that, the others race for it on a screen of the first
+    `screen_days` of the tuning stretch (None: `DEFAULT_SCREEN_SHARE` of it)."""
     began = time.perf_counter()
     goal = GOALS_BY_KEY.get(objective)
     if goal is None:
@@ -452,6 +498,10 @@ def tune(
         raise TuneError(f"--candidates must be at least 2 (the baseline and one more), got {candidates}")
     if not seeds:
         raise TuneError("at least one seed")
+    if finalists < 1:
+        raise TuneError(f"--finalists must be at least 1, got {finalists}")
+    if screen_days is not None and (not math.isfinite(screen_days) or screen_days <= 0):
+        raise TuneError(f"--screen-days must be positive, got {screen_days:g}")
     settings = settings or history.sim_settings()
     base_diff = dict(baseline or {})
     try:
@@ -476,24 +526,54 @@ def tune(
     configs = [apply_diff(base, d) for d in diffs]
     entries = [Candidate(i, d) for i, d in enumerate(diffs)]
     say = progress or (lambda _: None)
+    screened = finalists < len(entries) - 1
+    screen_jobs = 0
+    if screened:
+        if screen_days is None:
+            screen_days = DEFAULT_SCREEN_SHARE * head.span_s / 86400.0
+        screen = split(head, screen_days * 86400.0)[0]
+        screen.trace.source = f"{history.trace.source} (screen)"
+        screen_jobs = len(screen.trace.jobs)
+        if not screen_jobs:
+            raise TuneError(
+                f"--screen-days {screen_days:g}: no job of the tuning stretch is submitted that early"
+            )
+        clusters["screen"] = Cluster(screen, list(pools), settings, traces)
+    else:
+        screen_days = None
 
     global _FORKED
     _FORKED = (clusters, configs)
     try:
-        runs: list[_Run] = [(c.index, "tuning", s) for c in entries for s in seeds]
-        say(f"tuning stretch: {len(entries)} candidates x {len(seeds)} seeds ({len(head.trace.jobs):,} jobs)")
+        runs0: list[_Run] = []
+        if screened:
+            runs0 = [(c.index, "screen", seeds[0]) for c in entries]
+            say(
+                f"screen: {len(entries)} candidates x 1 seed on the first {screen_days:.3g} days of the"
+                f" tuning stretch ({screen_jobs:,} jobs)"
+            )
+            for c, (metrics, cpu) in zip(entries, _run_all(runs0, workers), strict=True):
+                c.screen = _summaries([metrics])
+                c.screen_cpu_s = cpu
+            kept = set(race(goal, {c.index: c.means("screen") for c in entries}, finalists))
+            for c in entries:
+                c.finalist = c.index in kept
+            say(f"finalists: {', '.join(f'#{i}' for i in sorted(kept))}")
+        final = [c for c in entries if c.finalist]
+        runs: list[_Run] = [(c.index, "tuning", s) for c in final for s in seeds]
+        say(f"tuning stretch: {len(final)} candidates x {len(seeds)} seeds ({len(head.trace.jobs):,} jobs)")
         results = _run_all(runs, workers)
-        for c in entries:
+        for c in final:
             mine = [results[i] for i, r in enumerate(runs) if r[0] == c.index]
             c.tuning = _summaries([m for m, _ in mine])
             c.cpu_s += sum(cpu for _, cpu in mine)
-        means = {c.index: c.means("tuning") for c in entries}
-        for c in entries:
-            c.pareto = not any(dominates(means[o.index], means[c.index]) for o in entries if o is not c)
+        means = {c.index: c.means("tuning") for c in final}
+        for c in final:
+            c.pareto = not any(dominates(means[o.index], means[c.index]) for o in final if o is not c)
         base_means = means[0]
         eligible = [
             c
-            for c in entries[1:]
+            for c in final[1:]
             if paired_gain(goal, entries[0].tuning[goal.key], c.tuning[goal.key]).upper < 0
             and all(
                 change(g, base_means[g.key], means[c.index][g.key]) <= MAX_REGRESSION
@@ -503,7 +583,7 @@ def tune(
         ]
         eligible.sort(key=lambda c: change(goal, base_means[goal.key], means[c.index][goal.key]))
         pick = eligible[0] if eligible else None
-        checked = {0, *(c.index for c in entries if c.pareto)} | ({pick.index} if pick else set())
+        checked = {0, *(c.index for c in final if c.pareto)} | ({pick.index} if pick else set())
         runs2: list[_Run] = [(i, "holdout", s) for i in sorted(checked) for s in seeds]
         say(f"holdout: {len(checked)} configurations x {len(seeds)} seeds ({len(tail.trace.jobs):,} jobs)")
         results2 = _run_all(runs2, workers)
@@ -517,9 +597,9 @@ def tune(
     if pick is None:
         recommended: dict[str, Any] = {}
         reason = (
-            f"no candidate improves {goal.key} on the tuning stretch (the 95% CI of its paired"
-            f" change over seeds below 0) without making another goal metric more than"
-            f" {MAX_REGRESSION:.0%} worse: the settings in effect stay"
+            f"no {'finalist' if screened else 'candidate'} improves {goal.key} on the tuning stretch"
+            f" (the 95% CI of its paired change over seeds below 0) without making another goal metric"
+            f" more than {MAX_REGRESSION:.0%} worse: the settings in effect stay"
         )
     else:
         ok, why = holdout_verdict(goal, entries[0].means("holdout"), pick.means("holdout"))
@@ -539,12 +619,14 @@ def tune(
         tuning_days=tuning_days,
         tuning_jobs=len(head.trace.jobs),
         holdout_jobs=len(tail.trace.jobs),
+        screen_days=screen_days,
+        screen_jobs=screen_jobs,
         baseline=base_diff,
         candidates=entries,
         recommended=recommended,
         checked=pick,
         reason=reason,
-        runs=len(runs) + len(runs2),
+        runs=len(runs0) + len(runs) + len(runs2),
         wall_s=time.perf_counter() - began,
     )
 

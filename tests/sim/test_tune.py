@@ -32,14 +32,17 @@ from spotline.sim.tune import (
     TuneError,
     apply_diff,
     change,
+    cluster_for,
     dominates,
     draw_candidates,
     flatten,
     holdout_verdict,
     nested,
     paired_gain,
+    race,
     setting_value,
     summarize,
+    tune,
 )
 from spotline.trace import Trace, TraceJob, write_trace
 from spotline.trace.synth import synth_trace
@@ -139,6 +142,52 @@ def test_the_holdout_guard(pick: dict[str, float], ok: bool, says: str) -> None:
     assert verdict is ok
     assert says in why
     assert f"{MAX_REGRESSION:.0%}" in why or "not on the holdout" in why
+
+
+# --- the race ----------------------------------------------------------------------------------
+
+
+def test_the_race_drops_a_dominated_candidate_and_keeps_the_best_on_the_objective() -> None:
+    jct = GOALS_BY_KEY["avg_jct_s"]
+    screen = {
+        0: _means(),
+        1: _means(avg_jct_s=800.0),
+        2: _means(avg_jct_s=850.0, lost_gpu_hours=960.0),  # dominated by 3 (only)
+        3: _means(avg_jct_s=850.0, lost_gpu_hours=950.0),
+        4: _means(avg_jct_s=900.0, lost_gpu_hours=900.0),
+        5: _means(avg_jct_s=950.0, jain_fairness=0.95),
+    }
+    assert race(jct, screen, 2) == [0, 1, 3]  # 2, drawn before 3 and as good on the objective, is dominated
+    assert race(jct, screen, 3) == [0, 1, 3, 4]
+    assert race(jct, screen, 9) == [0, 1, 3, 4, 5]  # the baseline always goes on
+
+
+def test_a_raced_tune_decides_on_the_finalists_full_seeds(small_trace: Path) -> None:
+    from spotline.trace import read_trace
+
+    history = History(trace=read_trace(small_trace))
+    pools, zones = cluster_for(history, 32)
+    holdout = history.span_s / DAY / 3
+    result = tune(
+        history, pools, zone_traces=zones, holdout_days=holdout, seeds=(1, 2), candidates=5, finalists=2
+    )
+    assert result.screen_days is not None and 0 < result.screen_jobs < result.tuning_jobs
+    finalists = [c.index for c in result.finalists]
+    assert finalists[0] == 0 and len(finalists) == 3
+    for c in result.candidates:
+        assert len(c.screen["avg_jct_s"].values) == 1  # every candidate screened on one seed
+        if c.finalist:
+            assert all(len(s.values) == 2 for s in c.tuning.values())  # the finalists on every seed
+        else:
+            assert not c.tuning and not c.pareto and not c.holdout
+    assert result.pareto and all(c.finalist for c in result.pareto)
+    assert result.checked is None or result.checked.finalist
+    assert result.runs == 5 + 3 * 2 + 2 * len(
+        {0, *(c.index for c in result.pareto)} | ({result.checked.index} if result.checked else set())
+    )
+    data = result.to_json()
+    assert data["screen"]["finalists"] == finalists and data["screen"]["seed"] == 1
+    assert [c["finalist"] for c in data["candidates"]] == [c.finalist for c in result.candidates]
 
 
 # --- the history -------------------------------------------------------------------------------
@@ -303,6 +352,8 @@ def test_apply_writes_the_scheduler_context_and_keeps_the_rest(tmp_path: Path) -
         (["--trace", "T", "--tuning-days", "-1"], "must be positive"),
         (["--trace", "T", "--spot-fraction", "2"], "must be a share in [0, 1]"),
         (["--trace", "T", "--candidates", "1"], "--candidates"),
+        (["--trace", "T", "--screen-days", "0"], "must be positive"),
+        (["--trace", "T", "--finalists", "0"], "--finalists"),
         (["--trace", "T", "--holdout-days", "30"], "leaves nothing to tune on"),
         (["--trace", "T", "--apply", "--cdk-json", "MISSING"], "does not exist"),
     ],
