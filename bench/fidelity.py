@@ -50,6 +50,11 @@ class Workload:
     timeout_s: float = 300.0
 
 
+# The Spot pool's instances per tick with outages of the whole pool only: the control plane's Spot
+# watch sees a pool as there or gone, so these it records as they were.
+WHOLE_OUTAGES = (2, 2, 2, 2, 0, 0, 0, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2)
+
+
 def _body(name: str, steps: int, priority: str) -> dict[str, Any]:
     return {
         "name": name,
@@ -167,12 +172,29 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=Workload.jobs)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument(
+        "--cycles", type=int, default=1, help="Play the Spot pattern this many times over (>= 1)."
+    )
+    parser.add_argument(
+        "--whole-outages",
+        action="store_true",
+        help="A pattern whose outages take the whole pool (no halving): what the Spot watch sees exactly.",
+    )
+    parser.add_argument("--timeout-s", type=float, default=Workload.timeout_s)
+    parser.add_argument(
         "--dir", type=Path, default=Path(os.environ.get("TMPDIR", "/tmp")) / "spotline-fidelity"
     )
     args = parser.parse_args(argv)
+    if args.jobs < 1 or args.cycles < 1 or args.timeout_s <= 0:
+        parser.error("--jobs and --cycles must be at least 1, --timeout-s positive")
     args.dir.mkdir(parents=True, exist_ok=True)
-    result = run(args.dir / "state", args.dir / "history.csv", Workload(jobs=args.jobs, seed=args.seed))
-    print(json.dumps(result, indent=2))
+    pattern = WHOLE_OUTAGES if args.whole_outages else Workload.counts
+    workload = Workload(
+        jobs=args.jobs, seed=args.seed, counts=pattern * args.cycles, timeout_s=args.timeout_s
+    )
+    result = run(args.dir / "state", args.dir / "history.csv", workload)
+    text = json.dumps(result, indent=2)
+    (args.dir / "result.json").write_text(text + "\n")
+    print(text)
     return 0
 
 

@@ -157,11 +157,11 @@ class Sample:
     queued_jobs: int
 
 
-def _since_checkpoint(lost: float, restart: float, kept: float) -> float:
+def _since_checkpoint(lost: float, restart: float, saved: bool) -> float:
     """Of a run's `lost` GPU-seconds, what the control plane charges as lost: the time since the
-    run's latest durable checkpoint (a run that saved work counts its restart as work), or the
-    whole run when it saved none."""
-    return lost - restart if kept > 0 else lost
+    run's latest durable checkpoint, a periodic one or one written as it leaves (a run that saved
+    counts its restart as run time), or the whole run when it saved none."""
+    return lost - restart if saved else lost
 
 
 class Simulation:
@@ -493,7 +493,7 @@ class Simulation:
         self.priced_lost_gpu_s += lost * ps.pool.price
         restart = job.gpus * min(job.run_overhead, now - job.run_start)
         self.accounts.lose(job, lost - restart, restart)
-        self.lost_since_checkpoint_gpu_s += _since_checkpoint(lost, restart, kept)
+        self.lost_since_checkpoint_gpu_s += _since_checkpoint(lost, restart, True)  # (it wrote one)
         job.restart_cause = job.exit_cause
         job.saved = keeps
         # Count the ended run's held GPU-seconds, then hold the new size from now.
@@ -639,10 +639,11 @@ class Simulation:
         if job.leave_exit is Exit.RESIZED:
             self._restart_resized(job, keeps)
             return
-        self._release(job, keeps, job.leave_exit)
+        self._release(job, keeps, job.leave_exit, wrote=job.leave_saved is not None)
 
-    def _release(self, job: SimJob, keeps: float, why: Exit) -> None:
-        """End the current run of `job` early, keeping `keeps` seconds of progress, and requeue."""
+    def _release(self, job: SimJob, keeps: float, why: Exit, wrote: bool = False) -> None:
+        """End the current run of `job` early, keeping `keeps` seconds of progress (`wrote`: by a
+        checkpoint written as it left), and requeue."""
         now = self.now
         if now > job.run_start + job.run_overhead:
             job.futile_preemptions = 0  # (this run made progress)
@@ -655,7 +656,7 @@ class Simulation:
         self.priced_lost_gpu_s += lost * self.pools[job.pool].pool.price
         restart = job.gpus * min(job.run_overhead, now - job.run_start)
         self.accounts.lose(job, lost - restart, restart)
-        self.lost_since_checkpoint_gpu_s += _since_checkpoint(lost, restart, kept)
+        self.lost_since_checkpoint_gpu_s += _since_checkpoint(lost, restart, wrote or kept > 0)
         job.restart_cause = job.exit_cause
         job.saved = keeps
         if job.elastic is not None:

@@ -71,7 +71,6 @@ def test_a_checkpointed_victim_is_charged_its_write_and_restart(policy: str) -> 
     assert _waited(result, "critical") == {CHECKPOINT_WAIT: 50}
 
 
-
 def _since_checkpoint_s(result: Any) -> float:
     return float(result.metrics["lost_gpu_hours_since_checkpoint"]) * 3600
 
@@ -97,6 +96,23 @@ def test_a_restarted_run_stopped_before_it_saved_anything_loses_all_of_it() -> N
     assert _since_checkpoint_s(result) == pytest.approx(8 * (10 + 40))
     # The simulator's own count adds the restart of the run that finished (100 s).
     assert result.metrics["lost_gpu_hours"] * 3600 == pytest.approx(8 * (10 + 40 + 100))
+
+
+def test_a_run_that_checkpoints_as_it_leaves_saved_its_restart() -> None:
+    # j2 has j1 write a checkpoint at 10 (50 s); j1 restarts at 160 and j3 has it write another
+    # at 200, 40 s into its 100 s restart: that run saved its state, so the control plane counts
+    # its restart as run time; only the first write is lost after a checkpoint's capture.
+    rows = [
+        ("j1", 0.0, 1000.0, 8, "a", "low"),
+        ("j2", 10.0, 100.0, 8, "a", "critical"),
+        ("j3", 200.0, 100.0, 8, "a", "critical"),
+    ]
+    result = run(rows, "kueue")
+    assert result.metrics["preemptions"] == 2
+    assert _since_checkpoint_s(result) == pytest.approx(8 * 50)
+    # The simulator's own count: both writes' runs, the 90 s run cut in its restart, the last restart.
+    assert result.metrics["lost_gpu_hours"] * 3600 == pytest.approx(8 * (50 + 90 + 100))
+
 
 @pytest.fixture(scope="module")
 def churned() -> tuple[dict[str, Any], list[dict[str, Any]], Trace]:
