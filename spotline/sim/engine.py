@@ -768,7 +768,10 @@ class Simulation:
 
     def _notice(self, job: SimJob, now: float, deadline: float) -> None:
         """The 2-minute Spot notice for the instance `job` runs on."""
-        if job.end_if_undisturbed <= deadline or job.leave_at <= deadline or job.doomed_at <= deadline:
+        ends_by = deadline
+        if self.settings.notice_requeues_every_job and self.policy.acts_on_notices:
+            ends_by = min(deadline, now + job.write)  # (only a job done before its write is spared)
+        if job.end_if_undisturbed <= ends_by or job.leave_at <= deadline or job.doomed_at <= deadline:
             return  # it finishes, or leaves, before the reclaim anyway
         if not self.policy.acts_on_notices:
             job.doomed_at = deadline

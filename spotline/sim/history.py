@@ -116,8 +116,9 @@ class History:
 
     def sim_settings(self) -> SimSettings:
         """The simulator's model of the deployment that ran the history: its restart cost (fixed,
-        the settings' `restart_cost_s`), its Spot notice, its pass cadence (`deadline_step_s`),
-        when it counts Spot as missing; the simulator's defaults for a trace without a cluster."""
+        the settings' `restart_cost_s`), its Spot notice (which requeues every job on the warned
+        instance, as the control plane does), its pass cadence (`deadline_step_s`), when it counts
+        Spot as missing; the simulator's defaults for a trace without a cluster."""
         if not self.has_cluster:
             return SimSettings()
         config, d = self.config(), self.deployment
@@ -128,6 +129,7 @@ class History:
             notice_s=float(d.get("spot_notice_s", SimSettings.notice_s)),
             spot_missing_after_s=float(d.get("spot_missing_after_s", SimSettings.spot_missing_after_s)),
             tick_s=config.deadline_step_s or SimSettings.tick_s,
+            notice_requeues_every_job=True,
         )
 
     def config(self) -> SchedulerConfig:

@@ -94,6 +94,11 @@ class SimSettings:
     # Spotline checkpoints inside a Spot notice (False: the "without the notice" ablation, its jobs
     # run on until the reclaim and keep their latest periodic checkpoint).
     spotline_acts_on_notices: bool = True
+    # A Spot notice requeues every job on the instance that acts on it and has not ended by the
+    # time its checkpoint is written, as the control plane does (it cannot tell that a job would
+    # end before the reclaim): how a deployment's history replays (`spotline.sim.history`).
+    # False: a job that would end before the reclaim finishes undisturbed.
+    notice_requeues_every_job: bool = False
     # Slurm's user time-limit model (`spotline.sim.peers.ESTIMATE_MODELS`).
     slurm_estimates: str = "uniform"
     # Spotline's jobs declare a run time (`expected_runtime_s`): the time limit the same user
