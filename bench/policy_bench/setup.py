@@ -65,8 +65,9 @@ TUNING: tuple[Sample, ...] = (
     _synth(101, 0.85),
     _synth(102, 1.1),
 )
-# What `bench/tune.py` searched on (its default on this 2-core machine): the tuning set reduced to
-# the first four days of its Philly window and 2,000-job synthetic traces on 128 GPUs.
+# What the tuning scripts search on by default on this 2-core machine: the tuning set reduced to
+# the first four days of its Philly window (`bench/tune.py`, Spotline's settings) and 2,000-job
+# synthetic traces on 128 GPUs (with the window: `bench/tune_slurm.py`, the Slurm peer's knobs).
 TUNING_REDUCED: tuple[Sample, ...] = (
     Sample("philly", 1, "2017-10-02", "2017-10-05"),
     _synth(101, 0.85, 2000, 128),

@@ -45,7 +45,7 @@ def print_evaluation(results: dict[str, Any], console: Console) -> None:
     console.print(
         "Tuning set (defaults chosen there only): "
         + "; ".join(s.label for s in TUNING)
-        + "; searched by bench/tune.py on: "
+        + "; searched by bench/tune.py (Philly) and bench/tune_slurm.py on: "
         + "; ".join(f"{s.label} ({s.gpus} GPUs)" for s in TUNING_REDUCED)
     )
     n = results["n_by_class"]

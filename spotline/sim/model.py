@@ -50,8 +50,8 @@ class VictimStop(StrEnum):
 @dataclass(frozen=True)
 class SlurmKnobs:
     """The Slurm peer's operator knobs (`SlurmPolicy`): what its tuning may change
-    (`bench/tune.py`), as an operator sets them in slurm.conf. The defaults are what the tuning
-    set chose (design-notes/tuning.md)."""
+    (`bench/tune_slurm.py`), as an operator sets them in slurm.conf. The defaults are what the
+    tuning set chose (design-notes/tuning.md)."""
 
     # PriorityWeightAge, PriorityWeightFairshare, PriorityMaxAge.
     weight_age: float = 4000.0

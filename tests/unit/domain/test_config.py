@@ -1,13 +1,40 @@
 """`SchedulerConfig` is a contract: what a deployment may set, refused with its name when it is
-not a setting (a typo, or one that no longer exists), never silently dropped."""
+not a setting (a typo, or one that no longer exists), never silently dropped. Its defaults are the
+tuner's recorded output on the tuning set (`python -m bench.tune`), and the Slurm peer's knobs
+the recorded choice of its own search (`python -m bench.tune_slurm`)."""
 
 from __future__ import annotations
+
+import json
+from pathlib import Path
 
 import pytest
 from pydantic import ValidationError
 
+from bench.policy_bench.setup import EVALUATION, TUNING, TUNING_REDUCED
+from bench.tune import TUNER
 from spotline.domain import Priority, SchedulerConfig
 from spotline.domain.config import CLASS_GAP, PriorityWeights
+from spotline.sim.model import SlurmKnobs
+from spotline.sim.tune import apply_diff
+
+DATA = Path(__file__).resolve().parents[3] / "bench" / "data"
+
+
+def test_the_defaults_are_the_tuners_recorded_output() -> None:
+    record = json.loads((DATA / "tuning_spotline.json").read_text())
+    assert record["tuner"] == TUNER
+    in_effect = SchedulerConfig.model_validate(record["settings_in_effect"])
+    assert apply_diff(in_effect, record["result"]["recommended"]) == SchedulerConfig()
+    tuning = {s.label for s in (*TUNING, *TUNING_REDUCED)}
+    assert record["history"] in tuning and record["history"] not in {s.label for s in EVALUATION}
+
+
+def test_the_slurm_peers_knobs_are_its_searchs_recorded_choice() -> None:
+    record = json.loads((DATA / "tuning.json").read_text())
+    assert SlurmKnobs(**record["slurm"][record["slurm_best"]]["knobs"]) == SlurmKnobs()
+    assert set(record["samples"]) <= {s.label for s in TUNING_REDUCED}
+
 
 # Settings that earlier versions had: a deployment that still sets one is told so.
 REMOVED = [
