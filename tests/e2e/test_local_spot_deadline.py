@@ -7,6 +7,7 @@ timeline shows each move and why. AWS is emulated (moto and the local fleet)."""
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 
 from typer.testing import CliRunner
@@ -26,32 +27,50 @@ def test_a_deadline_job_leaves_vanishing_spot_in_time_returns_and_meets_its_dead
 
     entries = [(e.target, e.reason) for e in result.timeline]
     text = "\n".join(f"{e.t:6.1f}s {e.source} -> {e.target}: {e.reason}" for e in result.timeline)
+
+    def first(found: Iterator[int], what: str) -> int:
+        """The first index found, or a failure that shows what was looked for and the timeline."""
+        index = next(found, None)
+        assert index is not None, f"no entry {what} in the timeline:\n{text}"
+        return index
+
     # It started on Spot and was warned when capacity vanished
-    first_spot = next(i for i, (to, why) in enumerate(entries) if to == "RUNNING" and "a100-spot" in why)
-    warned = next(i for i, (to, why) in enumerate(entries) if "Spot interruption warning" in why)
+    first_spot = first(
+        (i for i, (to, why) in enumerate(entries) if to == "RUNNING" and "a100-spot" in why), "on Spot"
+    )
+    warned = first((i for i, (to, why) in enumerate(entries) if "Spot interruption warning" in why), "warned")
     assert first_spot < warned, text
     # It went On-Demand, saying why not Spot: the guard's rules while Spot is missing, or, when
     # the requeued job is placed before Spot is seen missing, the Spot pool's lack of room (which
     # of the two comes first is a race between the warning's handlers and the next pass)
-    to_on_demand = next(
-        i
-        for i, (to, why) in enumerate(entries)
-        if i > warned and (why.startswith("admitted to a100-on-demand") or why.startswith("left Spot"))
+    to_on_demand = first(
+        (
+            i
+            for i, (to, why) in enumerate(entries)
+            if i > warned and (why.startswith("admitted to a100-on-demand") or why.startswith("left Spot"))
+        ),
+        "moving to On-Demand after the warning",
     )
     assert (
         "deadline guard" in entries[to_on_demand][1]
         or "not a100-spot: pool a100-spot has" in (entries[to_on_demand][1])
     ), text
-    running_od = next(
-        i
-        for i, (to, why) in enumerate(entries)
-        if i > to_on_demand and to == "RUNNING" and "a100-on-demand" in why
+    running_od = first(
+        (
+            i
+            for i, (to, why) in enumerate(entries)
+            if i > to_on_demand and to == "RUNNING" and "a100-on-demand" in why
+        ),
+        "running On-Demand",
     )
     # Back to Spot once capacity returned and it was far enough ahead (checkpoint-then-move)
-    back = next(
-        i
-        for i, (to, why) in enumerate(entries)
-        if i > running_od and to == "CHECKPOINTING" and "moving from a100-on-demand to a100-spot" in why
+    back = first(
+        (
+            i
+            for i, (to, why) in enumerate(entries)
+            if i > running_od and to == "CHECKPOINTING" and "moving from a100-on-demand to a100-spot" in why
+        ),
+        "moving back to Spot",
     )
     assert "back to Spot: far enough ahead" in entries[back][1], text
     assert any(to == "RUNNING" and "a100-spot" in why for to, why in entries[back:]), text
