@@ -8,9 +8,7 @@ import json
 import logging
 import os
 import re
-import signal
 import sys
-import threading
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -21,6 +19,7 @@ from rich.console import Console
 
 from spotline.cli.common import reported
 from spotline.cli.http import EXIT_FAILED, EXIT_USAGE, ClientError, Endpoint, state_dir
+from spotline.cli.stopping import StopSignals
 from spotline.local.runtime import LocalConfig, LocalControlPlane, reserved_pool
 from spotline.local.state import StateError
 from spotline.sim.availability import AvailabilityError, load_availability
@@ -85,9 +84,7 @@ def up(
     logging.basicConfig(level=logging.ERROR)
     console = Console()
     trace_options = spot_options(spot_availability, spot_tick_seconds)
-    stop = threading.Event()
-    signal.signal(signal.SIGINT, lambda *_: stop.set())
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    stop = StopSignals()
     persistent = state_dir_ is not None
     directory = state_dir_ if state_dir_ is not None else Path(".spotline")
     block_options = reservation_options(reservation, time.time())

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import ipaddress
 import json
-import threading
 from typing import Annotated
 
 import typer
@@ -18,6 +17,7 @@ import typer
 from spotline.cli.common import EndpointOpt, reported
 from spotline.cli.http import EXIT_USAGE, LOCAL, ClientError, Endpoint, resolve, state_dir
 from spotline.cli.render import errors
+from spotline.cli.stopping import StopSignals
 
 LOCAL_HOSTS = {"127.0.0.1", "localhost", "::1"}
 
@@ -105,12 +105,10 @@ def dashboard(
     url = f"http://{shown}:{server.server_address[1]}/?token={board.token}"
     typer.echo(f"Spotline dashboard for {', '.join(sorted(board.endpoints))}: {url}", err=False)
     typer.echo("Ctrl-C to stop.")
-    stop = threading.Event()
+    stop = StopSignals()
     server.start()
     try:
         stop.wait()
-    except KeyboardInterrupt:
-        pass
     finally:
         server.shutdown()
 
