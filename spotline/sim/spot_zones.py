@@ -30,7 +30,7 @@ from __future__ import annotations
 import random
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 
 from spotline.domain.models import Pool, Purchase
@@ -135,12 +135,17 @@ class ZoneCapacity:
     instances: int
     gpus_per_node: int
     first_tick: int
+    # The trace's largest count (`trace_size`), found once: every capacity reads it.
+    size: int = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.size = trace_size(self.trace)
 
     def gpus_at_tick(self, tick: int) -> int:
         """GPUs obtainable during the simulation's tick `tick` (0: the one holding t = 0)."""
         counts = self.trace.counts
         n = counts[(self.first_tick + tick) % len(counts)]
-        return (n * self.instances // trace_size(self.trace)) * self.gpus_per_node
+        return (n * self.instances // self.size) * self.gpus_per_node
 
     @property
     def gap_s(self) -> float:
