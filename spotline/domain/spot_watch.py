@@ -72,6 +72,7 @@ class PoolWatch:
         """What a pass plans from at `now`: whether Spot is there, how long it has been missing,
         and the history over the window (observed and available hours, completed outages, and
         where they lay: seconds before `now`)."""
+        now = float(now)  # (every figure below a float, as the signal's fields are)
         start = max(self.since, now - window_s)
         observed = max(0.0, now - start)
         down = 0.0
@@ -81,12 +82,14 @@ class PoolWatch:
             clipped = max(0.0, min(end, now) - max(begin, start))
             down += clipped
             if begin >= start:  # an outage cut by the window's start is not counted as one
-                lengths.append(end - begin)
+                lengths.append(float(end - begin))
             if clipped > 0:
                 spans.append((now - max(begin, start), now - min(end, now)))
         outage_s = 0.0 if self.available else max(0.0, now - self.changed_at)
         down += min(outage_s, observed)
-        return SpotPoolSignal(
+        # Built unvalidated: each field is a float or bool found above, none below 0 (a pass
+        # builds one per Spot pool, from up to `MAX_OUTAGES` outages).
+        return SpotPoolSignal.model_construct(
             available=self.available,
             outage_s=outage_s,
             observed_s=observed,
