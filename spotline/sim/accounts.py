@@ -272,9 +272,20 @@ class Accounts:
         leaving = [ps.used - sum(ps.held_by_rank) for ps in pools]
         below = [[sum(ps.held_by_rank[:r]) for r in range(4)] for ps in pools]
         protected: list[list[int] | None] = [None] * len(pools)
+        # Jobs alike in all that `_cause` reads have the same cause: found once per kind.
+        causes: dict[tuple[object, ...], str] = {}
+        delay_s, no_delay = self.delay_s, self.no_delay_ranks
         for entry in self.waiting.values():
             job: SimJob = entry[0]
-            cause = self._cause(job, now, pools, leaving, below, protected)
+            if self.awaiting.get(job.idx, 0) > 0:
+                cause = CHECKPOINT_WAIT
+            else:
+                delayed = delay_s > 0 and job.rank not in no_delay and now - job.enqueued < delay_s
+                kind = (job.team, job.rank, job.gpus, job.nodes, job.gpu_type, job.spot_ok, delayed)
+                found = causes.get(kind)
+                if found is None:
+                    found = causes[kind] = self._cause(job, now, pools, leaving, below, protected)
+                cause = found
             if cause != entry[1]:
                 if entry[1] is None:
                     entry[1] = cause
@@ -290,8 +301,7 @@ class Accounts:
         below: list[list[int]],
         protected: list[list[int] | None],
     ) -> str:
-        if self.awaiting.get(job.idx, 0) > 0:
-            return CHECKPOINT_WAIT
+        """What `job` (no victim of its own checkpointing) waits for now."""
         usable = [
             ps for ps in pools if ps.accepts(job) and not (job.rank == CRITICAL_RANK and ps.is_spot)
         ] or [ps for ps in pools if ps.accepts(job)]
