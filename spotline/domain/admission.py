@@ -291,10 +291,15 @@ class PassHolds:
 
     @classmethod
     def of(cls, window: Sequence[Job], snapshot: ClusterSnapshot) -> PassHolds:
-        jobs = [*window, *(a.job for a in snapshot.allocations)]
+        # (Only a job with a hold counts in any pool: the others are left out once, not per pool.)
+        jobs = [
+            job
+            for job in (*window, *(a.job for a in snapshot.allocations))
+            if job.deadline_answer is not None and job.deadline_answer.hold is not None
+        ]
         by_pool: dict[str, list[tuple[str, OnDemandHold]]] = {}
         for name, pool in snapshot.pools.items():
-            if not pool.is_spot:
+            if jobs and not pool.is_spot:
                 found = holds_in(name, jobs, snapshot.allocations)
                 if found:
                     by_pool[name] = found
