@@ -114,8 +114,17 @@ class PassPlans:
         if budget is None or not snapshot.spot:
             return cls(budget=budget)  # no bound, or no pool's signal: no plan to solve
         held = snapshot.allocations if running is None else running
-        asking = [j for j in pending if may_ask(j, snapshot, config, now, pending=True)]
-        asking += [a.job for a in held if may_ask(a.job, snapshot, config, now, pending=False)]
+        # (Only a deadline job may ask: the others are passed over before the call.)
+        asking = [
+            j
+            for j in pending
+            if j.spec.deadline is not None and may_ask(j, snapshot, config, now, pending=True)
+        ]
+        asking += [
+            a.job
+            for a in held
+            if a.job.spec.deadline is not None and may_ask(a.job, snapshot, config, now, pending=False)
+        ]
         return cls.ranked(asking, budget)
 
     @classmethod
