@@ -8,6 +8,10 @@ seconds of one replay of each stretch (what the wall time is made of).
 `--tuning-days D` tunes on the D days before the holdout only; `--seeds N` (default 1 here: the
 speed of the search; `spotline tune` defaults to 3 for its CIs); `--finalists K` and
 `--screen-days D` as `spotline tune`'s (its race). A speed figure, never a test.
+
+`--replay STRETCH` (tuning, screen or holdout) times one replay instead: the settings in effect,
+seed 1, on that stretch as `spotline tune` cuts it (`--replay-days D`: its first D days only);
+prints its jobs and CPU seconds (the unit a tune's time is made of).
 """
 
 from __future__ import annotations
@@ -19,8 +23,11 @@ import time
 from collections.abc import Sequence
 
 from bench.policy_bench.setup import philly_path
-from spotline.sim.history import History
-from spotline.sim.tune import DEFAULT_FINALISTS, cluster_for, tune
+from spotline.domain.config import SchedulerConfig
+from spotline.domain.models import Pool
+from spotline.sim.availability import AvailabilityTrace
+from spotline.sim.history import History, holdout_cut, split
+from spotline.sim.tune import DEFAULT_FINALISTS, DEFAULT_SCREEN_SHARE, Cluster, _replay, cluster_for, tune
 from spotline.trace import parse_when, read_philly
 
 START, END = "2017-10-02", "2017-10-31"
@@ -36,6 +43,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--finalists", type=int, default=DEFAULT_FINALISTS)
     parser.add_argument("--screen-days", type=float, default=None)
     parser.add_argument("--end", default=END, help=f"last day of the history (default {END})")
+    parser.add_argument("--replay", choices=("tuning", "screen", "holdout"), default=None)
+    parser.add_argument("--replay-days", type=float, default=None)
     args = parser.parse_args(argv)
     path = philly_path()
     if path is None:
@@ -44,6 +53,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     trace = read_philly(path, parse_when(START), parse_when(args.end, end=True), 1)
     history = History(trace=trace)
     pools, zones = cluster_for(history, 512)
+    if args.replay is not None:
+        return one_replay(history, pools, zones, args)
     began = time.perf_counter()
     result = tune(
         history,
@@ -86,6 +97,33 @@ def main(argv: Sequence[str] | None = None) -> int:
         f" holdout {sum(holdout_cpu) / max(1, len(holdout_cpu)):.0f}"
     )
     print(result.reason)
+    return 0
+
+
+def one_replay(
+    history: History, pools: list[Pool], zones: dict[str, AvailabilityTrace], args: argparse.Namespace
+) -> int:
+    """One replay of the settings in effect (seed 1) on a stretch `spotline tune` cuts (`--replay`)."""
+    cut = holdout_cut(history, args.holdout_days)
+    head, holdout = split(history, cut)
+    if args.tuning_days is not None:
+        head = split(head, max(0.0, cut - args.tuning_days * 86400.0))[1]
+    screen_s = (
+        (args.screen_days * 86400.0) if args.screen_days is not None else DEFAULT_SCREEN_SHARE * head.span_s
+    )
+    part = {"tuning": head, "screen": split(head, screen_s)[0], "holdout": holdout}[args.replay]
+    if args.replay_days is not None:
+        part = split(part, args.replay_days * 86400.0)[0]
+    load = os.getloadavg()
+    began = time.process_time()
+    metrics, _ = _replay(Cluster(part, pools, history.sim_settings(), zones), SchedulerConfig(), 1)
+    cpu = time.process_time() - began
+    print(
+        f"{args.replay} stretch{'' if args.replay_days is None else f' (first {args.replay_days:g} days)'}:"
+        f" {len(part.trace.jobs):,} jobs over {part.span_s / 86400.0:.2f} days, one replay {cpu:.1f} CPU s;"
+        f" avg JCT {metrics['avg_jct_s'] / 3600.0:.2f} h; load average {load[0]:.1f} before,"
+        f" {os.getloadavg()[0]:.1f} after"
+    )
     return 0
 
 
