@@ -19,6 +19,7 @@ import math
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 from spotline.domain.admission import AnswerKind, PassHolds
 from spotline.domain.config import SchedulerConfig
@@ -190,7 +191,8 @@ class _Turn:
     blocks: list[Pool] = field(default_factory=list)
 
 
-_Check = Callable[[_Turn], "Decision | None"]
+# A check: the pass, the turn -> its decision, or None to leave the turn to the next check.
+_Check = Callable[["_Pass", _Turn], "Decision | None"]
 
 
 class _Pass:
@@ -244,22 +246,6 @@ class _Pass:
         self.wanted: set[str] = set()
         # The running elastic jobs, by pool (none: the elastic checks do nothing).
         self.elastic: dict[str, list[Allocation]] = {}
-        self.checks: tuple[_Check, ...] = (
-            self._draining,
-            self._array_cap,
-            self._waits_alike,
-            self._no_pool,
-            self._on_demand_held,
-            self._admit,
-            self._held_for_gang,
-            self._claim_spare,
-            self._behind_class_head,
-            self._shrink_elastic,
-            self._budget_spent,
-            self._preemption_delay,
-            self._held_by_variant,
-            self._preempt,
-        )
 
     def reserve_for_draining(self, window: list[Job]) -> None:
         """Hold what earlier passes reserved: a preemptor whose victims are still checkpointing
@@ -285,10 +271,10 @@ class _Pass:
                 add_spare(self.surplus, job, pool, leaving)
 
     def decide(self, job: Job, priority: float) -> Decision:
-        """The first decision of `checks` for the job (`_preempt`, the last, always decides)."""
+        """The first decision of `CHECKS` for the job (`_preempt`, the last, always decides)."""
         alike = _alike(job)
         if alike is not None and not self.blocks and self.waits:
-            # The common turn, decided as `checks` would: neither of the two checks before
+            # The common turn, decided as `CHECKS` would: neither of the two checks before
             # `_waits_alike` applies, and a job alike ranked before it waits for a reason that holds.
             known = self.waits.get(alike)
             if (
@@ -306,8 +292,8 @@ class _Pass:
             turn.blocks = open_blocks(job, self.blocks, self.now, remaining, self.config)
             if turn.alike is not None:  # (which blocks it fits depends on its remaining time)
                 turn.alike = (*turn.alike, *(p.name for p in turn.blocks))
-        for check in self.checks:
-            decision = check(turn)
+        for check in _Pass.CHECKS:
+            decision = check(self, turn)
             if decision is not None:
                 if job.array_id is not None and isinstance(decision, (Admit, Preempt)):
                     held = self._array_held()
@@ -635,6 +621,25 @@ class _Pass:
 
     def _changed_ledger(self) -> None:
         self.waits.clear()
+
+    # The checks of a turn, in order (plain functions: bound methods kept on the pass would make
+    # each pass a reference cycle, left for the cyclic garbage collector to free).
+    CHECKS: ClassVar[tuple[_Check, ...]] = (
+        _draining,
+        _array_cap,
+        _waits_alike,
+        _no_pool,
+        _on_demand_held,
+        _admit,
+        _held_for_gang,
+        _claim_spare,
+        _behind_class_head,
+        _shrink_elastic,
+        _budget_spent,
+        _preemption_delay,
+        _held_by_variant,
+        _preempt,
+    )
 
 
 def _shrink_reason(shrink: Shrink, preemptor: str) -> str:
