@@ -224,7 +224,7 @@ class _Pass:
         # long as no admission or preemption changed the ledger since: key -> (the highest
         # priority the reason holds for, the reason).
         self.waits: dict[tuple[object, ...], tuple[float, WaitReason, str]] = {}
-        # The candidate pools of alike jobs (placement reads only what `_alike` holds).
+        # The candidate pools of jobs placed alike (`_placed_alike`).
         self.placements: dict[tuple[object, ...], list[Pool]] = {}
         # Elements of each array holding (or about to hold) GPUs, counted when first needed.
         self.array_held: dict[str, int] | None = None
@@ -345,16 +345,17 @@ class _Pass:
 
     def _no_pool(self, turn: _Turn) -> Decision | None:
         """Finds its candidate pools; with none, it waits."""
-        job, alike = turn.job, turn.alike
-        pools = self.placements.get(alike) if alike is not None else None
+        job = turn.job
+        placed = _placed_alike(job, turn.alike, self.config)
+        pools = self.placements.get(placed) if placed is not None else None
         if pools is None:
             remaining = estimated_remaining_s(job, self.now, self.config)
             snapshot = self.snapshot
             pools = candidate_pools(
                 job, snapshot.pools.values(), self.now, remaining, self.config, snapshot.spot, self.plans
             )
-            if alike is not None:
-                self.placements[alike] = pools
+            if placed is not None:
+                self.placements[placed] = pools
         turn.pools = self.hooks.candidate_pools(job, [*turn.blocks, *pools] if turn.blocks else pools)
         if turn.pools:
             return None
@@ -663,3 +664,16 @@ def _alike(job: Job) -> tuple[object, ...] | None:
     if spec.deadline is not None:
         return None
     return (job.team, spec.priority, spec.gpus, spec.nodes, spec.gpu_type, spec.spot, job.interruptions)
+
+
+def _placed_alike(
+    job: Job, alike: tuple[object, ...] | None, config: SchedulerConfig
+) -> tuple[object, ...] | None:
+    """What `candidate_pools` reads of a job without a deadline (None for one with a deadline):
+    its class, shape and Spot preference; once it reached `max_interruptions_on_spot`, its
+    interruptions and run time too (`spot_cost_ratio`): then the whole `_alike` key, whose
+    first job's pools its alike jobs share."""
+    if alike is None or job.interruptions >= config.max_interruptions_on_spot:
+        return alike
+    spec = job.spec
+    return (spec.priority, spec.gpus, spec.nodes, spec.gpu_type, spec.spot)
