@@ -42,6 +42,9 @@ class RunningJobs:
             target: list(allocations.values()) for target, allocations in index.draining.items()
         }
         self._groups: dict[tuple[str, Priority], list[Candidate]] = {}
+        # (pool, preemptor's class) -> its possible victims there when only lower classes may be
+        # (the taken ones aside); None when it may also reclaim from a class there.
+        self._lower: dict[tuple[str, Priority], list[Candidate] | None] = {}
 
     def _stoppable(self, pool: str, cls: Priority) -> list[Candidate]:
         """The group's running jobs that some preemptor may stop now, scored."""
@@ -62,6 +65,12 @@ class RunningJobs:
         groups = self._index.groups.get(pool)
         if not groups:
             return []
+        key = (pool, job.spec.priority)
+        if key not in self._lower:
+            self._lower[key] = self._lower_only(pool, job.spec.priority)
+        lower = self._lower[key]
+        if lower is not None:
+            return [c for c in lower if c.job_id not in taken] if taken else list(lower)
         borrowing: set[str] | None = None  # the teams `job` may reclaim from here, found when needed
         chosen: list[Candidate] = []
         for cls in groups:
@@ -74,6 +83,17 @@ class RunningJobs:
                     chosen.extend(c for c in self._stoppable(pool, cls) if c.job.team in borrowing)
         if taken:
             chosen = [c for c in chosen if c.job_id not in taken]
+        return chosen
+
+    def _lower_only(self, pool: str, preemptor: Priority) -> list[Candidate] | None:
+        """The stoppable jobs of the classes below `preemptor` in `pool`, in the order
+        `possible_victims` lists them; None when a class there is one it may reclaim from."""
+        chosen: list[Candidate] = []
+        for cls in self._index.groups[pool]:
+            if cls.rank < preemptor.rank:
+                chosen.extend(self._stoppable(pool, cls))
+            elif reclaim_allowed_between(cls, preemptor, self._config):
+                return None
         return chosen
 
     def _borrowing(self, job: Job, pool: str, ledger: Ledger) -> set[str]:
