@@ -290,11 +290,17 @@ class PassHolds:
     by_pool: dict[str, list[tuple[str, OnDemandHold]]]
 
     @classmethod
-    def of(cls, window: Sequence[Job], snapshot: ClusterSnapshot) -> PassHolds:
+    def of(
+        cls, window: Sequence[Job], snapshot: ClusterSnapshot, running: Iterable[Allocation] | None = None
+    ) -> PassHolds:
+        """The holds in each On-Demand pool of the jobs of `window` and the running jobs
+        (`running`, else the snapshot's allocations; a caller may pass only those whose job has a
+        deadline's answer)."""
+        held = snapshot.allocations if running is None else running
         # (Only a job with a hold counts in any pool: the others are left out once, not per pool.)
         jobs = [
             job
-            for job in (*window, *(a.job for a in snapshot.allocations))
+            for job in (*window, *(a.job for a in held))
             if job.deadline_answer is not None and job.deadline_answer.hold is not None
         ]
         by_pool: dict[str, list[tuple[str, OnDemandHold]]] = {}

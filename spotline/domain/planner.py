@@ -151,11 +151,11 @@ def plan_with_stats(
         state.hooks = extension.for_pass(snapshot, now, config)
         state.variant = extension.name
     state.indexed = indexed
-    for allocation in indexed.allocations():
-        if allocation.job.spec.elastic is not None:
-            state.elastic.setdefault(allocation.pool, []).append(allocation)
-    state.plans = PassPlans.for_pass(snapshot, window, config, now, snapshot.allocations)
-    state.holds = PassHolds.of(window, snapshot)
+    state.elastic = {pool: list(allocations) for pool, allocations in indexed.elastic.items()}
+    # (The deadline plans and the On-Demand holds read only jobs with a deadline or its answer.)
+    dated = [job for job in window if job.spec.deadline is not None or job.deadline_answer is not None]
+    state.plans = PassPlans.for_pass(snapshot, dated, config, now, indexed.dated)
+    state.holds = PassHolds.of(dated, snapshot, indexed.dated)
     state.reserve_for_draining(window)
     decisions: list[Decision] = [state.decide(job, priority) for job, priority in ranked(window, score)]
     moves = moves_to_on_demand(

@@ -15,7 +15,7 @@ from spotline.domain.models import Allocation, DrainTarget, Priority
 class RunningIndex:
     """Allocations by job, with their sums per pool and team and their groups by pool and class."""
 
-    __slots__ = ("_held", "draining", "groups", "pool_used", "team_counts", "team_used")
+    __slots__ = ("_held", "dated", "draining", "elastic", "groups", "pool_used", "team_counts", "team_used")
 
     def __init__(self) -> None:
         self._held: dict[str, Allocation] = {}  # job id -> its allocation
@@ -27,6 +27,11 @@ class RunningIndex:
         self.groups: dict[str, dict[Priority, dict[str, Allocation]]] = {}
         # Pool -> class -> team -> how many of that group's allocations are the team's.
         self.team_counts: dict[str, dict[Priority, dict[str, int]]] = {}
+        # Pool -> the elastic jobs' allocations there, in the order held.
+        self.elastic: dict[str, list[Allocation]] = {}
+        # The allocations of jobs with a deadline or a deadline's answer, in the order held: what
+        # the pass's deadline plans and On-Demand holds read of the running jobs.
+        self.dated: list[Allocation] = []
 
     @classmethod
     def of(cls, allocations: Iterable[Allocation]) -> RunningIndex:
@@ -48,6 +53,11 @@ class RunningIndex:
             index.team_used[team] = index.team_used.get(team, 0) + gpus
             if allocation.draining_for is not None:
                 index.draining.setdefault(allocation.draining_for, {})[job.id] = allocation
+            spec = job.spec
+            if spec.elastic is not None:
+                index.elastic.setdefault(pool, []).append(allocation)
+            if spec.deadline is not None or job.deadline_answer is not None:
+                index.dated.append(allocation)
         return index
 
     def __len__(self) -> int:

@@ -520,3 +520,13 @@ def test_a_running_index_refuses_two_allocations_of_a_job() -> None:
     held = job("r1").gpus(8).on("od")
     with pytest.raises(ValueError, match=r"job r1 holds two allocations \(od, spot\)"):
         RunningIndex.of([held, held.model_copy(update={"pool": "spot"})])
+
+
+def test_a_running_index_keeps_the_elastic_and_the_dated_allocations_in_order() -> None:
+    plain = job("r1").gpus(8).on("od")
+    grown = job("r2").gpus(4).elastic(2, 8).on("spot")
+    dated = job("r3").gpus(2).deadline(DAY).on("od")
+    other = job("r4").gpus(2).elastic(1, 4).on("spot")
+    index = RunningIndex.of([plain, grown, dated, other])
+    assert index.elastic == {"spot": [grown, other]}
+    assert index.dated == [dated]
