@@ -124,8 +124,11 @@ def read_window(queue: PendingQueue, limit: int) -> list[Job]:
     window: list[Job] = []
     for priority in PRIORITIES_HIGH_FIRST:
         window.extend(queue.head(priority, limit))
+    urgent = queue.urgent(limit)
+    if not urgent:
+        return window  # (no deadline queued: no set of the window's ids to build)
     seen = {job.id for job in window}
-    for job in queue.urgent(limit):
+    for job in urgent:
         if job.id not in seen:
             seen.add(job.id)
             window.append(job)
