@@ -37,23 +37,35 @@ class RunningIndex:
     def of(cls, allocations: Iterable[Allocation]) -> RunningIndex:
         """The index of `allocations` (a job may hold one allocation only)."""
         index = cls()
-        held = index._held
+        held, groups, team_counts = index._held, index.groups, index.team_counts
+        pool_used, team_used, draining = index.pool_used, index.team_used, index.draining
         for allocation in allocations:
             job = allocation.job
-            if job.id in held:
+            job_id = job.id
+            if job_id in held:
                 raise ValueError(
-                    f"job {job.id} holds two allocations ({held[job.id].pool}, {allocation.pool})"
+                    f"job {job_id} holds two allocations ({held[job_id].pool}, {allocation.pool})"
                 )
-            held[job.id] = allocation
-            pool, gpus, team, priority = allocation.pool, allocation.gpus, job.team, job.spec.priority
-            index.groups.setdefault(pool, {}).setdefault(priority, {})[job.id] = allocation
-            teams = index.team_counts.setdefault(pool, {}).setdefault(priority, {})
-            teams[team] = teams.get(team, 0) + 1
-            index.pool_used[pool] = index.pool_used.get(pool, 0) + gpus
-            index.team_used[team] = index.team_used.get(team, 0) + gpus
-            if allocation.draining_for is not None:
-                index.draining.setdefault(allocation.draining_for, {})[job.id] = allocation
+            held[job_id] = allocation
             spec = job.spec
+            pool, gpus, team, priority = allocation.pool, allocation.gpus, job.team, spec.priority
+            # (Looked up before inserting: a pass indexes every running job, most into groups
+            # that exist already.)
+            classes = groups.get(pool)
+            if classes is None:
+                classes = groups[pool] = {}
+                team_counts[pool] = {}
+            members = classes.get(priority)
+            if members is None:
+                members = classes[priority] = {}
+                team_counts[pool][priority] = {}
+            members[job_id] = allocation
+            teams = team_counts[pool][priority]
+            teams[team] = teams.get(team, 0) + 1
+            pool_used[pool] = pool_used.get(pool, 0) + gpus
+            team_used[team] = team_used.get(team, 0) + gpus
+            if allocation.draining_for is not None:
+                draining.setdefault(allocation.draining_for, {})[job_id] = allocation
             if spec.elastic is not None:
                 index.elastic.setdefault(pool, []).append(allocation)
             if spec.deadline is not None or job.deadline_answer is not None:
