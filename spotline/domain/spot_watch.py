@@ -79,12 +79,15 @@ class PoolWatch:
         lengths: list[float] = []
         spans: list[tuple[float, float]] = []
         for begin, end in self.outages:
-            clipped = max(0.0, min(end, now) - max(begin, start))
-            down += clipped
+            # Its part inside [start, now] (the bounds as max() and min() pick them; a pass builds
+            # this for every Spot pool, so no calls).
+            low = begin if begin >= start else start
+            high = end if end <= now else now
             if begin >= start:  # an outage cut by the window's start is not counted as one
                 lengths.append(float(end - begin))
-            if clipped > 0:
-                spans.append((now - max(begin, start), now - min(end, now)))
+            if high - low > 0:
+                down += high - low
+                spans.append((now - low, now - high))
         outage_s = 0.0 if self.available else max(0.0, now - self.changed_at)
         down += min(outage_s, observed)
         # Built unvalidated: each field is a float or bool found above, none below 0 (a pass
