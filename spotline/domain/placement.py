@@ -132,6 +132,41 @@ def candidate_pools(
     return sorted(spot_ok, key=preference) + sorted(on_demand, key=preference)
 
 
+class PassPlacement:
+    """`candidate_pools` for the jobs without a deadline of one pass, over the same pools: the
+    pools that can host a job are found once per shape (GPU type, GPUs, nodes: all `can_host`
+    reads), in preference order, and only the Spot refusal is asked per job (without a deadline
+    it reads neither the pool's signal nor the pass's plans)."""
+
+    def __init__(self, pools: Iterable[Pool]) -> None:
+        # (A stable sort of all of them, then split: each kind in the order sorting it alone gives.)
+        ranked = sorted((pool for pool in pools if not pool.is_reserved), key=preference)
+        self._spot = [pool for pool in ranked if pool.is_spot]
+        self._on_demand = [pool for pool in ranked if not pool.is_spot]
+        self._by_shape: dict[tuple[str | None, int, int], tuple[list[Pool], list[Pool]]] = {}
+
+    def candidate_pools(
+        self, job: Job, now: float, remaining_s: float, config: SchedulerConfig
+    ) -> list[Pool]:
+        """`candidate_pools(job, pools, now, remaining_s, config)` for a job without a deadline."""
+        spec = job.spec
+        if spec.deadline is not None:
+            raise ValueError(f"job {job.id} has a deadline: its Spot pools depend on the pass's signals")
+        shape = (spec.gpu_type, spec.gpus, spec.nodes)
+        hosts = self._by_shape.get(shape)
+        if hosts is None:
+            hosts = (
+                [pool for pool in self._spot if pool.can_host(job)],
+                [pool for pool in self._on_demand if pool.can_host(job)],
+            )
+            self._by_shape[shape] = hosts
+        spot, on_demand = hosts
+        chosen = [pool for pool in spot if spot_refusal(job, pool, now, remaining_s, config) is None]
+        if spec.spot is not SpotPreference.REQUIRED:
+            chosen += on_demand
+        return chosen
+
+
 def preference(pool: Pool) -> tuple[float, float, str]:
     """The order of pools of one kind: lower price first, then lower interruption rate, then name."""
     return (pool.price, pool.interruption_rate_per_hour, pool.name)

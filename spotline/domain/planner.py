@@ -52,7 +52,7 @@ from spotline.domain.extension import PassHooks, PlannerExtension
 from spotline.domain.gang_hold import GANG_HOLD_AFTER_S, GangHold, backfill_into, hold_for
 from spotline.domain.models import Allocation, ClusterSnapshot, Job, MovingTo, Pool, Priority
 from spotline.domain.moves import moves_to_on_demand, moves_to_spot
-from spotline.domain.placement import candidate_pools, guard_refused_spot
+from spotline.domain.placement import PassPlacement, candidate_pools, guard_refused_spot
 from spotline.domain.preemption import Candidate, estimated_remaining_s, select_victims, stops_at_once
 from spotline.domain.priority import PriorityScorer, fairshare_factors, wait_s
 from spotline.domain.queue import (
@@ -226,6 +226,8 @@ class _Pass:
         self.waits: dict[tuple[object, ...], tuple[float, WaitReason, str]] = {}
         # The candidate pools of jobs placed alike (`_placed_alike`).
         self.placements: dict[tuple[object, ...], list[Pool]] = {}
+        # The pools by job shape, found when first needed (`placement.PassPlacement`).
+        self.placement: PassPlacement | None = None
         # Elements of each array holding (or about to hold) GPUs, counted when first needed.
         self.array_held: dict[str, int] | None = None
         self.window: list[Job] = []
@@ -351,10 +353,14 @@ class _Pass:
         if pools is None:
             remaining = estimated_remaining_s(job, self.now, self.config)
             snapshot = self.snapshot
-            pools = candidate_pools(
-                job, snapshot.pools.values(), self.now, remaining, self.config, snapshot.spot, self.plans
-            )
-            if placed is not None:
+            if placed is None:  # (a deadline job: its Spot pools read the signals and the plans)
+                pools = candidate_pools(
+                    job, snapshot.pools.values(), self.now, remaining, self.config, snapshot.spot, self.plans
+                )
+            else:
+                if self.placement is None:
+                    self.placement = PassPlacement(snapshot.pools.values())
+                pools = self.placement.candidate_pools(job, self.now, remaining, self.config)
                 self.placements[placed] = pools
         turn.pools = self.hooks.candidate_pools(job, [*turn.blocks, *pools] if turn.blocks else pools)
         if turn.pools:

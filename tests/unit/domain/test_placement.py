@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from spotline.domain import Job, Pool, Priority, SchedulerConfig, candidate_pools, spot_refusal
-from spotline.domain.placement import expected_interruption_delay_s, spot_cost_ratio
+from spotline.domain.models import ReservedWindow
+from spotline.domain.placement import PassPlacement, expected_interruption_delay_s, spot_cost_ratio
 from spotline.domain.preemption import DEFAULT_RUNTIME_S
 
 from .builders import HOUR, NOW, config, job, pool
@@ -162,3 +163,38 @@ def test_expected_interruption_delay_hand_computed() -> None:
     assert expected_interruption_delay_s(slow, SPOT, 2 * HOUR, config()) == pytest.approx(2040.0)
     gang = DEADLINE_JOB.nodes(2).build()
     assert expected_interruption_delay_s(gang, SPOT, 2 * HOUR, config()) == pytest.approx(360.0)
+
+
+def test_a_pass_places_jobs_without_a_deadline_as_candidate_pools_does() -> None:
+    pools = [
+        pool("od-b", capacity=64),
+        pool("spot-z", purchase="spot", capacity=64, rate=0.5),
+        pool("spot-a", purchase="spot", capacity=64, rate=0.5),  # (ties with spot-z but the name)
+        pool("spot-cheap", purchase="spot", capacity=64, price=0.2, rate=2.0),
+        pool("od-a", capacity=64),
+        pool("od-small", capacity=8, per_node=4),
+        pool("spot-h100", purchase="spot", capacity=64, gpu_type="h100"),
+        pool("od-h100", capacity=64, gpu_type="h100"),
+        pool("od-reserved", capacity=64, price=0.1).model_copy(
+            update={"reservation": ReservedWindow(start=0.0, end=NOW + 10 * HOUR)}
+        ),
+    ]
+    placement = PassPlacement(pools)
+    policy = config(max_interruptions_on_spot=1)
+    jobs = [
+        job("one").gpus(1),
+        job("eight").gpus(8),
+        job("gang").gpus(16).nodes(2),
+        job("h100").gpus(4).gpu_type("h100"),
+        job("never").gpus(2).spot("never"),
+        job("required").gpus(2).spot("required"),
+        job("critical").critical().gpus(2),
+        job("hit").gpus(2).interruptions(3).runtime(HOUR),
+        job("wide").gpus(128),
+    ]
+    for subject in jobs:
+        built = subject.build()
+        expected = candidate_pools(built, pools, NOW, 4 * HOUR, policy)
+        assert placement.candidate_pools(built, NOW, 4 * HOUR, policy) == expected, built.id
+    with pytest.raises(ValueError, match="has a deadline"):
+        placement.candidate_pools(DEADLINE_JOB.deadline(2 * HOUR).build(), NOW, HOUR, policy)
