@@ -153,6 +153,9 @@ class SchedulerConfig(BaseModel):
     # A preemptor waits this long in the queue before preempting: running jobs end all the time,
     # and every preemption costs its victims a checkpoint write and a restart (s).
     preemption_delay_s: float = Field(default=60.0, ge=0)
+    # A job that would preempt waits instead when running jobs free the GPUs it lacks within this
+    # long by their run times: a preemption costs every victim GPU a write and a restart (s; 0: never).
+    release_wait_s: float = Field(default=5400.0, ge=0)
     # Classes that preempt at once, and stop victims whose unsaved work is no more than their
     # checkpoint write without waiting for it: work that cannot wait a minute.
     stop_at_once_for: frozenset[Priority] = frozenset({Priority.CRITICAL})

@@ -103,6 +103,18 @@ class HeldForGang:
 
 
 @dataclass(frozen=True, slots=True)
+class ReleaseSoon:
+    """It does not fit (`shortfall`), and running jobs free the `gpus` GPUs it lacks in `pool`
+    within `within_s` by their run times: it waits for them instead of preempting
+    (`SchedulerConfig.release_wait_s`, `release.PassReleases`)."""
+
+    shortfall: str
+    pool: str
+    gpus: int
+    within_s: float
+
+
+@dataclass(frozen=True, slots=True)
 class HeldByVariant:
     """It does not fit (`shortfall`), and the simulator variant `variant` keeps it from preempting
     in this pass, for `why` (`extension.PassHooks.may_preempt`; never in production)."""
@@ -132,6 +144,7 @@ WaitReason = (
     | NoVictim
     | BehindClassHead
     | HeldForGang
+    | ReleaseSoon
     | HeldByVariant
     | HeldForDeadlines
 )

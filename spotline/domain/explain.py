@@ -22,6 +22,7 @@ from spotline.domain.decisions import (
     NoPool,
     NoVictim,
     PreemptionDelay,
+    ReleaseSoon,
     SpareClaimed,
     WaitReason,
 )
@@ -85,6 +86,11 @@ def wait_text(why: WaitReason) -> str:
             return (
                 f"waiting: {shortfall}; {head} is the head of its class in this pass,"
                 " and only the head preempts"
+            )
+        case ReleaseSoon(shortfall, pool, gpus, within_s):
+            return (
+                f"waiting: {shortfall}; running jobs free the {gpus} GPUs it lacks in {pool} within"
+                f" {within_s / 60:g} min by their run times, so it waits for them instead of preempting"
             )
         case HeldByVariant(shortfall, variant, held):
             return f"waiting: {shortfall}; {held} (simulator variant {variant})"

@@ -41,6 +41,7 @@ from spotline.domain.decisions import (
     PlanStats,
     Preempt,
     PreemptionDelay,
+    ReleaseSoon,
     Resize,
     SpareClaimed,
     Wait,
@@ -64,6 +65,7 @@ from spotline.domain.queue import (
     ranked,
     read_window,
 )
+from spotline.domain.release import PassReleases
 from spotline.domain.reservations import add_spare, claim_spare, reserve_for_preemptor
 from spotline.domain.reserved import admitted_text, block_text, open_blocks, reserved_pools
 from spotline.domain.running import RunningIndex
@@ -248,6 +250,10 @@ class _Pass:
         self.wanted: set[str] = set()
         # The running elastic jobs, by pool (none: the elastic checks do nothing).
         self.elastic: dict[str, list[Allocation]] = {}
+        # The releases a job may wait for instead of preempting (`release.py`), made when first
+        # asked; until then, the decisions that change them.
+        self.releases: PassReleases | None = None
+        self.before_releases: list[Decision] = []
 
     def reserve_for_draining(self, window: list[Job]) -> None:
         """Hold what earlier passes reserved: a preemptor whose victims are still checkpointing
@@ -302,6 +308,10 @@ class _Pass:
                     held[job.array_id] = held.get(job.array_id, 0) + 1
                 if isinstance(decision, Wait):
                     self._hold_for_gang(turn, decision)
+                if self.releases is not None:
+                    self.releases.decided(decision)
+                elif isinstance(decision, (Admit, Preempt)) or getattr(decision, "holds", None):
+                    self.before_releases.append(decision)
                 self.hooks.decided(decision)
                 return decision
         raise AssertionError("the last check always decides")
@@ -543,6 +553,23 @@ class _Pass:
             return None
         return self._wait(turn, PreemptionDelay(self._shortfall(turn), config.preemption_delay_s))
 
+    def _release_soon(self, turn: _Turn) -> Decision | None:
+        """Running jobs free the GPUs it lacks in one of its pools within `release_wait_s` by
+        their run times: it waits for them instead of preempting (unless its class stops victims
+        at once)."""
+        config = self.config
+        if config.release_wait_s <= 0 or turn.job.priority in config.stop_at_once_for:
+            return None
+        if self.releases is None:
+            self.releases = PassReleases(self.snapshot, self.now, config)
+            for decision in self.before_releases:
+                self.releases.decided(decision)
+        release = self.releases.wait_for(turn.job, turn.pools)
+        if release is None:
+            return None
+        why = ReleaseSoon(self._shortfall(turn), release.pool, release.gpus, release.within_s)
+        return self._wait(turn, why)
+
     def _held_by_variant(self, turn: _Turn) -> Decision | None:
         """A simulator variant keeps it from preempting in this pass (`PassHooks.may_preempt`)."""
         why = self.hooks.may_preempt(turn.job, turn.priority)
@@ -644,6 +671,7 @@ class _Pass:
         _shrink_elastic,
         _budget_spent,
         _preemption_delay,
+        _release_soon,
         _held_by_variant,
         _preempt,
     )

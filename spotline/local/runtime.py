@@ -102,6 +102,8 @@ class LocalConfig:
     spot_notice_s: int = 12
     protection_period_s: float = 5.0
     preemption_delay_s: float = 3.0
+    # A local story lasts a minute, so a preemptor does not wait for jobs about to end.
+    release_wait_s: float = 0.0
     restart_cost_s: float = 2.0
     agent_poll_s: float = 0.5
     heartbeat_timeout_s: float = 60.0
@@ -180,6 +182,7 @@ class LocalConfig:
             "scheduler": {
                 "protection_period_s": self.protection_period_s,
                 "preemption_delay_s": self.preemption_delay_s,
+                "release_wait_s": self.release_wait_s,
                 "restart_cost_s": self.restart_cost_s,
                 "deadline_changeover_s": self.deadline_changeover_s,
                 "deadline_step_s": self.tick_s,

@@ -19,11 +19,12 @@ SETTINGS = SimSettings(
 
 # The policy the hand-computed scenarios are worked out with: the defaults (a 600 s protection
 # period, least lost work, ...) without the mechanisms they do not test: the shortest-declared
-# term, the class head rule and moves to Spot.
+# term, the class head rule, moves to Spot and waiting for releases.
 BEFORE = SchedulerConfig(
     weights=PriorityWeights(shortest=0.0),
     preempt_for_class_head_only=frozenset(),
     move_to_spot_min_remaining_s=0.0,
+    release_wait_s=0.0,
 )
 
 

@@ -236,9 +236,11 @@ def cluster(
 def config(**overrides: Any) -> SchedulerConfig:
     """The default policy with some fields overridden; unless a test sets them, the protection
     period and the preemption delay are 0, every class preempts for every job (no class head
-    rule), and no job moves to Spot: the mechanisms' tests turn on what they test."""
+    rule), no job waits for a release, and no job moves to Spot: the mechanisms' tests turn on
+    what they test."""
     overrides.setdefault("protection_period_s", 0.0)
     overrides.setdefault("preemption_delay_s", 0.0)
+    overrides.setdefault("release_wait_s", 0.0)
     overrides.setdefault("preempt_for_class_head_only", frozenset())
     overrides.setdefault("move_to_spot_min_remaining_s", 0.0)
     return SchedulerConfig(**overrides)
