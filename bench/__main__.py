@@ -35,7 +35,7 @@ def _policy_bench(*arguments: str) -> None:
 
 
 def _contention_bench(*arguments: str) -> None:
-    """The policy under contention (issue 29): the accounts and the goals, `bench.contention`."""
+    """The policy under contention: the accounts and the goals, `bench.contention`."""
     done = subprocess.run([sys.executable, "-m", "bench.contention", *arguments], check=False)
     if done.returncode != 0:
         print(f"contention bench failed (exit {done.returncode})", flush=True)
@@ -99,7 +99,7 @@ def main(argv: Sequence[str] = ()) -> int:
         aws_costs.main(["--jobs", "10", "--idle-runs", "5"])
     from bench import deadline_bench
 
-    # the single-job Spot-under-deadline benchmark (issue 30): Table 3, the C/R sweep, the goals,
+    # the single-job Spot-under-deadline benchmark: Table 3, the C/R sweep, the goals,
     # on the evaluation half of the traces (the guard's plan was tuned on the first half); 100
     # starts per trace (the paper's 300: --starts 300 --part all)
     with record.section("Single job under a deadline"):
@@ -112,7 +112,7 @@ def main(argv: Sequence[str] = ()) -> int:
         deadline_families.main(["--starts", "3"])
     from bench import spot_pools
 
-    # many jobs on real Spot capacity (issue 30 §5): the Philly evaluation windows' first days on
+    # many jobs on real Spot capacity: the Philly evaluation windows' first days on
     # three Spot zones following the 16-node traces, On-Demand capped, against the Spot peers
     with record.section("Many jobs on real Spot capacity"):
         spot_pools.main([])

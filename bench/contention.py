@@ -1,4 +1,4 @@
-"""`make bench`, contention part (issue 29): Spotline against the competent peers where the
+"""`make bench`, contention part: Spotline against the competent peers where the
 cluster is genuinely full, with the loss and wait accounts side by side, and the issue's goals.
 
 Contended samples (disjoint from each other's set, as `policy_bench`'s sets are):

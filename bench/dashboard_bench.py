@@ -1,4 +1,4 @@
-"""The dashboard's pages with many pending jobs (issue 34): time to first render and page
+"""The dashboard's pages with many pending jobs: time to first render and page
 weight, in Debian's chromium driven by Playwright, against the local control plane.
 
 It starts the local plane in this process (or, with `--state-dir`, uses the one `spotline local up

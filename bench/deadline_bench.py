@@ -7,7 +7,7 @@ the paper's settings: C = 48 h, D = 0.2 h, K = 3. It prints
 1. Table 3: C/R = 0.8, hours on Spot of the 48 (billed Spot hours, changeovers included),
    averaged over the traces, beside the paper's figures;
 2. the sweep over C/R: per policy, mean cost as a fraction of On-Demand and missed deadlines;
-3. the single-job goal rows of issue 30, each met or not met.
+3. the single-job goal rows, each met or not met.
 
 Options: `--starts N` (per trace; the paper uses 300), `--ratios 0.6,0.7,...`, `--traces GLOB`
 (names of shipped traces, fnmatch), `--seed S`, `--json OUT`, `--part {all,tune,eval}`: where the
@@ -172,7 +172,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for ratio, summary in sweep.items():
         cells = "".join(f"{summary[p]['cost']:>16.3f} / {int(summary[p]['missed']):<3}" for p in PEERS)
         print(f"  {ratio:<6g}{cells}")
-    print("\nGoals (issue 30, single job)")
+    print("\nGoals (single job)")
     for measure, goal, measured, met in goals(sweep):
         print(f"  {'met    ' if met else 'NOT MET'}  {measure}: goal {goal}; {measured}")
     if args.json is not None:

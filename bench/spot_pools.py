@@ -1,4 +1,4 @@
-"""Many jobs on real Spot capacity (issue 30 section 5): Spotline against the Spot peers.
+"""Many jobs on real Spot capacity: Spotline against the Spot peers.
 
 `python -m bench.spot_pools` replays Philly windows from the policy bench's evaluation set
 (`bench.policy_bench.setup.EVALUATION`: the first `DAYS` days of each of its Philly windows; the
@@ -23,7 +23,7 @@ Policies: Spotline (the production `plan()` with its deadline guard) and the pee
 
 Metrics, pooled over the windows: cost per useful GPU-hour (On-Demand GPU-hours per useful
 GPU-hour), deadline misses among feasible deadlines, average JCT, high-class p99 wait (the mean of
-the windows' p99s), GPU-hours lost. Then the goal rows of issue 30 section 6 (many jobs), each
+the windows' p99s), GPU-hours lost. Then the goal rows for many jobs, each
 met or missed:
 
 - deadline misses: 0 among feasible deadlines, and never more than the best peer;
@@ -214,7 +214,7 @@ def print_tables(table: dict[str, dict[str, float]], labels: Sequence[str]) -> N
             f" | {r['interruptions']:.0f} | {r['completed']:.0f}/{r['jobs']:.0f} |"
         )
     print()
-    print("| goal (issue 30 §6, many jobs) | Spotline | reference | result |")
+    print("| goal (many jobs) | Spotline | reference | result |")
     print("|---|---|---|---|")
     for goal, value, reference, met in goals(table):
         verdict = "n/a" if met is None else "met" if met else "missed"

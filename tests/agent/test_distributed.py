@@ -1,4 +1,4 @@
-"""The rendezvous a gang node's command gets from Batch's multi-node variables (issue 12, finding 3)."""
+"""The rendezvous a gang node's command gets from Batch's multi-node variables."""
 
 from __future__ import annotations
 

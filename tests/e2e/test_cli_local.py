@@ -87,7 +87,7 @@ def test_a_team_works_with_the_client(client_env: Path) -> None:
         "paths"
     ]
     if "/jobs/{job_id}/logs" not in paths:
-        pytest.skip("this API has no GET /jobs/{id}/logs yet (issue 16 adds it)")
+        pytest.skip("this API has no GET /jobs/{id}/logs yet")
     logs = cli("logs", short["id"])
     assert logs.exit_code == 0, logs.output
     assert "resumed_from_step" in logs.stdout

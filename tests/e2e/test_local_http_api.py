@@ -106,7 +106,7 @@ def refusing(event: dict[str, Any], context: Any) -> dict[str, Any]:
 
 @pytest.mark.parametrize("method", ["OPTIONS", "TRACE", "CONNECT", "QUERY", "PROPFIND"])
 def test_methods_without_a_route_reach_the_handler_which_answers_405(method: str) -> None:
-    # Issue 31, finding 21: a method http.server has no handler for (QUERY) is not its own 501;
+    # A method http.server has no handler for (QUERY) is not its own 501;
     # like OPTIONS or TRACE, it reaches the API handler, which answers 405 with the path's Allow
     # (tests/integration/test_api_refusals.py runs the real handler).
     api = LocalApiServer(refusing, {KEY: IDENTITY}, context=None)

@@ -1,4 +1,4 @@
-"""cfn-lint on the synthesized template: no errors (issue 12). Warnings and informational
+"""cfn-lint on the synthesized template: no errors. Warnings and informational
 findings are printed, not failed on."""
 
 from __future__ import annotations

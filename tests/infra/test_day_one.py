@@ -1,4 +1,4 @@
-"""Issue 12's findings on the synthesized template: images pull, gang nodes talk, Spot pools are
+"""Day one on the synthesized template: images pull, gang nodes talk, Spot pools are
 diverse, AZs are configurable, and alarms page someone."""
 
 from __future__ import annotations
@@ -147,7 +147,7 @@ def test_alarms_cover_queues_workflows_passes_stuck_jobs_and_repairs(synthesized
         props = _properties(synthesized, alarm)
         assert props["TreatMissingData"] == "notBreaching"
         assert props["AlarmDescription"]
-        # No topic in cdk.json: the stack's own topic (issue 31, finding 18)
+        # No topic in cdk.json: the stack's own topic
         assert props["AlarmActions"] == [{"Ref": synthesized.logical_id(stack.alarms.topic)}]
 
 

@@ -1,4 +1,4 @@
-"""Issue 31, day one and day two on the synthesized template: Lambda concurrency, deploys that
+"""Day one and day two on the synthesized template: Lambda concurrency, deploys that
 keep training alive, alarms that reach someone, and a deploy after a destroy."""
 
 from __future__ import annotations

@@ -199,7 +199,7 @@ def test_scheduler_queue_is_fifo_and_feeds_one_pass_at_a_time(synthesized: Synth
         },
     )
     # One message group serializes the passes; no reserved concurrency (a limit-10 account has
-    # none to give: issue 31, finding 2)
+    # none to give)
     function = synthesized.json["Resources"][synthesized.logical_id(stack.functions["scheduler"])]
     assert "ReservedConcurrentExecutions" not in function["Properties"]
 
@@ -532,7 +532,7 @@ def test_state_machine_definition_logging_and_tracing(
     # for a task token, which only Standard offers.
     assert props["StateMachineType"] == ("EXPRESS" if machine.express else "STANDARD")
     assert machine.express == (machine.name == "launch")
-    # The version of each task function this deploy published (issue 31, finding 13)
+    # The version of each task function this deploy published
     # (read from the template: a version's logical id is a hash that CDK computes lazily, and a
     # later resolve in the same process may see another stack's provider framework)
     substitutions = props["DefinitionSubstitutions"]

@@ -1,4 +1,4 @@
-"""Tenant isolation in the template (issue 16, docs/security.md): each team's job role reaches
+"""Tenant isolation in the template (docs/security.md): each team's job role reaches
 its own checkpoints, its own jobs' signal items and its own event source, and nothing of any
 other team's; no role but the control plane's functions reads the jobs table's job items.
 

@@ -1,4 +1,4 @@
-"""Issue 31, finding 17: the `active` index's partition key is sharded (`A#<n>` from the job id),
+"""The `active` index's partition key is sharded (`A#<n>` from the job id),
 so the heartbeats of running jobs spread over ACTIVE_SHARDS partitions; readers query every shard
 (and the unsharded key of items an older version wrote) and merge. On moto."""
 

@@ -181,7 +181,7 @@ def test_a_gang_job_runs_under_a_multi_node_definition_derived_from_the_base() -
 
 
 def test_a_derived_definition_is_named_by_everything_it_carries() -> None:
-    # Issue 31, finding 11: a deploy that changes the base definition's role or environment
+    # A deploy that changes the base definition's role or environment
     # (say, a per-team KMS key) must not reuse a derived copy of the old one.
     names: list[str] = []
 
@@ -222,7 +222,7 @@ def test_a_derived_definition_is_named_by_everything_it_carries() -> None:
 
 
 def test_a_job_definition_a_deploy_deregistered_is_resolved_again() -> None:
-    # Issue 31, finding 12: a warm launcher cached the definition's ARN; a deploy replaced it.
+    # A warm launcher cached the definition's ARN; a deploy replaced it.
     batch = boto3.client("batch", region_name=REGION)
     launcher = AwsBatchLauncher(batch, DEFINITION)
     with Stubber(batch) as stub:

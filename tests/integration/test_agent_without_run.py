@@ -1,4 +1,4 @@
-"""Issue 31, finding 22: an agent started without SPOTLINE_RUN_ID sends events that name no run.
+"""An agent started without SPOTLINE_RUN_ID sends events that name no run.
 They are dropped (they cannot be credited to a run), but never silently: a warning that names
 the missing variable, and the AgentEventsWithoutRun metric besides AgentEventsDropped."""
 

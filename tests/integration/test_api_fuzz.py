@@ -1,4 +1,4 @@
-"""Schemathesis, an independent fuzzer, against the API's own /openapi.json (issue 11).
+"""Schemathesis, an independent fuzzer, against the API's own /openapi.json.
 
 The Lambda handler is served through a small WSGI shim that turns each request into API
 Gateway's REST proxy event (IAM identity of the vision team), so schemathesis sends real HTTP

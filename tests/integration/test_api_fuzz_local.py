@@ -1,6 +1,6 @@
 """Schemathesis with every check and every phase (its engine, as `st run` runs it) against the
 local HTTP API: the Lambda handler served on 127.0.0.1 by `spotline.local.http_api`, on moto, as
-an outside fuzzer met it (issue 31, findings 20 and 21). Bounded and deterministic; the failures
+an outside fuzzer met it. Bounded and deterministic; the failures
 found are listed with the request that found them."""
 
 from __future__ import annotations

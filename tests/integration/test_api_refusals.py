@@ -1,4 +1,4 @@
-"""Issue 31, findings 20 and 21: every request the API cannot take is refused with the documented
+"""Every request the API cannot take is refused with the documented
 error shape (statusCode, message, detail naming what is wrong), on the Lambda handler and on the
 local HTTP server in front of it; nothing is half-written."""
 

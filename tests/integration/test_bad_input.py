@@ -1,8 +1,7 @@
 """Bad input gets a 4xx that names the field, never a 5xx, and nothing is half-written; a record
 that cannot be read (as an older version could have stored it) stops nobody's scheduling.
 
-Issue 11, finding 1 and "Bad input gets a 4xx that names the field". Each test here failed
-before its fix.
+Each test here failed before its fix.
 """
 
 from __future__ import annotations
@@ -134,7 +133,7 @@ def test_invalid_json_gets_400(deployment: Deployment) -> None:
 
 
 def test_a_command_aws_batch_cannot_carry_is_refused_before_any_write(deployment: Deployment) -> None:
-    # Issue 31, finding 15: AWS Batch takes 8 KiB of container overrides (the command and the
+    # AWS Batch takes 8 KiB of container overrides (the command and the
     # agent's environment), so a command the schema allows (256 x 4,096 characters) could be
     # stored and then fail at every launch. It is refused at submission, naming the limit.
     for command in (["python", *["x" * 4000] * 110], ["python", "x" * 4000, "y" * 2200]):

@@ -1,4 +1,4 @@
-"""A FAILED Batch job: requeued only when its host was lost, and not forever (issue 12, finding 4)."""
+"""A FAILED Batch job: requeued only when its host was lost, and not forever."""
 
 from __future__ import annotations
 
@@ -169,7 +169,7 @@ TRANSIENT_PULL = "CannotPullContainerError: failed to do request: dial tcp 52.0.
 
 
 def test_a_transient_pull_failure_is_retried_then_failed_with_the_reason(deployment: Deployment) -> None:
-    # Issue 31, finding 14. Given a cap of two requeues
+    # Given a cap of two requeues
     plane = deployment.plane
     plane.settings = plane.settings.model_copy(
         update={"config": plane.config.model_copy(update={"max_interruptions": 2})}

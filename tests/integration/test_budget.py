@@ -131,7 +131,7 @@ def test_soft_then_hard_threshold(budgeted: tuple[Deployment, RecordingSink]) ->
 def test_a_retry_of_an_accepted_job_gets_its_job_back_after_the_budget_ran_out(
     budgeted: tuple[Deployment, RecordingSink],
 ) -> None:
-    # Issue 31, finding 22: the budget was checked before the idempotency key, so a client that
+    # The budget was checked before the idempotency key, so a client that
     # retried an accepted submission (its first answer lost) got 402 for a job it already had.
     dep, sink = budgeted
     dep.clock.freeze()

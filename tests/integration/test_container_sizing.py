@@ -1,5 +1,5 @@
 """Containers sized from the node's GPUs, through the launcher and the job definitions it
-registers on moto's Batch (issue 12, finding 2)."""
+registers on moto's Batch."""
 
 from __future__ import annotations
 

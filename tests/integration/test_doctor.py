@@ -1,4 +1,4 @@
-"""`spotline doctor` on moto (issue 12): each check reports what is wrong and how to fix it; a call
+"""`spotline doctor` on moto: each check reports what is wrong and how to fix it; a call
 moto does not implement is reported as skipped with the reason, by doctor itself."""
 
 from __future__ import annotations
@@ -304,7 +304,7 @@ def test_doctor_refuses_a_configuration_it_cannot_read(account: None) -> None:
     assert result.exit_code == 2 and "configuration version 9" in _said(result.output)
 
 
-# --- issue 31, findings 1, 2 and 4: the AZ of a placement group, Lambda's limit, linked roles ----
+# --- the AZ of a placement group, Lambda's limit, linked roles ----
 
 
 def test_a_pool_pinned_to_one_az_needs_its_types_offered_there(account: None) -> None:

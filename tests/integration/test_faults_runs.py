@@ -1,4 +1,4 @@
-"""Faults around runs (issue 11, findings 2-5; RUN_IDENTITY): each test is named after the fault
+"""Faults around runs (RUN_IDENTITY): each test is named after the fault
 it injects, and checks that no healthy run is killed, no job runs twice, and no run the record
 does not own keeps running.
 

@@ -1,4 +1,4 @@
-"""Issue 31, findings 16 and 18: every node of a gang heartbeats, the reconciler stops and requeues
+"""Every node of a gang heartbeats, the reconciler stops and requeues
 a gang with a silent node (the path of a lost host), and the reconciler's run emits the metrics
 the capacity alarms watch (stalled gangs, a Spot pool's oldest job waiting to start, INVALID
 compute environments). Handlers called as Lambda would, on moto."""

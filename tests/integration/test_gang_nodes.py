@@ -1,4 +1,4 @@
-"""Issue 31, finding 3: a gang's nodes have Batch job ids `<parent>#<n>` and events of their own.
+"""A gang's nodes have Batch job ids `<parent>#<n>` and events of their own.
 They are mapped to their parent: a node is never stopped as an orphan, a node event never becomes
 the run, and a running node adds its instance to the job. Handlers called as Lambda would, on moto."""
 

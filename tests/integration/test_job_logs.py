@@ -1,4 +1,4 @@
-"""`GET /jobs/{id}/logs`: a team reads its own runs' logs through the API (issue 16); the
+"""`GET /jobs/{id}/logs`: a team reads its own runs' logs through the API; the
 CloudWatch reader (DescribeJobs + GetLogEvents, the two calls the API's role may make) and the
 local file reader page the same way."""
 

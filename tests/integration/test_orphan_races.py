@@ -1,4 +1,4 @@
-"""Issue 31, finding 22: an orphan run meeting a terminal event, in either order. The job's own
+"""An orphan run meeting a terminal event, in either order. The job's own
 run is never touched, and a termination recorded for a run that had already ended is confirmed
 by the reconciler (Batch reports it stopped) instead of being retried for ever."""
 

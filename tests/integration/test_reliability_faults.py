@@ -1,4 +1,4 @@
-"""Faults the control plane must survive (issue 11): the team quota under interleaved passes, a
+"""Faults the control plane must survive: the team quota under interleaved passes, a
 Spot warning during a preemption, Batch throttling during a launch, a lost checkpoint,
 SubmitJob failing, and Spot warnings for an unknown instance or one running two jobs.
 

@@ -1,4 +1,4 @@
-"""A scheduling pass that fails must not hold up the next one for minutes (issue 12, finding 5).
+"""A scheduling pass that fails must not hold up the next one for minutes.
 
 All triggers share one FIFO message group: while a received batch is invisible, no other trigger
 of the group is delivered. The queue's visibility timeout is the function's timeout plus a margin

@@ -1,4 +1,4 @@
-"""Tenant isolation in the handlers (issue 16, docs/security.md): an agent event counts only for
+"""Tenant isolation in the handlers (docs/security.md): an agent event counts only for
 a job of the team its source names (`spotline.agent.<team>`, the only source that team's job
 role may put), and the agent's signals reach it through its job's own signal item."""
 

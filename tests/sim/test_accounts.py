@@ -144,7 +144,7 @@ def test_the_causes_add_up_to_the_lost_gpu_hours(churned: tuple[dict[str, Any], 
         since = metrics["lost_gpu_hours_since_checkpoint"]
         assert metrics["lost_gpu_hours"] - restarts - 1e-9 <= since <= metrics["lost_gpu_hours"] + 1e-9, name
     # With the defaults a critical preemptor stops a victim at once only within its checkpoint
-    # write (issue 29): here every victim checkpointed (the first test charges a stop at once).
+    # write: here every victim checkpointed (the first test charges a stop at once).
     spotline = runs["spotline"]["loss_account"]["lost_gpu_hours_by_cause"]
     assert spotline[CHECKPOINTED] > 0
     assert spotline[STOP_CRITICAL] < spotline[CHECKPOINTED]

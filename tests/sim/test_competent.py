@@ -1,4 +1,4 @@
-"""The competent peers (issue 14): per-class placement, Kueue's preemption per flavor and its
+"""The competent peers: per-class placement, Kueue's preemption per flavor and its
 setups, Slurm's time limits and reservations, and the metrics a reviewer expects."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Issue 30's Spot peers (`peers/spot_peers.py`) and the seeded deadline share, hand-computed.
+"""The Spot peers (`peers/spot_peers.py`) and the seeded deadline share, hand-computed.
 
 Every restart costs 100 s, a checkpoint write 50 s (`SETTINGS`); Spot zones follow traces laid
 out from the seed's start tick (`test_spot_zones.laid_out`, 1000 s ticks)."""

@@ -1,4 +1,4 @@
-"""Classifying a FAILED Batch job from Batch's reasons (issue 12, finding 4)."""
+"""Classifying a FAILED Batch job from Batch's reasons."""
 
 from __future__ import annotations
 
@@ -34,7 +34,7 @@ CASES = {
     "task resources": ("ResourceInitializationError: unable to pull secrets", FailureKind.CONFIGURATION),
     "Batch misconfiguration": ("MISCONFIGURATION:JOB_RESOURCE_REQUIREMENT", FailureKind.CONFIGURATION),
     "timeout": ("Job attempt duration exceeded timeout", FailureKind.TIMEOUT),
-    # Issue 31, finding 14: what passes is retried (bounded by max_interruptions)
+    # What passes is retried (bounded by max_interruptions)
     "registry timeout": (
         "CannotPullContainerError: failed to copy: httpReadSeeker: failed open: failed to do request: "
         "Get https://prod-us-east-1-starport-layer-bucket.s3.amazonaws.com/...: dial tcp: i/o timeout",

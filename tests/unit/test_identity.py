@@ -1,4 +1,4 @@
-"""Roles with a path map to their team (issue 12, finding 6): an assumed-role session names its
+"""Roles with a path map to their team: an assumed-role session names its
 role without the path, so roles match by account and name."""
 
 from __future__ import annotations

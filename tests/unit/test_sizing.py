@@ -1,4 +1,4 @@
-"""Container sizes from the instance-type table (issue 12, finding 2)."""
+"""Container sizes from the instance-type table."""
 
 from __future__ import annotations
 
