@@ -101,6 +101,9 @@ SEARCH_SPACE: dict[str, tuple[Any, ...]] = {
     "weights.history": (0.0, 60.0, 200.0),
     "strategy": ("least-lost-work", "random"),
     "preemption_delay_s": (0.0, 60.0, 180.0, 600.0),
+    # Off (preempt at once past the delay), 30 minutes, 90, 3 hours: how long a job short of GPUs
+    # waits for running jobs' ends instead of preempting.
+    "release_wait_s": (0.0, 1800.0, 5400.0, 10800.0),
     "protection_period_s": (300.0, 600.0, 1800.0),
     "move_to_spot_min_remaining_s": (0.0, 3600.0, 21600.0),
     "max_interruptions_on_spot": (1, 2, 4),

@@ -82,6 +82,14 @@ def test_candidates_start_with_the_baseline_and_change_known_settings_only() -> 
     assert draw_candidates(base, 20, seed=2) != drawn
 
 
+def test_every_value_searched_is_a_valid_setting_and_the_release_wait_can_be_turned_off() -> None:
+    for setting, values in SEARCH_SPACE.items():
+        for value in values:
+            assert setting_value(apply_diff(SchedulerConfig(), {setting: value}), setting) == value
+    assert 0.0 in SEARCH_SPACE["release_wait_s"]
+    assert SchedulerConfig().release_wait_s in SEARCH_SPACE["release_wait_s"]
+
+
 def test_candidates_are_diffs_from_the_settings_in_effect() -> None:
     base = apply_diff(SchedulerConfig(), {"weights.age": 300.0})
     for diff in draw_candidates(base, 30, seed=3)[1:]:
