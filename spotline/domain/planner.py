@@ -561,7 +561,7 @@ class _Pass:
         if config.release_wait_s <= 0 or turn.job.priority in config.stop_at_once_for:
             return None
         if self.releases is None:
-            self.releases = PassReleases(self.snapshot, self.now, config)
+            self.releases = PassReleases(self.snapshot, self.indexed, self.now, config)
             for decision in self.before_releases:
                 self.releases.decided(decision)
         release = self.releases.wait_for(turn.job, turn.pools)

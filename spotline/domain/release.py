@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from spotline.domain.config import SchedulerConfig
 from spotline.domain.decisions import Admit, Decision, Preempt, Wait
 from spotline.domain.models import ClusterSnapshot, Job, Pool
-from spotline.domain.quota import Ledger
+from spotline.domain.running import RunningIndex
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,24 +32,47 @@ class Release:
 
 class PassReleases:
     """One pass's releases: the free GPUs per pool and the running jobs ending within the window
-    (as the pass began), less what the pass's decisions took and the waits counted on."""
+    (as the pass began), less what the pass's decisions took and the waits counted on.
 
-    def __init__(self, snapshot: ClusterSnapshot, now: float, config: SchedulerConfig) -> None:
+    Read from the pass's running index (`RunningIndex`: its sums are the snapshot's ledger); a
+    pool's ending jobs are listed when a job first asks about that pool."""
+
+    def __init__(
+        self, snapshot: ClusterSnapshot, index: RunningIndex, now: float, config: SchedulerConfig
+    ) -> None:
         self.window_s = config.release_wait_s
+        self.now = now
         self.pools = snapshot.pools
-        ledger = Ledger.of(snapshot)
-        self.free = {name: ledger.free(name) for name in snapshot.pools}
+        self.index = index
+        used = index.pool_used
+        self.free = {name: pool.capacity_gpus - used.get(name, 0) for name, pool in snapshot.pools.items()}
         # Free GPUs counted on by jobs that wait for a release, per pool.
         self.counted: dict[str, int] = {}
-        # Running jobs ending within the window, per pool: (remaining s, job id, GPUs), soonest first.
+        # Running jobs ending within the window, per pool: (remaining s, job id, GPUs), soonest
+        # first, and their GPUs in all (listed when first asked: `_ending`).
         self.ending: dict[str, list[tuple[float, str, int]]] = {}
-        for a in snapshot.allocations:
-            remaining = a.job.remaining_s(now)
-            if a.draining_for is None and remaining is not None and 0.0 < remaining <= self.window_s:
-                self.ending.setdefault(a.pool, []).append((remaining, a.job.id, a.gpus))
-        for ending in self.ending.values():
+        self.ending_gpus: dict[str, int] = {}
+        # Victims the pass took in pools whose ending jobs are not listed yet: they free nothing.
+        self.taken: dict[str, set[str]] = {}
+
+    def _ending(self, pool: str) -> list[tuple[float, str, int]]:
+        """The pool's running jobs ending within the window, soonest first (then by id)."""
+        ending = self.ending.get(pool)
+        if ending is None:
+            now, window_s = self.now, self.window_s
+            taken: set[str] | frozenset[str] = self.taken.get(pool, frozenset())
+            ending = []
+            for members in self.index.groups.get(pool, {}).values():
+                for a in members.values():
+                    if a.draining_for is not None:
+                        continue
+                    remaining = a.job.remaining_s(now)
+                    if remaining is not None and 0.0 < remaining <= window_s and a.job.id not in taken:
+                        ending.append((remaining, a.job.id, a.gpus))
             ending.sort()
-        self.held = {allocation.job.id: allocation.gpus for allocation in snapshot.allocations}
+            self.ending[pool] = ending
+            self.ending_gpus[pool] = sum(gpus for _, _, gpus in ending)
+        return ending
 
     def wait_for(self, job: Job, pools: list[Pool]) -> Release | None:
         """The release `job` waits for in the first of `pools` where one covers what it lacks
@@ -57,15 +80,18 @@ class PassReleases:
         for pool in pools:
             demand = pool.demand_gpus(job)
             free = max(0, self.free.get(pool.name, 0) - self.counted.get(pool.name, 0))
-            ending = self.ending.get(pool.name, [])
-            if free >= demand or free + sum(gpus for _, _, gpus in ending) < demand:
-                continue  # short of quota rather than GPUs, or nothing frees enough soon
+            if free >= demand:
+                continue  # short of quota rather than GPUs
+            ending = self._ending(pool.name)
+            if free + self.ending_gpus[pool.name] < demand:
+                continue  # nothing frees enough soon
             need = demand - free
             self.counted[pool.name] = self.counted.get(pool.name, 0) + free
             taken = 0
             while taken < need:
                 _, _, gpus = ending.pop(0)
                 taken += gpus
+            self.ending_gpus[pool.name] -= taken
             return Release(pool.name, need, self.window_s)
         return None
 
@@ -76,9 +102,17 @@ class PassReleases:
             self.free[decision.pool] -= self.pools[decision.pool].demand_gpus(decision.job)
         elif isinstance(decision, Preempt):
             victims = set(decision.victims)
-            ending = self.ending.get(decision.pool, [])
-            self.ending[decision.pool] = [e for e in ending if e[1] not in victims]
-            freed = sum(self.held.get(victim, 0) for victim in victims)
+            ending = self.ending.get(decision.pool)
+            if ending is None:
+                self.taken.setdefault(decision.pool, set()).update(victims)
+            else:
+                kept = [e for e in ending if e[1] not in victims]
+                self.ending[decision.pool] = kept
+                self.ending_gpus[decision.pool] = sum(gpus for _, _, gpus in kept)
+            freed = 0
+            for victim in victims:
+                allocation = self.index.get(victim)
+                freed += 0 if allocation is None else allocation.gpus
             if decision.pool in self.pools:
                 demand = self.pools[decision.pool].demand_gpus(decision.job)
                 self.free[decision.pool] -= max(0, demand - freed)

@@ -75,6 +75,10 @@ class RunningIndex:
     def __len__(self) -> int:
         return len(self._held)
 
+    def get(self, job_id: str) -> Allocation | None:
+        """The allocation `job_id` holds, or None."""
+        return self._held.get(job_id)
+
     def allocations(self) -> list[Allocation]:
         """Every allocation held."""
         return list(self._held.values())
