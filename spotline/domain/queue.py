@@ -7,6 +7,7 @@ from __future__ import annotations
 import bisect
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from operator import attrgetter, itemgetter
 from typing import Protocol
 
 from spotline.domain.models import PRIORITIES_HIGH_FIRST, Job, Priority
@@ -138,5 +139,11 @@ def read_window(queue: PendingQueue, limit: int) -> list[Job]:
 def ranked(window: Sequence[Job], score: PriorityScorer) -> list[tuple[Job, float]]:
     """The jobs of `window` with their effective priorities, best first (then submission time,
     then id): the order of a pass."""
-    scored = zip(window, score.scores(window), strict=True)
-    return sorted(scored, key=lambda pair: (-pair[1], pair[0].submitted_at, pair[0].id))
+    # In submission order (then id) first: the stable sort by priority keeps that order among
+    # equal priorities, as a key (-priority, submission time, id) would, without a key per job.
+    jobs = sorted(window, key=_SUBMISSION)
+    return sorted(zip(jobs, score.scores(jobs), strict=True), key=_PRIORITY, reverse=True)
+
+
+_SUBMISSION = attrgetter("submitted_at", "id")
+_PRIORITY = itemgetter(1)
