@@ -90,16 +90,16 @@ def signals(cp: ControlPlane, now: float) -> dict[str, SpotPoolSignal]:
 
 
 def leave_missing_spot(cp: ControlPlane, active: Iterable[JobRecord], now: float) -> list[tuple[str, str]]:
-    """Deadline jobs waiting on a Spot launch (ADMITTED, RUNNABLE in Batch) in a pool last seen
-    without capacity, that the deadline guard now sends On-Demand (behind their line, or the
-    outage longer than their slack affords): requeued (their Batch job stopped), so the next
-    pass places them On-Demand. (job id, why) of each."""
+    """Deadline jobs waiting on a Spot launch (ADMITTED: RUNNABLE in Batch, or its launch not
+    yet recorded) in a pool last seen without capacity, that the deadline guard now sends
+    On-Demand (behind their line, or the outage longer than their slack affords): requeued
+    (their Batch job stopped; a launch under way finds the run gone and stops what it
+    submitted), so the next pass places them On-Demand. (job id, why) of each."""
     pools = {p.name: p for p in cp.config.pools if p.is_spot}
     waiting = [
         r
         for r in active
         if r.state is JobState.ADMITTED
-        and r.batch_job_id is not None
         and r.job.pool in pools
         and r.job.spec.deadline_at is not None
         and r.job.spec.expected_runtime_s is not None

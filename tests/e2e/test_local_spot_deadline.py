@@ -103,8 +103,19 @@ def test_a_deadline_job_leaves_vanishing_spot_in_time_returns_and_meets_its_dead
     assert result.final_state == "SUCCEEDED" and result.met_deadline, text
 
 
-# The plane's log fields that say what it saw of Spot, the ledger and requeues.
-LOG_KEYS = ("timestamp", "message", "requeued", "drift", "repaired", "counter", "from", "to", "why")
+# The plane's log fields that say what it saw of Spot, launches, the ledger and requeues.
+LOG_KEYS = (
+    "timestamp",
+    "message",
+    "task",
+    "job_id",
+    "result",
+    "requeued",
+    "drift",
+    "repaired",
+    "counter",
+    "to",
+)
 
 
 def _entries(result: SpotDeadlineResult) -> list[tuple[str, str]]:
@@ -112,8 +123,8 @@ def _entries(result: SpotDeadlineResult) -> list[tuple[str, str]]:
 
 
 def _race_evidence(result: SpotDeadlineResult, state: Path) -> str:
-    """The first play's timelines and the control plane's lines about Spot, the ledger and
-    requeues, for the failure message if the second play fails too."""
+    """The first play's timelines and the control plane's lines about Spot, launches, the ledger
+    and requeues, for the failure message if the second play fails too."""
     lines = [f"{e.t:6.1f}s {e.source} -> {e.target}: {e.reason}" for e in result.timeline]
     lines += [f"filler {e.t:6.1f}s {e.source} -> {e.target}: {e.reason}" for e in result.filler_timeline]
     log = state / "control-plane.log"
@@ -124,8 +135,9 @@ def _race_evidence(result: SpotDeadlineResult, state: Path) -> str:
             except ValueError:
                 continue
             message = str(record.get("message", ""))
+            launch = record.get("task") in ("submit_batch_job", "record_batch_job", "mark_launch_failed")
             if any(w in message for w in ("Spot capacity", "drift", "repaired", "moved on")) or (
-                record.get("requeued") or record.get("drift")
+                launch or record.get("requeued") or record.get("drift")
             ):
                 lines.append(json.dumps({k: record[k] for k in LOG_KEYS if k in record}))
     return "first play, waited on Spot:\n" + "\n".join(lines)

@@ -1,7 +1,7 @@
 """A deadline job admitted to a Spot pool last seen without capacity waits there (its Batch job
-RUNNABLE) while the deadline guard lets it, and the reconciler sends it On-Demand once it falls
-behind its line, whether or not a checkpoint of its last run was credited before the admission
-(on moto, the clock frozen)."""
+RUNNABLE, or its launch not yet recorded) while the deadline guard lets it, and the reconciler
+sends it On-Demand once it falls behind its line, whatever work it had done before (on moto, the
+clock frozen)."""
 
 from __future__ import annotations
 
@@ -23,9 +23,9 @@ def iso(at: float) -> str:
     return datetime.fromtimestamp(at, UTC).isoformat()
 
 
-@pytest.mark.parametrize("runtime_done_s", [0.0, 600.0])
+@pytest.mark.parametrize(("runtime_done_s", "launch_recorded"), [(0.0, True), (600.0, True), (0.0, False)])
 def test_a_deadline_job_waiting_on_missing_spot_goes_on_demand_once_behind_its_line(
-    deployment: Deployment, runtime_done_s: float
+    deployment: Deployment, runtime_done_s: float, launch_recorded: bool
 ) -> None:
     plane = deployment.plane
     store = plane.spot_pools
@@ -40,10 +40,11 @@ def test_a_deadline_job_waiting_on_missing_spot_goes_on_demand_once_behind_its_l
         plane.jobs.annotate(job, "work done by an earlier run", now=t0, job={"runtime_s": done.runtime_s})
         job = plane.jobs.get(job.id)
     admitted = admit(plane, job, SPOT, "admitted by the test", now=t0)
-    submitted = submit_batch_job(plane, job.id, version=admitted.version, run=admitted.run, pool=SPOT)
-    record_batch_job(
-        plane, job.id, version=admitted.version, run=admitted.run, batch_job_id=submitted["batch_job_id"]
-    )
+    if launch_recorded:
+        submitted = submit_batch_job(plane, job.id, version=admitted.version, run=admitted.run, pool=SPOT)
+        record_batch_job(
+            plane, job.id, version=admitted.version, run=admitted.run, batch_job_id=submitted["batch_job_id"]
+        )
 
     left_at = None
     for _ in range(120):
@@ -60,3 +61,8 @@ def test_a_deadline_job_waiting_on_missing_spot_goes_on_demand_once_behind_its_l
     assert entries[-1].reason.startswith(f"left Spot {SPOT}, missing for"), entries[-1].reason
     # in time: the rest of its work still fits before the deadline, On-Demand
     assert left_at + 3600 - runtime_done_s <= t0 + 7200
+    if not launch_recorded:
+        # the launch that was under way finds the run gone: it submits nothing
+        late = submit_batch_job(plane, job.id, version=admitted.version, run=admitted.run, pool=SPOT)
+        assert late["submitted"] is False, late
+        assert plane.jobs.get(job.id).state is JobState.PENDING
