@@ -152,6 +152,7 @@ def plan_with_stats(
     if extension is not None:
         state.hooks = extension.for_pass(snapshot, now, config)
         state.variant = extension.name
+        state.extended = True
     state.indexed = indexed
     state.elastic = {pool: list(allocations) for pool, allocations in indexed.elastic.items()}
     # (The deadline plans and the On-Demand holds read only jobs with a deadline or its answer.)
@@ -183,7 +184,7 @@ class _Turn:
 
     job: Job
     priority: float
-    # What decides the pass's answer for the job besides its priority (`_alike`).
+    # What decides the pass's answer for the job besides its priority (the alike key, `decide`).
     alike: tuple[object, ...] | None
     # Its candidate pools, in preference order (found by `_Pass._no_pool`).
     pools: list[Pool] = field(default_factory=list)
@@ -222,8 +223,8 @@ class _Pass:
         self.preemptions_left = MAX_PREEMPTIONS_PER_PASS
         # GPUs that leaving victims free beyond their preemptors' needs, per pool.
         self.surplus: dict[str, int] = {}
-        # Jobs that wait for the same reason as a job alike ranked before them (see `_alike`), as
-        # long as no admission or preemption changed the ledger since: key -> (the highest
+        # Jobs that wait for the same reason as a job alike ranked before them (the alike key:
+        # `decide`), as long as no admission or preemption changed the ledger since: key -> (the highest
         # priority the reason holds for, the reason).
         self.waits: dict[tuple[object, ...], tuple[float, WaitReason, str]] = {}
         # The candidate pools of jobs placed alike (`_placed_alike`).
@@ -246,6 +247,7 @@ class _Pass:
         # A simulator variant's hooks, and its name (`extension.py`); the default ones do nothing.
         self.hooks = PassHooks()
         self.variant = ""
+        self.extended = False
         # Pools a job of the window could use and waits for, or preempts in: no growth there.
         self.wanted: set[str] = set()
         # The running elastic jobs, by pool (none: the elastic checks do nothing).
@@ -280,7 +282,15 @@ class _Pass:
 
     def decide(self, job: Job, priority: float) -> Decision:
         """The first decision of `CHECKS` for the job (`_preempt`, the last, always decides)."""
-        alike = _alike(job)
+        # What decides its answer besides its priority: the job fields that `candidate_pools`,
+        # `Ledger.shortfall` and the victims' eligibility read (team, class, shape, Spot wish,
+        # interruptions); None with a deadline, whose placement also reads its remaining time.
+        spec = job.spec
+        alike: tuple[object, ...] | None = (
+            None
+            if spec.deadline is not None
+            else (job.team, spec.priority, spec.gpus, spec.nodes, spec.gpu_type, spec.spot, job.interruptions)
+        )
         if alike is not None and not self.blocks and self.waits:
             # The common turn, decided as `CHECKS` would: neither of the two checks before
             # `_waits_alike` applies, and a job alike ranked before it waits for a reason that holds.
@@ -292,7 +302,8 @@ class _Pass:
                 and job.id not in self.draining
             ):
                 wait = Wait(job, priority, known[1], known[2])
-                self.hooks.decided(wait)
+                if self.extended:  # (the default hooks observe nothing)
+                    self.hooks.decided(wait)
                 return wait
         turn = _Turn(job, priority, alike)
         if self.blocks:
@@ -689,24 +700,13 @@ def _shrink_reason(shrink: Shrink, preemptor: str) -> str:
 _SHORT_OF_CAPACITY = (NoVictim, PreemptionDelay, BudgetSpent, BehindClassHead)
 
 
-def _alike(job: Job) -> tuple[object, ...] | None:
-    """What decides a pass's answer for a job other than its effective priority: the job fields
-    that `candidate_pools`, `Ledger.shortfall` and the victims' eligibility read (team, class,
-    shape, spot preference, interruptions). None for a job with a deadline, whose placement
-    also depends on its remaining time."""
-    spec = job.spec
-    if spec.deadline is not None:
-        return None
-    return (job.team, spec.priority, spec.gpus, spec.nodes, spec.gpu_type, spec.spot, job.interruptions)
-
-
 def _placed_alike(
     job: Job, alike: tuple[object, ...] | None, config: SchedulerConfig
 ) -> tuple[object, ...] | None:
     """What `candidate_pools` reads of a job without a deadline (None for one with a deadline):
     its class, shape and Spot preference; once it reached `max_interruptions_on_spot`, its
-    interruptions and run time too (`spot_cost_ratio`): then the whole `_alike` key, whose
-    first job's pools its alike jobs share."""
+    interruptions and run time too (`spot_cost_ratio`): then the whole alike key (`_Pass.decide`),
+    whose first job's pools its alike jobs share."""
     if alike is None or job.interruptions >= config.max_interruptions_on_spot:
         return alike
     spec = job.spec

@@ -66,9 +66,20 @@ class PassReleases:
                 for a in members.values():
                     if a.draining_for is not None:
                         continue
-                    remaining = a.job.remaining_s(now)
-                    if remaining is not None and 0.0 < remaining <= window_s and a.job.id not in taken:
-                        ending.append((remaining, a.job.id, a.gpus))
+                    # `Job.remaining_s(now)`, inlined (a pass reads every running job of the pool).
+                    job = a.job
+                    started = job.started_at
+                    elapsed = job.runtime_s + (0.0 if started is None else max(0.0, now - started))
+                    progress = job.progress
+                    if progress is not None and progress > 0.0 and elapsed > 0.0:
+                        remaining = max(0.0, elapsed * (1.0 - progress) / progress)
+                    else:
+                        expected = job.spec.expected_runtime_s
+                        if expected is None:
+                            continue
+                        remaining = max(0.0, expected - elapsed)
+                    if 0.0 < remaining <= window_s and job.id not in taken:
+                        ending.append((remaining, job.id, a.gpus))
             ending.sort()
             self.ending[pool] = ending
             self.ending_gpus[pool] = sum(gpus for _, _, gpus in ending)
@@ -79,7 +90,9 @@ class PassReleases:
         (then counted for it alone), or None: it may preempt."""
         for pool in pools:
             demand = pool.demand_gpus(job)
-            free = max(0, self.free.get(pool.name, 0) - self.counted.get(pool.name, 0))
+            free = self.free.get(pool.name, 0) - self.counted.get(pool.name, 0)
+            if free < 0:
+                free = 0
             if free >= demand:
                 continue  # short of quota rather than GPUs
             ending = self._ending(pool.name)
