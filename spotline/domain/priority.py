@@ -153,6 +153,7 @@ class PriorityScorer:
         w_age, max_age, w_deadline = weights.age, weights.max_age_s, weights.deadline
         w_shortest = weights.shortest
         classes, teams, sizes, histories = self._class, self._team, self._size, self._history
+        log1p = math.log1p
         out: list[float] = []
         for job in jobs:
             spec = job.spec
@@ -185,7 +186,11 @@ class PriorityScorer:
                 continue
             # Declared remaining: what was declared, less the run time so far (`Job.elapsed_s`).
             remaining = expected - ran if started is None else expected - (ran + max(0.0, now - started))
-            short = w_shortest * _shortness(remaining, SHORTEST_NORM_S, _SHORTEST_SCALE)
+            # (`_shortness`, inlined: a pass scores every job of its window)
+            if remaining <= 0.0 or remaining >= SHORTEST_NORM_S:
+                short = w_shortest * 0.0
+            else:
+                short = w_shortest * (1.0 - log1p(remaining / _HOUR_S) / _SHORTEST_SCALE)
             out.append(score + size + team + history + short)
         return out
 
