@@ -65,6 +65,7 @@ from spotline.domain.queue import (
     ranked,
     read_window,
 )
+from spotline.domain.quota import quota_fits
 from spotline.domain.release import PassReleases
 from spotline.domain.reservations import add_spare, claim_spare, reserve_for_preemptor
 from spotline.domain.reserved import admitted_text, block_text, open_blocks, reserved_pools
@@ -227,6 +228,9 @@ class _Pass:
         # `decide`), as long as no admission or preemption changed the ledger since: key -> (the highest
         # priority the reason holds for, the reason).
         self.waits: dict[tuple[object, ...], tuple[float, WaitReason, str]] = {}
+        # The words of each reason a job of the pass waits for (`explain.wait_text`): a reason's
+        # fields have one type each in a pass (counts int, windows float), so equal reasons read alike.
+        self.texts: dict[WaitReason, str] = {}
         # The candidate pools of jobs placed alike (`_placed_alike`).
         self.placements: dict[tuple[object, ...], list[Pool]] = {}
         # The pools by job shape, found when first needed (`placement.PassPlacement`).
@@ -422,9 +426,10 @@ class _Pass:
         """It fits the first pool with room (capacity and quota): admitted there."""
         job, ledger = turn.job, self.ledger
         for pool in turn.pools:
-            if ledger.fits(job, pool):
-                demand = pool.demand_gpus(job)
-                free = ledger.free(pool.name)
+            # (`Ledger.fits`, with the demand and the free GPUs kept for the reason)
+            demand = pool.demand_gpus(job)
+            free = ledger.free(pool.name)
+            if demand <= free and quota_fits(job.team, demand, ledger.team_used, ledger.quotas):
                 # The pool it prefers, when it had no room (found before the ledger takes this).
                 first = turn.pools[0]
                 passed = "" if pool is first else f"; not {first.name}: {self._shortfall(turn)}"
@@ -651,10 +656,12 @@ class _Pass:
     def _wait(self, turn: _Turn, why: WaitReason, *, holds_for: float | None = None) -> Wait:
         """A wait for `why`; with `holds_for`, jobs alike ranked after it up to that priority
         wait for the same reason (until the ledger changes)."""
-        text = wait_text(why)
+        text = self.texts.get(why)
+        if text is None:
+            text = self.texts[why] = wait_text(why)
         if holds_for is not None and turn.alike is not None:
             self.waits[turn.alike] = (holds_for, why, text)
-        self.wanted.update(pool.name for pool in turn.pools)
+        self.wanted.update([pool.name for pool in turn.pools])
         return Wait(turn.job, turn.priority, why, text)
 
     def _shortfall(self, turn: _Turn) -> str:
