@@ -22,6 +22,7 @@ import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from bench.policy_bench.setup import TUNING_REDUCED, Sample, _synth, load
 from spotline.domain.config import SchedulerConfig
@@ -67,7 +68,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"nothing recommended on the tuning set ({result['reason']}): nothing to check")
         print(f"wall {time.perf_counter() - began:.0f} s")
         return 0
-    goal = GOALS_BY_KEY[result["objective"]]
+    evaluate(recommended, result["objective"])
+    print(f"wall {time.perf_counter() - began:.0f} s")
+    return 0
+
+
+def evaluate(recommended: dict[str, Any], objective: str) -> bool:
+    """Replay the settings in effect and `recommended` on the evaluation set; print each goal
+    metric's change and whether the recommendation holds there (returned)."""
+    goal = GOALS_BY_KEY[objective]
     base = SchedulerConfig()
     chosen = apply_diff(base, recommended)
     rows: dict[str, list[tuple[float, float]]] = {g.key: [] for g in GOAL_METRICS}
@@ -93,8 +102,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
     verdict = "holds" if holds else "does not hold"
     print(f"On the evaluation set the recommendation {verdict} (objective {goal.key}).")
-    print(f"wall {time.perf_counter() - began:.0f} s")
-    return 0
+    return holds
 
 
 if __name__ == "__main__":

@@ -6,8 +6,8 @@ target: under 10 minutes of wall time on 2 cores. Prints the wall time, the repl
 seconds of one replay of each stretch (what the wall time is made of).
 
 `--tuning-days D` tunes on the D days before the holdout only; `--seeds N` (default 1 here: the
-speed of the search; `spotline tune` defaults to 3 for its CIs); `--finalists K` and
-`--screen-days D` as `spotline tune`'s (its race). A speed figure, never a test.
+speed of the search; `spotline tune` defaults to 3 for its CIs); `--finalists K`,
+`--screen-days D` and `--semifinalists M` as `spotline tune`'s (its race). A speed figure, never a test.
 
 `--replay STRETCH` (tuning, screen or holdout) times one replay instead: the settings in effect,
 seed 1, on that stretch as `spotline tune` cuts it (`--replay-days D`: its first D days only);
@@ -27,7 +27,15 @@ from spotline.domain.config import SchedulerConfig
 from spotline.domain.models import Pool
 from spotline.sim.availability import AvailabilityTrace
 from spotline.sim.history import History, holdout_cut, split
-from spotline.sim.tune import DEFAULT_FINALISTS, DEFAULT_SCREEN_SHARE, Cluster, _replay, cluster_for, tune
+from spotline.sim.tune import (
+    DEFAULT_FINALISTS,
+    DEFAULT_SCREEN_SHARE,
+    DEFAULT_SEMIFINALISTS,
+    Cluster,
+    _replay,
+    cluster_for,
+    tune,
+)
 from spotline.trace import parse_when, read_philly
 
 START, END = "2017-10-02", "2017-10-31"
@@ -42,6 +50,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--finalists", type=int, default=DEFAULT_FINALISTS)
     parser.add_argument("--screen-days", type=float, default=None)
+    parser.add_argument("--semifinalists", type=int, default=DEFAULT_SEMIFINALISTS)
     parser.add_argument("--end", default=END, help=f"last day of the history (default {END})")
     parser.add_argument("--replay", choices=("tuning", "screen", "holdout"), default=None)
     parser.add_argument("--replay-days", type=float, default=None)
@@ -68,12 +77,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         progress=lambda line: print(f"{time.perf_counter() - began:7.0f} s  {line}", flush=True),
         finalists=args.finalists,
         screen_days=args.screen_days,
+        semifinalists=args.semifinalists,
     )
     wall = time.perf_counter() - began
     tuning_cpu = [c.cpu_s / args.seeds for c in result.finalists]
     holdout_cpu = [c.holdout_cpu_s / args.seeds for c in result.candidates if c.holdout]
     screen_cpu = [c.screen_cpu_s for c in result.candidates if c.screen]
-    cpu = sum(tuning_cpu) * args.seeds + sum(holdout_cpu) * args.seeds + sum(screen_cpu)
+    semifinal_cpu = [c.semifinal_cpu_s for c in result.candidates if c.semifinal]
+    cpu = sum(tuning_cpu) * args.seeds + sum(holdout_cpu) * args.seeds + sum(screen_cpu) + sum(semifinal_cpu)
     days = history.span_s / 86400.0
     print(
         f"history: Philly {START}..{args.end}, {len(trace.jobs):,} jobs over {days:.1f} days, 512 GPUs;"
@@ -84,6 +95,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"screen: {len(result.candidates)} candidates on the first {result.screen_days:.3g} days"
             f" ({result.screen_jobs:,} jobs), {sum(screen_cpu) / len(screen_cpu):.0f} CPU s per replay;"
             f" finalists {', '.join(f'#{c.index}' for c in result.finalists)}"
+        )
+    if result.semifinal_days is not None:
+        print(
+            f"semi-final: {len(semifinal_cpu)} candidates on the first {result.semifinal_days:.3g} days"
+            f" ({result.semifinal_jobs:,} jobs),"
+            f" {sum(semifinal_cpu) / len(semifinal_cpu):.0f} CPU s per replay"
         )
     print(
         f"{len(result.candidates)} candidates ({len(result.finalists)} finalists) x {args.seeds} seed(s),"

@@ -18,6 +18,7 @@ from spotline.sim.tune import (
     DEFAULT_FINALISTS,
     DEFAULT_OBJECTIVE,
     DEFAULT_SCREEN_SHARE,
+    DEFAULT_SEMIFINALISTS,
     GOAL_METRICS,
     GOALS_BY_KEY,
     Candidate,
@@ -105,6 +106,15 @@ def tune_command(
             f" candidate (default: {DEFAULT_SCREEN_SHARE:.0%} of the stretch).",
         ),
     ] = None,
+    semifinalists: Annotated[
+        int,
+        typer.Option(
+            help="With more candidates than this besides the settings in effect, the screen's best this"
+            " many replay twice the screen's days on the first seed, and the finalists are the best"
+            " there (0: the finalists come from the screen).",
+            min=0,
+        ),
+    ] = DEFAULT_SEMIFINALISTS,
     workers: Annotated[
         int, typer.Option(help="Replays at once, one process each (default: the CPUs).", min=1)
     ] = default_workers(),
@@ -174,6 +184,7 @@ def tune_command(
             progress=lambda line: console.print(f"[dim]{line}[/dim]"),
             finalists=finalists,
             screen_days=screen_days,
+            semifinalists=semifinalists,
         )
     except (HistoryError, TuneError, ValueError) as error:
         typer.secho(f"error: {error}", err=True, fg="red")
@@ -262,6 +273,12 @@ def print_result(result: TuneResult, console: Console) -> None:
         console.print(
             f"Screen: {len(result.candidates)} candidates on the first {result.screen_days:.3g} days of the"
             f" tuning stretch ({result.screen_jobs:,} jobs, seed {result.seeds[0]}); finalists: {kept}"
+        )
+    if result.semifinal_days is not None:
+        semis = ", ".join(f"#{c.index}" for c in result.candidates if c.semifinal)
+        console.print(
+            f"Semi-final: {semis} on the first {result.semifinal_days:.3g} days ({result.semifinal_jobs:,}"
+            f" jobs, seed {result.seeds[0]})"
         )
     table = Table(
         title=f"Pareto front on the tuning stretch (mean ± 95% CI over seeds; objective {objective.key})"

@@ -6,7 +6,9 @@
 3. The race (`race`), when there are more candidates than `finalists`: every candidate replays a
    screen, the first days of the tuning stretch, on the first seed; a candidate another screened
    one dominates is dropped, and of the rest the `finalists` best on the objective go on, with the
-   baseline.
+   baseline. With more candidates than `semifinalists` too, the screen's `semifinalists` best
+   first replay a semi-final (twice the screen's days, the first seed), and the finalists are
+   raced there the same way.
 4. Every finalist replays the whole tuning stretch through the pure core (the simulator's Spotline
    policy) once per seed; the goal metrics (`GOAL_METRICS`) get a mean and a 95% CI over seeds.
    The Pareto front over the finalists' tuning means; the pick is the finalist best on the
@@ -85,9 +87,11 @@ GOAL_METRICS: tuple[GoalMetric, ...] = (
 GOALS_BY_KEY: dict[str, GoalMetric] = {g.key: g for g in GOAL_METRICS}
 DEFAULT_OBJECTIVE = "avg_jct_s"
 # Candidates besides the baseline that go on from the screen to the whole tuning stretch.
-DEFAULT_FINALISTS = 4
+DEFAULT_FINALISTS = 2
 # The screen's share of the tuning stretch, when its days are not given.
-DEFAULT_SCREEN_SHARE = 0.25
+DEFAULT_SCREEN_SHARE = 0.125
+# Candidates besides the baseline that go on from the screen to a semi-final (0: none).
+DEFAULT_SEMIFINALISTS = 0
 
 # The settings a tune searches, with the values it tries: the policy a site chooses. Left out: what
 # describes the deployment (restart and checkpoint costs, the pass's cadence), and the victim
@@ -254,6 +258,8 @@ class Candidate:
     holdout: dict[str, Summary] = field(default_factory=dict)
     # Its metrics on the screen (the first seed), when there was one.
     screen: dict[str, Summary] = field(default_factory=dict)
+    # Its metrics on the semi-final (the first seed), when it went on to one.
+    semifinal: dict[str, Summary] = field(default_factory=dict)
     # It replayed the whole tuning stretch (it went on from the screen, or there was none).
     finalist: bool = True
     pareto: bool = False
@@ -261,9 +267,15 @@ class Candidate:
     cpu_s: float = 0.0
     holdout_cpu_s: float = 0.0
     screen_cpu_s: float = 0.0
+    semifinal_cpu_s: float = 0.0
 
     def means(self, stretch: str) -> dict[str, float]:
-        summaries = {"tuning": self.tuning, "holdout": self.holdout, "screen": self.screen}[stretch]
+        summaries = {
+            "tuning": self.tuning,
+            "holdout": self.holdout,
+            "screen": self.screen,
+            "semifinal": self.semifinal,
+        }[stretch]
         return {k: s.mean for k, s in summaries.items()}
 
     def to_json(self) -> dict[str, Any]:
@@ -275,6 +287,8 @@ class Candidate:
         }
         if self.screen:
             out["screen"] = {k: s.to_json() for k, s in self.screen.items()}
+        if self.semifinal:
+            out["semifinal"] = {k: s.to_json() for k, s in self.semifinal.items()}
         if self.holdout:
             out["holdout"] = {k: s.to_json() for k, s in self.holdout.items()}
         return out
@@ -293,6 +307,9 @@ class TuneResult:
     # The screen's days and jobs (None and 0: every candidate replayed the whole tuning stretch).
     screen_days: float | None
     screen_jobs: int
+    # The semi-final's days and jobs (None and 0: none).
+    semifinal_days: float | None
+    semifinal_jobs: int
     baseline: dict[str, Any]
     candidates: list[Candidate]
     recommended: dict[str, Any]
@@ -342,6 +359,13 @@ class TuneResult:
                 "jobs": self.screen_jobs,
                 "seed": self.seeds[0] if self.screen_days is not None else None,
                 "finalists": [c.index for c in self.finalists],
+                "semifinal": None
+                if self.semifinal_days is None
+                else {
+                    "days": self.semifinal_days,
+                    "jobs": self.semifinal_jobs,
+                    "candidates": [c.index for c in self.candidates if c.semifinal],
+                },
             },
             "baseline": dict(self.baseline),
             "pareto": [c.to_json() for c in self.pareto],
@@ -485,6 +509,7 @@ def tune(
     progress: Callable[[str], None] | None = None,
     finalists: int = DEFAULT_FINALISTS,
     screen_days: float | None = None,
+    semifinalists: int = DEFAULT_SEMIFINALISTS,
 ) -> TuneResult:
     """Tune on `history` replayed on `pools` (module docstring; `pools` and `zone_traces` as
     `cluster_for` gives them). `baseline`: the settings in effect (dotted names, cdk.json's
@@ -492,7 +517,9 @@ def tune(
     the history just before the holdout only (None: all of it), a bound on the replays' cost.
     `finalists`: the candidates besides the baseline that replay the whole tuning stretch on every
     seed; with more candidates than that, the others race for it on a screen of the first
-    `screen_days` of the tuning stretch (None: `DEFAULT_SCREEN_SHARE` of it)."""
+    `screen_days` of the tuning stretch (None: `DEFAULT_SCREEN_SHARE` of it). `semifinalists`:
+    with more candidates than that besides the baseline, the screen's `semifinalists` best replay
+    twice the screen's days first, and the finalists are the best there (0: no semi-final)."""
     began = time.perf_counter()
     goal = GOALS_BY_KEY.get(objective)
     if goal is None:
@@ -503,6 +530,8 @@ def tune(
         raise TuneError("at least one seed")
     if finalists < 1:
         raise TuneError(f"--finalists must be at least 1, got {finalists}")
+    if semifinalists < 0:
+        raise TuneError(f"--semifinalists must be 0 or more, got {semifinalists}")
     if screen_days is not None and (not math.isfinite(screen_days) or screen_days <= 0):
         raise TuneError(f"--screen-days must be positive, got {screen_days:g}")
     settings = settings or history.sim_settings()
@@ -530,7 +559,8 @@ def tune(
     entries = [Candidate(i, d) for i, d in enumerate(diffs)]
     say = progress or (lambda _: None)
     screened = finalists < len(entries) - 1
-    screen_jobs = 0
+    screen_jobs = semifinal_jobs = 0
+    semifinal_days: float | None = None
     if screened:
         if screen_days is None:
             screen_days = DEFAULT_SCREEN_SHARE * head.span_s / 86400.0
@@ -542,6 +572,12 @@ def tune(
                 f"--screen-days {screen_days:g}: no job of the tuning stretch is submitted that early"
             )
         clusters["screen"] = Cluster(screen, list(pools), settings, traces)
+        if finalists < semifinalists < len(entries) - 1 and 2 * screen_days * 86400.0 < head.span_s:
+            semifinal_days = 2 * screen_days
+            semi = split(head, semifinal_days * 86400.0)[0]
+            semi.trace.source = f"{history.trace.source} (semi-final)"
+            semifinal_jobs = len(semi.trace.jobs)
+            clusters["semifinal"] = Cluster(semi, list(pools), settings, traces)
     else:
         screen_days = None
 
@@ -558,7 +594,19 @@ def tune(
             for c, (metrics, cpu) in zip(entries, _run_all(runs0, workers), strict=True):
                 c.screen = _summaries([metrics])
                 c.screen_cpu_s = cpu
-            kept = set(race(goal, {c.index: c.means("screen") for c in entries}, finalists))
+            first = semifinalists if semifinal_days is not None else finalists
+            kept = set(race(goal, {c.index: c.means("screen") for c in entries}, first))
+            if semifinal_days is not None:
+                semis = [c for c in entries if c.index in kept]
+                runs0 += [(c.index, "semifinal", seeds[0]) for c in semis]
+                say(
+                    f"semi-final: {len(semis)} candidates x 1 seed on the first {semifinal_days:.3g} days"
+                    f" of the tuning stretch ({semifinal_jobs:,} jobs)"
+                )
+                for c, (metrics, cpu) in zip(semis, _run_all(runs0[len(entries) :], workers), strict=True):
+                    c.semifinal = _summaries([metrics])
+                    c.semifinal_cpu_s = cpu
+                kept = set(race(goal, {c.index: c.means("semifinal") for c in semis}, finalists))
             for c in entries:
                 c.finalist = c.index in kept
             say(f"finalists: {', '.join(f'#{i}' for i in sorted(kept))}")
@@ -624,6 +672,8 @@ def tune(
         holdout_jobs=len(tail.trace.jobs),
         screen_days=screen_days,
         screen_jobs=screen_jobs,
+        semifinal_days=semifinal_days,
+        semifinal_jobs=semifinal_jobs,
         baseline=base_diff,
         candidates=entries,
         recommended=recommended,

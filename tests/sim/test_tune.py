@@ -198,6 +198,45 @@ def test_a_raced_tune_decides_on_the_finalists_full_seeds(small_trace: Path) -> 
     assert [c["finalist"] for c in data["candidates"]] == [c.finalist for c in result.candidates]
 
 
+def test_a_semi_final_races_the_screens_best_on_twice_its_days(small_trace: Path) -> None:
+    from spotline.trace import read_trace
+
+    history = History(trace=read_trace(small_trace))
+    pools, zones = cluster_for(history, 32)
+    holdout = history.span_s / DAY / 3
+    result = tune(
+        history,
+        pools,
+        zone_traces=zones,
+        holdout_days=holdout,
+        seeds=(1, 2),
+        candidates=6,
+        finalists=1,
+        semifinalists=3,
+        screen_days=history.span_s / DAY / 8,
+    )
+    assert result.screen_days is not None and result.semifinal_days == 2 * result.screen_days
+    assert result.screen_jobs < result.semifinal_jobs < result.tuning_jobs
+    semis = [c.index for c in result.candidates if c.semifinal]
+    assert semis[0] == 0 and len(semis) == 4  # the baseline and the screen's 3 best
+    assert all(len(s.values) == 1 for c in result.candidates if c.semifinal for s in c.semifinal.values())
+    finalists = [c.index for c in result.finalists]
+    assert finalists[0] == 0 and len(finalists) == 2 and set(finalists) <= set(semis)
+    assert all(c.semifinal for c in result.finalists)
+    screens = {c.index: c.means("screen") for c in result.candidates}
+    assert semis == race(GOALS_BY_KEY["avg_jct_s"], screens, 3)
+    held = {0, *(c.index for c in result.pareto)} | ({result.checked.index} if result.checked else set())
+    assert result.runs == 6 + 4 + 2 * 2 + 2 * len(held)
+    data = result.to_json()
+    assert data["screen"]["semifinal"]["candidates"] == semis
+    assert data["screen"]["finalists"] == finalists
+    # No semi-final where twice the screen's days would be the whole stretch, or with few candidates
+    whole = tune(history, pools, zone_traces=zones, holdout_days=holdout, seeds=(1,), candidates=6,
+                 finalists=1, semifinalists=3, screen_days=history.span_s / DAY / 2)  # fmt: skip
+    assert whole.semifinal_days is None and whole.to_json()["screen"]["semifinal"] is None
+    assert not any(c.semifinal for c in whole.candidates)
+
+
 # --- the history -------------------------------------------------------------------------------
 
 
@@ -362,6 +401,7 @@ def test_apply_writes_the_scheduler_context_and_keeps_the_rest(tmp_path: Path) -
         (["--trace", "T", "--candidates", "1"], "--candidates"),
         (["--trace", "T", "--screen-days", "0"], "must be positive"),
         (["--trace", "T", "--finalists", "0"], "--finalists"),
+        (["--trace", "T", "--semifinalists", "-1"], "--semifinalists"),
         (["--trace", "T", "--holdout-days", "30"], "leaves nothing to tune on"),
         (["--trace", "T", "--apply", "--cdk-json", "MISSING"], "does not exist"),
     ],
