@@ -8,7 +8,8 @@ evaluation set: `python -m bench.tune_check`.
    on 128 GPUs, never tuned on): Spotline with the settings in effect and with the recommendation,
    each goal metric's mean over the samples, the paired change, and whether the recommendation
    holds there (the objective better, no other goal metric more than 5% worse). Nothing
-   recommended: nothing to check, and the tune's reason is printed.
+   recommended: the tune's reason is printed, and the finalist it declined that was best on the
+   objective is checked the same way (whether declining it was borne out there).
 """
 
 from __future__ import annotations
@@ -64,18 +65,38 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 1
         result = json.loads(out.read_text())
     recommended = result["recommended"]
-    if not recommended:
-        print(f"nothing recommended on the tuning set ({result['reason']}): nothing to check")
-        print(f"wall {time.perf_counter() - began:.0f} s")
-        return 0
-    evaluate(recommended, result["objective"])
+    if recommended:
+        evaluate(recommended, result["objective"])
+    else:
+        print(f"nothing recommended on the tuning set ({result['reason']})")
+        declined = best_declined(result)
+        if declined is None:
+            print("no finalist besides the settings in effect: nothing to check")
+        else:
+            # The refusal is a decision too: the finalist best on the objective, had it been taken.
+            print(f"the finalist best on {result['objective']} on the tuning stretch, declined: {declined}")
+            holds = evaluate(declined, result["objective"], "The declined finalist")
+            verdict = "too cautious there" if holds else "borne out there"
+            print(f"Declining it was {verdict} (the evaluation set, objective {result['objective']}).")
     print(f"wall {time.perf_counter() - began:.0f} s")
     return 0
 
 
-def evaluate(recommended: dict[str, Any], objective: str) -> bool:
+def best_declined(result: dict[str, Any]) -> dict[str, Any] | None:
+    """The diff of the finalist other than the settings in effect that is best on the tune's
+    objective over the tuning stretch (its mean over seeds), None when there is none."""
+    goal = GOALS_BY_KEY[result["objective"]]
+    sign = 1.0 if goal.lower_is_better else -1.0
+    finalists = [p for p in result["pareto"] if p.get("finalist") and p.get("config")]
+    if not finalists:
+        return None
+    best = min(finalists, key=lambda p: sign * float(p["tuning"][goal.key]["mean"]))
+    return dict(best["config"])
+
+
+def evaluate(recommended: dict[str, Any], objective: str, what: str = "The recommendation") -> bool:
     """Replay the settings in effect and `recommended` on the evaluation set; print each goal
-    metric's change and whether the recommendation holds there (returned)."""
+    metric's change and whether the recommendation (`what`) holds there (returned)."""
     goal = GOALS_BY_KEY[objective]
     base = SchedulerConfig()
     chosen = apply_diff(base, recommended)
@@ -86,7 +107,7 @@ def evaluate(recommended: dict[str, Any], objective: str) -> bool:
         theirs = replay(history, chosen, seed=sample.seed, gpus=sample.gpus)
         for g in GOAL_METRICS:
             rows[g.key].append((g.read(ours), g.read(theirs)))
-    print(f"The recommendation {recommended} on the evaluation set ({len(EVALUATION)} samples):")
+    print(f"{what} {recommended} on the evaluation set ({len(EVALUATION)} samples):")
     holds = True
     for g in GOAL_METRICS:
         pairs = rows[g.key]
@@ -101,7 +122,7 @@ def evaluate(recommended: dict[str, Any], objective: str) -> bool:
             f"  worse by {mean:+7.1%} (mean of the samples' changes){'  <- fails' if bad else ''}"
         )
     verdict = "holds" if holds else "does not hold"
-    print(f"On the evaluation set the recommendation {verdict} (objective {goal.key}).")
+    print(f"On the evaluation set {what[0].lower() + what[1:]} {verdict} (objective {goal.key}).")
     return holds
 
 
